@@ -1,0 +1,65 @@
+//! Write qhost queue message handlers in Rust.
+//!
+//! A handler is a WebAssembly component that implements the `qhost:handler` world (see `wit/`
+//! at the root of the qhost repository). This crate generates the bindings for that world once,
+//! so a plugin holds only its own logic:
+//!
+//! ```ignore
+//! use qhost_guest::{Handler, Message, Outcome};
+//!
+//! struct Hello;
+//!
+//! impl Handler for Hello {
+//!     fn handle(msg: Message) -> Outcome {
+//!         qhost_guest::log::info(&format!("got {} bytes", msg.body.len()));
+//!         Outcome::Ack
+//!     }
+//! }
+//!
+//! qhost_guest::export!(Hello);
+//! ```
+//!
+//! Build it with `cargo build --target wasm32-wasip2 --release` as a `cdylib` and drop the
+//! `.wasm` into the host's plugins directory.
+//!
+//! The host, not the handler, suppresses duplicates: `handle` runs once per idempotency key
+//! while the key is remembered. Follow-up messages go through [`outbox`] so that they are
+//! sent only when the handler acks, and only once.
+#![deny(missing_docs)]
+
+// Lets the generated code and the export macro name this crate the same way from inside and
+// outside of it.
+extern crate self as qhost_guest;
+
+#[doc(hidden)]
+pub use wit_bindgen as __wit_bindgen;
+
+/// The raw bindings generated from the WIT world. Prefer the re-exports and helpers.
+#[allow(missing_docs)]
+#[allow(clippy::too_many_arguments)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../wit",
+        world: "handler",
+        pub_export_macro: true,
+        export_macro_name: "__export_handler",
+        default_bindings_module: "qhost_guest::bindings",
+        runtime_path: "qhost_guest::__wit_bindgen::rt",
+    });
+}
+
+pub mod config;
+pub mod log;
+mod message;
+pub mod outbox;
+
+pub use bindings::Guest as Handler;
+pub use bindings::qhost::handler::types::{Attribute, AttributeValue, Message, Outcome};
+
+/// Export a type implementing [`Handler`] as this component's `handle` function.
+#[macro_export]
+macro_rules! export {
+    ($handler:ident) => {
+        $crate::bindings::__export_handler!($handler);
+    };
+}
