@@ -1,0 +1,85 @@
+//! The classic case for qhost: a monthly reminder email that must go out once.
+//!
+//! The body is JSON: `{"reminder-id": "...", "email": "...", "customer": "...", "month": "..."}`.
+//! The handler "sends" the email by putting it in the outbox for the `sent-emails` queue (the
+//! `sent-queue` setting), using the idempotency key as the email's Message-Id, which is what a
+//! real email API would deduplicate on. It never checks whether it already sent the email:
+//! the host guarantees it runs once per reminder while the key is remembered.
+//!
+//! For the demo, `"outage-attempts": N` makes the pretend email API fail the first N deliveries.
+
+use qhost_guest::outbox::Outgoing;
+use qhost_guest::{Attribute, Handler, Message, Outcome, config, log};
+use serde::{Deserialize, Serialize};
+
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct Reminder {
+    email: String,
+    customer: String,
+    month: String,
+    #[serde(default)]
+    outage_attempts: u32,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct Email<'a> {
+    message_id: String,
+    to: &'a str,
+    subject: String,
+    body: String,
+    fencing_token: u64,
+}
+
+struct EmailReminder;
+
+impl Handler for EmailReminder {
+    fn handle(msg: Message) -> Outcome {
+        let reminder: Reminder = match serde_json::from_slice(&msg.body) {
+            Ok(r) => r,
+            Err(e) => return Outcome::reject(format!("not a reminder: {e}")),
+        };
+        if !reminder.email.contains('@') {
+            return Outcome::reject(format!("invalid address {:?}", reminder.email));
+        }
+        if msg.receive_count <= reminder.outage_attempts {
+            log::warn("email API unavailable; asking for a retry");
+            return Outcome::Retry(1);
+        }
+        match send_email(&msg, &reminder) {
+            Ok(()) => Outcome::Ack,
+            Err(e) => Outcome::Retry(retry_seconds(&e)),
+        }
+    }
+}
+
+fn send_email(msg: &Message, reminder: &Reminder) -> Result<(), String> {
+    let email = Email {
+        message_id: format!("<{}@reminders.qhost>", msg.idempotency_key),
+        to: &reminder.email,
+        subject: format!("Your {} reminder", reminder.month),
+        body: format!(
+            "Hello {}, this is your reminder for {}.",
+            reminder.customer, reminder.month
+        ),
+        fencing_token: msg.fencing_token,
+    };
+    let queue = config::get("sent-queue").unwrap_or_else(|| "sent-emails".to_string());
+    let body = serde_json::to_vec(&email).map_err(|e| e.to_string())?;
+    Outgoing::new(queue, body)
+        .with_attribute(Attribute::string("to", &reminder.email))
+        .send()?;
+    log::info(&format!(
+        "reminder for {} queued as {}",
+        reminder.email, email.message_id
+    ));
+    Ok(())
+}
+
+fn retry_seconds(error: &str) -> u32 {
+    log::error(&format!("could not queue the email: {error}"));
+    5
+}
+
+qhost_guest::export!(EmailReminder);
