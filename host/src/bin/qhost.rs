@@ -1,0 +1,300 @@
+//! The `qhost` command: parses flags, sets up logging, and calls into the library.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail};
+use clap::{Args, Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use qhost::config::{self, Config};
+use qhost::message::{Attribute, AttributeValue, Outgoing};
+
+#[derive(Parser)]
+#[command(
+    name = "qhost",
+    version,
+    about = "Runs queue message handlers compiled to WebAssembly components"
+)]
+struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct Global {
+    /// Configuration file (TOML). Without one, the embedded defaults are used.
+    #[arg(long, short, global = true, env = "QHOST_CONFIG")]
+    config: Option<PathBuf>,
+    /// Overrides `plugins-dir`.
+    #[arg(long, global = true, env = "QHOST_PLUGINS_DIR")]
+    plugins_dir: Option<PathBuf>,
+    /// Overrides `data-dir` (where the local backends keep their database).
+    #[arg(long, global = true, env = "QHOST_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Consume the configured queues until interrupted (SIGINT or SIGTERM).
+    Run {
+        /// Exit once every consumed queue is empty and nothing is in flight, printing a summary.
+        #[arg(long)]
+        until_idle: bool,
+    },
+    /// Send a message to a queue.
+    Send(SendArgs),
+    /// Show messages waiting in a queue, without receiving them (local backend only).
+    Peek {
+        /// Queue name.
+        queue: String,
+        /// At most this many.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// Inspect plugin files.
+    Plugins {
+        #[command(subcommand)]
+        command: PluginsCommand,
+    },
+}
+
+#[derive(Args)]
+struct SendArgs {
+    /// Target queue.
+    #[arg(long, short)]
+    queue: String,
+    /// Message body.
+    #[arg(
+        long,
+        conflicts_with = "body_file",
+        required_unless_present = "body_file"
+    )]
+    body: Option<String>,
+    /// Read the body from this file.
+    #[arg(long)]
+    body_file: Option<PathBuf>,
+    /// A string attribute NAME=VALUE, or a number attribute NAME:number=VALUE. Repeatable.
+    #[arg(long = "attr", value_name = "NAME=VALUE")]
+    attrs: Vec<String>,
+    /// Delay before the message is visible, in seconds.
+    #[arg(long, default_value_t = 0)]
+    delay: u32,
+    /// FIFO message group.
+    #[arg(long)]
+    group: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum PluginsCommand {
+    /// Check that a .wasm implements the qhost:handler world, and list what it imports.
+    Check {
+        /// The .wasm file.
+        file: PathBuf,
+    },
+    /// List the plugins in the plugins directory with their versions and limits.
+    List,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("QHOST_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn load_config(global: &Global) -> anyhow::Result<Config> {
+    let mut raw = match &global.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading config file {}", path.display()))?;
+            config::parse_raw(&text)
+                .with_context(|| format!("in config file {}", path.display()))?
+        }
+        None => config::file::RawConfig::default(),
+    };
+    if let Some(dir) = &global.plugins_dir {
+        raw.plugins_dir = Some(dir.clone());
+    }
+    if let Some(dir) = &global.data_dir {
+        raw.data_dir = Some(dir.clone());
+    }
+    let context = global
+        .config
+        .as_ref()
+        .map(|p| format!("in config file {}", p.display()));
+    Config::from_raw(raw).with_context(|| context.unwrap_or_else(|| "in the configuration".into()))
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    let config = load_config(&cli.global)?;
+    match cli.command {
+        Command::Run { until_idle } => run(config, until_idle).await,
+        Command::Send(args) => send(config, args).await,
+        Command::Peek { queue, limit } => peek(config, &queue, limit).await,
+        Command::Plugins {
+            command: PluginsCommand::Check { file },
+        } => check(&config, &file),
+        Command::Plugins {
+            command: PluginsCommand::List,
+        } => list(&config).await,
+    }
+}
+
+async fn run(config: Config, until_idle: bool) -> anyhow::Result<()> {
+    let host = qhost::Host::from_config(config).await?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    if until_idle {
+        host.run_until_idle(shutdown).await?;
+        println!("{}", host.stats());
+    } else {
+        host.run(shutdown).await?;
+    }
+    Ok(())
+}
+
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        tracing::error!("cannot listen for SIGTERM");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("shutting down: finishing in-flight messages");
+    shutdown.cancel();
+}
+
+fn parse_attr(text: &str) -> anyhow::Result<Attribute> {
+    let Some((name, value)) = text.split_once('=') else {
+        bail!("--attr `{text}` must be NAME=VALUE");
+    };
+    let value = value.to_string();
+    Ok(match name.split_once(':') {
+        Some((name, "number")) => {
+            value
+                .parse::<f64>()
+                .with_context(|| format!("--attr {name}: `{value}` is not a number"))?;
+            Attribute {
+                name: name.into(),
+                value: AttributeValue::Number(value),
+            }
+        }
+        Some((name, "string")) | Some((name, "")) => Attribute::string(name, value),
+        Some((_, kind)) => bail!("--attr `{text}`: unknown type `{kind}` (string or number)"),
+        None => Attribute::string(name, value),
+    })
+}
+
+async fn send(config: Config, args: SendArgs) -> anyhow::Result<()> {
+    let body = match (args.body, args.body_file) {
+        (Some(b), _) => b.into_bytes(),
+        (None, Some(path)) => {
+            std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?
+        }
+        (None, None) => bail!("give --body or --body-file"),
+    };
+    let mut msg = Outgoing::new(args.queue, body);
+    msg.attributes = args
+        .attrs
+        .iter()
+        .map(|a| parse_attr(a))
+        .collect::<anyhow::Result<_>>()?;
+    msg.delay_seconds = args.delay;
+    msg.group_id = args.group;
+    let source = qhost::host::open_source(&config)?;
+    let ids = source.send(&[msg]).await?;
+    for id in ids {
+        println!("{id}");
+    }
+    Ok(())
+}
+
+async fn peek(config: Config, queue: &str, limit: usize) -> anyhow::Result<()> {
+    if config.source != qhost::config::SourceKind::Local {
+        bail!("peek reads the local queue only");
+    }
+    let path = config.data_dir.as_ref().map(|d| d.join("qhost.db"));
+    let local = qhost::source::local::LocalQueue::open(path.as_deref(), Default::default())?;
+    for m in local.peek(queue, limit).await? {
+        let attrs: Vec<String> = m
+            .attributes
+            .iter()
+            .map(|a| format!("{}={}", a.name, a.text().unwrap_or("<binary>")))
+            .collect();
+        println!(
+            "{}  {}  [{}]",
+            m.id,
+            String::from_utf8_lossy(&m.body),
+            attrs.join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn check(config: &Config, file: &std::path::Path) -> anyhow::Result<()> {
+    let runtime = qhost::host::runtime_for(config)?;
+    let report = qhost::runtime::inspect::check_file(&runtime, file)?;
+    println!("file:     {}", file.display());
+    println!("version:  {}", report.version);
+    println!("size:     {} bytes", report.size);
+    println!("imports:  {}", report.imports.join(", "));
+    println!("exports:  {}", report.exports.join(", "));
+    match report.problem {
+        None => {
+            println!("world:    implements qhost:handler@0.1.0");
+            Ok(())
+        }
+        Some(problem) => bail!(
+            "{} does not implement qhost:handler@0.1.0: {problem}",
+            file.display()
+        ),
+    }
+}
+
+async fn list(config: &Config) -> anyhow::Result<()> {
+    let runtime = qhost::host::runtime_for(config)?;
+    let dir = config.plugins_dir.clone();
+    let (loaded, failed) =
+        tokio::task::spawn_blocking(move || qhost::runtime::loader::load_dir(&runtime, &dir))
+            .await??;
+    for p in loaded {
+        let l = &p.manifest.limits;
+        println!(
+            "{:<20} {}  timeout {} ms, memory {} MiB, max attempts {}, key {}",
+            p.name,
+            p.version,
+            l.timeout_ms,
+            l.memory_mib,
+            l.max_attempts,
+            p.manifest.idempotency.key
+        );
+    }
+    for e in failed {
+        println!("{:<20} not loaded: {:#}", e.path.display(), e.reason);
+    }
+    Ok(())
+}

@@ -1,0 +1,54 @@
+//! The configuration file as written: every field optional, unknown fields refused.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// `qhost.toml` as parsed, before checking.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawConfig {
+    pub plugins_dir: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
+    pub max_in_flight: Option<u32>,
+    pub shutdown_grace_secs: Option<u64>,
+    pub max_plugin_memory_mib: Option<u64>,
+    pub source: Option<RawSource>,
+    pub idempotency: Option<RawIdempotency>,
+    pub retry: Option<RawRetry>,
+    #[serde(rename = "queue")]
+    pub queues: Option<Vec<RawQueue>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawSource {
+    pub kind: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawIdempotency {
+    pub kind: Option<String>,
+    pub namespace: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawRetry {
+    pub base_secs: Option<u32>,
+    pub max_secs: Option<u32>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawQueue {
+    pub name: Option<String>,
+    pub plugin: Option<String>,
+    pub visibility_timeout_secs: Option<u32>,
+    pub wait_time_secs: Option<u32>,
+    pub batch_size: Option<u32>,
+    pub dead_letter: Option<String>,
+    pub route_attribute: Option<String>,
+    pub max_receives: Option<u32>,
+}

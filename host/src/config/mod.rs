@@ -1,0 +1,331 @@
+//! Configuration, validated in two stages: the file as written ([`file::RawConfig`], where
+//! serde refuses unknown fields) and the checked [`Config`] the host runs on. Every field has
+//! a default that serves the embedded demo, so `qhost run` needs no file at all. A bad value
+//! is one error naming the field, before anything starts.
+
+pub mod file;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+
+use crate::runtime::loader::valid_plugin_name;
+use crate::runtime::manifest::MAX_MEMORY_MIB;
+use crate::runtime::state::valid_queue_name;
+use file::{RawConfig, RawQueue};
+
+/// Where messages come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceKind {
+    /// The embedded queue in the data directory.
+    Local,
+}
+
+/// Where leases and completed records live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    /// The embedded store in the data directory.
+    Local,
+}
+
+/// Retry backoff: `base * 2^(attempt-1)`, capped at `max`, jittered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Delay after the first failure.
+    pub base: Duration,
+    /// The most any retry waits (a handler asking for longer still gets it).
+    pub max: Duration,
+}
+
+/// One consumed queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueConfig {
+    /// Queue name.
+    pub name: String,
+    /// The plugin that handles it.
+    pub plugin: String,
+    /// How long a received message stays hidden; the heartbeat extends it while a handler runs.
+    pub visibility: Duration,
+    /// Long-poll wait.
+    pub wait: Duration,
+    /// Messages per receive (1 to 10).
+    pub batch_size: usize,
+    /// Where rejected and poison messages go.
+    pub dead_letter: String,
+    /// A message attribute that may name another loaded plugin to handle the message.
+    pub route_attribute: Option<String>,
+    /// Queue-level redrive: receives after which the queue itself dead-letters a message (a
+    /// safety net for messages that crash the host).
+    pub max_receives: Option<u32>,
+}
+
+/// The checked configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Where `NAME.wasm` plugins and their manifests live.
+    pub plugins_dir: PathBuf,
+    /// Where the local backends keep their database; `None` keeps it in memory.
+    pub data_dir: Option<PathBuf>,
+    /// Messages being handled at once, across queues.
+    pub max_in_flight: usize,
+    /// How long shutdown waits for in-flight handlers.
+    pub shutdown_grace: Duration,
+    /// Largest memory limit a plugin manifest may set; sizes the instance pool.
+    pub max_plugin_memory_mib: u64,
+    /// Queue backend.
+    pub source: SourceKind,
+    /// Idempotency backend.
+    pub store: StoreKind,
+    /// Prefix of every idempotency key.
+    pub namespace: String,
+    /// Retry backoff.
+    pub retry: RetryPolicy,
+    /// Consumed queues.
+    pub queues: Vec<QueueConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config::from_raw(RawConfig::default()).expect("the defaults are valid")
+    }
+}
+
+impl Config {
+    /// Reads and checks a configuration file.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config file {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("in config file {}", path.display()))
+    }
+
+    /// Parses and checks configuration text.
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        Self::from_raw(parse_raw(text)?)
+    }
+
+    /// Checks a parsed configuration, filling in defaults.
+    pub fn from_raw(raw: RawConfig) -> anyhow::Result<Self> {
+        let max_in_flight = raw.max_in_flight.unwrap_or(32);
+        in_range("max-in-flight", max_in_flight, 1, 4096)?;
+        let max_plugin_memory_mib = raw.max_plugin_memory_mib.unwrap_or(512);
+        in_range(
+            "max-plugin-memory-mib",
+            max_plugin_memory_mib,
+            1,
+            MAX_MEMORY_MIB,
+        )?;
+        let retry = raw.retry.unwrap_or_default();
+        let base = retry.base_secs.unwrap_or(1);
+        let max = retry.max_secs.unwrap_or(900);
+        in_range("retry.max-secs", max, base, 43_200)?;
+        let namespace = raw
+            .idempotency
+            .as_ref()
+            .and_then(|i| i.namespace.clone())
+            .unwrap_or_else(|| "qhost".into());
+        if namespace.is_empty() || namespace.contains(['{', '}']) {
+            bail!("idempotency.namespace must be non-empty and hold no braces");
+        }
+        let queues = match raw.queues {
+            Some(qs) => qs
+                .into_iter()
+                .enumerate()
+                .map(|(i, q)| queue(i, q))
+                .collect::<Result<Vec<_>, _>>()?,
+            None => vec![queue(0, default_queue())?],
+        };
+        check_unique(&queues)?;
+        Ok(Config {
+            plugins_dir: raw.plugins_dir.unwrap_or_else(|| "plugins".into()),
+            data_dir: Some(raw.data_dir.unwrap_or_else(|| ".qhost".into())),
+            max_in_flight: max_in_flight as usize,
+            shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),
+            max_plugin_memory_mib,
+            source: source_kind(raw.source.and_then(|s| s.kind))?,
+            store: store_kind(raw.idempotency.and_then(|i| i.kind))?,
+            namespace,
+            retry: RetryPolicy {
+                base: Duration::from_secs(base.into()),
+                max: Duration::from_secs(max.into()),
+            },
+            queues,
+        })
+    }
+
+    /// The queue with this name.
+    pub fn queue(&self, name: &str) -> Option<&QueueConfig> {
+        self.queues.iter().find(|q| q.name == name)
+    }
+}
+
+/// Parses the file form only (flags are applied to it before checking).
+pub fn parse_raw(text: &str) -> anyhow::Result<RawConfig> {
+    toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))
+}
+
+fn default_queue() -> RawQueue {
+    RawQueue {
+        name: Some("reminders".into()),
+        plugin: Some("email-reminder".into()),
+        ..RawQueue::default()
+    }
+}
+
+fn in_range<T: PartialOrd + std::fmt::Display>(
+    field: &str,
+    v: T,
+    lo: T,
+    hi: T,
+) -> anyhow::Result<()> {
+    if v < lo || v > hi {
+        bail!("{field} is {v}; it must be between {lo} and {hi}");
+    }
+    Ok(())
+}
+
+fn queue(index: usize, q: RawQueue) -> anyhow::Result<QueueConfig> {
+    let field = |f: &str| format!("queue[{index}].{f}");
+    let name = q
+        .name
+        .with_context(|| format!("{} is required", field("name")))?;
+    if !valid_queue_name(&name) {
+        bail!("{} `{name}` is not a valid queue name", field("name"));
+    }
+    let plugin = q
+        .plugin
+        .with_context(|| format!("{} is required", field("plugin")))?;
+    if !valid_plugin_name(&plugin) {
+        bail!(
+            "{} `{plugin}` is not a valid plugin name (letters, digits, - and _)",
+            field("plugin")
+        );
+    }
+    let visibility = q.visibility_timeout_secs.unwrap_or(30);
+    in_range(&field("visibility-timeout-secs"), visibility, 1, 43_200)?;
+    let wait = q.wait_time_secs.unwrap_or(20);
+    in_range(&field("wait-time-secs"), wait, 0, 20)?;
+    let batch = q.batch_size.unwrap_or(10);
+    in_range(&field("batch-size"), batch, 1, 10)?;
+    let dead_letter = q.dead_letter.unwrap_or_else(|| format!("{name}-dlq"));
+    if !valid_queue_name(&dead_letter) || dead_letter == name {
+        bail!(
+            "{} `{dead_letter}` must be a valid queue name other than the queue's own",
+            field("dead-letter")
+        );
+    }
+    if let Some(max) = q.max_receives {
+        in_range(&field("max-receives"), max, 1, 1000)?;
+    }
+    Ok(QueueConfig {
+        name,
+        plugin,
+        visibility: Duration::from_secs(visibility.into()),
+        wait: Duration::from_secs(wait.into()),
+        batch_size: batch as usize,
+        dead_letter,
+        route_attribute: q.route_attribute,
+        max_receives: q.max_receives,
+    })
+}
+
+fn check_unique(queues: &[QueueConfig]) -> anyhow::Result<()> {
+    for (i, q) in queues.iter().enumerate() {
+        if queues[..i].iter().any(|p| p.name == q.name) {
+            bail!("queue[{i}].name `{}` is configured twice", q.name);
+        }
+    }
+    Ok(())
+}
+
+fn source_kind(kind: Option<String>) -> anyhow::Result<SourceKind> {
+    match kind.as_deref().unwrap_or("local") {
+        "local" => Ok(SourceKind::Local),
+        other => bail!("source.kind `{other}` is not supported; expected `local`"),
+    }
+}
+
+fn store_kind(kind: Option<String>) -> anyhow::Result<StoreKind> {
+    match kind.as_deref().unwrap_or("local") {
+        "local" => Ok(StoreKind::Local),
+        other => bail!("idempotency.kind `{other}` is not supported; expected `local`"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_file_means_the_embedded_demo() {
+        let c = Config::default();
+        assert_eq!(c.source, SourceKind::Local);
+        assert_eq!(c.queues.len(), 1);
+        assert_eq!(c.queues[0].name, "reminders");
+        assert_eq!(c.queues[0].plugin, "email-reminder");
+        assert_eq!(c.queues[0].dead_letter, "reminders-dlq");
+        assert_eq!(c.plugins_dir, PathBuf::from("plugins"));
+    }
+
+    #[test]
+    fn a_full_file_parses() {
+        let c = Config::parse(
+            "plugins-dir = \"p\"\nmax-in-flight = 4\n[retry]\nbase-secs = 0\nmax-secs = 10\n\
+             [[queue]]\nname = \"jobs\"\nplugin = \"worker\"\nvisibility-timeout-secs = 5\n\
+             wait-time-secs = 1\nbatch-size = 3\ndead-letter = \"dead\"\nmax-receives = 9\n",
+        )
+        .unwrap();
+        let q = c.queue("jobs").unwrap();
+        assert_eq!(
+            (q.batch_size, q.dead_letter.as_str(), q.max_receives),
+            (3, "dead", Some(9))
+        );
+        assert_eq!(c.retry.base, Duration::ZERO);
+        assert_eq!(c.max_in_flight, 4);
+    }
+
+    fn error_of(text: &str) -> String {
+        format!("{:#}", Config::parse(text).unwrap_err())
+    }
+
+    #[test]
+    fn every_bad_value_names_its_field() {
+        let cases = [
+            ("max-in-flight = 0", "max-in-flight"),
+            (
+                "[[queue]]\nname = \"q\"\nplugin = \"p\"\nbatch-size = 11",
+                "queue[0].batch-size",
+            ),
+            (
+                "[[queue]]\nname = \"q\"\nplugin = \"../p\"",
+                "queue[0].plugin",
+            ),
+            ("[[queue]]\nname = \"q q\"\nplugin = \"p\"", "queue[0].name"),
+            ("[[queue]]\nplugin = \"p\"", "queue[0].name is required"),
+            (
+                "[[queue]]\nname = \"q\"\nplugin = \"p\"\nvisibility-timeout-secs = 0",
+                "visibility-timeout-secs",
+            ),
+            (
+                "[[queue]]\nname = \"q\"\nplugin = \"p\"\ndead-letter = \"q\"",
+                "queue[0].dead-letter",
+            ),
+            (
+                "[[queue]]\nname = \"q\"\nplugin = \"p\"\n[[queue]]\nname = \"q\"\nplugin = \"p\"",
+                "configured twice",
+            ),
+            ("[source]\nkind = \"kafka\"", "source.kind"),
+            ("[retry]\nbase-secs = 10\nmax-secs = 5", "retry.max-secs"),
+            ("max-in-flite = 3", "unknown field `max-in-flite`"),
+            (
+                "[[queue]]\nname = \"q\"\nplugin = \"p\"\nvisiblity = 3",
+                "unknown field `visiblity`",
+            ),
+            ("max-in-flight = \"many\"", "max-in-flight"),
+        ];
+        for (text, field) in cases {
+            let err = error_of(text);
+            assert!(err.contains(field), "expected `{field}` in: {err}");
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! What the pipeline invokes: a named, versioned plugin with its policy and an invoker.
+//!
+//! The invoker is a WebAssembly component in production; native Rust handlers implement the
+//! same trait, which lets benchmarks measure the sandbox against a baseline and lets qhost be
+//! embedded as a library. The pipeline cannot tell the two apart.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::message::{Attribute, Outgoing};
+use crate::runtime::manifest::Manifest;
+
+/// The message a handler sees: the queue's message plus what the host decided about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandlerMessage {
+    /// The queue's message id.
+    pub id: String,
+    /// The key the host holds a lease on.
+    pub idempotency_key: String,
+    /// Grows with every lease granted on the key.
+    pub fencing_token: u64,
+    /// The source queue name.
+    pub queue: String,
+    /// The body, with any offloaded payload already fetched.
+    pub body: Vec<u8>,
+    /// Message attributes.
+    pub attributes: Vec<Attribute>,
+    /// 1 on the first delivery.
+    pub receive_count: u32,
+    /// Send time, in milliseconds since the Unix epoch.
+    pub sent_at_ms: u64,
+    /// FIFO message group.
+    pub group_id: Option<String>,
+}
+
+/// What a handler decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Done: commit the outbox, remember the key, delete the message.
+    Ack,
+    /// Try again after at least this many seconds.
+    Retry(u32),
+    /// Dead-letter with this reason.
+    Reject(String),
+}
+
+/// A handler's answer: its outcome and the messages it asked to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invocation {
+    /// The outcome.
+    pub outcome: Outcome,
+    /// Outbox messages, sent only if the outcome is `Ack`.
+    pub outbox: Vec<Outgoing>,
+}
+
+impl Invocation {
+    /// An outcome with an empty outbox.
+    pub fn new(outcome: Outcome) -> Self {
+        Invocation {
+            outcome,
+            outbox: Vec::new(),
+        }
+    }
+}
+
+/// Why a handler produced no outcome. Each counts as a retry, and as poison after the
+/// plugin's max attempts.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    /// The guest trapped (a panic, an unreachable, an exception in an interpreter guest).
+    #[error("plugin trapped: {0}")]
+    Trap(String),
+    /// The guest ran past its timeout and was interrupted.
+    #[error("plugin timed out after {0:?}")]
+    Timeout(Duration),
+    /// The guest tried to grow its memory past its limit.
+    #[error("plugin exceeded its memory limit of {0} MiB")]
+    MemoryLimit(u64),
+    /// The component could not be instantiated.
+    #[error("plugin could not be instantiated: {0}")]
+    Instantiate(String),
+}
+
+/// Runs a handler on one message. Blocking: the pipeline calls it on the blocking pool.
+pub trait Invoke: Send + Sync + 'static {
+    /// Handles one message.
+    fn invoke(&self, msg: &HandlerMessage) -> Result<Invocation, Failure>;
+}
+
+impl<F> Invoke for F
+where
+    F: Fn(&HandlerMessage) -> Result<Invocation, Failure> + Send + Sync + 'static,
+{
+    fn invoke(&self, msg: &HandlerMessage) -> Result<Invocation, Failure> {
+        self(msg)
+    }
+}
+
+/// A loaded plugin: name, version, policy and the code to run.
+#[derive(Clone)]
+pub struct Plugin {
+    /// The name messages are routed by (the file stem for `.wasm` plugins).
+    pub name: String,
+    /// A short content hash for wasm plugins; what the embedder says for native ones.
+    pub version: String,
+    /// Limits, idempotency policy and config.
+    pub manifest: Manifest,
+    invoker: Arc<dyn Invoke>,
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Plugin {
+    /// A plugin from any invoker.
+    pub fn new(
+        name: impl Into<String>,
+        version: impl Into<String>,
+        manifest: Manifest,
+        invoker: Arc<dyn Invoke>,
+    ) -> Self {
+        Plugin {
+            name: name.into(),
+            version: version.into(),
+            manifest,
+            invoker,
+        }
+    }
+
+    /// Handles one message.
+    pub fn invoke(&self, msg: &HandlerMessage) -> Result<Invocation, Failure> {
+        self.invoker.invoke(msg)
+    }
+}

@@ -1,0 +1,274 @@
+//! The host: backends chosen by configuration, plugins loaded, one poller per queue, and an
+//! orderly shutdown.
+//!
+//! Shutdown is passed in as a token. When it fires, pollers stop receiving; in-flight handlers
+//! get the grace period to finish; whatever is still running then is released (lease given
+//! back, message made visible) so another worker can take it at once; ack batches are flushed.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::{Config, SourceKind, StoreKind};
+use crate::handler::Plugin;
+use crate::idempotency::IdempotencyStore;
+use crate::idempotency::local::LocalStore;
+use crate::pipeline::{Acker, QueueCtx, Shared, run_poller};
+use crate::runtime::engine::{EngineSettings, Runtime};
+use crate::runtime::loader;
+use crate::runtime::registry::Registry;
+use crate::source::QueueSource;
+use crate::source::local::{LocalQueue, Redrive};
+use crate::stats::Stats;
+
+/// How often `run_until_idle` checks whether all work is done.
+const IDLE_CHECK: Duration = Duration::from_millis(100);
+/// Instances kept free beyond the in-flight cap, for checks and reloads.
+const SPARE_INSTANCES: u32 = 8;
+
+/// A configured host, ready to run.
+pub struct Host {
+    config: Arc<Config>,
+    source: Arc<dyn QueueSource>,
+    store: Arc<dyn IdempotencyStore>,
+    registry: Arc<Registry>,
+    stats: Arc<Stats>,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The local queue's redrive policies, from the queue configuration.
+fn redrives(config: &Config) -> HashMap<String, Redrive> {
+    config
+        .queues
+        .iter()
+        .filter_map(|q| {
+            let max_receives = q.max_receives?;
+            Some((
+                q.name.clone(),
+                Redrive {
+                    dead_letter: q.dead_letter.clone(),
+                    max_receives,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// Opens the queue backend the configuration names.
+pub fn open_source(config: &Config) -> anyhow::Result<Arc<dyn QueueSource>> {
+    match config.source {
+        SourceKind::Local => {
+            let path = config.data_dir.as_ref().map(|d| d.join("qhost.db"));
+            Ok(Arc::new(LocalQueue::open(
+                path.as_deref(),
+                redrives(config),
+            )?))
+        }
+    }
+}
+
+/// Opens the idempotency backend the configuration names.
+pub fn open_store(config: &Config) -> anyhow::Result<Arc<dyn IdempotencyStore>> {
+    match config.store {
+        StoreKind::Local => {
+            let path = config.data_dir.as_ref().map(|d| d.join("qhost.db"));
+            Ok(Arc::new(LocalStore::open(path.as_deref())?))
+        }
+    }
+}
+
+/// The engine sized for this configuration.
+pub fn runtime_for(config: &Config) -> anyhow::Result<Runtime> {
+    Runtime::new(EngineSettings {
+        max_instances: config.max_in_flight as u32 + SPARE_INSTANCES,
+        max_memory_mib: config.max_plugin_memory_mib,
+    })
+}
+
+/// Loads the plugins directory, logging each file that does not load, and checks that every
+/// queue routes to a plugin that at least has a file there.
+pub async fn load_plugins(config: &Config, runtime: Runtime) -> anyhow::Result<Vec<Plugin>> {
+    let dir = config.plugins_dir.clone();
+    if !dir.is_dir() {
+        bail!("plugins directory {} does not exist", dir.display());
+    }
+    let (loaded, failed) =
+        tokio::task::spawn_blocking(move || loader::load_dir(&runtime, &dir)).await??;
+    for e in &failed {
+        tracing::error!(path = %e.path.display(), reason = %format!("{:#}", e.reason), "plugin not loaded");
+    }
+    for p in &loaded {
+        tracing::info!(plugin = %p.name, version = %p.version, "plugin loaded");
+    }
+    check_routes(config, &config.plugins_dir)?;
+    Ok(loaded)
+}
+
+/// A queue naming a plugin with no file is a configuration mistake, refused at start. (A file
+/// that exists but failed to load is logged; its messages are retried until it is fixed.)
+fn check_routes(config: &Config, dir: &Path) -> anyhow::Result<()> {
+    for (i, q) in config.queues.iter().enumerate() {
+        if !dir.join(format!("{}.wasm", q.plugin)).is_file() {
+            let found: Vec<String> = loader::plugin_files(dir)?
+                .iter()
+                .filter_map(|p| loader::plugin_name(p))
+                .collect();
+            bail!(
+                "queue[{i}].plugin: queue `{}` routes to plugin `{}`, but there is no {}.wasm in {} (found: {})",
+                q.name,
+                q.plugin,
+                q.plugin,
+                dir.display(),
+                if found.is_empty() {
+                    "none".to_string()
+                } else {
+                    found.join(", ")
+                }
+            );
+        }
+    }
+    Ok(())
+}
+
+impl Host {
+    /// A host with the backends and plugins the configuration names.
+    pub async fn from_config(config: Config) -> anyhow::Result<Self> {
+        let runtime = runtime_for(&config)?;
+        let plugins = load_plugins(&config, runtime).await?;
+        let source = open_source(&config).context("opening the queue backend")?;
+        let store = open_store(&config).context("opening the idempotency store")?;
+        Ok(Host::new(config, source, store, Registry::new(plugins)))
+    }
+
+    /// A host from parts (for embedding, tests and benchmarks).
+    pub fn new(
+        config: Config,
+        source: Arc<dyn QueueSource>,
+        store: Arc<dyn IdempotencyStore>,
+        registry: Registry,
+    ) -> Self {
+        Host {
+            config: Arc::new(config),
+            source,
+            store,
+            registry: Arc::new(registry),
+            stats: Arc::new(Stats::default()),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> Arc<Stats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// The queue backend.
+    pub fn source(&self) -> Arc<dyn QueueSource> {
+        Arc::clone(&self.source)
+    }
+
+    /// The idempotency backend.
+    pub fn store(&self) -> Arc<dyn IdempotencyStore> {
+        Arc::clone(&self.store)
+    }
+
+    /// The loaded plugins.
+    pub fn registry(&self) -> Arc<Registry> {
+        Arc::clone(&self.registry)
+    }
+
+    /// Runs until `shutdown` is cancelled, then drains.
+    pub async fn run(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let shared = self.shared();
+        let mut ackers = Vec::new();
+        let pollers = TaskTracker::new();
+        for q in &self.config.queues {
+            let (acker, task) = Acker::spawn(Arc::clone(&self.source), q.name.clone());
+            ackers.push(task);
+            let ctx = Arc::new(QueueCtx {
+                config: q.clone(),
+                acker,
+            });
+            pollers.spawn(run_poller(shared.clone(), ctx, shutdown.clone()));
+        }
+        pollers.close();
+        pollers.wait().await;
+        self.drain(&shared).await;
+        for task in ackers {
+            task.await.context("ack task failed")?;
+        }
+        Ok(())
+    }
+
+    /// Runs until every consumed queue is empty and nothing is in flight (or `shutdown`).
+    pub async fn run_until_idle(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let idle = shutdown.child_token();
+        let watcher = tokio::spawn(watch_idle(self.source(), self.config.clone(), idle.clone()));
+        let result = self.run(idle.clone()).await;
+        idle.cancel();
+        watcher.await.context("idle watcher failed")?;
+        result
+    }
+
+    fn shared(&self) -> Shared {
+        Shared {
+            config: Arc::clone(&self.config),
+            source: Arc::clone(&self.source),
+            store: Arc::clone(&self.store),
+            registry: Arc::clone(&self.registry),
+            stats: Arc::clone(&self.stats),
+            in_flight: Arc::new(Semaphore::new(self.config.max_in_flight)),
+            tasks: TaskTracker::new(),
+            abandon: CancellationToken::new(),
+        }
+    }
+
+    /// Waits for in-flight messages for the grace period, then releases the rest.
+    async fn drain(&self, shared: &Shared) {
+        shared.tasks.close();
+        if tokio::time::timeout(self.config.shutdown_grace, shared.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(grace = ?self.config.shutdown_grace, "grace period over; releasing unfinished messages");
+            shared.abandon.cancel();
+            shared.tasks.wait().await;
+        }
+    }
+}
+
+/// Cancels `idle` once all consumed queues hold no messages, visible or not.
+async fn watch_idle(source: Arc<dyn QueueSource>, config: Arc<Config>, idle: CancellationToken) {
+    while !idle.is_cancelled() {
+        tokio::select! {
+            _ = idle.cancelled() => return,
+            _ = tokio::time::sleep(IDLE_CHECK) => {}
+        }
+        let mut empty = true;
+        for q in &config.queues {
+            match source.depth(&q.name).await {
+                Ok(d) if d.total() == 0 => {}
+                Ok(_) => empty = false,
+                Err(e) => {
+                    tracing::warn!(queue = %q.name, error = %e, "could not read queue depth");
+                    empty = false;
+                }
+            }
+        }
+        if empty {
+            idle.cancel();
+        }
+    }
+}

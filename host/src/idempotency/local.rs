@@ -1,0 +1,303 @@
+//! The embedded idempotency store, with the lease semantics of the Redis one, in SQLite.
+//!
+//! Every step runs in one SQLite transaction, which is what makes acquire atomic across the
+//! workers of one host and across host processes sharing the data directory. A lease that has
+//! lapsed counts as absent, exactly as a Redis key whose TTL ran out.
+
+use std::path::Path;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::{OptionalExtension, Transaction, params};
+
+use super::{Acquired, Completion, IdempotencyStore, KeyStatus, Lease, LeaseRequest};
+use crate::message::{Outgoing, now_ms};
+use crate::sqlite::Db;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS idempotency (
+    key TEXT PRIMARY KEY,
+    state TEXT NOT NULL CHECK (state IN ('leased', 'completed', 'released')),
+    owner TEXT,
+    fencing INTEGER NOT NULL,
+    expires_at_ms INTEGER NOT NULL,
+    outbox TEXT
+);
+";
+
+/// The embedded idempotency store.
+#[derive(Debug)]
+pub struct LocalStore {
+    db: Db,
+}
+
+struct Row {
+    state: String,
+    owner: Option<String>,
+    fencing: u64,
+    expires_at_ms: i64,
+    outbox: Option<String>,
+}
+
+impl LocalStore {
+    /// Opens the store at `path`, or an in-memory one for `None`.
+    pub fn open(path: Option<&Path>) -> anyhow::Result<Self> {
+        let db = Db::open(path)?;
+        db.call_now(|c| Ok(c.execute_batch(SCHEMA)?))?;
+        Ok(LocalStore { db })
+    }
+}
+
+fn read(tx: &Transaction<'_>, key: &str) -> anyhow::Result<Option<Row>> {
+    Ok(tx
+        .prepare_cached(
+            "SELECT state, owner, fencing, expires_at_ms, outbox FROM idempotency WHERE key = ?1",
+        )?
+        .query_row([key], |r| {
+            Ok(Row {
+                state: r.get(0)?,
+                owner: r.get(1)?,
+                fencing: r.get::<_, i64>(2)? as u64,
+                expires_at_ms: r.get(3)?,
+                outbox: r.get(4)?,
+            })
+        })
+        .optional()?)
+}
+
+fn acquire_one(tx: &Transaction<'_>, req: &LeaseRequest, now: i64) -> anyhow::Result<Acquired> {
+    let row = read(tx, &req.key)?;
+    let live = row.as_ref().filter(|r| r.expires_at_ms > now);
+    match live.map(|r| r.state.as_str()) {
+        Some("completed") => {
+            let outbox = live.and_then(|r| r.outbox.as_deref());
+            let pending_outbox = match outbox {
+                Some(json) => serde_json::from_str::<Vec<Outgoing>>(json)?,
+                None => Vec::new(),
+            };
+            return Ok(Acquired::Completed { pending_outbox });
+        }
+        Some("leased") => {
+            let left = live.map_or(0, |r| r.expires_at_ms - now);
+            return Ok(Acquired::Busy {
+                retry_after: Duration::from_millis(left as u64),
+            });
+        }
+        _ => {}
+    }
+    let fencing_token = row.map_or(0, |r| r.fencing) + 1;
+    let owner = uuid::Uuid::new_v4().to_string();
+    tx.prepare_cached(
+        "INSERT INTO idempotency (key, state, owner, fencing, expires_at_ms, outbox)
+         VALUES (?1, 'leased', ?2, ?3, ?4, NULL)
+         ON CONFLICT (key) DO UPDATE SET state = 'leased', owner = ?2, fencing = ?3,
+             expires_at_ms = ?4, outbox = NULL",
+    )?
+    .execute(params![
+        req.key,
+        owner,
+        fencing_token as i64,
+        now + req.ttl.as_millis() as i64
+    ])?;
+    Ok(Acquired::Granted(Lease {
+        key: req.key.clone(),
+        owner,
+        fencing_token,
+    }))
+}
+
+/// Updates a live lease held by `lease.owner`; returns whether it was.
+fn update_owned(
+    tx: &Transaction<'_>,
+    lease: &Lease,
+    set: &str,
+    values: &[&dyn rusqlite::ToSql],
+) -> anyhow::Result<bool> {
+    let sql = format!(
+        "UPDATE idempotency SET {set}
+         WHERE key = ?1 AND owner = ?2 AND state = 'leased' AND expires_at_ms > ?3"
+    );
+    let now = now_ms() as i64;
+    let mut all: Vec<&dyn rusqlite::ToSql> = vec![&lease.key, &lease.owner, &now];
+    all.extend_from_slice(values);
+    Ok(tx.prepare_cached(&sql)?.execute(all.as_slice())? == 1)
+}
+
+fn complete_one(tx: &Transaction<'_>, done: &Completion) -> anyhow::Result<bool> {
+    let outbox = if done.outbox.is_empty() {
+        None
+    } else {
+        Some(serde_json::to_string(&done.outbox)?)
+    };
+    let expires = now_ms() as i64 + done.window.as_millis() as i64;
+    update_owned(
+        tx,
+        &done.lease,
+        "state = 'completed', owner = NULL, expires_at_ms = ?4, outbox = ?5",
+        &[&expires, &outbox],
+    )
+}
+
+impl LocalStore {
+    async fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>) -> anyhow::Result<T> + Send + 'static,
+    ) -> anyhow::Result<T> {
+        self.db
+            .call(move |c| {
+                let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                let out = f(&tx)?;
+                tx.commit()?;
+                Ok(out)
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for LocalStore {
+    async fn acquire(&self, requests: &[LeaseRequest]) -> anyhow::Result<Vec<Acquired>> {
+        let requests = requests.to_vec();
+        self.write(move |tx| {
+            let now = now_ms() as i64;
+            requests.iter().map(|r| acquire_one(tx, r, now)).collect()
+        })
+        .await
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> anyhow::Result<bool> {
+        let lease = lease.clone();
+        self.write(move |tx| {
+            let expires = now_ms() as i64 + ttl.as_millis() as i64;
+            update_owned(tx, &lease, "expires_at_ms = ?4", &[&expires])
+        })
+        .await
+    }
+
+    async fn complete(&self, completions: &[Completion]) -> anyhow::Result<Vec<bool>> {
+        let completions = completions.to_vec();
+        self.write(move |tx| completions.iter().map(|c| complete_one(tx, c)).collect())
+            .await
+    }
+
+    async fn outbox_sent(&self, key: &str) -> anyhow::Result<()> {
+        let key = key.to_string();
+        self.write(move |tx| {
+            tx.prepare_cached(
+                "UPDATE idempotency SET outbox = NULL WHERE key = ?1 AND state = 'completed'",
+            )?
+            .execute([key])?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn release(&self, lease: &Lease) -> anyhow::Result<bool> {
+        let lease = lease.clone();
+        self.write(move |tx| update_owned(tx, &lease, "state = 'released', owner = NULL", &[]))
+            .await
+    }
+
+    async fn status(&self, key: &str) -> anyhow::Result<KeyStatus> {
+        let key = key.to_string();
+        self.write(move |tx| {
+            let now = now_ms() as i64;
+            Ok(match read(tx, &key)?.filter(|r| r.expires_at_ms > now) {
+                Some(r) if r.state == "leased" => KeyStatus::InProgress {
+                    owner: r.owner.unwrap_or_default(),
+                    fencing_token: r.fencing,
+                },
+                Some(r) if r.state == "completed" => KeyStatus::Completed {
+                    pending_outbox: match r.outbox {
+                        Some(json) => serde_json::from_str::<Vec<Outgoing>>(&json)?.len(),
+                        None => 0,
+                    },
+                },
+                _ => KeyStatus::Unknown,
+            })
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(key: &str, ttl_ms: u64) -> LeaseRequest {
+        LeaseRequest {
+            key: key.into(),
+            ttl: Duration::from_millis(ttl_ms),
+        }
+    }
+
+    async fn grant(store: &LocalStore, key: &str, ttl_ms: u64) -> Lease {
+        match store.acquire(&[req(key, ttl_ms)]).await.unwrap().remove(0) {
+            Acquired::Granted(lease) => lease,
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn one_grant_per_key_while_leased_and_completed_after() {
+        let store = LocalStore::open(None).unwrap();
+        let lease = grant(&store, "k", 60_000).await;
+        assert_eq!(lease.fencing_token, 1);
+        let second = store.acquire(&[req("k", 60_000)]).await.unwrap();
+        assert!(matches!(second[0], Acquired::Busy { retry_after } if retry_after.as_secs() > 50));
+        let done = Completion {
+            lease: lease.clone(),
+            outbox: vec![Outgoing::new("out", "x")],
+            window: Duration::from_secs(60),
+        };
+        assert_eq!(store.complete(&[done]).await.unwrap(), vec![true]);
+        let third = store.acquire(&[req("k", 60_000)]).await.unwrap();
+        assert!(
+            matches!(&third[0], Acquired::Completed { pending_outbox } if pending_outbox.len() == 1)
+        );
+        store.outbox_sent("k").await.unwrap();
+        assert_eq!(
+            store.status("k").await.unwrap(),
+            KeyStatus::Completed { pending_outbox: 0 }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lapsed_owner_cannot_complete_or_release_the_new_owners_lease() {
+        let store = LocalStore::open(None).unwrap();
+        let old = grant(&store, "k", 1).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let new = grant(&store, "k", 60_000).await;
+        assert_eq!(new.fencing_token, old.fencing_token + 1);
+        assert!(!store.extend(&old, Duration::from_secs(60)).await.unwrap());
+        assert!(!store.release(&old).await.unwrap());
+        let stale = Completion {
+            lease: old,
+            outbox: vec![],
+            window: Duration::from_secs(60),
+        };
+        assert_eq!(store.complete(&[stale]).await.unwrap(), vec![false]);
+        assert!(matches!(
+            store.status("k").await.unwrap(),
+            KeyStatus::InProgress {
+                fencing_token: 2,
+                ..
+            }
+        ));
+        assert!(store.release(&new).await.unwrap());
+        let again = grant(&store, "k", 60_000).await;
+        assert_eq!(again.fencing_token, 3);
+    }
+
+    #[tokio::test]
+    async fn a_batch_mixes_grants_and_busy_keys() {
+        let store = LocalStore::open(None).unwrap();
+        grant(&store, "a", 60_000).await;
+        let got = store
+            .acquire(&[req("a", 1000), req("b", 1000)])
+            .await
+            .unwrap();
+        assert!(matches!(got[0], Acquired::Busy { .. }));
+        assert!(matches!(got[1], Acquired::Granted(_)));
+    }
+}

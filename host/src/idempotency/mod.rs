@@ -1,0 +1,114 @@
+//! The idempotency boundary: leases that make a handler run once per key.
+//!
+//! "Check a cache, run, mark done" races: two workers check, both run. qhost instead takes an
+//! atomic lease before the handler runs. A key moves through two states:
+//!
+//! ```text
+//!   (none) --acquire--> in-progress(owner, fencing token, lease expiry)
+//!   in-progress --complete(owner)--> completed(outbox, expiry = dedup window)
+//!   in-progress --release(owner)--> (none)         lease lapses -> acquirable again
+//! ```
+//!
+//! Extend, complete and release name the owner token they were granted; a worker whose lease
+//! lapsed and was re-granted cannot complete or release the newer owner's lease. Fencing tokens
+//! grow with every grant on a key and are handed to the handler.
+
+pub mod key;
+pub mod local;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::message::Outgoing;
+
+/// A request for a lease on one key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseRequest {
+    /// The fully scoped key (namespace, plugin, key).
+    pub key: String,
+    /// How long the lease lasts unless extended.
+    pub ttl: Duration,
+}
+
+/// A granted lease: proof of ownership for extend, complete and release.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The scoped key.
+    pub key: String,
+    /// A token unique to this grant.
+    pub owner: String,
+    /// Grows with every grant on this key.
+    pub fencing_token: u64,
+}
+
+/// What acquiring a key found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Acquired {
+    /// The caller owns the key now and should run the handler.
+    Granted(Lease),
+    /// The work was done already; `pending_outbox` holds messages committed but not yet
+    /// confirmed sent (a crash came between commit and send).
+    Completed {
+        /// Outbox messages still to send.
+        pending_outbox: Vec<Outgoing>,
+    },
+    /// Another worker holds a live lease; try again after this long.
+    Busy {
+        /// When the other lease lapses, at the latest.
+        retry_after: Duration,
+    },
+}
+
+/// A finished piece of work to record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The lease it was done under.
+    pub lease: Lease,
+    /// The handler's outbox, committed in the same step as the completed record.
+    pub outbox: Vec<Outgoing>,
+    /// How long to remember the key as completed.
+    pub window: Duration,
+}
+
+/// What is known about a key (for inspection and tests).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyStatus {
+    /// Never seen, or forgotten.
+    Unknown,
+    /// Leased by `owner` until the lease lapses.
+    InProgress {
+        /// The current owner token.
+        owner: String,
+        /// The current fencing token.
+        fencing_token: u64,
+    },
+    /// Completed; remembered for the rest of its window.
+    Completed {
+        /// Outbox messages not yet confirmed sent.
+        pending_outbox: usize,
+    },
+}
+
+/// A store of leases and completed records: Redis, or the embedded local store.
+#[async_trait]
+pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Tries to take a lease on each key, as one round trip where the backend allows.
+    async fn acquire(&self, requests: &[LeaseRequest]) -> anyhow::Result<Vec<Acquired>>;
+
+    /// Extends a lease; `false` when the caller no longer owns it.
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> anyhow::Result<bool>;
+
+    /// Marks leases completed with their outboxes; for each, `false` when the caller no longer
+    /// owned it (and nothing was written).
+    async fn complete(&self, completions: &[Completion]) -> anyhow::Result<Vec<bool>>;
+
+    /// Records that a completed key's outbox was sent.
+    async fn outbox_sent(&self, key: &str) -> anyhow::Result<()>;
+
+    /// Gives a lease up so the key can be acquired at once; `false` when not the owner.
+    async fn release(&self, lease: &Lease) -> anyhow::Result<bool>;
+
+    /// What is known about a key.
+    async fn status(&self, key: &str) -> anyhow::Result<KeyStatus>;
+}

@@ -1,0 +1,38 @@
+//! qhost: a host process for queue message handlers compiled to WebAssembly components.
+//!
+//! SQS delivers at least once, so the same message can reach two workers minutes apart. qhost
+//! takes an atomic lease on the message's idempotency key before its handler runs, remembers
+//! completed keys for a dedup window, keeps leases and visibility alive while a handler runs,
+//! and sends the handler's outgoing messages through an outbox so they go out once. Handlers
+//! are sandboxed components that implement the `qhost:handler` WIT world.
+//!
+//! # Layout
+//!
+//! | module          | role                                                                  |
+//! |-----------------|-----------------------------------------------------------------------|
+//! | [`config`]      | the TOML file, checked into a [`config::Config`]                      |
+//! | [`message`]     | the host's message types, independent of any backend                  |
+//! | [`source`]      | the queue boundary ([`source::QueueSource`]); `local` (SQLite)         |
+//! | [`idempotency`] | leases and completed records ([`idempotency::IdempotencyStore`]); keys |
+//! | [`runtime`]     | wasmtime engine, WIT bindings, guest state, plugin loading, registry  |
+//! | [`handler`]     | what the pipeline invokes: a [`handler::Plugin`], wasm or native       |
+//! | [`pipeline`]    | the data path: poll, route, lease, invoke, ack / retry / dead-letter  |
+//! | [`host`]        | wiring: backends by configuration, pollers, shutdown                  |
+//! | [`stats`]       | counters per queue and plugin                                         |
+//! | [`sqlite`]      | the embedded database behind the local backends                       |
+
+#![deny(unsafe_code)]
+
+pub mod config;
+pub mod handler;
+pub mod host;
+pub mod idempotency;
+pub mod message;
+pub mod pipeline;
+pub mod runtime;
+pub mod source;
+pub mod sqlite;
+pub mod stats;
+
+pub use config::Config;
+pub use host::Host;

@@ -1,0 +1,299 @@
+//! One batch through leasing, and each granted message through its handler.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::handler::{Failure, HandlerMessage, Invocation, Outcome};
+use crate::idempotency::{Acquired, Completion, Lease, LeaseRequest};
+use crate::message::Received;
+use crate::stats::Event;
+
+use super::deadletter::Verdict;
+use super::dispose::{self, dead_letter, finish, put_back, release, retry_or_give_up};
+use super::prepare::{Prepared, Unroutable, prepare};
+use super::{QueueCtx, Shared, backoff};
+
+/// Attempts allowed for messages whose plugin is not loaded, so a typo is not retried forever.
+const MAX_ATTEMPTS_WITHOUT_PLUGIN: u32 = 5;
+/// Shortest delay before a message whose key is leased elsewhere comes back.
+const MIN_BUSY_DELAY: Duration = Duration::from_secs(1);
+
+/// When to look again at a key leased elsewhere: the other worker usually finishes long
+/// before its lease would lapse, so check back on the retry schedule, but never later than the
+/// lapse itself.
+fn busy_delay(shared: &Shared, msg: &Received, lease_left: Duration) -> Duration {
+    backoff::delay(&shared.config.retry, msg.receive_count, 0)
+        .max(MIN_BUSY_DELAY)
+        .min(lease_left.max(MIN_BUSY_DELAY))
+}
+
+/// Leases a batch in one store call and starts a task per message; each task holds a permit.
+pub async fn dispatch(
+    shared: &Shared,
+    queue: &Arc<QueueCtx>,
+    batch: Vec<Received>,
+    mut permits: Vec<OwnedSemaphorePermit>,
+) {
+    let mut ready = Vec::new();
+    for msg in batch {
+        let permit = permits.pop();
+        match prepare(shared, queue, msg) {
+            Ok(p) => ready.push((p, permit)),
+            Err(u) => spawn(
+                shared,
+                unroutable(shared.clone(), Arc::clone(queue), u),
+                permit,
+            ),
+        }
+    }
+    if ready.is_empty() {
+        return;
+    }
+    for (p, _) in &ready {
+        shared
+            .stats
+            .record(&p.msg.queue, &p.plugin.name, Event::Received);
+    }
+    let requests: Vec<LeaseRequest> = ready
+        .iter()
+        .map(|(p, _)| LeaseRequest {
+            key: p.scoped_key.clone(),
+            ttl: queue.config.visibility,
+        })
+        .collect();
+    match shared.store.acquire(&requests).await {
+        Ok(acquired) => {
+            for ((p, permit), a) in ready.into_iter().zip(acquired) {
+                let task = leased(shared.clone(), Arc::clone(queue), p, a);
+                spawn(shared, task, permit);
+            }
+        }
+        Err(e) => fail_closed(shared, queue, ready, e).await,
+    }
+}
+
+fn spawn(
+    shared: &Shared,
+    task: impl Future<Output = ()> + Send + 'static,
+    permit: Option<OwnedSemaphorePermit>,
+) {
+    shared.tasks.spawn(async move {
+        task.await;
+        drop(permit);
+    });
+}
+
+/// No lease, no run: with the store unreachable every message goes back to the queue.
+async fn fail_closed(
+    shared: &Shared,
+    queue: &QueueCtx,
+    ready: Vec<(Prepared, Option<OwnedSemaphorePermit>)>,
+    error: anyhow::Error,
+) {
+    tracing::error!(queue = %queue.config.name, error = %format!("{error:#}"), "idempotency store unavailable; putting the batch back");
+    for (p, _permit) in ready {
+        let delay = backoff::delay(&shared.config.retry, p.msg.receive_count, 0);
+        put_back(shared, queue, &p.msg, &p.plugin.name, delay, Event::Retried).await;
+    }
+}
+
+async fn unroutable(shared: Shared, queue: Arc<QueueCtx>, u: Box<Unroutable>) {
+    match *u {
+        Unroutable::NoPlugin { msg, plugin } => {
+            shared.stats.record(&msg.queue, &plugin, Event::Received);
+            let reason = format!("no plugin named `{plugin}` is loaded");
+            retry_or_give_up(
+                &shared,
+                &queue,
+                msg,
+                (&plugin, "-"),
+                MAX_ATTEMPTS_WITHOUT_PLUGIN,
+                0,
+                reason,
+            )
+            .await;
+        }
+        Unroutable::Poison {
+            msg,
+            plugin,
+            reason,
+        } => {
+            shared.stats.record(&msg.queue, &plugin, Event::Received);
+            dead_letter(
+                &shared,
+                &queue,
+                msg,
+                Verdict {
+                    plugin: &plugin,
+                    version: "-",
+                    reason,
+                },
+            )
+            .await;
+        }
+    }
+}
+
+async fn leased(shared: Shared, queue: Arc<QueueCtx>, p: Prepared, acquired: Acquired) {
+    let plugin = p.plugin.name.clone();
+    match acquired {
+        Acquired::Granted(lease) => run(&shared, &queue, p, lease).await,
+        Acquired::Completed { pending_outbox } => {
+            tracing::debug!(queue = %p.msg.queue, message_id = %p.msg.id, key = %p.key, "duplicate of completed work; acking without running");
+            shared.stats.record(&p.msg.queue, &plugin, Event::Duplicate);
+            finish(
+                &shared,
+                &queue,
+                p.msg,
+                &plugin,
+                &p.scoped_key,
+                pending_outbox,
+            )
+            .await;
+        }
+        Acquired::Busy { retry_after } => {
+            let delay = busy_delay(&shared, &p.msg, retry_after);
+            put_back(&shared, &queue, &p.msg, &plugin, delay, Event::Busy).await;
+        }
+    }
+}
+
+fn handler_message(p: &Prepared, lease: &Lease) -> HandlerMessage {
+    let m = &p.msg;
+    HandlerMessage {
+        id: m.id.clone(),
+        idempotency_key: p.key.clone(),
+        fencing_token: lease.fencing_token,
+        queue: m.queue.clone(),
+        body: m.body.clone(),
+        attributes: m.attributes.clone(),
+        receive_count: m.receive_count,
+        sent_at_ms: m.sent_at_ms,
+        group_id: m.group_id.clone(),
+    }
+}
+
+/// Invokes the handler with a heartbeat running, then disposes of the message.
+async fn run(shared: &Shared, queue: &QueueCtx, p: Prepared, lease: Lease) {
+    let plugin = Arc::clone(&p.plugin);
+    let input = handler_message(&p, &lease);
+    shared
+        .stats
+        .record(&p.msg.queue, &plugin.name, Event::Invoked);
+    let heartbeat = super::poller::heartbeat(shared, queue, &p.msg.receipt, &lease);
+    let call = tokio::task::spawn_blocking({
+        let plugin = Arc::clone(&plugin);
+        move || plugin.invoke(&input)
+    });
+    let result = tokio::select! {
+        joined = call => joined.unwrap_or_else(|e| Err(Failure::Trap(format!("handler panicked: {e}")))),
+        _ = shared.abandon.cancelled() => {
+            heartbeat.cancel();
+            tracing::warn!(queue = %p.msg.queue, message_id = %p.msg.id, "shutdown grace over; releasing unfinished message");
+            release(shared, &plugin, &lease).await;
+            return put_back(shared, queue, &p.msg, &plugin.name, Duration::ZERO, Event::Released).await;
+        }
+    };
+    heartbeat.cancel();
+    dispose(shared, queue, p, lease, result).await;
+}
+
+async fn dispose(
+    shared: &Shared,
+    queue: &QueueCtx,
+    p: Prepared,
+    lease: Lease,
+    result: Result<Invocation, Failure>,
+) {
+    let plugin = Arc::clone(&p.plugin);
+    let id = (plugin.name.as_str(), plugin.version.as_str());
+    let max_attempts = plugin.manifest.limits.max_attempts;
+    match result {
+        Ok(Invocation {
+            outcome: Outcome::Ack,
+            outbox,
+        }) => ack(shared, queue, p, lease, outbox).await,
+        Ok(Invocation {
+            outcome: Outcome::Retry(secs),
+            ..
+        }) => {
+            release(shared, &plugin, &lease).await;
+            let reason = "the handler asked for a retry".to_string();
+            retry_or_give_up(shared, queue, p.msg, id, max_attempts, secs, reason).await;
+        }
+        Ok(Invocation {
+            outcome: Outcome::Reject(reason),
+            ..
+        }) => {
+            dead_letter(
+                shared,
+                queue,
+                p.msg,
+                Verdict {
+                    plugin: id.0,
+                    version: id.1,
+                    reason,
+                },
+            )
+            .await;
+            release(shared, &plugin, &lease).await;
+        }
+        Err(failure) => {
+            shared
+                .stats
+                .record(&p.msg.queue, &plugin.name, Event::Failed);
+            release(shared, &plugin, &lease).await;
+            retry_or_give_up(
+                shared,
+                queue,
+                p.msg,
+                id,
+                max_attempts,
+                0,
+                failure.to_string(),
+            )
+            .await;
+        }
+    }
+}
+
+/// Commits the outbox with the completed record, then sends it and deletes the message.
+async fn ack(
+    shared: &Shared,
+    queue: &QueueCtx,
+    p: Prepared,
+    lease: Lease,
+    outbox: Vec<crate::message::Outgoing>,
+) {
+    let plugin = p.plugin.name.clone();
+    let outbox = dispose::stamp_outbox(&p.key, outbox);
+    let completion = Completion {
+        lease,
+        outbox: outbox.clone(),
+        window: p.plugin.manifest.dedup_window(),
+    };
+    match shared
+        .store
+        .complete(&[completion])
+        .await
+        .map(|v| v.first().copied())
+    {
+        Ok(Some(true)) => {
+            shared.stats.record(&p.msg.queue, &plugin, Event::Acked);
+            finish(shared, queue, p.msg, &plugin, &p.scoped_key, outbox).await;
+        }
+        Ok(_) => {
+            // Another worker owns the key now; its result stands. Ours is dropped, and the
+            // message comes back when its visibility lapses, to be found completed or leased.
+            shared.stats.record(&p.msg.queue, &plugin, Event::LostLease);
+            tracing::warn!(queue = %p.msg.queue, message_id = %p.msg.id, key = %p.key, "lease lost before completion; discarding this result");
+        }
+        Err(e) => {
+            tracing::error!(queue = %p.msg.queue, message_id = %p.msg.id, error = %format!("{e:#}"), "could not record completion; the message will come back");
+            let delay = backoff::delay(&shared.config.retry, p.msg.receive_count, 0);
+            put_back(shared, queue, &p.msg, &plugin, delay, Event::Retried).await;
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! The one wasmtime engine and linker every plugin shares.
+//!
+//! - Component model on, Cranelift at speed.
+//! - Pooling allocator: instance slots are reserved once, so a fresh instance per message costs
+//!   a few microseconds, and the pool is a hard cap on live instances.
+//! - Epoch interruption: a background thread ticks the engine's epoch; each store gets a
+//!   deadline in ticks, so a guest that loops is trapped at its timeout without fuel's cost.
+//! - The linker has WASI p2 (with an empty context: see `state`) and the qhost imports.
+
+use std::thread;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
+
+use super::bindings::Handler;
+use super::state::HostState;
+
+/// How often the epoch advances; timeouts are enforced to within about this much.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Sizes for the engine's instance pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineSettings {
+    /// Component instances alive at once (in-flight messages plus headroom for checks).
+    pub max_instances: u32,
+    /// The largest linear memory any plugin may have, in MiB.
+    pub max_memory_mib: u64,
+}
+
+/// The shared engine and linker.
+#[derive(Clone)]
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<HostState>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").finish_non_exhaustive()
+    }
+}
+
+fn pool(settings: EngineSettings) -> PoolingAllocationConfig {
+    let instances = settings.max_instances.max(1);
+    let mut pool = PoolingAllocationConfig::default();
+    // Components built by language toolchains hold several core modules (the program, WASI
+    // adapters, shims); interpreter guests more than compiled ones.
+    pool.total_component_instances(instances)
+        .total_core_instances(instances * 16)
+        .total_memories(instances * 4)
+        .total_tables(instances * 8)
+        .max_memories_per_module(1)
+        .max_tables_per_module(4)
+        .table_elements(100_000)
+        .max_component_instance_size(4 << 20)
+        .max_core_instance_size(4 << 20)
+        .max_memory_size((settings.max_memory_mib as usize) << 20);
+    pool
+}
+
+impl Runtime {
+    /// Builds the engine, starts its epoch ticker, and prepares the linker.
+    pub fn new(settings: EngineSettings) -> anyhow::Result<Self> {
+        let mut config = Config::new();
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .cranelift_opt_level(OptLevel::Speed)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool(settings)));
+        let engine = Engine::new(&config)
+            .map_err(anyhow::Error::from)
+            .context("creating the wasmtime engine")?;
+        start_epoch_ticker(&engine);
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(anyhow::Error::from)
+            .context("linking WASI")?;
+        Handler::add_to_linker::<_, HasSelf<_>>(&mut linker, |state: &mut HostState| state)
+            .map_err(anyhow::Error::from)
+            .context("linking the qhost imports")?;
+        Ok(Runtime { engine, linker })
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The linker with every import a plugin may use.
+    pub fn linker(&self) -> &Linker<HostState> {
+        &self.linker
+    }
+
+    /// Compiles a component (CPU-heavy: call it off the async threads).
+    pub fn compile(&self, bytes: &[u8]) -> anyhow::Result<Component> {
+        Component::from_binary(&self.engine, bytes).map_err(anyhow::Error::from)
+    }
+}
+
+/// Advances the epoch every tick for as long as the engine lives.
+fn start_epoch_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    thread::Builder::new()
+        .name("qhost-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                thread::sleep(EPOCH_TICK);
+            }
+        })
+        .map(drop)
+        .unwrap_or_else(|e| tracing::error!("cannot start the epoch ticker: {e}"));
+}

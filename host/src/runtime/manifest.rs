@@ -1,0 +1,196 @@
+//! A plugin's manifest: the `NAME.toml` beside `NAME.wasm`.
+//!
+//! Everything has a default, so a bare `.wasm` is a working plugin: keyed by message id,
+//! remembered for a day, 10 s and 64 MiB per message, 5 attempts, no settings.
+//!
+//! ```toml
+//! [idempotency]
+//! key = "attribute:job-id"      # message-id | body-sha256 | attribute:NAME | json:/POINTER
+//! on-missing = "reject"         # or "message-id"
+//! dedup-window-secs = 86400
+//!
+//! [limits]
+//! timeout-ms = 10000
+//! memory-mib = 64
+//! max-attempts = 5
+//!
+//! [config]                      # read by the plugin through the `config` import
+//! greeting = "hello"
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde::Deserialize;
+
+use crate::idempotency::key::{KeySource, OnMissingKey};
+
+/// The most memory a plugin may ask for; the engine's instance pool is sized for it.
+pub const MAX_MEMORY_MIB: u64 = 4096;
+
+/// A plugin's policy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Manifest {
+    /// Idempotency policy.
+    #[serde(default)]
+    pub idempotency: Idempotency,
+    /// Resource limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Settings the plugin reads through `config.get`.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+}
+
+/// Where the key comes from and how long completed work is remembered.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Idempotency {
+    /// The key source.
+    #[serde(default)]
+    pub key: KeySource,
+    /// What to do when the source is absent from a message.
+    #[serde(default)]
+    pub on_missing: OnMissingKey,
+    /// How long a completed key suppresses duplicates.
+    #[serde(default = "default_window")]
+    pub dedup_window_secs: u64,
+}
+
+impl Default for Idempotency {
+    fn default() -> Self {
+        Idempotency {
+            key: KeySource::default(),
+            on_missing: OnMissingKey::default(),
+            dedup_window_secs: default_window(),
+        }
+    }
+}
+
+fn default_window() -> u64 {
+    86_400
+}
+
+/// Per-message limits.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Limits {
+    /// Wall-clock budget per message, enforced by epoch interruption.
+    #[serde(default = "default_timeout")]
+    pub timeout_ms: u64,
+    /// Linear memory cap per instance.
+    #[serde(default = "default_memory")]
+    pub memory_mib: u64,
+    /// Deliveries after which a failing message is dead-lettered.
+    #[serde(default = "default_attempts")]
+    pub max_attempts: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            timeout_ms: default_timeout(),
+            memory_mib: default_memory(),
+            max_attempts: default_attempts(),
+        }
+    }
+}
+
+fn default_timeout() -> u64 {
+    10_000
+}
+fn default_memory() -> u64 {
+    64
+}
+fn default_attempts() -> u32 {
+    5
+}
+
+impl Manifest {
+    /// Parses and checks a manifest.
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        let manifest: Manifest = toml::from_str(text)?;
+        manifest.check()?;
+        Ok(manifest)
+    }
+
+    /// Reads the manifest at `path`, or the defaults if there is no such file.
+    pub fn load_or_default(path: &Path) -> anyhow::Result<Self> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::parse(&text).with_context(|| format!("in {}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+
+    fn check(&self) -> anyhow::Result<()> {
+        let l = &self.limits;
+        anyhow::ensure!(l.timeout_ms > 0, "limits.timeout-ms must be positive");
+        anyhow::ensure!(
+            (1..=MAX_MEMORY_MIB).contains(&l.memory_mib),
+            "limits.memory-mib must be between 1 and {MAX_MEMORY_MIB}"
+        );
+        anyhow::ensure!(l.max_attempts > 0, "limits.max-attempts must be at least 1");
+        anyhow::ensure!(
+            self.idempotency.dedup_window_secs > 0,
+            "idempotency.dedup-window-secs must be positive"
+        );
+        Ok(())
+    }
+
+    /// The timeout as a duration.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.limits.timeout_ms)
+    }
+
+    /// The dedup window as a duration.
+    pub fn dedup_window(&self) -> Duration {
+        Duration::from_secs(self.idempotency.dedup_window_secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_manifest_is_all_defaults() {
+        let m = Manifest::parse("").unwrap();
+        assert_eq!(m, Manifest::default());
+        assert_eq!(m.limits.max_attempts, 5);
+        assert_eq!(m.idempotency.key, KeySource::MessageId);
+    }
+
+    #[test]
+    fn a_full_manifest_parses() {
+        let m = Manifest::parse(
+            "[idempotency]\nkey = \"json:/id\"\non-missing = \"message-id\"\n\
+             [limits]\ntimeout-ms = 50\nmemory-mib = 8\nmax-attempts = 2\n\
+             [config]\nto = \"out\"\n",
+        )
+        .unwrap();
+        assert_eq!(m.idempotency.key, KeySource::JsonPointer("/id".into()));
+        assert_eq!(m.idempotency.on_missing, OnMissingKey::MessageId);
+        assert_eq!(m.timeout(), Duration::from_millis(50));
+        assert_eq!(m.config["to"], "out");
+    }
+
+    #[test]
+    fn bad_manifests_name_the_field() {
+        let unknown = Manifest::parse("[limits]\ntimeout = 5\n").unwrap_err();
+        assert!(
+            format!("{unknown:#}").contains("unknown field `timeout`"),
+            "{unknown:#}"
+        );
+        let zero = Manifest::parse("[limits]\nmax-attempts = 0\n").unwrap_err();
+        assert!(zero.to_string().contains("limits.max-attempts"), "{zero}");
+        let key = Manifest::parse("[idempotency]\nkey = \"header:x\"\n").unwrap_err();
+        assert!(
+            format!("{key:#}").contains("is not a key source"),
+            "{key:#}"
+        );
+    }
+}

@@ -1,0 +1,234 @@
+//! Per-message guest state: the imports a handler may call, and nothing else.
+//!
+//! Each message gets a fresh store holding this state. WASI is present because components
+//! built by standard toolchains import it (clocks, random, stdio), but with no preopened
+//! directories, no environment, no arguments, no sockets and no inherited stdio. Stderr is kept
+//! in a small buffer so a panic message can be reported with the trap.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::qhost::handler::{config, log, outbox, types};
+use super::convert;
+use crate::message::Outgoing;
+
+/// Stderr kept per message for trap reports.
+const STDERR_CAPACITY: usize = 8 * 1024;
+/// Outbox messages one invocation may queue.
+pub const MAX_OUTBOX_MESSAGES: usize = 100;
+/// The largest outbox body accepted (SQS's limit; larger payloads are offloaded).
+pub const MAX_OUTBOX_BODY: usize = 1024 * 1024;
+/// Longest log line kept from a guest.
+const MAX_LOG_LINE: usize = 4096;
+
+/// Who is running, for log lines.
+#[derive(Clone, Debug)]
+pub struct CallContext {
+    /// Plugin name.
+    pub plugin: Arc<str>,
+    /// Plugin version.
+    pub version: Arc<str>,
+    /// Message id.
+    pub message_id: String,
+    /// Source queue.
+    pub queue: String,
+}
+
+/// The store data for one invocation.
+pub struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    stderr: MemoryOutputPipe,
+    limiter: MemoryLimiter,
+    config: Arc<BTreeMap<String, String>>,
+    ctx: CallContext,
+    /// What the guest asked to send.
+    pub outbox: Vec<Outgoing>,
+}
+
+impl HostState {
+    /// Fresh state with no ambient authority.
+    pub fn new(ctx: CallContext, config: Arc<BTreeMap<String, String>>, memory_bytes: u64) -> Self {
+        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+        let wasi = WasiCtx::builder()
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        HostState {
+            wasi,
+            table: ResourceTable::new(),
+            stderr,
+            limiter: MemoryLimiter::new(memory_bytes),
+            config,
+            ctx,
+            outbox: Vec::new(),
+        }
+    }
+
+    /// The resource limiter to install on the store.
+    pub fn limiter(&mut self) -> &mut MemoryLimiter {
+        &mut self.limiter
+    }
+
+    /// Whether the guest hit its memory limit.
+    pub fn memory_limit_hit(&self) -> bool {
+        self.limiter.hit
+    }
+
+    /// What the guest wrote to stderr, trimmed.
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.contents())
+            .trim()
+            .to_string()
+    }
+}
+
+impl std::fmt::Debug for HostState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostState")
+            .field("ctx", &self.ctx)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl types::Host for HostState {}
+
+impl log::Host for HostState {
+    fn write(&mut self, level: log::Level, message: String) {
+        let mut message = message;
+        if message.len() > MAX_LOG_LINE {
+            let cut = (0..=MAX_LOG_LINE)
+                .rev()
+                .find(|i| message.is_char_boundary(*i));
+            message.truncate(cut.unwrap_or(0));
+        }
+        let c = &self.ctx;
+        let (plugin, version, id, queue) = (&*c.plugin, &*c.version, &c.message_id, &c.queue);
+        match level {
+            log::Level::Trace => {
+                tracing::trace!(target: "qhost::plugin", plugin, version, message_id = id, queue, "{message}")
+            }
+            log::Level::Debug => {
+                tracing::debug!(target: "qhost::plugin", plugin, version, message_id = id, queue, "{message}")
+            }
+            log::Level::Info => {
+                tracing::info!(target: "qhost::plugin", plugin, version, message_id = id, queue, "{message}")
+            }
+            log::Level::Warn => {
+                tracing::warn!(target: "qhost::plugin", plugin, version, message_id = id, queue, "{message}")
+            }
+            log::Level::Error => {
+                tracing::error!(target: "qhost::plugin", plugin, version, message_id = id, queue, "{message}")
+            }
+        }
+    }
+}
+
+impl config::Host for HostState {
+    fn get(&mut self, key: String) -> Option<String> {
+        self.config.get(&key).cloned()
+    }
+}
+
+impl outbox::Host for HostState {
+    fn send(&mut self, msg: outbox::Outgoing) -> Result<(), String> {
+        if self.outbox.len() >= MAX_OUTBOX_MESSAGES {
+            return Err(format!(
+                "outbox holds at most {MAX_OUTBOX_MESSAGES} messages"
+            ));
+        }
+        if !valid_queue_name(&msg.queue) {
+            return Err(format!("`{}` is not a valid queue name", msg.queue));
+        }
+        if msg.body.len() > MAX_OUTBOX_BODY {
+            return Err(format!(
+                "body of {} bytes exceeds the {MAX_OUTBOX_BODY}-byte limit",
+                msg.body.len()
+            ));
+        }
+        self.outbox.push(convert::outgoing_from_guest(msg));
+        Ok(())
+    }
+}
+
+/// SQS's rule: 1 to 80 characters of letters, digits, `-` and `_`, and `.fifo` for FIFO queues.
+pub fn valid_queue_name(name: &str) -> bool {
+    let stem = name.strip_suffix(".fifo").unwrap_or(name);
+    (1..=80).contains(&name.len())
+        && !stem.is_empty()
+        && stem
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// Caps linear memory and records the attempt to pass the cap, so that the resulting trap can
+/// be reported as a memory-limit hit rather than a generic trap.
+#[derive(Debug)]
+pub struct MemoryLimiter {
+    max_bytes: u64,
+    hit: bool,
+}
+
+impl MemoryLimiter {
+    fn new(max_bytes: u64) -> Self {
+        MemoryLimiter {
+            max_bytes,
+            hit: false,
+        }
+    }
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired as u64 > self.max_bytes {
+            self.hit = true;
+            wasmtime::bail!("memory limit of {} MiB reached", self.max_bytes >> 20);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::valid_queue_name;
+
+    #[test]
+    fn queue_names_follow_sqs_rules() {
+        for ok in ["a", "sent-emails", "jobs_2", "orders.fifo", &"x".repeat(80)] {
+            assert!(valid_queue_name(ok), "{ok}");
+        }
+        for bad in ["", ".fifo", "a/b", "../etc", "with space", &"x".repeat(81)] {
+            assert!(!valid_queue_name(bad), "{bad}");
+        }
+    }
+}

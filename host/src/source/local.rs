@@ -1,0 +1,406 @@
+//! The embedded queue: SQS semantics in SQLite, for development, demos, tests and benchmarks.
+//!
+//! What it keeps of SQS: a receipt per delivery, a visibility timeout that hides a received
+//! message until it is deleted or the timeout lapses, a receive count, per-message delays,
+//! FIFO groups (only the head of a group is ever visible, so a group is handled in order, one
+//! message at a time) and a redrive policy that moves a message to its dead-letter queue once
+//! its receive count passes a maximum. Queues spring into being on first use.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::{Connection, Transaction, params};
+use tokio::sync::Notify;
+
+use super::{QueueDepth, QueueSource, SourceError};
+use crate::message::{Attribute, Outgoing, Received, now_ms};
+use crate::sqlite::Db;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS messages (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    queue TEXT NOT NULL,
+    id TEXT NOT NULL UNIQUE,
+    body BLOB NOT NULL,
+    attributes TEXT NOT NULL,
+    group_id TEXT,
+    sent_at_ms INTEGER NOT NULL,
+    visible_at_ms INTEGER NOT NULL,
+    receive_count INTEGER NOT NULL DEFAULT 0,
+    receipt TEXT
+);
+CREATE INDEX IF NOT EXISTS messages_visible ON messages (queue, visible_at_ms, seq);
+CREATE INDEX IF NOT EXISTS messages_group ON messages (queue, group_id, seq);
+CREATE UNIQUE INDEX IF NOT EXISTS messages_receipt ON messages (receipt);
+";
+
+/// How often a waiting receive looks again for messages sent by another process.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Moves a message to `dead_letter` once it has been received more than `max_receives` times.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Redrive {
+    /// The dead-letter queue.
+    pub dead_letter: String,
+    /// Receives allowed before the move.
+    pub max_receives: u32,
+}
+
+/// The embedded queue.
+#[derive(Debug)]
+pub struct LocalQueue {
+    db: Db,
+    redrive: HashMap<String, Redrive>,
+    /// Wakes waiting receivers when this process sends.
+    sent: Arc<Notify>,
+}
+
+impl LocalQueue {
+    /// Opens the queue database at `path`, or an in-memory one for `None`.
+    pub fn open(path: Option<&Path>, redrive: HashMap<String, Redrive>) -> anyhow::Result<Self> {
+        let db = Db::open(path)?;
+        db.call_now(|c| Ok(c.execute_batch(SCHEMA)?))?;
+        Ok(LocalQueue {
+            db,
+            redrive,
+            sent: Arc::new(Notify::new()),
+        })
+    }
+
+    /// Up to `limit` messages of `queue` in order, without receiving them (for inspection).
+    pub async fn peek(&self, queue: &str, limit: usize) -> anyhow::Result<Vec<Received>> {
+        let queue = queue.to_string();
+        self.db
+            .call(move |c| {
+                let mut stmt = c.prepare(
+                    "SELECT id, COALESCE(receipt, ''), queue, body, attributes, receive_count,
+                            sent_at_ms, group_id
+                     FROM messages WHERE queue = ?1 ORDER BY seq LIMIT ?2",
+                )?;
+                let rows = stmt.query_map(params![queue, limit as i64], row_to_received)?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            })
+            .await
+    }
+
+    async fn try_receive(
+        &self,
+        queue: &str,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<Received>, SourceError> {
+        let queue = queue.to_string();
+        let redrive = self.redrive.get(&queue).cloned();
+        let received = self
+            .db
+            .call(move |c| {
+                let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                let got = receive_in(&tx, &queue, max, visibility, redrive.as_ref())?;
+                tx.commit()?;
+                Ok(got)
+            })
+            .await?;
+        Ok(received)
+    }
+}
+
+/// Receives inside one write transaction, so two processes never get the same delivery.
+fn receive_in(
+    tx: &Transaction<'_>,
+    queue: &str,
+    max: usize,
+    visibility: Duration,
+    redrive: Option<&Redrive>,
+) -> anyhow::Result<Vec<Received>> {
+    let now = now_ms() as i64;
+    let candidates: Vec<(i64, u32)> = {
+        let mut stmt = tx.prepare_cached(
+            "SELECT m.seq, m.receive_count FROM messages m
+             WHERE m.queue = ?1 AND m.visible_at_ms <= ?2
+               AND (m.group_id IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM messages h
+                    WHERE h.queue = m.queue AND h.group_id = m.group_id AND h.seq < m.seq))
+             ORDER BY m.seq LIMIT ?3",
+        )?;
+        let rows = stmt.query_map(params![queue, now, max as i64], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+        rows.collect::<Result<_, _>>()?
+    };
+    let mut received = Vec::with_capacity(candidates.len());
+    for (seq, count) in candidates {
+        if let Some(r) = redrive.filter(|r| count >= r.max_receives) {
+            tx.execute(
+                "UPDATE messages SET queue = ?1, receive_count = 0, receipt = NULL,
+                        visible_at_ms = ?2 WHERE seq = ?3",
+                params![r.dead_letter, now, seq],
+            )?;
+            continue;
+        }
+        let receipt = uuid::Uuid::new_v4().to_string();
+        tx.execute(
+            "UPDATE messages SET receive_count = receive_count + 1, receipt = ?1,
+                    visible_at_ms = ?2 WHERE seq = ?3",
+            params![receipt, now + visibility.as_millis() as i64, seq],
+        )?;
+        let msg = tx.query_row(
+            "SELECT id, receipt, queue, body, attributes, receive_count, sent_at_ms, group_id
+             FROM messages WHERE seq = ?1",
+            [seq],
+            row_to_received,
+        )?;
+        received.push(msg);
+    }
+    Ok(received)
+}
+
+fn row_to_received(r: &rusqlite::Row<'_>) -> rusqlite::Result<Received> {
+    let attributes: String = r.get(4)?;
+    let attributes: Vec<Attribute> = serde_json::from_str(&attributes).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(4, rusqlite::types::Type::Text, Box::new(e))
+    })?;
+    Ok(Received {
+        id: r.get(0)?,
+        receipt: r.get(1)?,
+        queue: r.get(2)?,
+        body: r.get(3)?,
+        attributes,
+        receive_count: r.get(5)?,
+        sent_at_ms: r.get::<_, i64>(6)? as u64,
+        group_id: r.get(7)?,
+    })
+}
+
+fn insert(c: &Connection, msg: &Outgoing, now: i64) -> anyhow::Result<String> {
+    let id = uuid::Uuid::new_v4().to_string();
+    let visible_at = now + i64::from(msg.delay_seconds) * 1000;
+    c.prepare_cached(
+        "INSERT INTO messages (queue, id, body, attributes, group_id, sent_at_ms, visible_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        msg.queue,
+        id,
+        msg.body,
+        serde_json::to_string(&msg.attributes)?,
+        msg.group_id,
+        now,
+        visible_at
+    ])?;
+    Ok(id)
+}
+
+#[async_trait]
+impl QueueSource for LocalQueue {
+    async fn receive(
+        &self,
+        queue: &str,
+        max: usize,
+        visibility: Duration,
+        wait: Duration,
+    ) -> Result<Vec<Received>, SourceError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let notified = self.sent.notified();
+            let got = self.try_receive(queue, max, visibility).await?;
+            let now = tokio::time::Instant::now();
+            if !got.is_empty() || now >= deadline {
+                return Ok(got);
+            }
+            let nap = POLL_INTERVAL.min(deadline - now);
+            let _ = tokio::time::timeout(nap, notified).await;
+        }
+    }
+
+    async fn ack(
+        &self,
+        queue: &str,
+        receipts: &[String],
+    ) -> Result<Vec<Result<(), SourceError>>, SourceError> {
+        let queue = queue.to_string();
+        let receipts = receipts.to_vec();
+        let deleted = self
+            .db
+            .call(move |c| {
+                let tx = c.transaction()?;
+                let mut deleted = Vec::with_capacity(receipts.len());
+                for receipt in &receipts {
+                    let n = tx
+                        .prepare_cached("DELETE FROM messages WHERE queue = ?1 AND receipt = ?2")?
+                        .execute(params![queue, receipt])?;
+                    deleted.push(n == 1);
+                }
+                tx.commit()?;
+                Ok(deleted)
+            })
+            .await?;
+        Ok(deleted
+            .into_iter()
+            .map(|ok| {
+                if ok {
+                    Ok(())
+                } else {
+                    Err(SourceError::ReceiptExpired)
+                }
+            })
+            .collect())
+    }
+
+    async fn change_visibility(
+        &self,
+        queue: &str,
+        receipt: &str,
+        delay: Duration,
+    ) -> Result<(), SourceError> {
+        let (queue, receipt) = (queue.to_string(), receipt.to_string());
+        let visible_at = now_ms() as i64 + delay.as_millis() as i64;
+        let n = self
+            .db
+            .call(move |c| {
+                Ok(c.prepare_cached(
+                    "UPDATE messages SET visible_at_ms = ?1 WHERE queue = ?2 AND receipt = ?3",
+                )?
+                .execute(params![visible_at, queue, receipt])?)
+            })
+            .await?;
+        if delay.is_zero() {
+            self.sent.notify_waiters();
+        }
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(SourceError::ReceiptExpired)
+        }
+    }
+
+    async fn send(&self, messages: &[Outgoing]) -> Result<Vec<String>, SourceError> {
+        let messages = messages.to_vec();
+        let ids = self
+            .db
+            .call(move |c| {
+                let tx = c.transaction()?;
+                let now = now_ms() as i64;
+                let ids = messages
+                    .iter()
+                    .map(|m| insert(&tx, m, now))
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                tx.commit()?;
+                Ok(ids)
+            })
+            .await?;
+        self.sent.notify_waiters();
+        Ok(ids)
+    }
+
+    async fn depth(&self, queue: &str) -> Result<QueueDepth, SourceError> {
+        let queue = queue.to_string();
+        let (visible, total) = self
+            .db
+            .call(move |c| {
+                let now = now_ms() as i64;
+                Ok(c.query_row(
+                    "SELECT COALESCE(SUM(visible_at_ms <= ?2), 0), COUNT(*)
+                     FROM messages WHERE queue = ?1",
+                    params![queue, now],
+                    |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+                )?)
+            })
+            .await?;
+        Ok(QueueDepth {
+            visible: visible as u64,
+            invisible: (total - visible) as u64,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue() -> LocalQueue {
+        let redrive = HashMap::from([(
+            "q".to_string(),
+            Redrive {
+                dead_letter: "q-dlq".into(),
+                max_receives: 2,
+            },
+        )]);
+        LocalQueue::open(None, redrive).expect("in-memory queue")
+    }
+
+    const VIS: Duration = Duration::from_secs(30);
+    const NOW: Duration = Duration::ZERO;
+
+    #[tokio::test]
+    async fn a_received_message_is_hidden_until_deleted_or_released() {
+        let q = queue();
+        q.send(&[Outgoing::new("q", "a")]).await.unwrap();
+        let got = q.receive("q", 10, VIS, NOW).await.unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].receive_count, 1);
+        assert!(q.receive("q", 10, VIS, NOW).await.unwrap().is_empty());
+        q.change_visibility("q", &got[0].receipt, NOW)
+            .await
+            .unwrap();
+        let again = q.receive("q", 10, VIS, NOW).await.unwrap();
+        assert_eq!(again[0].id, got[0].id);
+        assert_eq!(again[0].receive_count, 2);
+        // The first receipt is stale now; the second deletes.
+        let acks = q
+            .ack("q", &[got[0].receipt.clone(), again[0].receipt.clone()])
+            .await
+            .unwrap();
+        assert!(matches!(acks[0], Err(SourceError::ReceiptExpired)));
+        assert!(acks[1].is_ok());
+        assert_eq!(q.depth("q").await.unwrap().total(), 0);
+    }
+
+    #[tokio::test]
+    async fn redrive_moves_a_message_past_max_receives() {
+        let q = queue();
+        q.send(&[Outgoing::new("q", "poison")]).await.unwrap();
+        for _ in 0..2 {
+            let got = q.receive("q", 1, VIS, NOW).await.unwrap();
+            q.change_visibility("q", &got[0].receipt, NOW)
+                .await
+                .unwrap();
+        }
+        assert!(q.receive("q", 1, VIS, NOW).await.unwrap().is_empty());
+        let dead = q.receive("q-dlq", 1, VIS, NOW).await.unwrap();
+        assert_eq!(dead[0].body, b"poison");
+        assert_eq!(dead[0].receive_count, 1);
+    }
+
+    #[tokio::test]
+    async fn a_fifo_group_is_served_in_order_one_at_a_time() {
+        let q = queue();
+        let mut msgs = Vec::new();
+        for (group, body) in [("g1", "a1"), ("g2", "b1"), ("g1", "a2")] {
+            let mut m = Outgoing::new("q", body);
+            m.group_id = Some(group.into());
+            msgs.push(m);
+        }
+        q.send(&msgs).await.unwrap();
+        let first = q.receive("q", 10, VIS, NOW).await.unwrap();
+        let bodies: Vec<_> = first.iter().map(|m| m.body.clone()).collect();
+        assert_eq!(bodies, vec![b"a1".to_vec(), b"b1".to_vec()]);
+        q.ack("q", &[first[0].receipt.clone()]).await.unwrap();
+        let next = q.receive("q", 10, VIS, NOW).await.unwrap();
+        assert_eq!(next.len(), 1);
+        assert_eq!(next[0].body, b"a2");
+    }
+
+    #[tokio::test]
+    async fn delayed_messages_wait_and_depth_counts_them() {
+        let q = queue();
+        let mut m = Outgoing::new("q", "later");
+        m.delay_seconds = 60;
+        q.send(&[m]).await.unwrap();
+        assert!(q.receive("q", 10, VIS, NOW).await.unwrap().is_empty());
+        let depth = q.depth("q").await.unwrap();
+        assert_eq!((depth.visible, depth.invisible), (0, 1));
+    }
+}

@@ -1,0 +1,80 @@
+//! The queue boundary: where messages come from and where acknowledgements go.
+//!
+//! One trait, one implementation per backend, chosen by configuration. The verbs are SQS's,
+//! because SQS is the strictest queue qhost targets: at-least-once delivery, a visibility
+//! timeout that hides a received message, a receipt handle per delivery, and batch deletes.
+
+pub mod local;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::message::{Outgoing, Received};
+
+/// Why a queue operation failed. The pipeline branches on these.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The receipt no longer names a live delivery (the visibility timeout lapsed and the
+    /// message was received again, or it was already deleted). Logged, never fatal.
+    #[error("receipt handle has expired")]
+    ReceiptExpired,
+    /// The queue does not exist.
+    #[error("queue `{0}` does not exist")]
+    UnknownQueue(String),
+    /// The backend failed (I/O, network, a server error). Usually worth retrying.
+    #[error(transparent)]
+    Backend(#[from] anyhow::Error),
+}
+
+/// How many messages a queue holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueDepth {
+    /// Messages that can be received now.
+    pub visible: u64,
+    /// Messages received and not yet deleted, or delayed.
+    pub invisible: u64,
+}
+
+impl QueueDepth {
+    /// All messages, visible or not.
+    pub fn total(&self) -> u64 {
+        self.visible + self.invisible
+    }
+}
+
+/// A queue service: SQS, or the embedded local queue.
+#[async_trait]
+pub trait QueueSource: Send + Sync + std::fmt::Debug + 'static {
+    /// Receives up to `max` messages, hiding them for `visibility`, waiting up to `wait` for the
+    /// first one to arrive.
+    async fn receive(
+        &self,
+        queue: &str,
+        max: usize,
+        visibility: Duration,
+        wait: Duration,
+    ) -> Result<Vec<Received>, SourceError>;
+
+    /// Deletes a batch of deliveries; returns, for each receipt, its own result.
+    async fn ack(
+        &self,
+        queue: &str,
+        receipts: &[String],
+    ) -> Result<Vec<Result<(), SourceError>>, SourceError>;
+
+    /// Makes a delivery visible again after `delay` (to retry it), or keeps it hidden for that
+    /// long (to extend it while a handler runs).
+    async fn change_visibility(
+        &self,
+        queue: &str,
+        receipt: &str,
+        delay: Duration,
+    ) -> Result<(), SourceError>;
+
+    /// Sends messages (to one or several queues); returns their ids in order.
+    async fn send(&self, messages: &[Outgoing]) -> Result<Vec<String>, SourceError>;
+
+    /// How many messages the queue holds.
+    async fn depth(&self, queue: &str) -> Result<QueueDepth, SourceError>;
+}
