@@ -1,0 +1,129 @@
+//! A host in a temporary directory: plugins installed from the built fixtures, the local
+//! backends in a file database there, and helpers to send, run until idle and look inside.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use qhost::message::{Attribute, Outgoing, Received};
+use qhost::source::local::LocalQueue;
+use qhost::{Config, Host};
+use tokio_util::sync::CancellationToken;
+
+/// Longest a test lets a host run before calling it stuck.
+const RUN_LIMIT: Duration = Duration::from_secs(120);
+
+/// A temporary plugins directory and data directory.
+#[derive(Debug)]
+pub struct TestEnv {
+    dir: tempfile::TempDir,
+}
+
+impl Default for TestEnv {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TestEnv {
+    /// An empty environment.
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        std::fs::create_dir(dir.path().join("plugins")).expect("plugins directory");
+        TestEnv { dir }
+    }
+
+    /// The plugins directory.
+    pub fn plugins_dir(&self) -> PathBuf {
+        self.dir.path().join("plugins")
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Installs a built plugin crate as `NAME.wasm` with `manifest` as `NAME.toml`.
+    pub fn install(&self, name: &str, crate_name: &str, manifest: &str) {
+        self.install_bytes(name, &crate::plugin_bytes(crate_name), manifest);
+    }
+
+    /// Installs arbitrary bytes as `NAME.wasm`.
+    pub fn install_bytes(&self, name: &str, bytes: &[u8], manifest: &str) {
+        let dir = self.plugins_dir();
+        std::fs::write(dir.join(format!("{name}.wasm")), bytes).expect("writing plugin");
+        std::fs::write(dir.join(format!("{name}.toml")), manifest).expect("writing manifest");
+    }
+
+    /// A configuration for this environment: its directories, retries without delay, short
+    /// waits, plus `extra` TOML (queues, limits).
+    pub fn config(&self, extra: &str) -> Config {
+        let text = format!(
+            "plugins-dir = {:?}\ndata-dir = {:?}\nshutdown-grace-secs = 5\n[retry]\nbase-secs = 0\nmax-secs = 0\n{extra}",
+            self.plugins_dir(),
+            self.data_dir()
+        );
+        Config::parse(&text).expect("test configuration")
+    }
+
+    /// A host built from `config` the way `qhost run` builds it.
+    pub async fn host(&self, config: Config) -> Host {
+        Host::from_config(config).await.expect("host starts")
+    }
+
+    /// The local queue in this environment's data directory, for sending and peeking.
+    pub fn queue(&self) -> LocalQueue {
+        LocalQueue::open(Some(&self.data_dir().join("qhost.db")), Default::default())
+            .expect("local queue")
+    }
+}
+
+/// A queue section for `name` handled by `plugin`, polling briefly.
+pub fn queue_toml(name: &str, plugin: &str) -> String {
+    format!(
+        "[[queue]]\nname = \"{name}\"\nplugin = \"{plugin}\"\nwait-time-secs = 0\nvisibility-timeout-secs = 5\n"
+    )
+}
+
+/// Sends bodies to `queue`, each with `attributes`.
+pub async fn send_all(
+    queue: &LocalQueue,
+    name: &str,
+    bodies: &[&str],
+    attributes: &[Attribute],
+) -> Vec<String> {
+    use qhost::source::QueueSource;
+    let msgs: Vec<Outgoing> = bodies
+        .iter()
+        .map(|b| {
+            let mut m = Outgoing::new(name, b.as_bytes());
+            m.attributes = attributes.to_vec();
+            m
+        })
+        .collect();
+    queue.send(&msgs).await.expect("send")
+}
+
+/// Runs the host until its queues are empty; panics if that takes longer than `RUN_LIMIT`.
+pub async fn run_until_idle(host: &Host) {
+    let shutdown = CancellationToken::new();
+    tokio::time::timeout(RUN_LIMIT, host.run_until_idle(shutdown))
+        .await
+        .expect("host went idle in time")
+        .expect("host ran cleanly");
+}
+
+/// Every message in `queue`, in order.
+pub async fn contents(queue: &LocalQueue, name: &str) -> Vec<Received> {
+    queue.peek(name, 10_000).await.expect("peek")
+}
+
+/// The text of attribute `name` on `msg`.
+pub fn attr<'a>(msg: &'a Received, name: &str) -> Option<&'a str> {
+    qhost::message::find_attribute(&msg.attributes, name).and_then(|a| a.text())
+}
+
+/// Shares a host's source for wrapping.
+pub fn arc<T: qhost::source::QueueSource>(t: T) -> Arc<dyn qhost::source::QueueSource> {
+    Arc::new(t)
+}

@@ -1,0 +1,50 @@
+//! Helpers for qhost's end-to-end tests: plugins built from source, hosts in temporary
+//! directories, and a queue wrapper that injects faults.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+pub mod faults;
+pub mod harness;
+
+/// The workspace root.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Builds the Rust plugins for wasm32-wasip2 (once per test process) and returns the directory
+/// holding `email_reminder.wasm`, `fixture.wasm` and `wrong_world.wasm`.
+pub fn built_plugins() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = workspace();
+        let target = root.join("target/wasm");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .current_dir(&root)
+            .args([
+                "build",
+                "--profile",
+                "wasm",
+                "--target",
+                "wasm32-wasip2",
+                "--target-dir",
+            ])
+            .arg(&target)
+            .args(["-p", "email-reminder", "-p", "fixture", "-p", "wrong-world"])
+            .status()
+            .expect("running cargo to build the plugins");
+        assert!(
+            status.success(),
+            "building the plugins failed (is the wasm32-wasip2 target installed?)"
+        );
+        target.join("wasm32-wasip2/wasm")
+    })
+}
+
+/// The bytes of a built plugin (`fixture`, `email-reminder`, `wrong-world`).
+pub fn plugin_bytes(crate_name: &str) -> Vec<u8> {
+    let file = built_plugins().join(format!("{}.wasm", crate_name.replace('-', "_")));
+    std::fs::read(&file).unwrap_or_else(|e| panic!("reading {}: {e}", file.display()))
+}
