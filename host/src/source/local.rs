@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS messages (
     receive_count INTEGER NOT NULL DEFAULT 0,
     receipt TEXT
 );
-CREATE INDEX IF NOT EXISTS messages_visible ON messages (queue, visible_at_ms, seq);
+CREATE INDEX IF NOT EXISTS messages_order ON messages (queue, seq);
 CREATE INDEX IF NOT EXISTS messages_group ON messages (queue, group_id, seq);
 CREATE UNIQUE INDEX IF NOT EXISTS messages_receipt ON messages (receipt);
 ";
