@@ -19,6 +19,7 @@ use crate::config::{Config, SourceKind, StoreKind};
 use crate::handler::Plugin;
 use crate::idempotency::IdempotencyStore;
 use crate::idempotency::local::LocalStore;
+use crate::idempotency::redis::RedisStore;
 use crate::pipeline::{Acker, QueueCtx, Shared, run_poller};
 use crate::runtime::engine::{EngineSettings, Runtime};
 use crate::runtime::loader;
@@ -81,12 +82,13 @@ pub fn open_source(config: &Config) -> anyhow::Result<Arc<dyn QueueSource>> {
 }
 
 /// Opens the idempotency backend the configuration names.
-pub fn open_store(config: &Config) -> anyhow::Result<Arc<dyn IdempotencyStore>> {
-    match config.store {
+pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn IdempotencyStore>> {
+    match &config.store {
         StoreKind::Local => {
             let path = config.data_dir.as_ref().map(|d| d.join("qhost.db"));
             Ok(Arc::new(LocalStore::open(path.as_deref())?))
         }
+        StoreKind::Redis { url } => Ok(Arc::new(RedisStore::connect(url).await?)),
     }
 }
 
@@ -149,7 +151,9 @@ impl Host {
         let runtime = runtime_for(&config)?;
         let plugins = load_plugins(&config, runtime).await?;
         let source = open_source(&config).context("opening the queue backend")?;
-        let store = open_store(&config).context("opening the idempotency store")?;
+        let store = open_store(&config)
+            .await
+            .context("opening the idempotency store")?;
         Ok(Host::new(config, source, store, Registry::new(plugins)))
     }
 
@@ -201,6 +205,7 @@ impl Host {
                 config: q.clone(),
                 acker,
             });
+            tracing::info!(queue = %q.name, plugin = %q.plugin, "consuming");
             pollers.spawn(run_poller(shared.clone(), ctx, shutdown.clone()));
         }
         pollers.close();

@@ -37,7 +37,8 @@ struct Global {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Consume the configured queues until interrupted (SIGINT or SIGTERM).
+    /// Consume the configured queues until interrupted (SIGINT or SIGTERM), then print what was
+    /// done.
     Run {
         /// Exit once every consumed queue is empty and nothing is in flight, printing a summary.
         #[arg(long)]
@@ -84,6 +85,10 @@ struct SendArgs {
     /// FIFO message group.
     #[arg(long)]
     group: Option<String>,
+    /// Deliver this many copies under one message id, as SQS's at-least-once delivery
+    /// sometimes does (local queue only): a way to watch duplicate suppression work.
+    #[arg(long, default_value_t = 1)]
+    copies: usize,
 }
 
 #[derive(Subcommand)]
@@ -162,24 +167,22 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn run(config: Config, until_idle: bool) -> anyhow::Result<()> {
-    let host = qhost::Host::from_config(config).await?;
+    // Listen first: a SIGTERM while plugins compile must still mean "stop cleanly".
     let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("listening for SIGTERM")?;
+    tokio::spawn(cancel_on_signal(term, shutdown.clone()));
+    let host = qhost::Host::from_config(config).await?;
     if until_idle {
         host.run_until_idle(shutdown).await?;
-        println!("{}", host.stats());
     } else {
         host.run(shutdown).await?;
     }
+    println!("{}", host.stats());
     Ok(())
 }
 
-async fn cancel_on_signal(shutdown: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut term) = signal(SignalKind::terminate()) else {
-        tracing::error!("cannot listen for SIGTERM");
-        return;
-    };
+async fn cancel_on_signal(mut term: tokio::signal::unix::Signal, shutdown: CancellationToken) {
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
@@ -225,21 +228,30 @@ async fn send(config: Config, args: SendArgs) -> anyhow::Result<()> {
         .collect::<anyhow::Result<_>>()?;
     msg.delay_seconds = args.delay;
     msg.group_id = args.group;
-    let source = qhost::host::open_source(&config)?;
-    let ids = source.send(&[msg]).await?;
+    let ids = if args.copies == 1 {
+        qhost::host::open_source(&config)?.send(&[msg]).await?
+    } else {
+        local_queue(&config)?
+            .send_copies(&[msg], args.copies)
+            .await?
+    };
     for id in ids {
         println!("{id}");
     }
     Ok(())
 }
 
-async fn peek(config: Config, queue: &str, limit: usize) -> anyhow::Result<()> {
+/// The local queue, for the commands only it supports.
+fn local_queue(config: &Config) -> anyhow::Result<qhost::source::local::LocalQueue> {
     if config.source != qhost::config::SourceKind::Local {
-        bail!("peek reads the local queue only");
+        bail!("this works on the local queue only (source.kind = \"local\")");
     }
     let path = config.data_dir.as_ref().map(|d| d.join("qhost.db"));
-    let local = qhost::source::local::LocalQueue::open(path.as_deref(), Default::default())?;
-    for m in local.peek(queue, limit).await? {
+    qhost::source::local::LocalQueue::open(path.as_deref(), Default::default())
+}
+
+async fn peek(config: Config, queue: &str, limit: usize) -> anyhow::Result<()> {
+    for m in local_queue(&config)?.peek(queue, limit).await? {
         let attrs: Vec<String> = m
             .attributes
             .iter()

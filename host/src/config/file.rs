@@ -31,6 +31,7 @@ pub struct RawSource {
 pub struct RawIdempotency {
     pub kind: Option<String>,
     pub namespace: Option<String>,
+    pub url: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -51,4 +52,5 @@ pub struct RawQueue {
     pub dead_letter: Option<String>,
     pub route_attribute: Option<String>,
     pub max_receives: Option<u32>,
+    pub heartbeat: Option<bool>,
 }

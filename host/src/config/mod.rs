@@ -27,6 +27,11 @@ pub enum SourceKind {
 pub enum StoreKind {
     /// The embedded store in the data directory.
     Local,
+    /// A Redis server.
+    Redis {
+        /// `redis://host:port/db`.
+        url: String,
+    },
 }
 
 /// Retry backoff: `base * 2^(attempt-1)`, capped at `max`, jittered.
@@ -58,6 +63,9 @@ pub struct QueueConfig {
     /// Queue-level redrive: receives after which the queue itself dead-letters a message (a
     /// safety net for messages that crash the host).
     pub max_receives: Option<u32>,
+    /// Whether to extend the lease and visibility while a handler runs. Off only for handlers
+    /// that must never outlive their visibility timeout (and for tests of lease expiry).
+    pub heartbeat: bool,
 }
 
 /// The checked configuration.
@@ -143,7 +151,7 @@ impl Config {
             shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),
             max_plugin_memory_mib,
             source: source_kind(raw.source.and_then(|s| s.kind))?,
-            store: store_kind(raw.idempotency.and_then(|i| i.kind))?,
+            store: store_kind(raw.idempotency.unwrap_or_default())?,
             namespace,
             retry: RetryPolicy {
                 base: Duration::from_secs(base.into()),
@@ -226,6 +234,7 @@ fn queue(index: usize, q: RawQueue) -> anyhow::Result<QueueConfig> {
         dead_letter,
         route_attribute: q.route_attribute,
         max_receives: q.max_receives,
+        heartbeat: q.heartbeat.unwrap_or(true),
     })
 }
 
@@ -245,10 +254,20 @@ fn source_kind(kind: Option<String>) -> anyhow::Result<SourceKind> {
     }
 }
 
-fn store_kind(kind: Option<String>) -> anyhow::Result<StoreKind> {
-    match kind.as_deref().unwrap_or("local") {
-        "local" => Ok(StoreKind::Local),
-        other => bail!("idempotency.kind `{other}` is not supported; expected `local`"),
+fn store_kind(raw: file::RawIdempotency) -> anyhow::Result<StoreKind> {
+    match (raw.kind.as_deref().unwrap_or("local"), raw.url) {
+        ("local", None) => Ok(StoreKind::Local),
+        ("local", Some(_)) => bail!("idempotency.url is only for kind = \"redis\""),
+        ("redis", url) => {
+            let url = url.unwrap_or_else(|| "redis://127.0.0.1:6379/".into());
+            if !url.starts_with("redis://") && !url.starts_with("rediss://") {
+                bail!("idempotency.url `{url}` must start with redis:// or rediss://");
+            }
+            Ok(StoreKind::Redis { url })
+        }
+        (other, _) => {
+            bail!("idempotency.kind `{other}` is not supported; expected `local` or `redis`")
+        }
     }
 }
 
@@ -315,6 +334,11 @@ mod tests {
                 "configured twice",
             ),
             ("[source]\nkind = \"kafka\"", "source.kind"),
+            (
+                "[idempotency]\nkind = \"redis\"\nurl = \"http://x\"",
+                "idempotency.url",
+            ),
+            ("[idempotency]\nurl = \"redis://x\"", "idempotency.url"),
             ("[retry]\nbase-secs = 10\nmax-secs = 5", "retry.max-secs"),
             ("max-in-flite = 3", "unknown field `max-in-flite`"),
             (

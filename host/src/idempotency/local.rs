@@ -21,7 +21,8 @@ CREATE TABLE IF NOT EXISTS idempotency (
     owner TEXT,
     fencing INTEGER NOT NULL,
     expires_at_ms INTEGER NOT NULL,
-    outbox TEXT
+    outbox TEXT,
+    outbox_at_ms INTEGER
 );
 ";
 
@@ -37,6 +38,7 @@ struct Row {
     fencing: u64,
     expires_at_ms: i64,
     outbox: Option<String>,
+    outbox_at_ms: Option<i64>,
 }
 
 impl LocalStore {
@@ -51,7 +53,8 @@ impl LocalStore {
 fn read(tx: &Transaction<'_>, key: &str) -> anyhow::Result<Option<Row>> {
     Ok(tx
         .prepare_cached(
-            "SELECT state, owner, fencing, expires_at_ms, outbox FROM idempotency WHERE key = ?1",
+            "SELECT state, owner, fencing, expires_at_ms, outbox, outbox_at_ms
+             FROM idempotency WHERE key = ?1",
         )?
         .query_row([key], |r| {
             Ok(Row {
@@ -60,6 +63,7 @@ fn read(tx: &Transaction<'_>, key: &str) -> anyhow::Result<Option<Row>> {
                 fencing: r.get::<_, i64>(2)? as u64,
                 expires_at_ms: r.get(3)?,
                 outbox: r.get(4)?,
+                outbox_at_ms: r.get(5)?,
             })
         })
         .optional()?)
@@ -75,7 +79,12 @@ fn acquire_one(tx: &Transaction<'_>, req: &LeaseRequest, now: i64) -> anyhow::Re
                 Some(json) => serde_json::from_str::<Vec<Outgoing>>(json)?,
                 None => Vec::new(),
             };
-            return Ok(Acquired::Completed { pending_outbox });
+            let since = live.and_then(|r| r.outbox_at_ms).unwrap_or(now);
+            let pending_for = Duration::from_millis((now - since).max(0) as u64);
+            return Ok(Acquired::Completed {
+                pending_outbox,
+                pending_for,
+            });
         }
         Some("leased") => {
             let left = live.map_or(0, |r| r.expires_at_ms - now);
@@ -91,7 +100,7 @@ fn acquire_one(tx: &Transaction<'_>, req: &LeaseRequest, now: i64) -> anyhow::Re
         "INSERT INTO idempotency (key, state, owner, fencing, expires_at_ms, outbox)
          VALUES (?1, 'leased', ?2, ?3, ?4, NULL)
          ON CONFLICT (key) DO UPDATE SET state = 'leased', owner = ?2, fencing = ?3,
-             expires_at_ms = ?4, outbox = NULL",
+             expires_at_ms = ?4, outbox = NULL, outbox_at_ms = NULL",
     )?
     .execute(params![
         req.key,
@@ -129,12 +138,13 @@ fn complete_one(tx: &Transaction<'_>, done: &Completion) -> anyhow::Result<bool>
     } else {
         Some(serde_json::to_string(&done.outbox)?)
     };
-    let expires = now_ms() as i64 + done.window.as_millis() as i64;
+    let now = now_ms() as i64;
+    let expires = now + done.window.as_millis() as i64;
     update_owned(
         tx,
         &done.lease,
-        "state = 'completed', owner = NULL, expires_at_ms = ?4, outbox = ?5",
-        &[&expires, &outbox],
+        "state = 'completed', owner = NULL, expires_at_ms = ?4, outbox = ?5, outbox_at_ms = ?6",
+        &[&expires, &outbox, &now],
     )
 }
 
@@ -184,7 +194,8 @@ impl IdempotencyStore for LocalStore {
         let key = key.to_string();
         self.write(move |tx| {
             tx.prepare_cached(
-                "UPDATE idempotency SET outbox = NULL WHERE key = ?1 AND state = 'completed'",
+                "UPDATE idempotency SET outbox = NULL, outbox_at_ms = NULL
+                 WHERE key = ?1 AND state = 'completed'",
             )?
             .execute([key])?;
             Ok(())
@@ -228,6 +239,7 @@ mod tests {
         LeaseRequest {
             key: key.into(),
             ttl: Duration::from_millis(ttl_ms),
+            window: Duration::from_secs(60),
         }
     }
 
@@ -253,7 +265,7 @@ mod tests {
         assert_eq!(store.complete(&[done]).await.unwrap(), vec![true]);
         let third = store.acquire(&[req("k", 60_000)]).await.unwrap();
         assert!(
-            matches!(&third[0], Acquired::Completed { pending_outbox } if pending_outbox.len() == 1)
+            matches!(&third[0], Acquired::Completed { pending_outbox, .. } if pending_outbox.len() == 1)
         );
         store.outbox_sent("k").await.unwrap();
         assert_eq!(

@@ -15,6 +15,7 @@
 
 pub mod key;
 pub mod local;
+pub mod redis;
 
 use std::time::Duration;
 
@@ -29,6 +30,9 @@ pub struct LeaseRequest {
     pub key: String,
     /// How long the lease lasts unless extended.
     pub ttl: Duration,
+    /// How long the key will be remembered once completed; the fencing counter outlives it, so
+    /// tokens keep growing for as long as anyone could hold an older one.
+    pub window: Duration,
 }
 
 /// A granted lease: proof of ownership for extend, complete and release.
@@ -48,10 +52,13 @@ pub enum Acquired {
     /// The caller owns the key now and should run the handler.
     Granted(Lease),
     /// The work was done already; `pending_outbox` holds messages committed but not yet
-    /// confirmed sent (a crash came between commit and send).
+    /// confirmed sent: either the completer is sending them right now, or it crashed between
+    /// commit and send. `pending_for` tells the two apart.
     Completed {
         /// Outbox messages still to send.
         pending_outbox: Vec<Outgoing>,
+        /// How long ago the outbox was committed (zero when there is none).
+        pending_for: Duration,
     },
     /// Another worker holds a live lease; try again after this long.
     Busy {

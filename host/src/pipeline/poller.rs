@@ -76,6 +76,9 @@ pub fn heartbeat(
     lease: &Lease,
 ) -> CancellationToken {
     let stop = CancellationToken::new();
+    if !queue.config.heartbeat {
+        return stop;
+    }
     let visibility = queue.config.visibility;
     let period = (visibility / 3).max(Duration::from_millis(100));
     let (shared, queue_name, receipt, lease) = (

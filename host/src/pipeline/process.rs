@@ -61,6 +61,7 @@ pub async fn dispatch(
         .map(|(p, _)| LeaseRequest {
             key: p.scoped_key.clone(),
             ttl: queue.config.visibility,
+            window: p.plugin.manifest.dedup_window(),
         })
         .collect();
     match shared.store.acquire(&requests).await {
@@ -140,7 +141,17 @@ async fn leased(shared: Shared, queue: Arc<QueueCtx>, p: Prepared, acquired: Acq
     let plugin = p.plugin.name.clone();
     match acquired {
         Acquired::Granted(lease) => run(&shared, &queue, p, lease).await,
-        Acquired::Completed { pending_outbox } => {
+        Acquired::Completed {
+            pending_outbox,
+            pending_for,
+        } if !pending_outbox.is_empty() && pending_for < queue.config.visibility => {
+            // The worker that completed the key is most likely sending this outbox right now;
+            // sending it too would only make copies. Look again once that worker would have
+            // finished, or been presumed dead.
+            let delay = busy_delay(&shared, &p.msg, queue.config.visibility - pending_for);
+            put_back(&shared, &queue, &p.msg, &plugin, delay, Event::Busy).await;
+        }
+        Acquired::Completed { pending_outbox, .. } => {
             tracing::debug!(queue = %p.msg.queue, message_id = %p.msg.id, key = %p.key, "duplicate of completed work; acking without running");
             shared.stats.record(&p.msg.queue, &plugin, Event::Duplicate);
             finish(

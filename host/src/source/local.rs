@@ -5,6 +5,10 @@
 //! FIFO groups (only the head of a group is ever visible, so a group is handled in order, one
 //! message at a time) and a redrive policy that moves a message to its dead-letter queue once
 //! its receive count passes a maximum. Queues spring into being on first use.
+//!
+//! It can also do on purpose what SQS does by accident: deliver copies of one message under one
+//! message id ([`LocalQueue::send_copies`]), so handlers and the host's duplicate suppression
+//! can be tried locally.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -23,7 +27,7 @@ const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS messages (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     queue TEXT NOT NULL,
-    id TEXT NOT NULL UNIQUE,
+    id TEXT NOT NULL,
     body BLOB NOT NULL,
     attributes TEXT NOT NULL,
     group_id TEXT,
@@ -34,6 +38,7 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE INDEX IF NOT EXISTS messages_order ON messages (queue, seq);
 CREATE INDEX IF NOT EXISTS messages_group ON messages (queue, group_id, seq);
+CREATE INDEX IF NOT EXISTS messages_id ON messages (id);
 CREATE UNIQUE INDEX IF NOT EXISTS messages_receipt ON messages (receipt);
 ";
 
@@ -84,6 +89,35 @@ impl LocalQueue {
                 Ok(rows.collect::<Result<Vec<_>, _>>()?)
             })
             .await
+    }
+
+    /// Sends each message `copies` times under one message id, as an at-least-once queue may
+    /// deliver it; returns the ids.
+    pub async fn send_copies(
+        &self,
+        messages: &[Outgoing],
+        copies: usize,
+    ) -> anyhow::Result<Vec<String>> {
+        let messages = messages.to_vec();
+        let ids = self
+            .db
+            .call(move |c| {
+                let tx = c.transaction()?;
+                let now = now_ms() as i64;
+                let mut ids = Vec::with_capacity(messages.len());
+                for m in &messages {
+                    let id = uuid::Uuid::new_v4().to_string();
+                    for _ in 0..copies {
+                        insert(&tx, m, &id, now)?;
+                    }
+                    ids.push(id);
+                }
+                tx.commit()?;
+                Ok(ids)
+            })
+            .await?;
+        self.sent.notify_waiters();
+        Ok(ids)
     }
 
     async fn try_receive(
@@ -174,8 +208,7 @@ fn row_to_received(r: &rusqlite::Row<'_>) -> rusqlite::Result<Received> {
     })
 }
 
-fn insert(c: &Connection, msg: &Outgoing, now: i64) -> anyhow::Result<String> {
-    let id = uuid::Uuid::new_v4().to_string();
+fn insert(c: &Connection, msg: &Outgoing, id: &str, now: i64) -> anyhow::Result<()> {
     let visible_at = now + i64::from(msg.delay_seconds) * 1000;
     c.prepare_cached(
         "INSERT INTO messages (queue, id, body, attributes, group_id, sent_at_ms, visible_at_ms)
@@ -190,7 +223,7 @@ fn insert(c: &Connection, msg: &Outgoing, now: i64) -> anyhow::Result<String> {
         now,
         visible_at
     ])?;
-    Ok(id)
+    Ok(())
 }
 
 #[async_trait]
@@ -277,22 +310,7 @@ impl QueueSource for LocalQueue {
     }
 
     async fn send(&self, messages: &[Outgoing]) -> Result<Vec<String>, SourceError> {
-        let messages = messages.to_vec();
-        let ids = self
-            .db
-            .call(move |c| {
-                let tx = c.transaction()?;
-                let now = now_ms() as i64;
-                let ids = messages
-                    .iter()
-                    .map(|m| insert(&tx, m, now))
-                    .collect::<anyhow::Result<Vec<_>>>()?;
-                tx.commit()?;
-                Ok(ids)
-            })
-            .await?;
-        self.sent.notify_waiters();
-        Ok(ids)
+        Ok(self.send_copies(messages, 1).await?)
     }
 
     async fn depth(&self, queue: &str) -> Result<QueueDepth, SourceError> {
@@ -391,6 +409,19 @@ mod tests {
         let next = q.receive("q", 10, VIS, NOW).await.unwrap();
         assert_eq!(next.len(), 1);
         assert_eq!(next[0].body, b"a2");
+    }
+
+    #[tokio::test]
+    async fn copies_share_a_message_id_and_are_delivered_separately() {
+        let q = queue();
+        let ids = q
+            .send_copies(&[Outgoing::new("q", "twice")], 2)
+            .await
+            .unwrap();
+        let got = q.receive("q", 10, VIS, NOW).await.unwrap();
+        assert_eq!(got.len(), 2);
+        assert!(got.iter().all(|m| m.id == ids[0]));
+        assert_ne!(got[0].receipt, got[1].receipt);
     }
 
     #[tokio::test]

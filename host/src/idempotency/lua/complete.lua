@@ -1,0 +1,15 @@
+-- Mark a leased key completed, with its outbox, if ARGV[1] still owns it.
+-- KEYS[1] the record; ARGV[2] dedup window ms; ARGV[3] outbox JSON ('' for none).
+local f = redis.call('HMGET', KEYS[1], 'state', 'owner')
+if f[1] ~= 'leased' or f[2] ~= ARGV[1] then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'state', 'completed')
+redis.call('HDEL', KEYS[1], 'owner')
+if ARGV[3] ~= '' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('HSET', KEYS[1], 'outbox', ARGV[3], 'outbox_at', now)
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1

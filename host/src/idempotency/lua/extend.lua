@@ -1,0 +1,7 @@
+-- Extend a lease, if ARGV[1] still owns it. KEYS[1] the record; ARGV[2] lease ms.
+local f = redis.call('HMGET', KEYS[1], 'state', 'owner')
+if f[1] ~= 'leased' or f[2] ~= ARGV[1] then
+  return 0
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1

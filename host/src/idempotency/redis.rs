@@ -1,0 +1,283 @@
+//! The Redis idempotency store: each state change is one Lua script, so it is atomic, and a
+//! batch of acquisitions is one pipelined round trip.
+//!
+//! Layout per key (the braces are a Redis Cluster hash tag, so both live in one slot):
+//!
+//! ```text
+//! NS:{PLUGIN:KEY}        hash  state = leased | completed, owner, fence,
+//!                              outbox (JSON) and outbox_at (ms, Redis clock) until sent
+//!                              TTL = the lease while leased, the dedup window once completed
+//! NS:{PLUGIN:KEY}:fence  counter for fencing tokens (INCR), outliving the record
+//! ```
+//!
+//! A lease that lapses is simply gone (its TTL ran out), which is what makes a crashed
+//! worker's key acquirable again. Every pipeline also sends `SCRIPT LOAD`, so a Redis that
+//! restarted (and forgot its script cache) never answers `NOSCRIPT`.
+//!
+//! The connection manager reconnects by itself. While Redis is unreachable every call fails,
+//! and the pipeline fails closed: nothing runs without a lease.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_trait::async_trait;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Script, Value};
+
+use super::{Acquired, Completion, IdempotencyStore, KeyStatus, Lease, LeaseRequest};
+use crate::message::Outgoing;
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
+static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
+static COMPLETE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/complete.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
+static OUTBOX_SENT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/outbox_sent.lua")));
+
+/// How long one call may wait for Redis before it counts as down.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The fencing counter's key for a record key.
+pub fn fence_key(key: &str) -> String {
+    format!("{key}:fence")
+}
+
+/// The Redis idempotency store.
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: ConnectionManager,
+    round_trips: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("round_trips", &self.round_trips())
+            .finish_non_exhaustive()
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis().max(1) as u64
+}
+
+impl RedisStore {
+    /// Connects to `url` (`redis://host:port/db`). An unreachable server is an error here, at
+    /// start; later outages are survived.
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        let client =
+            redis::Client::open(url).with_context(|| format!("invalid Redis URL {url}"))?;
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_connection_timeout(Some(RESPONSE_TIMEOUT))
+            .set_max_delay(Duration::from_secs(2))
+            .set_number_of_retries(2);
+        let conn = client
+            .get_connection_manager_with_config(config)
+            .await
+            .with_context(|| format!("cannot connect to Redis at {url}"))?;
+        Ok(RedisStore {
+            conn,
+            round_trips: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// Round trips made so far (a pipeline counts once), for measuring.
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> anyhow::Result<T> {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let mut conn = self.conn.clone();
+        pipe.query_async(&mut conn)
+            .await
+            .context("Redis call failed")
+    }
+
+    /// One owner-checked script on one lease; returns whether the owner still held it.
+    async fn owned(&self, script: &Script, lease: &Lease, args: &[String]) -> anyhow::Result<bool> {
+        let mut invocation = script.key(&lease.key);
+        invocation.arg(&lease.owner);
+        for a in args {
+            invocation.arg(a);
+        }
+        let mut pipe = redis::pipe();
+        pipe.load_script(script).ignore().invoke_script(&invocation);
+        let (done,): (i64,) = self.query(&pipe).await?;
+        Ok(done == 1)
+    }
+}
+
+fn parse_acquired(key: &str, owner: String, reply: Vec<String>) -> anyhow::Result<Acquired> {
+    match reply.as_slice() {
+        [kind, fence] if kind == "granted" => Ok(Acquired::Granted(Lease {
+            key: key.to_string(),
+            owner,
+            fencing_token: fence.parse().context("fencing token")?,
+        })),
+        [kind, outbox, age] if kind == "completed" => Ok(Acquired::Completed {
+            pending_outbox: decode_outbox(outbox)?,
+            pending_for: Duration::from_millis(age.parse::<i64>().unwrap_or(0).max(0) as u64),
+        }),
+        [kind, pttl] if kind == "busy" => Ok(Acquired::Busy {
+            retry_after: Duration::from_millis(pttl.parse::<i64>().unwrap_or(0).max(0) as u64),
+        }),
+        other => anyhow::bail!("unexpected reply from the acquire script: {other:?}"),
+    }
+}
+
+fn decode_outbox(json: &str) -> anyhow::Result<Vec<Outgoing>> {
+    if json.is_empty() {
+        return Ok(Vec::new());
+    }
+    serde_json::from_str(json).context("decoding a stored outbox")
+}
+
+fn encode_outbox(outbox: &[Outgoing]) -> anyhow::Result<String> {
+    if outbox.is_empty() {
+        return Ok(String::new());
+    }
+    Ok(serde_json::to_string(outbox)?)
+}
+
+#[async_trait]
+impl IdempotencyStore for RedisStore {
+    async fn acquire(&self, requests: &[LeaseRequest]) -> anyhow::Result<Vec<Acquired>> {
+        let owners: Vec<String> = requests
+            .iter()
+            .map(|_| uuid::Uuid::new_v4().to_string())
+            .collect();
+        let mut pipe = redis::pipe();
+        pipe.load_script(&ACQUIRE).ignore();
+        for (r, owner) in requests.iter().zip(&owners) {
+            let mut invocation = ACQUIRE.key(&r.key);
+            invocation
+                .key(fence_key(&r.key))
+                .arg(owner)
+                .arg(ms(r.ttl))
+                .arg(ms(r.window + r.ttl));
+            pipe.invoke_script(&invocation);
+        }
+        let replies: Vec<Vec<String>> = self.query(&pipe).await?;
+        requests
+            .iter()
+            .zip(owners)
+            .zip(replies)
+            .map(|((r, owner), reply)| parse_acquired(&r.key, owner, reply))
+            .collect()
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> anyhow::Result<bool> {
+        self.owned(&EXTEND, lease, &[ms(ttl).to_string()]).await
+    }
+
+    async fn complete(&self, completions: &[Completion]) -> anyhow::Result<Vec<bool>> {
+        let mut pipe = redis::pipe();
+        pipe.load_script(&COMPLETE).ignore();
+        for c in completions {
+            let mut invocation = COMPLETE.key(&c.lease.key);
+            invocation
+                .arg(&c.lease.owner)
+                .arg(ms(c.window))
+                .arg(encode_outbox(&c.outbox)?);
+            pipe.invoke_script(&invocation);
+        }
+        let done: Vec<i64> = self.query(&pipe).await?;
+        Ok(done.into_iter().map(|d| d == 1).collect())
+    }
+
+    async fn outbox_sent(&self, key: &str) -> anyhow::Result<()> {
+        let mut pipe = redis::pipe();
+        pipe.load_script(&OUTBOX_SENT)
+            .ignore()
+            .invoke_script(&OUTBOX_SENT.key(key))
+            .ignore();
+        self.query::<()>(&pipe).await
+    }
+
+    async fn release(&self, lease: &Lease) -> anyhow::Result<bool> {
+        self.owned(&RELEASE, lease, &[]).await
+    }
+
+    async fn status(&self, key: &str) -> anyhow::Result<KeyStatus> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("HMGET")
+            .arg(key)
+            .arg("state")
+            .arg("owner")
+            .arg("fence")
+            .arg("outbox");
+        let (fields,): (Vec<Value>,) = self.query(&pipe).await?;
+        let text =
+            |i: usize| -> Option<String> { redis::from_redis_value(fields.get(i)?.clone()).ok() };
+        Ok(match text(0).as_deref() {
+            Some("leased") => KeyStatus::InProgress {
+                owner: text(1).unwrap_or_default(),
+                fencing_token: text(2).and_then(|f| f.parse().ok()).unwrap_or(0),
+            },
+            Some("completed") => KeyStatus::Completed {
+                pending_outbox: decode_outbox(&text(3).unwrap_or_default())?.len(),
+            },
+            _ => KeyStatus::Unknown,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fence_key;
+    use crate::idempotency::key::scoped;
+
+    /// CRC16/XMODEM, as Redis Cluster uses for key slots.
+    fn crc16(bytes: &[u8]) -> u16 {
+        let mut crc: u16 = 0;
+        for &b in bytes {
+            crc ^= u16::from(b) << 8;
+            for _ in 0..8 {
+                crc = if crc & 0x8000 != 0 {
+                    (crc << 1) ^ 0x1021
+                } else {
+                    crc << 1
+                };
+            }
+        }
+        crc
+    }
+
+    /// The cluster slot of a key: the hash of its first non-empty `{…}` tag, or of all of it.
+    fn slot(key: &str) -> u16 {
+        let tagged = key
+            .find('{')
+            .and_then(|open| {
+                key[open + 1..]
+                    .find('}')
+                    .map(|len| &key[open + 1..open + 1 + len])
+            })
+            .filter(|tag| !tag.is_empty());
+        crc16(tagged.unwrap_or(key).as_bytes()) % 16384
+    }
+
+    #[test]
+    fn slots_follow_the_redis_cluster_rule() {
+        // Reference values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+    }
+
+    #[test]
+    fn every_key_a_script_touches_shares_one_slot() {
+        for (plugin, key) in [("mail", "k1"), ("orders", "a/b/0"), ("x", "}{"), ("p", "")] {
+            let record = scoped("qhost", plugin, key);
+            assert_eq!(slot(&record), slot(&fence_key(&record)), "{record}");
+            assert_eq!(
+                slot(&record),
+                slot(&format!("{{{plugin}:{key}}}")),
+                "{record}"
+            );
+        }
+    }
+}
