@@ -7,6 +7,8 @@ use std::sync::OnceLock;
 
 pub mod faults;
 pub mod harness;
+pub mod processes;
+pub mod redis_server;
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {

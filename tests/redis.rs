@@ -1,0 +1,256 @@
+//! The Redis idempotency store against a real Redis server: its state machine, the pipeline
+//! over it when a lease lapses, and surviving a Redis crash mid-stream.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use qhost::Host;
+use qhost::idempotency::redis::RedisStore;
+use qhost::idempotency::{Acquired, Completion, IdempotencyStore, KeyStatus, Lease, LeaseRequest};
+use qhost::message::Outgoing;
+use qhost::source::QueueSource;
+use qhost_e2e::harness::{TestEnv, contents, queue_toml, run_until_idle, send_all};
+use qhost_e2e::redis_server::{RedisServer, connect, record, shared_url, unique_namespace};
+
+fn request(key: &str, ttl: Duration) -> LeaseRequest {
+    LeaseRequest {
+        key: key.to_string(),
+        ttl,
+        window: Duration::from_secs(60),
+    }
+}
+
+async fn grant(store: &RedisStore, key: &str, ttl: Duration) -> Lease {
+    match store
+        .acquire(&[request(key, ttl)])
+        .await
+        .expect("acquire")
+        .remove(0)
+    {
+        Acquired::Granted(lease) => lease,
+        other => panic!("expected a grant for {key}, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn leases_complete_once_and_a_lapsed_owner_is_refused() {
+    let store = RedisStore::connect(&shared_url()).await.unwrap();
+    let key = qhost::idempotency::key::scoped(&unique_namespace("store"), "p", "k");
+
+    let first = grant(&store, &key, Duration::from_millis(300)).await;
+    assert_eq!(first.fencing_token, 1);
+    let busy = store
+        .acquire(&[request(&key, Duration::from_secs(5))])
+        .await
+        .unwrap();
+    assert!(
+        matches!(busy[0], Acquired::Busy { retry_after } if retry_after <= Duration::from_millis(300))
+    );
+
+    tokio::time::sleep(Duration::from_millis(400)).await; // the first lease lapses
+    let second = grant(&store, &key, Duration::from_secs(30)).await;
+    assert_eq!(second.fencing_token, 2, "fencing tokens grow across grants");
+    assert!(!store.extend(&first, Duration::from_secs(30)).await.unwrap());
+    assert!(!store.release(&first).await.unwrap());
+    let stale = Completion {
+        lease: first,
+        outbox: vec![],
+        window: Duration::from_secs(60),
+    };
+    assert_eq!(
+        store.complete(&[stale]).await.unwrap(),
+        vec![false],
+        "the lapsed owner cannot complete"
+    );
+    assert!(matches!(
+        store.status(&key).await.unwrap(),
+        KeyStatus::InProgress {
+            fencing_token: 2,
+            ..
+        }
+    ));
+
+    assert!(
+        store
+            .extend(&second, Duration::from_secs(30))
+            .await
+            .unwrap()
+    );
+    let done = Completion {
+        lease: second,
+        outbox: vec![Outgoing::new("next", "x")],
+        window: Duration::from_secs(60),
+    };
+    assert_eq!(store.complete(&[done]).await.unwrap(), vec![true]);
+    let again = store
+        .acquire(&[request(&key, Duration::from_secs(5))])
+        .await
+        .unwrap();
+    assert!(
+        matches!(&again[0], Acquired::Completed { pending_outbox, pending_for } if pending_outbox[0].queue == "next" && *pending_for < Duration::from_secs(5))
+    );
+    store.outbox_sent(&key).await.unwrap();
+    assert_eq!(
+        store.status(&key).await.unwrap(),
+        KeyStatus::Completed { pending_outbox: 0 }
+    );
+}
+
+#[tokio::test]
+async fn a_batch_is_leased_in_one_round_trip() {
+    let store = RedisStore::connect(&shared_url()).await.unwrap();
+    let ns = unique_namespace("batch");
+    let requests: Vec<_> = (0..10)
+        .map(|i| {
+            request(
+                &qhost::idempotency::key::scoped(&ns, "p", &i.to_string()),
+                Duration::from_secs(5),
+            )
+        })
+        .collect();
+    let before = store.round_trips();
+    let acquired = store.acquire(&requests).await.unwrap();
+    assert_eq!(store.round_trips() - before, 1);
+    assert!(acquired.iter().all(|a| matches!(a, Acquired::Granted(_))));
+    let completions: Vec<_> = acquired
+        .into_iter()
+        .map(|a| match a {
+            Acquired::Granted(lease) => Completion {
+                lease,
+                outbox: vec![],
+                window: Duration::from_secs(60),
+            },
+            _ => unreachable!(),
+        })
+        .collect();
+    let before = store.round_trips();
+    assert_eq!(store.complete(&completions).await.unwrap(), vec![true; 10]);
+    assert_eq!(store.round_trips() - before, 1);
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_at_start_is_one_clear_error() {
+    let env = TestEnv::new();
+    env.install("fixture", "fixture", "");
+    let mut dead = RedisServer::start();
+    let url = dead.url();
+    dead.kill();
+    let config = env.config(&format!(
+        "[idempotency]\nkind = \"redis\"\nurl = \"{url}\"\n{}",
+        queue_toml("jobs", "fixture")
+    ));
+    let err = Host::from_config(config).await.unwrap_err();
+    let message = format!("{err:#}");
+    assert!(
+        message.contains("cannot connect to Redis at") && message.contains(&url),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handler_that_outlives_its_lease_cannot_complete_over_the_new_owner() {
+    let env = TestEnv::new();
+    env.install("fixture", "fixture", "");
+    let ns = unique_namespace("expiry");
+    // No heartbeat, a one-second visibility: the first delivery's handler sleeps past both, the
+    // message is delivered again, and the second delivery takes a new lease and finishes first.
+    let queue = queue_toml("jobs", "fixture").replace(
+        "visibility-timeout-secs = 5",
+        "visibility-timeout-secs = 1\nheartbeat = false",
+    );
+    let config = env.config(&format!(
+        "[idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{ns}\"\n{queue}",
+        shared_url()
+    ));
+    let host = env.host(config).await;
+    let ids = send_all(&env.queue(), "jobs", &["slow-first:2500"], &[]).await;
+
+    // Returns once the queue is empty and in-flight calls (the slow first one) have returned.
+    run_until_idle(&host).await;
+
+    let c = host.stats().total();
+    assert_eq!((c.invoked, c.acked, c.lost_leases), (2, 1, 1), "{c:?}");
+    let fenced = contents(&env.queue(), "fenced").await;
+    let bodies: Vec<_> = fenced
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.body).into_owned())
+        .collect();
+    assert_eq!(bodies, vec!["2"], "only the newer owner's outbox went out");
+    let mut conn = connect(&shared_url()).await;
+    let key = qhost::idempotency::key::scoped(&ns, "fixture", &ids[0]);
+    assert_eq!(
+        record(&mut conn, &key).await,
+        (Some("completed".into()), Some(2))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redis_crash_mid_stream_runs_nothing_unleased_and_loses_nothing() {
+    let env = TestEnv::new();
+    env.install("fixture", "fixture", "");
+    let mut redis = RedisServer::start();
+    let config = env.config(&format!(
+        "[idempotency]\nkind = \"redis\"\nurl = \"{}\"\n{}",
+        redis.url(),
+        queue_toml("jobs", "fixture")
+    ));
+    let host = Arc::new(env.host(config).await);
+    let q = env.queue();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn({
+        let (host, shutdown) = (Arc::clone(&host), shutdown.clone());
+        async move { host.run(shutdown).await }
+    });
+
+    let mut sent = 0;
+    let mut send_some = async |n: usize| {
+        let bodies = vec!["send:sink:ok"; n];
+        send_all(&q, "jobs", &bodies, &[]).await;
+        sent += n;
+    };
+    send_some(100).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    redis.kill();
+    tokio::time::sleep(Duration::from_millis(300)).await; // calls in flight at the crash settle
+    let invoked_at_crash = host.stats().total().invoked;
+    send_some(100).await; // arrives while Redis is down
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let invoked_while_down = host.stats().total().invoked - invoked_at_crash;
+    redis.restart();
+    send_some(100).await;
+
+    let mut waited = 0;
+    while q.depth("jobs").await.unwrap().total() > 0 && waited < 600 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+
+    assert_eq!(
+        invoked_while_down, 0,
+        "no handler ran while no lease could be taken"
+    );
+    assert_eq!(
+        q.depth("jobs").await.unwrap().total(),
+        0,
+        "processing resumed after the restart"
+    );
+    let mut keys: Vec<String> = contents(&q, "sink")
+        .await
+        .iter()
+        .filter_map(|m| qhost_e2e::harness::attr(m, "qhost-idempotency-key").map(str::to_string))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), sent, "every message's effect arrived");
+    assert!(
+        contents(&q, "jobs-dlq").await.is_empty(),
+        "nothing was dead-lettered"
+    );
+    let c = host.stats().total();
+    assert!(
+        c.retried > 0,
+        "messages received during the outage were put back: {c:?}"
+    );
+}

@@ -1,0 +1,104 @@
+//! `qhost` as separate processes, for tests where two hosts share a queue or one is killed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The `qhost` binary, built on first use (a no-op when `cargo test` has built it already).
+pub fn qhost_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let root = crate::workspace();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .current_dir(&root)
+            .args(["build", "-p", "qhost", "--bin", "qhost"])
+            .status()
+            .expect("running cargo to build qhost");
+        assert!(status.success(), "building qhost failed");
+        root.join("target/debug/qhost")
+    })
+}
+
+/// A running `qhost --config FILE run`, its stdout captured (the summary it prints on exit).
+#[derive(Debug)]
+pub struct HostProcess {
+    child: Option<Child>,
+}
+
+impl HostProcess {
+    /// Starts `qhost run` with this configuration file.
+    pub fn start(config: &Path) -> Self {
+        Self::spawn(config, Stdio::null())
+    }
+
+    /// Starts `qhost run` and waits until it logs that it is consuming its queues.
+    pub fn start_consuming(config: &Path) -> Self {
+        let log = config.with_extension(format!("{}.log", uuid::Uuid::new_v4().simple()));
+        let file = std::fs::File::create(&log).expect("log file");
+        let host = Self::spawn(config, Stdio::from(file));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("consuming")
+        {
+            assert!(Instant::now() < deadline, "qhost did not start consuming");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        host
+    }
+
+    fn spawn(config: &Path, stderr: Stdio) -> Self {
+        let child = Command::new(qhost_binary())
+            .arg("--config")
+            .arg(config)
+            .arg("run")
+            .env("QHOST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("starting qhost");
+        HostProcess { child: Some(child) }
+    }
+
+    /// SIGKILL: no drain, no release, leases left to lapse.
+    pub fn kill(mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then waits; returns what it printed (the summary table).
+    pub fn stop(mut self) -> String {
+        let child = self.child.take().expect("running");
+        let pid = child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let out = child.wait_with_output().expect("qhost exits");
+        assert!(out.status.success(), "qhost exited with {}", out.status);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for HostProcess {
+    /// A test that fails part-way leaves no host running.
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+        }
+    }
+}
+
+/// A column of the summary table summed over rows of `queue`.
+pub fn summary_column(summary: &str, queue: &str, column: &str) -> u64 {
+    let mut lines = summary.lines();
+    let Some(header) = lines.next() else { return 0 };
+    let Some(index) = header.split_whitespace().position(|h| h == column) else {
+        return 0;
+    };
+    lines
+        .filter(|l| l.split_whitespace().next() == Some(queue))
+        .filter_map(|l| l.split_whitespace().nth(index)?.parse::<u64>().ok())
+        .sum()
+}

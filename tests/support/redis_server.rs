@@ -1,0 +1,115 @@
+//! Real Redis for the tests: the shared server (127.0.0.1:6379, or `QHOST_TEST_REDIS_URL`)
+//! with a fresh namespace per test, or a private `redis-server` on a free port for tests that
+//! stop and restart it.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The shared server's URL.
+pub fn shared_url() -> String {
+    std::env::var("QHOST_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
+}
+
+/// A namespace no other test uses.
+pub fn unique_namespace(test: &str) -> String {
+    format!("qhost-test-{test}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A connection for reading what the host wrote.
+pub async fn connect(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("Redis URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("Redis is reachable")
+}
+
+/// Fields of a key record: (state, fencing counter).
+pub async fn record(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+) -> (Option<String>, Option<u64>) {
+    let state: Option<String> = redis::cmd("HGET")
+        .arg(key)
+        .arg("state")
+        .query_async(conn)
+        .await
+        .expect("HGET");
+    let fence: Option<u64> = redis::cmd("GET")
+        .arg(format!("{key}:fence"))
+        .query_async(conn)
+        .await
+        .expect("GET");
+    (state, fence)
+}
+
+/// A `redis-server` of this test's own, killed on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    child: Option<Child>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl RedisServer {
+    /// Starts a server that keeps nothing on disk.
+    pub fn start() -> Self {
+        let mut server = RedisServer {
+            port: free_port(),
+            child: None,
+        };
+        server.restart();
+        server
+    }
+
+    /// The server's URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Kills the server (as a crash would: no shutdown, nothing saved).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts (again) on the same port and waits until it answers.
+    pub fn restart(&mut self) {
+        self.kill();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (scripts/test installs it)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
