@@ -20,7 +20,7 @@ use crate::handler::Plugin;
 use crate::idempotency::IdempotencyStore;
 use crate::idempotency::local::LocalStore;
 use crate::idempotency::redis::RedisStore;
-use crate::pipeline::{Acker, QueueCtx, Shared, run_poller};
+use crate::pipeline::{Acker, Completer, QueueCtx, Shared, run_poller};
 use crate::runtime::engine::{EngineSettings, Runtime};
 use crate::runtime::loader;
 use crate::runtime::registry::Registry;
@@ -237,6 +237,7 @@ impl Host {
             in_flight: Arc::new(Semaphore::new(self.config.max_in_flight)),
             tasks: TaskTracker::new(),
             abandon: CancellationToken::new(),
+            completer: Completer::spawn(Arc::clone(&self.store)),
         }
     }
 

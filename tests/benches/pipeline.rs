@@ -1,6 +1,8 @@
-//! Pipeline throughput on the embedded backends (in-memory SQLite queue and idempotency store):
-//! the same messages through a trivial WebAssembly plugin and through a native Rust handler,
-//! in one process, printing messages/second for each and their ratio.
+//! Pipeline throughput on the local queue (in-memory SQLite), in one process: a native Rust
+//! handler as the baseline, the same work through a trivial WebAssembly plugin, and the wasm
+//! plugin with the Redis idempotency store (the shared server at 127.0.0.1:6379, or
+//! `QHOST_TEST_REDIS_URL`), printing messages/second, the ratio to the baseline, and Redis
+//! round trips per message.
 //!
 //! `cargo bench -p qhost-e2e --bench pipeline` (QHOST_BENCH_MESSAGES overrides the 50,000).
 
@@ -8,7 +10,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use qhost::handler::{HandlerMessage, Invocation, Outcome, Plugin};
+use qhost::idempotency::IdempotencyStore;
 use qhost::idempotency::local::LocalStore;
+use qhost::idempotency::redis::RedisStore;
 use qhost::message::Outgoing;
 use qhost::runtime::manifest::Manifest;
 use qhost::runtime::registry::Registry;
@@ -26,6 +30,7 @@ fn config(plugin: &str) -> Config {
     ))
     .expect("bench config");
     c.data_dir = None;
+    c.namespace = format!("qhost-bench-{}", uuid::Uuid::new_v4().simple());
     c
 }
 
@@ -38,12 +43,11 @@ async fn fill(source: &LocalQueue, n: usize) {
     }
 }
 
-/// Messages per second for `n` messages through `plugin`.
-async fn measure(plugin: Plugin, n: usize) -> f64 {
+/// Messages per second for `n` messages through `plugin` with `store`.
+async fn measure(plugin: Plugin, store: Arc<dyn IdempotencyStore>, n: usize) -> f64 {
     let config = config(&plugin.name);
     let source = Arc::new(LocalQueue::open(None, Default::default()).expect("queue"));
     fill(&source, n).await;
-    let store = Arc::new(LocalStore::open(None).expect("store"));
     let host = Host::new(config, source, store, Registry::new([plugin]));
     let started = Instant::now();
     host.run_until_idle(CancellationToken::new())
@@ -72,20 +76,44 @@ fn native_plugin() -> Plugin {
     Plugin::new("native", "native", Manifest::default(), Arc::new(handler))
 }
 
+fn local_store() -> Arc<dyn IdempotencyStore> {
+    Arc::new(LocalStore::open(None).expect("store"))
+}
+
+fn row(label: &str, rate: f64, baseline: f64, extra: &str) {
+    println!("{label:<34} {rate:>9.0} {:>10.2}  {extra}", rate / baseline);
+}
+
 #[tokio::main]
 async fn main() {
     let n: usize = std::env::var("QHOST_BENCH_MESSAGES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(50_000);
-    let wasm = wasm_plugin();
-    println!("pipeline on the local queue, in-memory stores, {n} messages, max-in-flight 64");
-    let wasm_rate = measure(wasm, n).await;
-    println!("wasm plugin (fresh instance per message): {wasm_rate:>10.0} msg/s");
-    let native_rate = measure(native_plugin(), n).await;
-    println!("native Rust handler:                      {native_rate:>10.0} msg/s");
-    println!(
-        "wasm / native:                            {:>10.2}",
-        wasm_rate / native_rate
+    qhost_e2e::built_plugins(); // build before printing, so cargo's output stays out of the table
+    println!("pipeline, {n} messages, max-in-flight 64, local queue in memory");
+    println!("{:<34} {:>9} {:>10}", "", "msg/s", "vs native");
+    let native = measure(native_plugin(), local_store(), n).await;
+    row("native handler, local store", native, native, "");
+    let wasm = measure(wasm_plugin(), local_store(), n).await;
+    row(
+        "wasm plugin, local store",
+        wasm,
+        native,
+        "(fresh instance per message)",
     );
+    let url = qhost_e2e::redis_server::shared_url();
+    match RedisStore::connect(&url).await {
+        Ok(redis) => {
+            let rate = measure(wasm_plugin(), Arc::new(redis.clone()), n).await;
+            let per_message = redis.round_trips() as f64 / n as f64;
+            row(
+                "wasm plugin, Redis store",
+                rate,
+                native,
+                &format!("({per_message:.3} Redis round trips per message)"),
+            );
+        }
+        Err(e) => println!("wasm plugin, Redis store: skipped ({e:#})"),
+    }
 }

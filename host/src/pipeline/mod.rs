@@ -15,6 +15,7 @@
 
 mod acker;
 pub mod backoff;
+mod completer;
 mod deadletter;
 mod dispose;
 mod poller;
@@ -33,6 +34,7 @@ use crate::runtime::registry::Registry;
 use crate::source::QueueSource;
 use crate::stats::Stats;
 pub use acker::Acker;
+pub use completer::Completer;
 pub use poller::run_poller;
 
 /// What every part of the pipeline shares.
@@ -54,6 +56,8 @@ pub struct Shared {
     pub tasks: TaskTracker,
     /// Cancelled when shutdown's grace period is over: unfinished work is released.
     pub abandon: CancellationToken,
+    /// Coalesces completions into batched store calls.
+    pub completer: Completer,
 }
 
 impl std::fmt::Debug for Shared {

@@ -285,17 +285,12 @@ async fn ack(
         outbox: outbox.clone(),
         window: p.plugin.manifest.dedup_window(),
     };
-    match shared
-        .store
-        .complete(&[completion])
-        .await
-        .map(|v| v.first().copied())
-    {
-        Ok(Some(true)) => {
+    match shared.completer.complete(completion).await {
+        Ok(true) => {
             shared.stats.record(&p.msg.queue, &plugin, Event::Acked);
             finish(shared, queue, p.msg, &plugin, &p.scoped_key, outbox).await;
         }
-        Ok(_) => {
+        Ok(false) => {
             // Another worker owns the key now; its result stands. Ours is dropped, and the
             // message comes back when its visibility lapses, to be found completed or leased.
             shared.stats.record(&p.msg.queue, &plugin, Event::LostLease);

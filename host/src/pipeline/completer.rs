@@ -1,0 +1,72 @@
+//! Coalesced completions: completions that are ready together reach the store as one call (one
+//! pipelined Redis round trip).
+//!
+//! There is no linger: the completer takes whatever has queued up while its previous call was in
+//! flight. An idle host pays no latency for it, and a busy one batches more.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::idempotency::{Completion, IdempotencyStore};
+
+/// Completions per store call at most.
+const MAX_BATCH: usize = 64;
+
+type Reply = oneshot::Sender<Result<bool, String>>;
+
+/// Hands completions to the completer task.
+#[derive(Clone, Debug)]
+pub struct Completer {
+    tx: mpsc::UnboundedSender<(Completion, Reply)>,
+}
+
+impl Completer {
+    /// Starts the completer task; it ends when every `Completer` has been dropped.
+    pub fn spawn(store: Arc<dyn IdempotencyStore>) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(store, rx));
+        Completer { tx }
+    }
+
+    /// Records one completion; `Ok(false)` when the lease had passed to another worker.
+    pub async fn complete(&self, completion: Completion) -> anyhow::Result<bool> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send((completion, reply))
+            .map_err(|_| anyhow::anyhow!("the completer has stopped"))?;
+        answer
+            .await
+            .map_err(|_| anyhow::anyhow!("the completer dropped the request"))?
+            .map_err(anyhow::Error::msg)
+    }
+}
+
+async fn run(
+    store: Arc<dyn IdempotencyStore>,
+    mut rx: mpsc::UnboundedReceiver<(Completion, Reply)>,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let (completions, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+        match store.complete(&completions).await {
+            Ok(results) => {
+                for (reply, done) in replies.into_iter().zip(results) {
+                    let _ = reply.send(Ok(done));
+                }
+            }
+            Err(e) => {
+                let message = format!("{e:#}");
+                for reply in replies {
+                    let _ = reply.send(Err(message.clone()));
+                }
+            }
+        }
+    }
+}
