@@ -1,6 +1,7 @@
 //! The data path end to end on the embedded backends, with real plugins built from source.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use qhost::Host;
 use qhost::idempotency::KeyStatus;
@@ -8,7 +9,7 @@ use qhost::message::Attribute;
 use qhost::runtime::registry::Registry;
 use qhost::source::QueueSource;
 use qhost_e2e::faults::FailingAcks;
-use qhost_e2e::harness::{TestEnv, attr, contents, queue_toml, run_until_idle, send_all};
+use qhost_e2e::harness::{Running, TestEnv, attr, contents, queue_toml, run_until_idle, send_all};
 
 const REMINDER_MANIFEST: &str = "[idempotency]\nkey = \"json:/reminder-id\"\non-missing = \"message-id\"\n[config]\nsent-queue = \"sent-emails\"\n";
 
@@ -186,21 +187,12 @@ async fn a_send_from_another_process_reaches_a_running_host() {
     let env = TestEnv::new();
     env.install("fixture", "fixture", "");
     let config = env.config(&queue_toml("jobs", "fixture"));
-    let host = Arc::new(env.host(config).await);
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let running = tokio::spawn({
-        let (host, shutdown) = (Arc::clone(&host), shutdown.clone());
-        async move { host.run(shutdown).await }
-    });
+    let running = Running::start(env.host(config).await);
     // A separate connection to the same database file, as `qhost send` would open.
     send_all(&env.queue(), "jobs", &["ack"], &[]).await;
-    let mut waited = 0;
-    while host.stats().total().acked == 0 && waited < 200 {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        waited += 1;
-    }
-    shutdown.cancel();
-    running.await.unwrap().unwrap();
+    let done = |h: &Host| h.stats().total().acked > 0;
+    running.wait_for(Duration::from_secs(10), done).await;
+    let host = running.stop().await;
     assert_eq!(host.stats().total().acked, 1);
     assert_eq!(env.queue().depth("jobs").await.unwrap().total(), 0);
 }

@@ -1,7 +1,6 @@
 //! The Redis idempotency store against a real Redis server: its state machine, the pipeline
 //! over it when a lease lapses, and surviving a Redis crash mid-stream.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use qhost::Host;
@@ -9,7 +8,7 @@ use qhost::idempotency::redis::RedisStore;
 use qhost::idempotency::{Acquired, Completion, IdempotencyStore, KeyStatus, Lease, LeaseRequest};
 use qhost::message::Outgoing;
 use qhost::source::QueueSource;
-use qhost_e2e::harness::{TestEnv, contents, queue_toml, run_until_idle, send_all};
+use qhost_e2e::harness::{Running, TestEnv, contents, queue_toml, run_until_idle, send_all};
 use qhost_e2e::redis_server::{RedisServer, connect, record, shared_url, unique_namespace};
 
 fn request(key: &str, ttl: Duration) -> LeaseRequest {
@@ -194,13 +193,9 @@ async fn a_redis_crash_mid_stream_runs_nothing_unleased_and_loses_nothing() {
         redis.url(),
         queue_toml("jobs", "fixture")
     ));
-    let host = Arc::new(env.host(config).await);
+    let running = Running::start(env.host(config).await);
+    let host = running.host();
     let q = env.queue();
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let running = tokio::spawn({
-        let (host, shutdown) = (Arc::clone(&host), shutdown.clone());
-        async move { host.run(shutdown).await }
-    });
 
     let mut sent = 0;
     let mut send_some = async |n: usize| {
@@ -219,13 +214,13 @@ async fn a_redis_crash_mid_stream_runs_nothing_unleased_and_loses_nothing() {
     redis.restart();
     send_some(100).await;
 
-    let mut waited = 0;
-    while q.depth("jobs").await.unwrap().total() > 0 && waited < 600 {
+    for _ in 0..600 {
+        if q.depth("jobs").await.unwrap().total() == 0 {
+            break;
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        waited += 1;
     }
-    shutdown.cancel();
-    running.await.unwrap().unwrap();
+    let host = running.stop().await;
 
     assert_eq!(
         invoked_while_down, 0,

@@ -24,8 +24,9 @@ use crate::pipeline::{Acker, Completer, QueueCtx, Shared, run_poller};
 use crate::runtime::engine::{EngineSettings, Runtime};
 use crate::runtime::loader;
 use crate::runtime::registry::Registry;
-use crate::source::QueueSource;
 use crate::source::local::{LocalQueue, Redrive};
+use crate::source::sqs::SqsQueue;
+use crate::source::{QueueSource, SourceError};
 use crate::stats::Stats;
 
 /// How often `run_until_idle` checks whether all work is done.
@@ -68,9 +69,11 @@ fn redrives(config: &Config) -> HashMap<String, Redrive> {
         .collect()
 }
 
-/// Opens the queue backend the configuration names.
-pub fn open_source(config: &Config) -> anyhow::Result<Arc<dyn QueueSource>> {
-    match config.source {
+/// Opens the queue backend the configuration names. For SQS, every consumed queue and its
+/// dead-letter queue must exist: a missing one (or an unreachable endpoint) is one clear error
+/// here, not a stream of failures later.
+pub async fn open_source(config: &Config) -> anyhow::Result<Arc<dyn QueueSource>> {
+    match &config.source {
         SourceKind::Local => {
             let path = config.data_dir.as_ref().map(|d| d.join("qhost.db"));
             Ok(Arc::new(LocalQueue::open(
@@ -78,7 +81,31 @@ pub fn open_source(config: &Config) -> anyhow::Result<Arc<dyn QueueSource>> {
                 redrives(config),
             )?))
         }
+        SourceKind::Sqs(settings) => {
+            let sqs = SqsQueue::connect(settings).await;
+            for q in &config.queues {
+                if let Some(url) = &q.url {
+                    sqs.set_url(&q.name, url);
+                }
+            }
+            check_queues(&sqs, config).await?;
+            Ok(Arc::new(sqs))
+        }
     }
+}
+
+async fn check_queues(sqs: &SqsQueue, config: &Config) -> anyhow::Result<()> {
+    for (i, q) in config.queues.iter().enumerate() {
+        for (field, name) in [("name", &q.name), ("dead-letter", &q.dead_letter)] {
+            sqs.url(name).await.map_err(|e| match e {
+                SourceError::UnknownQueue(_) => {
+                    anyhow::anyhow!("queue[{i}].{field}: SQS queue `{name}` does not exist")
+                }
+                other => anyhow::anyhow!("cannot reach SQS to resolve queue `{name}`: {other:#}"),
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// Opens the idempotency backend the configuration names.
@@ -150,7 +177,20 @@ impl Host {
     pub async fn from_config(config: Config) -> anyhow::Result<Self> {
         let runtime = runtime_for(&config)?;
         let plugins = load_plugins(&config, runtime).await?;
-        let source = open_source(&config).context("opening the queue backend")?;
+        let source = open_source(&config)
+            .await
+            .context("opening the queue backend")?;
+        let store = open_store(&config)
+            .await
+            .context("opening the idempotency store")?;
+        Ok(Host::new(config, source, store, Registry::new(plugins)))
+    }
+
+    /// A host with the plugins and idempotency store the configuration names, consuming from a
+    /// queue backend the caller built (an SQS client with its own credentials, say).
+    pub async fn with_source(config: Config, source: Arc<dyn QueueSource>) -> anyhow::Result<Self> {
+        let runtime = runtime_for(&config)?;
+        let plugins = load_plugins(&config, runtime).await?;
         let store = open_store(&config)
             .await
             .context("opening the idempotency store")?;

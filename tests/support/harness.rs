@@ -85,14 +85,13 @@ pub fn queue_toml(name: &str, plugin: &str) -> String {
     )
 }
 
-/// Sends bodies to `queue`, each with `attributes`.
+/// Sends bodies to `name` through any queue backend, each with `attributes`.
 pub async fn send_all(
-    queue: &LocalQueue,
+    queue: &dyn qhost::source::QueueSource,
     name: &str,
     bodies: &[&str],
     attributes: &[Attribute],
 ) -> Vec<String> {
-    use qhost::source::QueueSource;
     let msgs: Vec<Outgoing> = bodies
         .iter()
         .map(|b| {
@@ -123,7 +122,50 @@ pub fn attr<'a>(msg: &'a Received, name: &str) -> Option<&'a str> {
     qhost::message::find_attribute(&msg.attributes, name).and_then(|a| a.text())
 }
 
-/// Shares a host's source for wrapping.
-pub fn arc<T: qhost::source::QueueSource>(t: T) -> Arc<dyn qhost::source::QueueSource> {
-    Arc::new(t)
+/// A host running in the background until [`Running::stop`].
+#[derive(Debug)]
+pub struct Running {
+    host: Arc<Host>,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Running {
+    /// Starts `host.run` on its own task.
+    pub fn start(host: Host) -> Self {
+        let host = Arc::new(host);
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn({
+            let (host, shutdown) = (Arc::clone(&host), shutdown.clone());
+            async move { host.run(shutdown).await }
+        });
+        Running {
+            host,
+            shutdown,
+            task,
+        }
+    }
+
+    /// The running host.
+    pub fn host(&self) -> &Host {
+        &self.host
+    }
+
+    /// Waits (up to `limit`) until `done` holds for the host.
+    pub async fn wait_for(&self, limit: Duration, done: impl Fn(&Host) -> bool) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while !done(&self.host) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Shuts the host down, waits for it to drain, and hands it back for inspection.
+    pub async fn stop(self) -> Arc<Host> {
+        self.shutdown.cancel();
+        self.task
+            .await
+            .expect("host task")
+            .expect("host ran cleanly");
+        self.host
+    }
 }

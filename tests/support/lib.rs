@@ -9,6 +9,7 @@ pub mod faults;
 pub mod harness;
 pub mod processes;
 pub mod redis_server;
+pub mod sqs_server;
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {

@@ -2,23 +2,23 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// The `qhost` binary, built on first use (a no-op when `cargo test` has built it already).
-pub fn qhost_binary() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let root = crate::workspace();
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .current_dir(&root)
-            .args(["build", "-p", "qhost", "--bin", "qhost"])
-            .status()
-            .expect("running cargo to build qhost");
-        assert!(status.success(), "building qhost failed");
-        root.join("target/debug/qhost")
-    })
+/// The `qhost` command as `cargo test` built it for this package (see `Cargo.toml`): beside the
+/// `deps` folder that holds the running test executable.
+pub fn qhost_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps");
+    let bin = profile_dir.join("qhost-under-test");
+    assert!(
+        bin.exists(),
+        "{} is missing: run the tests with `cargo test`",
+        bin.display()
+    );
+    bin
 }
 
 /// A running `qhost --config FILE run`, its stdout captured (the summary it prints on exit).
@@ -55,6 +55,7 @@ impl HostProcess {
             .arg(config)
             .arg("run")
             .env("QHOST_LOG", "info")
+            .envs(crate::sqs_server::TEST_ENV)
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()

@@ -229,7 +229,10 @@ async fn send(config: Config, args: SendArgs) -> anyhow::Result<()> {
     msg.delay_seconds = args.delay;
     msg.group_id = args.group;
     let ids = if args.copies == 1 {
-        qhost::host::open_source(&config)?.send(&[msg]).await?
+        qhost::host::open_source(&config)
+            .await?
+            .send(&[msg])
+            .await?
     } else {
         local_queue(&config)?
             .send_copies(&[msg], args.copies)

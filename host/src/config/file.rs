@@ -24,6 +24,8 @@ pub struct RawConfig {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RawSource {
     pub kind: Option<String>,
+    pub region: Option<String>,
+    pub endpoint_url: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -45,6 +47,7 @@ pub struct RawRetry {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RawQueue {
     pub name: Option<String>,
+    pub url: Option<String>,
     pub plugin: Option<String>,
     pub visibility_timeout_secs: Option<u32>,
     pub wait_time_secs: Option<u32>,

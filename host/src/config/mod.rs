@@ -20,6 +20,8 @@ use file::{RawConfig, RawQueue};
 pub enum SourceKind {
     /// The embedded queue in the data directory.
     Local,
+    /// Amazon SQS, or an SQS-compatible server.
+    Sqs(crate::source::sqs::SqsSettings),
 }
 
 /// Where leases and completed records live.
@@ -48,6 +50,8 @@ pub struct RetryPolicy {
 pub struct QueueConfig {
     /// Queue name.
     pub name: String,
+    /// The queue's URL, for SQS (otherwise resolved by name).
+    pub url: Option<String>,
     /// The plugin that handles it.
     pub plugin: String,
     /// How long a received message stays hidden; the heartbeat extends it while a handler runs.
@@ -150,7 +154,7 @@ impl Config {
             max_in_flight: max_in_flight as usize,
             shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),
             max_plugin_memory_mib,
-            source: source_kind(raw.source.and_then(|s| s.kind))?,
+            source: source_kind(raw.source.unwrap_or_default())?,
             store: store_kind(raw.idempotency.unwrap_or_default())?,
             namespace,
             retry: RetryPolicy {
@@ -215,7 +219,7 @@ fn queue(index: usize, q: RawQueue) -> anyhow::Result<QueueConfig> {
     in_range(&field("wait-time-secs"), wait, 0, 20)?;
     let batch = q.batch_size.unwrap_or(10);
     in_range(&field("batch-size"), batch, 1, 10)?;
-    let dead_letter = q.dead_letter.unwrap_or_else(|| format!("{name}-dlq"));
+    let dead_letter = q.dead_letter.unwrap_or_else(|| default_dead_letter(&name));
     if !valid_queue_name(&dead_letter) || dead_letter == name {
         bail!(
             "{} `{dead_letter}` must be a valid queue name other than the queue's own",
@@ -225,8 +229,14 @@ fn queue(index: usize, q: RawQueue) -> anyhow::Result<QueueConfig> {
     if let Some(max) = q.max_receives {
         in_range(&field("max-receives"), max, 1, 1000)?;
     }
+    if let Some(url) = &q.url
+        && !(url.starts_with("https://") || url.starts_with("http://"))
+    {
+        bail!("{} `{url}` must be an http(s) URL", field("url"));
+    }
     Ok(QueueConfig {
         name,
+        url: q.url,
         plugin,
         visibility: Duration::from_secs(visibility.into()),
         wait: Duration::from_secs(wait.into()),
@@ -238,6 +248,14 @@ fn queue(index: usize, q: RawQueue) -> anyhow::Result<QueueConfig> {
     })
 }
 
+/// `NAME-dlq`; for a FIFO queue `STEM-dlq.fifo`, since its dead-letter queue must be FIFO too.
+fn default_dead_letter(name: &str) -> String {
+    match name.strip_suffix(".fifo") {
+        Some(stem) => format!("{stem}-dlq.fifo"),
+        None => format!("{name}-dlq"),
+    }
+}
+
 fn check_unique(queues: &[QueueConfig]) -> anyhow::Result<()> {
     for (i, q) in queues.iter().enumerate() {
         if queues[..i].iter().any(|p| p.name == q.name) {
@@ -247,10 +265,25 @@ fn check_unique(queues: &[QueueConfig]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn source_kind(kind: Option<String>) -> anyhow::Result<SourceKind> {
-    match kind.as_deref().unwrap_or("local") {
+fn source_kind(raw: file::RawSource) -> anyhow::Result<SourceKind> {
+    let kind = raw.kind.as_deref().unwrap_or("local");
+    match kind {
+        "local" if raw.region.is_some() || raw.endpoint_url.is_some() => {
+            bail!("source.region and source.endpoint-url are only for kind = \"sqs\"")
+        }
         "local" => Ok(SourceKind::Local),
-        other => bail!("source.kind `{other}` is not supported; expected `local`"),
+        "sqs" => {
+            if let Some(url) = &raw.endpoint_url
+                && !(url.starts_with("http://") || url.starts_with("https://"))
+            {
+                bail!("source.endpoint-url `{url}` must be an http(s) URL");
+            }
+            Ok(SourceKind::Sqs(crate::source::sqs::SqsSettings {
+                region: raw.region,
+                endpoint_url: raw.endpoint_url,
+            }))
+        }
+        other => bail!("source.kind `{other}` is not supported; expected `local` or `sqs`"),
     }
 }
 
@@ -300,6 +333,8 @@ mod tests {
             (3, "dead", Some(9))
         );
         assert_eq!(c.retry.base, Duration::ZERO);
+        let fifo = Config::parse("[[queue]]\nname = \"orders.fifo\"\nplugin = \"p\"\n").unwrap();
+        assert_eq!(fifo.queues[0].dead_letter, "orders-dlq.fifo");
         assert_eq!(c.max_in_flight, 4);
     }
 
@@ -334,6 +369,15 @@ mod tests {
                 "configured twice",
             ),
             ("[source]\nkind = \"kafka\"", "source.kind"),
+            (
+                "[source]\nkind = \"sqs\"\nendpoint-url = \"localhost:1\"",
+                "source.endpoint-url",
+            ),
+            ("[source]\nregion = \"eu-west-1\"", "source.region"),
+            (
+                "[[queue]]\nname = \"q\"\nplugin = \"p\"\nurl = \"q\"",
+                "queue[0].url",
+            ),
             (
                 "[idempotency]\nkind = \"redis\"\nurl = \"http://x\"",
                 "idempotency.url",

@@ -27,9 +27,14 @@ pub struct Verdict<'a> {
     pub reason: String,
 }
 
+/// The original attributes folded into one, as JSON, when they would not fit beside qhost's.
+pub const ORIGINAL_ATTRIBUTES: &str = "qhost-original-attributes";
+/// SQS allows ten attributes per message; qhost's five leave room for five originals.
+const MAX_KEPT: usize = 5;
+
 /// The dead letter for `msg`.
 pub fn letter(msg: &Received, dead_letter_queue: &str, verdict: &Verdict<'_>) -> Outgoing {
-    let mut attributes: Vec<Attribute> = msg
+    let originals: Vec<Attribute> = msg
         .attributes
         .iter()
         .filter(|a| {
@@ -38,6 +43,12 @@ pub fn letter(msg: &Received, dead_letter_queue: &str, verdict: &Verdict<'_>) ->
         })
         .cloned()
         .collect();
+    let mut attributes = if originals.len() <= MAX_KEPT {
+        originals
+    } else {
+        let json = serde_json::to_string(&originals).unwrap_or_default();
+        vec![Attribute::string(ORIGINAL_ATTRIBUTES, json)]
+    };
     attributes.extend([
         Attribute::string(REASON, &verdict.reason),
         Attribute::string(PLUGIN, verdict.plugin),

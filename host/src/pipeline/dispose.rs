@@ -10,6 +10,15 @@ use crate::message::{Attribute, Outgoing, Received};
 use crate::stats::Event;
 
 use super::backoff;
+
+/// Where a message stands once the host is done with this delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// Deleted or dead-lettered: it will not come back.
+    Gone,
+    /// Still in the queue: it comes back after a delay or when its visibility lapses.
+    Back,
+}
 use super::deadletter::{self, Verdict};
 use super::prepare::OUTBOX_KEY_ATTRIBUTE;
 use super::{QueueCtx, Shared};
@@ -41,7 +50,7 @@ pub async fn finish(
     plugin: &str,
     scoped_key: &str,
     outbox: Vec<Outgoing>,
-) {
+) -> Fate {
     if !outbox.is_empty() {
         if let Err(e) = shared.source.send(&outbox).await {
             tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, "outbox send failed; will resend on redelivery");
@@ -57,6 +66,7 @@ pub async fn finish(
         }
     }
     queue.acker.ack(msg.receipt);
+    Fate::Gone
 }
 
 /// Makes a message visible again after `delay`, counting it as `why` (a retry, a busy key, a
@@ -68,7 +78,7 @@ pub async fn put_back(
     plugin: &str,
     delay: Duration,
     why: Event,
-) {
+) -> Fate {
     shared.stats.record(&msg.queue, plugin, why);
     if let Err(e) = shared
         .source
@@ -78,10 +88,16 @@ pub async fn put_back(
         // It comes back anyway when its visibility timeout lapses.
         tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, "could not set the retry delay");
     }
+    Fate::Back
 }
 
 /// Sends the message to the dead-letter queue and deletes it; if the send fails, puts it back.
-pub async fn dead_letter(shared: &Shared, queue: &QueueCtx, msg: Received, verdict: Verdict<'_>) {
+pub async fn dead_letter(
+    shared: &Shared,
+    queue: &QueueCtx,
+    msg: Received,
+    verdict: Verdict<'_>,
+) -> Fate {
     let letter = deadletter::letter(&msg, &queue.config.dead_letter, &verdict);
     tracing::warn!(
         queue = %msg.queue, message_id = %msg.id, plugin = verdict.plugin, version = verdict.version,
@@ -93,11 +109,12 @@ pub async fn dead_letter(shared: &Shared, queue: &QueueCtx, msg: Received, verdi
                 .stats
                 .record(&msg.queue, verdict.plugin, Event::DeadLettered);
             queue.acker.ack(msg.receipt);
+            Fate::Gone
         }
         Err(e) => {
             tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, "dead-letter send failed; keeping the message");
             let delay = backoff::delay(&shared.config.retry, msg.receive_count, 0);
-            put_back(shared, queue, &msg, verdict.plugin, delay, Event::Retried).await;
+            put_back(shared, queue, &msg, verdict.plugin, delay, Event::Retried).await
         }
     }
 }
@@ -111,7 +128,7 @@ pub async fn retry_or_give_up(
     max_attempts: u32,
     asked_secs: u32,
     reason: String,
-) {
+) -> Fate {
     let (name, version) = plugin;
     if msg.receive_count >= max_attempts {
         let reason = format!("gave up after {} attempts: {reason}", msg.receive_count);
@@ -129,7 +146,7 @@ pub async fn retry_or_give_up(
     }
     tracing::info!(queue = %msg.queue, message_id = %msg.id, plugin = name, version, attempt = msg.receive_count, %reason, "will retry");
     let delay = backoff::delay(&shared.config.retry, msg.receive_count, asked_secs);
-    put_back(shared, queue, &msg, name, delay, Event::Retried).await;
+    put_back(shared, queue, &msg, name, delay, Event::Retried).await
 }
 
 /// Gives a lease back so the retry need not wait for it to lapse.

@@ -17,10 +17,11 @@ mod acker;
 pub mod backoff;
 mod completer;
 mod deadletter;
+mod dispatch;
 mod dispose;
+mod handle;
 mod poller;
 mod prepare;
-mod process;
 
 use std::sync::Arc;
 

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::idempotency::Lease;
 
-use super::{QueueCtx, Shared, process};
+use super::{QueueCtx, Shared, dispatch};
 
 /// Longest pause after a failed receive.
 const MAX_RECEIVE_BACKOFF: Duration = Duration::from_secs(30);
@@ -29,7 +29,7 @@ pub async fn run_poller(shared: Shared, queue: Arc<QueueCtx>, shutdown: Cancella
                 failures = 0;
                 permits.truncate(batch.len());
                 if !batch.is_empty() {
-                    process::dispatch(&shared, &queue, batch, permits).await;
+                    dispatch::dispatch(&shared, &queue, batch, permits).await;
                 }
             }
             Err(e) => {

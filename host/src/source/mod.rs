@@ -5,6 +5,7 @@
 //! timeout that hides a received message, a receipt handle per delivery, and batch deletes.
 
 pub mod local;
+pub mod sqs;
 
 use std::time::Duration;
 

@@ -1,22 +1,18 @@
-//! One batch through leasing, and each granted message through its handler.
+//! One message whose lease has been decided: run it, or ack it as a duplicate, or put it back.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::OwnedSemaphorePermit;
-
 use crate::handler::{Failure, HandlerMessage, Invocation, Outcome};
-use crate::idempotency::{Acquired, Completion, Lease, LeaseRequest};
-use crate::message::Received;
+use crate::idempotency::{Acquired, Completion, Lease};
+use crate::message::{Outgoing, Received};
 use crate::stats::Event;
 
 use super::deadletter::Verdict;
-use super::dispose::{self, dead_letter, finish, put_back, release, retry_or_give_up};
-use super::prepare::{Prepared, Unroutable, prepare};
+use super::dispose::{self, Fate, dead_letter, finish, put_back, release, retry_or_give_up};
+use super::prepare::Prepared;
 use super::{QueueCtx, Shared, backoff};
 
-/// Attempts allowed for messages whose plugin is not loaded, so a typo is not retried forever.
-const MAX_ATTEMPTS_WITHOUT_PLUGIN: u32 = 5;
 /// Shortest delay before a message whose key is leased elsewhere comes back.
 const MIN_BUSY_DELAY: Duration = Duration::from_secs(1);
 
@@ -29,118 +25,11 @@ fn busy_delay(shared: &Shared, msg: &Received, lease_left: Duration) -> Duration
         .min(lease_left.max(MIN_BUSY_DELAY))
 }
 
-/// Leases a batch in one store call and starts a task per message; each task holds a permit.
-pub async fn dispatch(
-    shared: &Shared,
-    queue: &Arc<QueueCtx>,
-    batch: Vec<Received>,
-    mut permits: Vec<OwnedSemaphorePermit>,
-) {
-    let mut ready = Vec::new();
-    for msg in batch {
-        let permit = permits.pop();
-        match prepare(shared, queue, msg) {
-            Ok(p) => ready.push((p, permit)),
-            Err(u) => spawn(
-                shared,
-                unroutable(shared.clone(), Arc::clone(queue), u),
-                permit,
-            ),
-        }
-    }
-    if ready.is_empty() {
-        return;
-    }
-    for (p, _) in &ready {
-        shared
-            .stats
-            .record(&p.msg.queue, &p.plugin.name, Event::Received);
-    }
-    let requests: Vec<LeaseRequest> = ready
-        .iter()
-        .map(|(p, _)| LeaseRequest {
-            key: p.scoped_key.clone(),
-            ttl: queue.config.visibility,
-            window: p.plugin.manifest.dedup_window(),
-        })
-        .collect();
-    match shared.store.acquire(&requests).await {
-        Ok(acquired) => {
-            for ((p, permit), a) in ready.into_iter().zip(acquired) {
-                let task = leased(shared.clone(), Arc::clone(queue), p, a);
-                spawn(shared, task, permit);
-            }
-        }
-        Err(e) => fail_closed(shared, queue, ready, e).await,
-    }
-}
-
-fn spawn(
-    shared: &Shared,
-    task: impl Future<Output = ()> + Send + 'static,
-    permit: Option<OwnedSemaphorePermit>,
-) {
-    shared.tasks.spawn(async move {
-        task.await;
-        drop(permit);
-    });
-}
-
-/// No lease, no run: with the store unreachable every message goes back to the queue.
-async fn fail_closed(
-    shared: &Shared,
-    queue: &QueueCtx,
-    ready: Vec<(Prepared, Option<OwnedSemaphorePermit>)>,
-    error: anyhow::Error,
-) {
-    tracing::error!(queue = %queue.config.name, error = %format!("{error:#}"), "idempotency store unavailable; putting the batch back");
-    for (p, _permit) in ready {
-        let delay = backoff::delay(&shared.config.retry, p.msg.receive_count, 0);
-        put_back(shared, queue, &p.msg, &p.plugin.name, delay, Event::Retried).await;
-    }
-}
-
-async fn unroutable(shared: Shared, queue: Arc<QueueCtx>, u: Box<Unroutable>) {
-    match *u {
-        Unroutable::NoPlugin { msg, plugin } => {
-            shared.stats.record(&msg.queue, &plugin, Event::Received);
-            let reason = format!("no plugin named `{plugin}` is loaded");
-            retry_or_give_up(
-                &shared,
-                &queue,
-                msg,
-                (&plugin, "-"),
-                MAX_ATTEMPTS_WITHOUT_PLUGIN,
-                0,
-                reason,
-            )
-            .await;
-        }
-        Unroutable::Poison {
-            msg,
-            plugin,
-            reason,
-        } => {
-            shared.stats.record(&msg.queue, &plugin, Event::Received);
-            dead_letter(
-                &shared,
-                &queue,
-                msg,
-                Verdict {
-                    plugin: &plugin,
-                    version: "-",
-                    reason,
-                },
-            )
-            .await;
-        }
-    }
-}
-
-async fn leased(shared: Shared, queue: Arc<QueueCtx>, p: Prepared, acquired: Acquired) {
+/// Acts on what acquiring the message's key found.
+pub async fn leased(shared: &Shared, queue: &QueueCtx, p: Prepared, acquired: Acquired) -> Fate {
     let plugin = p.plugin.name.clone();
     match acquired {
-        Acquired::Granted(lease) => run(&shared, &queue, p, lease).await,
+        Acquired::Granted(lease) => run(shared, queue, p, lease).await,
         Acquired::Completed {
             pending_outbox,
             pending_for,
@@ -148,25 +37,17 @@ async fn leased(shared: Shared, queue: Arc<QueueCtx>, p: Prepared, acquired: Acq
             // The worker that completed the key is most likely sending this outbox right now;
             // sending it too would only make copies. Look again once that worker would have
             // finished, or been presumed dead.
-            let delay = busy_delay(&shared, &p.msg, queue.config.visibility - pending_for);
-            put_back(&shared, &queue, &p.msg, &plugin, delay, Event::Busy).await;
+            let delay = busy_delay(shared, &p.msg, queue.config.visibility - pending_for);
+            put_back(shared, queue, &p.msg, &plugin, delay, Event::Busy).await
         }
         Acquired::Completed { pending_outbox, .. } => {
             tracing::debug!(queue = %p.msg.queue, message_id = %p.msg.id, key = %p.key, "duplicate of completed work; acking without running");
             shared.stats.record(&p.msg.queue, &plugin, Event::Duplicate);
-            finish(
-                &shared,
-                &queue,
-                p.msg,
-                &plugin,
-                &p.scoped_key,
-                pending_outbox,
-            )
-            .await;
+            finish(shared, queue, p.msg, &plugin, &p.scoped_key, pending_outbox).await
         }
         Acquired::Busy { retry_after } => {
-            let delay = busy_delay(&shared, &p.msg, retry_after);
-            put_back(&shared, &queue, &p.msg, &plugin, delay, Event::Busy).await;
+            let delay = busy_delay(shared, &p.msg, retry_after);
+            put_back(shared, queue, &p.msg, &plugin, delay, Event::Busy).await
         }
     }
 }
@@ -186,8 +67,9 @@ fn handler_message(p: &Prepared, lease: &Lease) -> HandlerMessage {
     }
 }
 
-/// Invokes the handler with a heartbeat running, then disposes of the message.
-async fn run(shared: &Shared, queue: &QueueCtx, p: Prepared, lease: Lease) {
+/// Invokes the handler on the blocking pool with a heartbeat running, then disposes of the
+/// message.
+async fn run(shared: &Shared, queue: &QueueCtx, p: Prepared, lease: Lease) -> Fate {
     let plugin = Arc::clone(&p.plugin);
     let input = handler_message(&p, &lease);
     shared
@@ -208,7 +90,7 @@ async fn run(shared: &Shared, queue: &QueueCtx, p: Prepared, lease: Lease) {
         }
     };
     heartbeat.cancel();
-    dispose(shared, queue, p, lease, result).await;
+    dispose(shared, queue, p, lease, result).await
 }
 
 async fn dispose(
@@ -217,7 +99,7 @@ async fn dispose(
     p: Prepared,
     lease: Lease,
     result: Result<Invocation, Failure>,
-) {
+) -> Fate {
     let plugin = Arc::clone(&p.plugin);
     let id = (plugin.name.as_str(), plugin.version.as_str());
     let max_attempts = plugin.manifest.limits.max_attempts;
@@ -232,24 +114,20 @@ async fn dispose(
         }) => {
             release(shared, &plugin, &lease).await;
             let reason = "the handler asked for a retry".to_string();
-            retry_or_give_up(shared, queue, p.msg, id, max_attempts, secs, reason).await;
+            retry_or_give_up(shared, queue, p.msg, id, max_attempts, secs, reason).await
         }
         Ok(Invocation {
             outcome: Outcome::Reject(reason),
             ..
         }) => {
-            dead_letter(
-                shared,
-                queue,
-                p.msg,
-                Verdict {
-                    plugin: id.0,
-                    version: id.1,
-                    reason,
-                },
-            )
-            .await;
+            let verdict = Verdict {
+                plugin: id.0,
+                version: id.1,
+                reason,
+            };
+            let fate = dead_letter(shared, queue, p.msg, verdict).await;
             release(shared, &plugin, &lease).await;
+            fate
         }
         Err(failure) => {
             shared
@@ -265,7 +143,7 @@ async fn dispose(
                 0,
                 failure.to_string(),
             )
-            .await;
+            .await
         }
     }
 }
@@ -276,8 +154,8 @@ async fn ack(
     queue: &QueueCtx,
     p: Prepared,
     lease: Lease,
-    outbox: Vec<crate::message::Outgoing>,
-) {
+    outbox: Vec<Outgoing>,
+) -> Fate {
     let plugin = p.plugin.name.clone();
     let outbox = dispose::stamp_outbox(&p.key, outbox);
     let completion = Completion {
@@ -288,18 +166,19 @@ async fn ack(
     match shared.completer.complete(completion).await {
         Ok(true) => {
             shared.stats.record(&p.msg.queue, &plugin, Event::Acked);
-            finish(shared, queue, p.msg, &plugin, &p.scoped_key, outbox).await;
+            finish(shared, queue, p.msg, &plugin, &p.scoped_key, outbox).await
         }
         Ok(false) => {
             // Another worker owns the key now; its result stands. Ours is dropped, and the
             // message comes back when its visibility lapses, to be found completed or leased.
             shared.stats.record(&p.msg.queue, &plugin, Event::LostLease);
             tracing::warn!(queue = %p.msg.queue, message_id = %p.msg.id, key = %p.key, "lease lost before completion; discarding this result");
+            Fate::Back
         }
         Err(e) => {
             tracing::error!(queue = %p.msg.queue, message_id = %p.msg.id, error = %format!("{e:#}"), "could not record completion; the message will come back");
             let delay = backoff::delay(&shared.config.retry, p.msg.receive_count, 0);
-            put_back(shared, queue, &p.msg, &plugin, delay, Event::Retried).await;
+            put_back(shared, queue, &p.msg, &plugin, delay, Event::Retried).await
         }
     }
 }

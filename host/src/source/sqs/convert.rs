@@ -1,0 +1,157 @@
+//! Between SQS's wire types and the host's message types.
+//!
+//! SQS bodies are text, and only some characters are allowed (tab, newline, carriage return,
+//! and U+0020 upwards minus surrogates and U+FFFE/U+FFFF). A body that is not such text (an
+//! image, a protobuf, Latin-1) travels base64-encoded with the attribute
+//! `qhost-body-encoding = base64`, and is decoded on receipt; the handler sees the original
+//! bytes and never the attribute.
+
+use std::collections::HashMap;
+
+use aws_sdk_sqs::primitives::Blob;
+use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeName as Sys};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+
+use crate::message::{Attribute, AttributeValue, Received};
+
+/// Marks a body that travels base64-encoded.
+pub const BODY_ENCODING: &str = "qhost-body-encoding";
+
+/// Whether SQS accepts `c` in a message body.
+fn allowed(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
+}
+
+/// The body as SQS will carry it, and whether it had to be encoded.
+pub fn encode_body(body: &[u8]) -> (String, bool) {
+    match std::str::from_utf8(body) {
+        Ok(text) if text.chars().all(allowed) => (text.to_string(), false),
+        _ => (STANDARD.encode(body), true),
+    }
+}
+
+/// An SQS attribute value for one of ours.
+pub fn attribute_to_sqs(value: &AttributeValue) -> Result<MessageAttributeValue, String> {
+    let builder = MessageAttributeValue::builder();
+    let built = match value {
+        AttributeValue::String(s) => builder.data_type("String").string_value(s),
+        AttributeValue::Number(n) => builder.data_type("Number").string_value(n),
+        AttributeValue::Binary(b) => builder
+            .data_type("Binary")
+            .binary_value(Blob::new(b.clone())),
+    };
+    built.build().map_err(|e| e.to_string())
+}
+
+/// Our attribute value for an SQS one; custom types (`String.uuid`) map by their base type.
+fn attribute_from_sqs(v: &MessageAttributeValue) -> AttributeValue {
+    let base = v.data_type().split('.').next().unwrap_or_default();
+    match (base, v.string_value(), v.binary_value()) {
+        ("Binary", _, Some(b)) => AttributeValue::Binary(b.as_ref().to_vec()),
+        ("Number", Some(n), _) => AttributeValue::Number(n.to_string()),
+        (_, Some(s), _) => AttributeValue::String(s.to_string()),
+        (_, None, Some(b)) => AttributeValue::Binary(b.as_ref().to_vec()),
+        (_, None, None) => AttributeValue::String(String::new()),
+    }
+}
+
+fn system(m: &Message, name: Sys) -> Option<&str> {
+    m.attributes()
+        .and_then(|a| a.get(&name))
+        .map(String::as_str)
+}
+
+/// A received SQS message as ours; `None` if it lacks an id or receipt (never seen in practice).
+pub fn received(queue: &str, m: &Message) -> Result<Received, String> {
+    let id = m.message_id().ok_or("message without an id")?.to_string();
+    let receipt = m
+        .receipt_handle()
+        .ok_or("message without a receipt handle")?
+        .to_string();
+    let attrs: &HashMap<String, MessageAttributeValue> = m.message_attributes().unwrap_or(&EMPTY);
+    let encoded = attrs
+        .get(BODY_ENCODING)
+        .and_then(|v| v.string_value())
+        .is_some_and(|e| e == "base64");
+    let text = m.body().unwrap_or_default();
+    let body = if encoded {
+        STANDARD
+            .decode(text)
+            .map_err(|e| format!("message {id}: body marked base64 but is not: {e}"))?
+    } else {
+        text.as_bytes().to_vec()
+    };
+    let mut attributes: Vec<Attribute> = attrs
+        .iter()
+        .filter(|(name, _)| name.as_str() != BODY_ENCODING)
+        .map(|(name, v)| Attribute {
+            name: name.clone(),
+            value: attribute_from_sqs(v),
+        })
+        .collect();
+    attributes.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Received {
+        id,
+        receipt,
+        queue: queue.to_string(),
+        body,
+        attributes,
+        receive_count: system(m, Sys::ApproximateReceiveCount)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(1),
+        sent_at_ms: system(m, Sys::SentTimestamp)
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0),
+        group_id: system(m, Sys::MessageGroupId).map(str::to_string),
+    })
+}
+
+static EMPTY: std::sync::LazyLock<HashMap<String, MessageAttributeValue>> =
+    std::sync::LazyLock::new(HashMap::new);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_travels_as_is_and_anything_else_as_base64() {
+        assert_eq!(
+            encode_body(b"hello\tworld\n"),
+            ("hello\tworld\n".to_string(), false)
+        );
+        assert!(!encode_body("ünïcödé ✓".as_bytes()).1);
+        let (latin1, encoded) = encode_body(&[0x63, 0x61, 0x66, 0xE9]);
+        assert!(encoded);
+        assert_eq!(
+            STANDARD.decode(latin1).unwrap(),
+            vec![0x63, 0x61, 0x66, 0xE9]
+        );
+        assert!(
+            encode_body(b"nul\0byte").1,
+            "control characters are not allowed"
+        );
+        assert!(encode_body("\u{FFFF}".as_bytes()).1);
+    }
+
+    #[test]
+    fn attributes_round_trip_through_sqs_types() {
+        for value in [
+            AttributeValue::String("s".into()),
+            AttributeValue::Number("1.5".into()),
+            AttributeValue::Binary(vec![0, 255, 7]),
+        ] {
+            let sqs = attribute_to_sqs(&value).unwrap();
+            assert_eq!(attribute_from_sqs(&sqs), value);
+        }
+        let custom = MessageAttributeValue::builder()
+            .data_type("Number.int")
+            .string_value("7")
+            .build()
+            .unwrap();
+        assert_eq!(
+            attribute_from_sqs(&custom),
+            AttributeValue::Number("7".into())
+        );
+    }
+}

@@ -1,0 +1,378 @@
+//! The SQS queue, through aws-sdk-sqs: the same code against Amazon SQS and against a local
+//! SQS-compatible server (`endpoint-url`, or `AWS_ENDPOINT_URL`).
+//!
+//! - Receives ask for every message attribute and for the system attributes the host needs
+//!   (receive count, send time, FIFO group), with long polling.
+//! - Deletes and sends go in batches (`DeleteMessageBatch`, `SendMessageBatch`); each entry's
+//!   failure is reported on its own, and an invalid receipt is [`SourceError::ReceiptExpired`].
+//! - Queue URLs are resolved by name once and cached; a missing queue is
+//!   [`SourceError::UnknownQueue`].
+//! - FIFO targets (`.fifo`) get a message group (`default` if none was given) and a
+//!   deduplication id (the message's own, or a fresh one).
+
+mod batch;
+pub mod convert;
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_trait::async_trait;
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_sqs::types::{
+    DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
+    SendMessageBatchRequestEntry,
+};
+
+use super::{QueueDepth, QueueSource, SourceError};
+use crate::message::{Outgoing, Received};
+
+/// The longest visibility SQS allows (12 hours).
+const MAX_VISIBILITY_SECS: u64 = 43_200;
+/// The longest delay SQS allows on a message (15 minutes).
+const MAX_DELAY_SECS: u32 = 900;
+
+/// Where to find SQS.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SqsSettings {
+    /// Region; otherwise the AWS chain (`AWS_REGION`, profile).
+    pub region: Option<String>,
+    /// Endpoint override for SQS-compatible servers; `AWS_ENDPOINT_URL` also works.
+    pub endpoint_url: Option<String>,
+}
+
+/// An SQS client with a cache of queue URLs.
+#[derive(Debug)]
+pub struct SqsQueue {
+    client: Client,
+    urls: RwLock<HashMap<String, String>>,
+}
+
+/// Whole seconds for SQS, rounding up so a short delay is not lost, within SQS's range.
+fn secs(d: Duration, max: u64) -> i32 {
+    let whole = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    whole.min(max) as i32
+}
+
+fn backend<E, R>(what: &str, e: SdkError<E, R>) -> SourceError
+where
+    E: std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    SourceError::Backend(anyhow::anyhow!("{what}: {}", DisplayErrorContext(&e)))
+}
+
+fn is_fifo(queue: &str) -> bool {
+    queue.ends_with(".fifo")
+}
+
+impl SqsQueue {
+    /// A client from the AWS configuration chain, with these overrides.
+    pub async fn connect(settings: &SqsSettings) -> Self {
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+        if let Some(region) = &settings.region {
+            loader = loader.region(aws_config::Region::new(region.clone()));
+        }
+        if let Some(url) = &settings.endpoint_url {
+            loader = loader.endpoint_url(url);
+        }
+        Self::from_sdk_config(&loader.load().await)
+    }
+
+    /// A client from a ready SDK configuration.
+    pub fn from_sdk_config(config: &aws_config::SdkConfig) -> Self {
+        SqsQueue {
+            client: Client::new(config),
+            urls: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// Preloads a queue's URL (skipping `GetQueueUrl`), as given in configuration.
+    pub fn set_url(&self, queue: &str, url: &str) {
+        if let Ok(mut urls) = self.urls.write() {
+            urls.insert(queue.to_string(), url.to_string());
+        }
+    }
+
+    /// The queue's URL, resolved by name on first use.
+    pub async fn url(&self, queue: &str) -> Result<String, SourceError> {
+        if let Some(url) = self.urls.read().ok().and_then(|u| u.get(queue).cloned()) {
+            return Ok(url);
+        }
+        let out = self
+            .client
+            .get_queue_url()
+            .queue_name(queue)
+            .send()
+            .await
+            .map_err(|e| {
+                let missing = e
+                    .as_service_error()
+                    .is_some_and(|s| s.is_queue_does_not_exist());
+                if missing {
+                    SourceError::UnknownQueue(queue.to_string())
+                } else {
+                    backend(&format!("resolving queue `{queue}`"), e)
+                }
+            })?;
+        let url = out
+            .queue_url()
+            .context("GetQueueUrl returned no URL")?
+            .to_string();
+        if let Ok(mut urls) = self.urls.write() {
+            urls.insert(queue.to_string(), url.clone());
+        }
+        Ok(url)
+    }
+
+    fn entry(
+        &self,
+        i: usize,
+        m: &Outgoing,
+    ) -> Result<(SendMessageBatchRequestEntry, usize), SourceError> {
+        let (body, encoded) = convert::encode_body(&m.body);
+        let mut b = SendMessageBatchRequestEntry::builder()
+            .id(i.to_string())
+            .message_body(&body)
+            .delay_seconds(m.delay_seconds.min(MAX_DELAY_SECS) as i32);
+        let mut attributes = m.attributes.clone();
+        if encoded {
+            attributes.push(crate::message::Attribute::string(
+                convert::BODY_ENCODING,
+                "base64",
+            ));
+        }
+        for a in &attributes {
+            let value = convert::attribute_to_sqs(&a.value)
+                .map_err(|e| SourceError::Backend(anyhow::anyhow!("attribute {}: {e}", a.name)))?;
+            b = b.message_attributes(&a.name, value);
+        }
+        if is_fifo(&m.queue) {
+            b = b
+                .message_group_id(m.group_id.clone().unwrap_or_else(|| "default".into()))
+                .message_deduplication_id(
+                    m.dedup_id
+                        .clone()
+                        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string()),
+                )
+                .delay_seconds(0);
+        }
+        let size = batch::size(
+            &Outgoing {
+                attributes,
+                ..m.clone()
+            },
+            body.len(),
+        );
+        let entry = b.build().map_err(|e| SourceError::Backend(e.into()))?;
+        Ok((entry, size))
+    }
+
+    /// Sends messages bound for one queue, in batches; returns their ids in order.
+    async fn send_to(
+        &self,
+        queue: &str,
+        messages: &[&Outgoing],
+    ) -> Result<Vec<String>, SourceError> {
+        let url = self.url(queue).await?;
+        let mut entries = Vec::with_capacity(messages.len());
+        let mut sizes = Vec::with_capacity(messages.len());
+        for (i, m) in messages.iter().enumerate() {
+            let (entry, size) = self.entry(i, m)?;
+            entries.push(Some(entry));
+            sizes.push(size);
+        }
+        let plan = batch::plan(&sizes)
+            .map_err(|e| SourceError::Backend(anyhow::anyhow!("sending to `{queue}`: {e}")))?;
+        let mut ids = vec![String::new(); messages.len()];
+        for indices in plan {
+            let batch: Vec<_> = indices.iter().filter_map(|&i| entries[i].take()).collect();
+            let out = self
+                .client
+                .send_message_batch()
+                .queue_url(&url)
+                .set_entries(Some(batch))
+                .send()
+                .await
+                .map_err(|e| backend(&format!("sending to `{queue}`"), e))?;
+            if let Some(f) = out.failed().first() {
+                return Err(SourceError::Backend(anyhow::anyhow!(
+                    "sending to `{queue}`: entry {} failed: {} {}",
+                    f.id(),
+                    f.code(),
+                    f.message().unwrap_or_default()
+                )));
+            }
+            for ok in out.successful() {
+                if let Ok(i) = ok.id().parse::<usize>() {
+                    ids[i] = ok.message_id().to_string();
+                }
+            }
+        }
+        Ok(ids)
+    }
+}
+
+#[async_trait]
+impl QueueSource for SqsQueue {
+    async fn receive(
+        &self,
+        queue: &str,
+        max: usize,
+        visibility: Duration,
+        wait: Duration,
+    ) -> Result<Vec<Received>, SourceError> {
+        let url = self.url(queue).await?;
+        let out = self
+            .client
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(max.clamp(1, 10) as i32)
+            .visibility_timeout(secs(visibility, MAX_VISIBILITY_SECS))
+            .wait_time_seconds(secs(wait, 20))
+            .message_attribute_names("All")
+            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
+            .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
+            .send()
+            .await
+            .map_err(|e| backend(&format!("receiving from `{queue}`"), e))?;
+        out.messages()
+            .iter()
+            .map(|m| {
+                convert::received(queue, m).map_err(|e| SourceError::Backend(anyhow::anyhow!(e)))
+            })
+            .collect()
+    }
+
+    async fn ack(
+        &self,
+        queue: &str,
+        receipts: &[String],
+    ) -> Result<Vec<Result<(), SourceError>>, SourceError> {
+        let url = self.url(queue).await?;
+        let entries = receipts
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(r)
+                    .build()
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| SourceError::Backend(e.into()))?;
+        let out = self
+            .client
+            .delete_message_batch()
+            .queue_url(url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(|e| backend(&format!("deleting from `{queue}`"), e))?;
+        let mut results: Vec<Result<(), SourceError>> = receipts.iter().map(|_| Ok(())).collect();
+        for f in out.failed() {
+            let Ok(i) = f.id().parse::<usize>() else {
+                continue;
+            };
+            results[i] = Err(if f.code().contains("ReceiptHandleIsInvalid") {
+                SourceError::ReceiptExpired
+            } else {
+                SourceError::Backend(anyhow::anyhow!(
+                    "{} {}",
+                    f.code(),
+                    f.message().unwrap_or_default()
+                ))
+            });
+        }
+        Ok(results)
+    }
+
+    async fn change_visibility(
+        &self,
+        queue: &str,
+        receipt: &str,
+        delay: Duration,
+    ) -> Result<(), SourceError> {
+        let url = self.url(queue).await?;
+        self.client
+            .change_message_visibility()
+            .queue_url(url)
+            .receipt_handle(receipt)
+            .visibility_timeout(secs(delay, MAX_VISIBILITY_SECS))
+            .send()
+            .await
+            .map(drop)
+            .map_err(|e| {
+                let code = e.code().unwrap_or_default().to_string();
+                let expired = e.as_service_error().is_some_and(|s| {
+                    s.is_receipt_handle_is_invalid() || s.is_message_not_inflight()
+                }) || code.contains("ReceiptHandleIsInvalid")
+                    || code.contains("MessageNotInflight");
+                if expired {
+                    SourceError::ReceiptExpired
+                } else {
+                    backend(&format!("changing visibility in `{queue}`"), e)
+                }
+            })
+    }
+
+    async fn send(&self, messages: &[Outgoing]) -> Result<Vec<String>, SourceError> {
+        let mut ids = vec![String::new(); messages.len()];
+        let mut queues: Vec<&str> = messages.iter().map(|m| m.queue.as_str()).collect();
+        queues.sort_unstable();
+        queues.dedup();
+        for queue in queues {
+            let (indices, group): (Vec<usize>, Vec<&Outgoing>) = messages
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| m.queue == queue)
+                .unzip();
+            for (i, id) in indices.into_iter().zip(self.send_to(queue, &group).await?) {
+                ids[i] = id;
+            }
+        }
+        Ok(ids)
+    }
+
+    async fn depth(&self, queue: &str) -> Result<QueueDepth, SourceError> {
+        let url = self.url(queue).await?;
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
+            .send()
+            .await
+            .map_err(|e| backend(&format!("reading the depth of `{queue}`"), e))?;
+        let get = |name: QueueAttributeName| -> u64 {
+            out.attributes()
+                .and_then(|a| a.get(&name))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        Ok(QueueDepth {
+            visible: get(QueueAttributeName::ApproximateNumberOfMessages),
+            invisible: get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+                + get(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::secs;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_round_up_to_whole_seconds_within_range() {
+        assert_eq!(secs(Duration::ZERO, 10), 0);
+        assert_eq!(secs(Duration::from_millis(1), 10), 1);
+        assert_eq!(secs(Duration::from_millis(2500), 10), 3);
+        assert_eq!(secs(Duration::from_secs(99), 10), 10);
+    }
+}

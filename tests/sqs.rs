@@ -1,0 +1,429 @@
+//! The SQS source against a real SQS-compatible server (moto, on loopback) through
+//! aws-sdk-sqs: the same code qhost runs against Amazon SQS.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_sqs::types::QueueAttributeName;
+use qhost::Host;
+use qhost::message::{Attribute, AttributeValue, Outgoing, Received};
+use qhost::source::QueueSource;
+use qhost::source::sqs::SqsQueue;
+use qhost_e2e::harness::{Running, TestEnv, attr, run_until_idle, send_all};
+use qhost_e2e::processes::{HostProcess, summary_column};
+use qhost_e2e::sqs_server::{arn, create_queue, endpoint, sdk_config, unique};
+
+fn sqs() -> SqsQueue {
+    SqsQueue::from_sdk_config(&sdk_config())
+}
+
+/// Creates `name` and `name-dlq`; returns the names.
+async fn queue_pair(name: &str) -> (String, String) {
+    let name = unique(name);
+    let dlq = format!("{name}-dlq");
+    create_queue(&name, &[]).await;
+    create_queue(&dlq, &[]).await;
+    (name, dlq)
+}
+
+fn queue_toml(name: &str, plugin: &str, extra: &str) -> String {
+    format!(
+        "[[queue]]\nname = \"{name}\"\nplugin = \"{plugin}\"\nwait-time-secs = 1\nvisibility-timeout-secs = 5\n{extra}\n"
+    )
+}
+
+async fn host(env: &TestEnv, queues: &str) -> Host {
+    let config = env.config(&format!(
+        "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\n{queues}",
+        endpoint()
+    ));
+    Host::with_source(config, Arc::new(sqs()))
+        .await
+        .expect("host starts")
+}
+
+async fn send(queue: &str, bodies: &[&str], attributes: &[Attribute]) -> Vec<String> {
+    send_all(&sqs(), queue, bodies, attributes).await
+}
+
+/// Everything in a queue, in the order received, deleting as it goes (a FIFO group stays
+/// blocked while any of its messages is received and not deleted).
+async fn drain(queue: &str) -> Vec<Received> {
+    let q = sqs();
+    let mut all = Vec::new();
+    loop {
+        let got = q
+            .receive(queue, 10, Duration::from_secs(60), Duration::from_secs(1))
+            .await
+            .expect("receive");
+        if got.is_empty() {
+            return all;
+        }
+        let receipts: Vec<String> = got.iter().map(|m| m.receipt.clone()).collect();
+        q.ack(queue, &receipts).await.expect("delete");
+        all.extend(got);
+    }
+}
+
+fn keys(msgs: &[Received]) -> Vec<String> {
+    let mut keys: Vec<String> = msgs
+        .iter()
+        .filter_map(|m| attr(m, "qhost-idempotency-key").map(str::to_string))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reminders_over_sqs_email_once_and_dead_letter_junk() {
+    let env = TestEnv::new();
+    env.install("email-reminder", "email-reminder", "[idempotency]\nkey = \"json:/reminder-id\"\non-missing = \"message-id\"\n[config]\nsent-queue = \"SENT\"\n");
+    let (reminders, dlq) = queue_pair("reminders").await;
+    let sent = unique("sent-emails");
+    create_queue(&sent, &[]).await;
+    let manifest = std::fs::read_to_string(env.plugins_dir().join("email-reminder.toml"))
+        .unwrap()
+        .replace("SENT", &sent);
+    std::fs::write(env.plugins_dir().join("email-reminder.toml"), manifest).unwrap();
+    let host = host(&env, &queue_toml(&reminders, "email-reminder", "")).await;
+    let r1 = r#"{"reminder-id":"r-1","email":"a@example.com","customer":"A","month":"2026-12"}"#;
+    let r2 = r#"{"reminder-id":"r-2","email":"b@example.com","customer":"B","month":"2026-12"}"#;
+    send(&reminders, &[r1, r1, r2, "junk"], &[]).await;
+
+    run_until_idle(&host).await;
+
+    let c = host.stats().total();
+    assert_eq!(
+        (c.invoked, c.acked, c.duplicates, c.dead_lettered),
+        (3, 2, 1, 1),
+        "{c:?}"
+    );
+    assert_eq!(keys(&drain(&sent).await), vec!["r-1/0", "r-2/0"]);
+    let dead = drain(&dlq).await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].body, b"junk");
+    assert!(
+        attr(&dead[0], "qhost-dead-letter-reason")
+            .unwrap()
+            .starts_with("not a reminder")
+    );
+    assert_eq!(
+        attr(&dead[0], "qhost-source-queue"),
+        Some(reminders.as_str())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn poison_after_max_attempts_reaches_the_dead_letter_queue_with_its_reason() {
+    let env = TestEnv::new();
+    env.install("fixture", "fixture", "[limits]\nmax-attempts = 2\n");
+    let (jobs, dlq) = queue_pair("jobs").await;
+    let host = host(&env, &queue_toml(&jobs, "fixture", "")).await;
+    send(&jobs, &["trap"], &[Attribute::string("tenant", "t1")]).await;
+
+    run_until_idle(&host).await;
+
+    let dead = drain(&dlq).await;
+    assert_eq!(dead.len(), 1);
+    let d = &dead[0];
+    let reason = attr(d, "qhost-dead-letter-reason").unwrap();
+    assert!(
+        reason.starts_with("gave up after 2 attempts: plugin trapped")
+            && reason.contains("fixture asked to trap"),
+        "{reason}"
+    );
+    assert_eq!(attr(d, "qhost-plugin"), Some("fixture"));
+    assert_eq!(attr(d, "qhost-attempts"), Some("2"));
+    assert_eq!(attr(d, "tenant"), Some("t1"));
+    assert!(
+        drain(&jobs).await.is_empty(),
+        "deleted only after its dead letter was sent"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queue_redrive_policy_dead_letters_what_the_host_keeps_failing_to_finish() {
+    let env = TestEnv::new();
+    // The host would retry 10 times; the queue's own redrive policy gives up after 2 receives.
+    env.install(
+        "fixture",
+        "fixture",
+        "[limits]\ntimeout-ms = 100\nmax-attempts = 10\n",
+    );
+    let name = unique("redriven");
+    let dlq = format!("{name}-dlq");
+    let dlq_url = create_queue(&dlq, &[]).await;
+    let policy = format!(
+        r#"{{"deadLetterTargetArn":"{}","maxReceiveCount":"2"}}"#,
+        arn(&dlq_url).await
+    );
+    create_queue(&name, &[(QueueAttributeName::RedrivePolicy, policy)]).await;
+    let host = host(&env, &queue_toml(&name, "fixture", "")).await;
+    send(&name, &["loop"], &[]).await;
+
+    run_until_idle(&host).await;
+
+    let dead = drain(&dlq).await;
+    assert_eq!(dead.len(), 1, "moved by the queue's redrive policy");
+    assert_eq!(dead[0].body, b"loop");
+    assert_eq!(host.stats().total().invoked, 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_heartbeat_keeps_a_long_handler_from_being_redelivered() {
+    let env = TestEnv::new();
+    env.install("fixture", "fixture", "[limits]\ntimeout-ms = 20000\n");
+    let (jobs, _) = queue_pair("slow").await;
+    // The handler runs more than three times the visibility timeout.
+    let host = host(
+        &env,
+        &queue_toml(&jobs, "fixture", "")
+            .replace("visibility-timeout-secs = 5", "visibility-timeout-secs = 2"),
+    )
+    .await;
+    send(&jobs, &["sleep:6500"], &[]).await;
+
+    run_until_idle(&host).await;
+
+    let c = host.stats().total();
+    assert_eq!(
+        (c.received, c.invoked, c.acked, c.busy),
+        (1, 1, 1, 0),
+        "{c:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_delay_hides_the_message_until_it_is_due() {
+    let (jobs, _) = queue_pair("delay").await;
+    let q = sqs();
+    send(&jobs, &["x"], &[]).await;
+    let got = q
+        .receive(&jobs, 1, Duration::from_secs(30), Duration::from_secs(1))
+        .await
+        .unwrap();
+    q.change_visibility(&jobs, &got[0].receipt, Duration::from_secs(3))
+        .await
+        .unwrap();
+    let early = q
+        .receive(&jobs, 1, Duration::from_secs(30), Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(early.is_empty(), "hidden while the retry delay runs");
+    let later = q
+        .receive(&jobs, 1, Duration::from_secs(30), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(later.len(), 1, "visible once it is due");
+    assert_eq!(later[0].receive_count, 2);
+    let stale = q
+        .ack(&jobs, &[got[0].receipt.clone(), later[0].receipt.clone()])
+        .await
+        .unwrap();
+    assert!(stale[1].is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn binary_attributes_non_utf8_bodies_and_a_1_mib_body_round_trip() {
+    let (jobs, _) = queue_pair("bytes").await;
+    let q = sqs();
+    let binary = vec![0u8, 159, 146, 150, 255];
+    let mut odd = Outgoing::new(&jobs, vec![0xC3, 0x28, 0x00, 0xFF, b'x']);
+    odd.attributes = vec![
+        Attribute {
+            name: "blob".into(),
+            value: AttributeValue::Binary(binary.clone()),
+        },
+        Attribute::number("n", "12.5"),
+    ];
+    let limit = 1024 * 1024;
+    let big = Outgoing::new(&jobs, vec![b'a'; limit]);
+    q.send(&[odd.clone()]).await.unwrap();
+    q.send(&[big]).await.unwrap();
+    let mut got = drain(&jobs).await;
+    got.sort_by_key(|m| m.body.len());
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].body, odd.body, "a non-UTF-8 body arrives as sent");
+    assert_eq!(
+        got[0].attributes,
+        {
+            let mut a = odd.attributes.clone();
+            a.sort_by(|x, y| x.name.cmp(&y.name));
+            a
+        },
+        "the encoding marker is hidden, the binary attribute intact"
+    );
+    assert_eq!(
+        got[1].body.len(),
+        limit,
+        "a body at the 1 MiB limit arrives whole"
+    );
+    let over = Outgoing::new(&jobs, vec![b'a'; limit + 1]);
+    let err = q.send(&[over]).await.unwrap_err().to_string();
+    assert!(err.contains("exceeds SQS's limit"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fifo_group_is_handled_in_order_even_across_a_retry() {
+    let env = TestEnv::new();
+    env.install("fixture", "fixture", "");
+    let jobs = unique("orders.fifo");
+    create_queue(&jobs, &[]).await;
+    create_queue(&jobs.replace(".fifo", "-dlq.fifo"), &[]).await; // the default dead-letter name
+    let seen = unique("seen.fifo");
+    create_queue(&seen, &[]).await;
+    let config = queue_toml(&jobs, "fixture", "");
+    let host = host(&env, &config).await;
+    let mut msgs = Vec::new();
+    for i in 0..10 {
+        for group in ["a", "b", "c"] {
+            let step = if group == "a" && i == 4 {
+                "flaky:2;"
+            } else {
+                ""
+            };
+            let mut m = Outgoing::new(&jobs, format!("{step}send:{seen}:{group}-{i:02}"));
+            m.group_id = Some(group.into());
+            m.dedup_id = Some(format!("{group}-{i}"));
+            msgs.push(m);
+        }
+    }
+    sqs().send(&msgs).await.unwrap();
+
+    run_until_idle(&host).await;
+
+    let order: Vec<String> = drain(&seen)
+        .await
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.body).into_owned())
+        .collect();
+    assert_eq!(order.len(), 30, "{order:?}");
+    for group in ["a", "b", "c"] {
+        let mine: Vec<&String> = order.iter().filter(|b| b.starts_with(group)).collect();
+        let mut sorted = mine.clone();
+        sorted.sort();
+        assert_eq!(mine, sorted, "group {group} in order: {mine:?}");
+    }
+    assert_eq!(host.stats().total().retried, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stopping_mid_stream_and_restarting_loses_nothing() {
+    let env = TestEnv::new();
+    env.install("fixture", "fixture", "");
+    let (jobs, _) = queue_pair("restart").await;
+    let out = unique("restart-out");
+    create_queue(&out, &[]).await;
+    let config = queue_toml(&jobs, "fixture", "");
+    let body = format!("sleep:30;send:{out}:done");
+    send(&jobs, &vec![body.as_str(); 120], &[]).await;
+
+    let running = Running::start(host(&env, &config).await);
+    running
+        .wait_for(Duration::from_secs(60), |h| h.stats().total().acked >= 20)
+        .await;
+    let first = running.stop().await;
+    let done_first = first.stats().total().acked;
+    assert!(done_first < 120, "stopped mid-stream");
+
+    let second = host(&env, &config).await;
+    run_until_idle(&second).await;
+
+    assert_eq!(
+        keys(&drain(&out).await).len(),
+        120,
+        "every message's effect, exactly one key each"
+    );
+    let c = second.stats().total();
+    assert_eq!(
+        done_first + c.acked,
+        120,
+        "nothing handled twice, nothing lost: {c:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_host_processes_share_one_queue() {
+    let env = TestEnv::new();
+    env.install("fixture", "fixture", "");
+    let (jobs, _) = queue_pair("shared").await;
+    let out = unique("shared-out");
+    create_queue(&out, &[]).await;
+    let config = env.plugins_dir().parent().unwrap().join("host.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "plugins-dir = {:?}\ndata-dir = {:?}\nmax-in-flight = 8\n[retry]\nbase-secs = 0\nmax-secs = 1\n\
+             [source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\nregion = \"us-east-1\"\n{}",
+            env.plugins_dir(), env.data_dir(), endpoint(), queue_toml(&jobs, "fixture", "")
+        ),
+    )
+    .unwrap();
+    let body = format!("sleep:10;send:{out}:done");
+    send(&jobs, &vec![body.as_str(); 200], &[]).await;
+
+    let (a, b) = (
+        HostProcess::start_consuming(&config),
+        HostProcess::start_consuming(&config),
+    );
+    let q = sqs();
+    for _ in 0..600 {
+        if q.depth(&jobs).await.unwrap().total() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (sa, sb) = (a.stop(), b.stop());
+
+    let ran = (
+        summary_column(&sa, &jobs, "ran"),
+        summary_column(&sb, &jobs, "ran"),
+    );
+    assert_eq!(
+        ran.0 + ran.1,
+        200,
+        "each message ran once across both hosts: {ran:?}"
+    );
+    assert!(ran.0 > 0 && ran.1 > 0, "both hosts took a share: {ran:?}");
+    assert_eq!(keys(&drain(&out).await).len(), 200);
+}
+
+#[test]
+fn a_missing_queue_or_an_unreachable_endpoint_is_one_clear_error_at_start() {
+    let env = TestEnv::new();
+    env.install("fixture", "fixture", "");
+    let dir = env.plugins_dir().parent().unwrap().to_path_buf();
+    let cases = [
+        (
+            endpoint().to_string(),
+            "SQS queue `no-such-queue` does not exist",
+        ),
+        ("http://127.0.0.1:9".to_string(), "cannot reach SQS"),
+    ];
+    for (url, expected) in cases {
+        let config = dir.join("bad.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "plugins-dir = {:?}\n[source]\nkind = \"sqs\"\nendpoint-url = \"{url}\"\n{}",
+                env.plugins_dir(),
+                queue_toml("no-such-queue", "fixture", "")
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new(qhost_e2e::processes::qhost_binary())
+            .args(["--config"])
+            .arg(&config)
+            .arg("run")
+            .envs(qhost_e2e::sqs_server::TEST_ENV)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(
+            stderr.contains(expected),
+            "expected `{expected}` in: {stderr}"
+        );
+    }
+}

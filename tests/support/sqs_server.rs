@@ -1,0 +1,138 @@
+//! A real SQS-compatible server for the tests: moto (installed by `scripts/install-test-tools`),
+//! one per test process on a free loopback port, driven through aws-sdk-sqs.
+//!
+//! The server runs under a small shell wrapper that waits on the test process's pipe and kills
+//! the server when the pipe closes, so no server outlives its tests.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use aws_sdk_sqs::types::QueueAttributeName;
+
+/// Credentials and region the tests use; the server accepts any.
+pub const TEST_ENV: [(&str, &str); 3] = [
+    ("AWS_ACCESS_KEY_ID", "test"),
+    ("AWS_SECRET_ACCESS_KEY", "test"),
+    ("AWS_REGION", "us-east-1"),
+];
+
+struct Server {
+    endpoint: String,
+    _wrapper: Mutex<Child>,
+}
+
+fn moto_server() -> String {
+    if let Ok(path) = std::env::var("QHOST_MOTO_SERVER") {
+        return path;
+    }
+    let path = crate::workspace().join("target/tools/moto/bin/moto_server");
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/install-test-tools",
+        path.display()
+    );
+    path.display().to_string()
+}
+
+fn start() -> Server {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let script = format!(
+        "'{}' -H 127.0.0.1 -p {port} >/dev/null 2>&1 & pid=$!; echo started; read _; kill $pid",
+        moto_server()
+    );
+    let mut wrapper = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting moto");
+    let mut line = String::new();
+    let stdout = wrapper.stdout.take().expect("wrapper stdout");
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("wrapper started");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "moto did not start on port {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Server {
+        endpoint: format!("http://127.0.0.1:{port}"),
+        _wrapper: Mutex::new(wrapper),
+    }
+}
+
+/// The endpoint of this process's server, started on first use.
+pub fn endpoint() -> &'static str {
+    static SERVER: OnceLock<Server> = OnceLock::new();
+    &SERVER.get_or_init(start).endpoint
+}
+
+/// An SDK configuration for the server, with test credentials.
+pub fn sdk_config() -> aws_config::SdkConfig {
+    let credentials =
+        aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "qhost-tests");
+    aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(endpoint())
+        .credentials_provider(aws_sdk_sqs::config::SharedCredentialsProvider::new(
+            credentials,
+        ))
+        .build()
+}
+
+/// A raw SQS client, for setting queues up and looking inside.
+pub fn client() -> aws_sdk_sqs::Client {
+    aws_sdk_sqs::Client::new(&sdk_config())
+}
+
+/// A queue name no other test uses, keeping a `.fifo` suffix.
+pub fn unique(name: &str) -> String {
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    match name.strip_suffix(".fifo") {
+        Some(stem) => format!("{stem}-{}.fifo", &tag[..12]),
+        None => format!("{name}-{}", &tag[..12]),
+    }
+}
+
+/// Creates a queue (FIFO if the name ends in `.fifo`) and returns its URL.
+pub async fn create_queue(name: &str, attributes: &[(QueueAttributeName, String)]) -> String {
+    let mut req = client().create_queue().queue_name(name);
+    if name.ends_with(".fifo") {
+        req = req.attributes(QueueAttributeName::FifoQueue, "true");
+    }
+    for (k, v) in attributes {
+        req = req.attributes(k.clone(), v);
+    }
+    req.send()
+        .await
+        .expect("create queue")
+        .queue_url()
+        .expect("queue url")
+        .to_string()
+}
+
+/// The queue's ARN, for redrive policies.
+pub async fn arn(url: &str) -> String {
+    let out = client()
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .expect("queue attributes");
+    out.attributes()
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn))
+        .cloned()
+        .expect("arn")
+}
