@@ -15,6 +15,7 @@ pub mod convert;
 
 use std::collections::HashMap;
 use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -43,11 +44,31 @@ pub struct SqsSettings {
     pub endpoint_url: Option<String>,
 }
 
+/// API requests made, by kind, for measuring what a workload costs.
+#[derive(Debug, Default)]
+pub struct Requests {
+    /// `ReceiveMessage`.
+    pub receive: AtomicU64,
+    /// `DeleteMessageBatch`.
+    pub delete: AtomicU64,
+    /// `ChangeMessageVisibility`.
+    pub change_visibility: AtomicU64,
+    /// `SendMessageBatch`.
+    pub send: AtomicU64,
+    /// `GetQueueUrl` and `GetQueueAttributes`.
+    pub other: AtomicU64,
+}
+
+fn count(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
 /// An SQS client with a cache of queue URLs.
 #[derive(Debug)]
 pub struct SqsQueue {
     client: Client,
     urls: RwLock<HashMap<String, String>>,
+    requests: Requests,
 }
 
 /// Whole seconds for SQS, rounding up so a short delay is not lost, within SQS's range.
@@ -86,7 +107,13 @@ impl SqsQueue {
         SqsQueue {
             client: Client::new(config),
             urls: RwLock::new(HashMap::new()),
+            requests: Requests::default(),
         }
+    }
+
+    /// Requests made so far, by kind.
+    pub fn requests(&self) -> &Requests {
+        &self.requests
     }
 
     /// Preloads a queue's URL (skipping `GetQueueUrl`), as given in configuration.
@@ -101,6 +128,7 @@ impl SqsQueue {
         if let Some(url) = self.urls.read().ok().and_then(|u| u.get(queue).cloned()) {
             return Ok(url);
         }
+        count(&self.requests.other);
         let out = self
             .client
             .get_queue_url()
@@ -189,6 +217,7 @@ impl SqsQueue {
         let mut ids = vec![String::new(); messages.len()];
         for indices in plan {
             let batch: Vec<_> = indices.iter().filter_map(|&i| entries[i].take()).collect();
+            count(&self.requests.send);
             let out = self
                 .client
                 .send_message_batch()
@@ -225,6 +254,7 @@ impl QueueSource for SqsQueue {
         wait: Duration,
     ) -> Result<Vec<Received>, SourceError> {
         let url = self.url(queue).await?;
+        count(&self.requests.receive);
         let out = self
             .client
             .receive_message()
@@ -264,6 +294,7 @@ impl QueueSource for SqsQueue {
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| SourceError::Backend(e.into()))?;
+        count(&self.requests.delete);
         let out = self
             .client
             .delete_message_batch()
@@ -297,6 +328,7 @@ impl QueueSource for SqsQueue {
         delay: Duration,
     ) -> Result<(), SourceError> {
         let url = self.url(queue).await?;
+        count(&self.requests.change_visibility);
         self.client
             .change_message_visibility()
             .queue_url(url)
@@ -339,6 +371,7 @@ impl QueueSource for SqsQueue {
 
     async fn depth(&self, queue: &str) -> Result<QueueDepth, SourceError> {
         let url = self.url(queue).await?;
+        count(&self.requests.other);
         let out = self
             .client
             .get_queue_attributes()
