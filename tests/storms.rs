@@ -19,7 +19,7 @@ const JOBS: usize = 2000;
 
 fn queue(name: &str, plugin: &str) -> String {
     format!(
-        "[[queue]]\nname = \"{name}\"\nplugin = \"{plugin}\"\nwait-time-secs = 1\nvisibility-timeout-secs = 2\n"
+        "[[queue]]\nname = \"{name}\"\nplugin = \"{plugin}\"\nwait-time-secs = 1\nvisibility-timeout-secs = 2\npollers = 2\n"
     )
 }
 

@@ -245,8 +245,14 @@ impl Host {
                 config: q.clone(),
                 acker,
             });
-            tracing::info!(queue = %q.name, plugin = %q.plugin, "consuming");
-            pollers.spawn(run_poller(shared.clone(), ctx, shutdown.clone()));
+            tracing::info!(queue = %q.name, plugin = %q.plugin, pollers = q.pollers, "consuming");
+            for _ in 0..q.pollers {
+                pollers.spawn(run_poller(
+                    shared.clone(),
+                    Arc::clone(&ctx),
+                    shutdown.clone(),
+                ));
+            }
         }
         pollers.close();
         pollers.wait().await;

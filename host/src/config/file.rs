@@ -56,4 +56,5 @@ pub struct RawQueue {
     pub route_attribute: Option<String>,
     pub max_receives: Option<u32>,
     pub heartbeat: Option<bool>,
+    pub pollers: Option<u32>,
 }

@@ -60,6 +60,8 @@ pub struct QueueConfig {
     pub wait: Duration,
     /// Messages per receive (1 to 10).
     pub batch_size: usize,
+    /// Receive loops on this queue (they share the host's in-flight cap).
+    pub pollers: usize,
     /// Where rejected and poison messages go.
     pub dead_letter: String,
     /// A message attribute that may name another loaded plugin to handle the message.
@@ -219,6 +221,8 @@ fn queue(index: usize, q: RawQueue) -> anyhow::Result<QueueConfig> {
     in_range(&field("wait-time-secs"), wait, 0, 20)?;
     let batch = q.batch_size.unwrap_or(10);
     in_range(&field("batch-size"), batch, 1, 10)?;
+    let pollers = q.pollers.unwrap_or(1);
+    in_range(&field("pollers"), pollers, 1, 16)?;
     let dead_letter = q.dead_letter.unwrap_or_else(|| default_dead_letter(&name));
     if !valid_queue_name(&dead_letter) || dead_letter == name {
         bail!(
@@ -241,6 +245,7 @@ fn queue(index: usize, q: RawQueue) -> anyhow::Result<QueueConfig> {
         visibility: Duration::from_secs(visibility.into()),
         wait: Duration::from_secs(wait.into()),
         batch_size: batch as usize,
+        pollers: pollers as usize,
         dead_letter,
         route_attribute: q.route_attribute,
         max_receives: q.max_receives,
@@ -369,6 +374,10 @@ mod tests {
                 "configured twice",
             ),
             ("[source]\nkind = \"kafka\"", "source.kind"),
+            (
+                "[[queue]]\nname = \"q\"\nplugin = \"p\"\npollers = 0",
+                "queue[0].pollers",
+            ),
             (
                 "[source]\nkind = \"sqs\"\nendpoint-url = \"localhost:1\"",
                 "source.endpoint-url",
