@@ -64,11 +64,7 @@ async fn measure(plugin: Plugin, store: Arc<dyn IdempotencyStore>, n: usize) -> 
 }
 
 fn wasm_plugin() -> Plugin {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("trivial.wasm");
-    std::fs::write(&path, qhost_e2e::plugin_bytes("fixture")).expect("install");
-    let runtime = qhost::host::runtime_for(&config("trivial")).expect("engine");
-    qhost::runtime::loader::load_file(&runtime, &path).expect("load")
+    qhost_e2e::fixture_plugin("trivial", &config("trivial"))
 }
 
 fn native_plugin() -> Plugin {
@@ -86,10 +82,7 @@ fn row(label: &str, rate: f64, baseline: f64, extra: &str) {
 
 #[tokio::main]
 async fn main() {
-    let n: usize = std::env::var("QHOST_BENCH_MESSAGES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(50_000);
+    let n = qhost_e2e::bench_messages(50_000);
     qhost_e2e::built_plugins(); // build before printing, so cargo's output stays out of the table
     println!("pipeline, {n} messages, max-in-flight 64, local queue in memory");
     println!("{:<34} {:>9} {:>10}", "", "msg/s", "vs native");

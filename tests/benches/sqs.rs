@@ -63,10 +63,7 @@ async fn bare_loop(sqs: &SqsQueue, queue: &str, n: usize) -> f64 {
 
 #[tokio::main]
 async fn main() {
-    let n: usize = std::env::var("QHOST_BENCH_MESSAGES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(500);
+    let n = qhost_e2e::bench_messages(500);
     let queue = unique("bench");
     create_queue(&queue, &[]).await;
     create_queue(&format!("{queue}-dlq"), &[]).await;
@@ -76,11 +73,7 @@ async fn main() {
     .expect("config");
     config.data_dir = None;
 
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("trivial.wasm");
-    std::fs::write(&path, qhost_e2e::plugin_bytes("fixture")).expect("install");
-    let runtime = qhost::host::runtime_for(&config).expect("engine");
-    let plugin = qhost::runtime::loader::load_file(&runtime, &path).expect("load");
+    let plugin = qhost_e2e::fixture_plugin("trivial", &config);
 
     let sqs = Arc::new(SqsQueue::from_sdk_config(&sdk_config()));
     fill(&sqs, &queue, n).await;

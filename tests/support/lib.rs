@@ -51,3 +51,21 @@ pub fn plugin_bytes(crate_name: &str) -> Vec<u8> {
     let file = built_plugins().join(format!("{}.wasm", crate_name.replace('-', "_")));
     std::fs::read(&file).unwrap_or_else(|e| panic!("reading {}: {e}", file.display()))
 }
+
+/// The fixture plugin, installed as `NAME.wasm` in a temporary directory and loaded by an engine
+/// sized for `config`, as the host would load it.
+pub fn fixture_plugin(name: &str, config: &qhost::Config) -> qhost::handler::Plugin {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join(format!("{name}.wasm"));
+    std::fs::write(&path, plugin_bytes("fixture")).expect("installing the fixture");
+    let runtime = qhost::host::runtime_for(config).expect("engine");
+    qhost::runtime::loader::load_file(&runtime, &path).expect("loading the fixture")
+}
+
+/// Messages a benchmark runs: `QHOST_BENCH_MESSAGES`, or `default`.
+pub fn bench_messages(default: usize) -> usize {
+    std::env::var("QHOST_BENCH_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
