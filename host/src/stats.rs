@@ -93,25 +93,41 @@ impl Counts {
     }
 }
 
-/// Counters keyed by (queue, plugin).
+/// Counters by queue, then plugin: nested so that recording (several times per message) looks
+/// up by `&str` and allocates only the first time a pair is seen.
 #[derive(Debug, Default)]
 pub struct Stats {
-    counts: Mutex<BTreeMap<(String, String), Counts>>,
+    counts: Mutex<BTreeMap<String, BTreeMap<String, Counts>>>,
 }
 
 impl Stats {
     /// Records an event.
     pub fn record(&self, queue: &str, plugin: &str, event: Event) {
-        if let Ok(mut map) = self.counts.lock() {
-            map.entry((queue.to_string(), plugin.to_string()))
-                .or_default()
-                .apply(event);
+        let Ok(mut map) = self.counts.lock() else {
+            return;
+        };
+        if let Some(counts) = map.get_mut(queue).and_then(|p| p.get_mut(plugin)) {
+            return counts.apply(event);
         }
+        map.entry(queue.to_string())
+            .or_default()
+            .entry(plugin.to_string())
+            .or_default()
+            .apply(event);
     }
 
     /// A copy of every counter.
     pub fn snapshot(&self) -> BTreeMap<(String, String), Counts> {
-        self.counts.lock().map(|m| m.clone()).unwrap_or_default()
+        let Ok(map) = self.counts.lock() else {
+            return BTreeMap::new();
+        };
+        map.iter()
+            .flat_map(|(queue, plugins)| {
+                plugins
+                    .iter()
+                    .map(move |(plugin, c)| ((queue.clone(), plugin.clone()), *c))
+            })
+            .collect()
     }
 
     /// All counters added up.
@@ -161,5 +177,38 @@ impl fmt::Display for Stats {
             writeln!(f)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_kept_per_queue_and_plugin_and_add_up() {
+        let stats = Stats::default();
+        for event in [
+            Event::Received,
+            Event::Invoked,
+            Event::Acked,
+            Event::OutboxSent(2),
+        ] {
+            stats.record("q1", "a", event);
+        }
+        stats.record("q1", "b", Event::Duplicate);
+        stats.record("q2", "a", Event::DeadLettered);
+        let snap = stats.snapshot();
+        assert_eq!(snap.len(), 3);
+        let a = snap[&("q1".to_string(), "a".to_string())];
+        assert_eq!(
+            (a.received, a.invoked, a.acked, a.outbox_sent),
+            (1, 1, 1, 2)
+        );
+        assert_eq!(snap[&("q1".to_string(), "b".to_string())].duplicates, 1);
+        let total = stats.total();
+        assert_eq!(
+            (total.received, total.duplicates, total.dead_lettered),
+            (1, 1, 1)
+        );
     }
 }
