@@ -83,15 +83,16 @@ pub enum Failure {
 
 /// Runs a handler on one message. Blocking: the pipeline calls it on the blocking pool.
 pub trait Invoke: Send + Sync + 'static {
-    /// Handles one message.
-    fn invoke(&self, msg: &HandlerMessage) -> Result<Invocation, Failure>;
+    /// Handles one message (given by value: the pipeline has no further use for it, and the
+    /// body may be large).
+    fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure>;
 }
 
 impl<F> Invoke for F
 where
-    F: Fn(&HandlerMessage) -> Result<Invocation, Failure> + Send + Sync + 'static,
+    F: Fn(HandlerMessage) -> Result<Invocation, Failure> + Send + Sync + 'static,
 {
-    fn invoke(&self, msg: &HandlerMessage) -> Result<Invocation, Failure> {
+    fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
         self(msg)
     }
 }
@@ -134,7 +135,7 @@ impl Plugin {
     }
 
     /// Handles one message.
-    pub fn invoke(&self, msg: &HandlerMessage) -> Result<Invocation, Failure> {
+    pub fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
         self.invoker.invoke(msg)
     }
 }

@@ -68,7 +68,7 @@ fn wasm_plugin() -> Plugin {
 }
 
 fn native_plugin() -> Plugin {
-    let handler = |_: &HandlerMessage| Ok(Invocation::new(Outcome::Ack));
+    let handler = |_: HandlerMessage| Ok(Invocation::new(Outcome::Ack));
     Plugin::new("native", "native", Manifest::default(), Arc::new(handler))
 }
 

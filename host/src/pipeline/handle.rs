@@ -78,7 +78,7 @@ async fn run(shared: &Shared, queue: &QueueCtx, p: Prepared, lease: Lease) -> Fa
     let heartbeat = super::poller::heartbeat(shared, queue, &p.msg.receipt, &lease);
     let call = tokio::task::spawn_blocking({
         let plugin = Arc::clone(&plugin);
-        move || plugin.invoke(&input)
+        move || plugin.invoke(input)
     });
     let result = tokio::select! {
         joined = call => joined.unwrap_or_else(|e| Err(Failure::Trap(format!("handler panicked: {e}")))),

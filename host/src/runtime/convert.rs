@@ -7,13 +7,13 @@ use super::bindings::{
 use crate::handler::{HandlerMessage, Outcome};
 use crate::message::{Attribute, AttributeValue, Outgoing};
 
-fn attribute_to_guest(a: &Attribute) -> WitAttribute {
+fn attribute_to_guest(a: Attribute) -> WitAttribute {
     WitAttribute {
-        name: a.name.clone(),
-        value: match &a.value {
-            AttributeValue::String(s) => WitValue::String(s.clone()),
-            AttributeValue::Number(n) => WitValue::Number(n.clone()),
-            AttributeValue::Binary(b) => WitValue::Binary(b.clone()),
+        name: a.name,
+        value: match a.value {
+            AttributeValue::String(s) => WitValue::String(s),
+            AttributeValue::Number(n) => WitValue::Number(n),
+            AttributeValue::Binary(b) => WitValue::Binary(b),
         },
     }
 }
@@ -29,18 +29,18 @@ fn attribute_from_guest(a: WitAttribute) -> Attribute {
     }
 }
 
-/// The WIT message for a handler message.
-pub fn message_to_guest(m: &HandlerMessage) -> Message {
+/// The WIT message for a handler message, moving its fields (the body may be large).
+pub fn message_to_guest(m: HandlerMessage) -> Message {
     Message {
-        id: m.id.clone(),
-        idempotency_key: m.idempotency_key.clone(),
+        id: m.id,
+        idempotency_key: m.idempotency_key,
         fencing_token: m.fencing_token,
-        queue: m.queue.clone(),
-        body: m.body.clone(),
-        attributes: m.attributes.iter().map(attribute_to_guest).collect(),
+        queue: m.queue,
+        body: m.body,
+        attributes: m.attributes.into_iter().map(attribute_to_guest).collect(),
         receive_count: m.receive_count,
         sent_at_ms: m.sent_at_ms,
-        group_id: m.group_id.clone(),
+        group_id: m.group_id,
     }
 }
 

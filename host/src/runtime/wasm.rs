@@ -86,13 +86,14 @@ fn with_stderr(reason: String, state: &HostState) -> String {
 }
 
 impl Invoke for WasmInvoker {
-    fn invoke(&self, msg: &HandlerMessage) -> Result<Invocation, Failure> {
+    fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
         let ctx = CallContext {
             plugin: Arc::clone(&self.plugin),
             version: Arc::clone(&self.version),
             message_id: msg.id.clone(),
             queue: msg.queue.clone(),
         };
+        let guest_message = convert::message_to_guest(msg);
         let state = HostState::new(ctx, Arc::clone(&self.config), self.memory_bytes);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| s.limiter());
@@ -102,7 +103,7 @@ impl Invoke for WasmInvoker {
             Err(e) if store.data().memory_limit_hit() => return Err(self.classify(e, store.data())),
             Err(e) => return Err(Failure::Instantiate(format!("{e:#}"))),
         };
-        match handler.call_handle(&mut store, &convert::message_to_guest(msg)) {
+        match handler.call_handle(&mut store, &guest_message) {
             Ok(outcome) => Ok(Invocation {
                 outcome: convert::outcome_from_guest(outcome),
                 outbox: std::mem::take(&mut store.data_mut().outbox),
