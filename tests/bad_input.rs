@@ -75,16 +75,25 @@ async fn a_plugin_that_eats_memory_is_stopped_at_its_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_plugin_cannot_read_host_files_or_environment() {
+async fn a_plugin_cannot_read_host_files_see_the_environment_or_open_a_socket() {
     let env = TestEnv::new();
     env.install("fixture", "fixture", "");
     let host = env.host(env.config(&queue_toml("jobs", "fixture"))).await;
+    // A listener the plugin is told to connect to: it must never see a connection.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    listener.set_nonblocking(true).expect("non-blocking");
+    let addr = listener.local_addr().expect("address");
     // PATH is set in every test process; the guest's environment must still be empty.
     let var = "PATH";
+    assert!(std::env::var(var).is_ok());
     send_all(
         &env.queue(),
         "jobs",
-        &["read:/etc/hostname", &format!("env:{var}")],
+        &[
+            "read:/etc/hostname",
+            &format!("env:{var}"),
+            &format!("connect:{addr}"),
+        ],
         &[],
     )
     .await;
@@ -94,11 +103,64 @@ async fn a_plugin_cannot_read_host_files_or_environment() {
         .iter()
         .map(|d| attr(d, "qhost-dead-letter-reason").unwrap_or_default())
         .collect();
-    assert_eq!(dead.len(), 2, "both probes were denied: {reasons:?}");
+    assert_eq!(dead.len(), 3, "every probe was denied: {reasons:?}");
     assert!(
         reasons.iter().all(|r| r.starts_with("denied:")),
         "{reasons:?}"
     );
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the plugin reached the host's listener"
+    );
+    let c = host.stats().total();
+    assert_eq!((c.invoked, c.dead_lettered), (3, 3), "{c:?}");
+}
+
+/// The most calls of a native plugin that ran at once, with its manifest saying `manifest`.
+async fn peak_concurrency(manifest: &str) -> usize {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let env = TestEnv::new();
+    let (now, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let invoker = {
+        let (now, peak) = (Arc::clone(&now), Arc::clone(&peak));
+        move |_msg: qhost::handler::HandlerMessage| {
+            let running = now.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(running, Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            now.fetch_sub(1, Ordering::SeqCst);
+            Ok(qhost::handler::Invocation::new(
+                qhost::handler::Outcome::Ack,
+            ))
+        }
+    };
+    let manifest = qhost::runtime::manifest::Manifest::parse(manifest).expect("manifest");
+    let plugin = qhost::handler::Plugin::new("slow", "native", manifest, Arc::new(invoker));
+    let mut config = env.config(&queue_toml("jobs", "slow"));
+    config.max_in_flight = 16;
+    let store = qhost::idempotency::local::LocalStore::open(None).expect("store");
+    let host = Host::new(
+        config,
+        Arc::new(env.queue()),
+        Arc::new(store),
+        qhost::runtime::registry::Registry::new([plugin]),
+    );
+    let bodies: Vec<String> = (0..30).map(|i| i.to_string()).collect();
+    let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
+    send_all(&env.queue(), "jobs", &refs, &[]).await;
+    run_until_idle(&host).await;
+    assert_eq!(host.stats().total().acked, 30);
+    peak.load(Ordering::SeqCst)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plugin_concurrency_limit_caps_its_calls_below_the_host_cap() {
+    let unlimited = peak_concurrency("").await;
+    assert!(
+        unlimited > 2,
+        "without a limit, calls overlap ({unlimited} at most)"
+    );
+    assert_eq!(peak_concurrency("[limits]\nconcurrency = 2\n").await, 2);
 }
 
 /// Installs `bytes` as plugin `broken` beside a good `fixture`, and checks the load error.

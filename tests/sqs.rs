@@ -11,7 +11,7 @@ use qhost::source::QueueSource;
 use qhost::source::sqs::SqsQueue;
 use qhost_e2e::harness::{Running, TestEnv, attr, run_until_idle, send_all};
 use qhost_e2e::processes::{HostProcess, summary_column};
-use qhost_e2e::sqs_server::{arn, create_queue, endpoint, sdk_config, unique};
+use qhost_e2e::sqs_server::{arn, create_queue, drain, endpoint, sdk_config, unique};
 
 fn sqs() -> SqsQueue {
     SqsQueue::from_sdk_config(&sdk_config())
@@ -44,25 +44,6 @@ async fn host(env: &TestEnv, queues: &str) -> Host {
 
 async fn send(queue: &str, bodies: &[&str], attributes: &[Attribute]) -> Vec<String> {
     send_all(&sqs(), queue, bodies, attributes).await
-}
-
-/// Everything in a queue, in the order received, deleting as it goes (a FIFO group stays
-/// blocked while any of its messages is received and not deleted).
-async fn drain(queue: &str) -> Vec<Received> {
-    let q = sqs();
-    let mut all = Vec::new();
-    loop {
-        let got = q
-            .receive(queue, 10, Duration::from_secs(60), Duration::from_secs(1))
-            .await
-            .expect("receive");
-        if got.is_empty() {
-            return all;
-        }
-        let receipts: Vec<String> = got.iter().map(|m| m.receipt.clone()).collect();
-        q.ack(queue, &receipts).await.expect("delete");
-        all.extend(got);
-    }
 }
 
 fn keys(msgs: &[Received]) -> Vec<String> {

@@ -7,6 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::Semaphore;
+
 use crate::message::{Attribute, Outgoing};
 use crate::runtime::manifest::Manifest;
 
@@ -107,6 +109,7 @@ pub struct Plugin {
     /// Limits, idempotency policy and config.
     pub manifest: Manifest,
     invoker: Arc<dyn Invoke>,
+    slots: Option<Arc<Semaphore>>,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -126,11 +129,29 @@ impl Plugin {
         manifest: Manifest,
         invoker: Arc<dyn Invoke>,
     ) -> Self {
+        let slots = manifest
+            .limits
+            .concurrency
+            .map(|n| Arc::new(Semaphore::new(n as usize)));
         Plugin {
             name: name.into(),
             version: version.into(),
             manifest,
             invoker,
+            slots,
+        }
+    }
+
+    /// The plugin's concurrency limit, if its manifest sets one: a call holds a permit.
+    pub fn slots(&self) -> Option<&Arc<Semaphore>> {
+        self.slots.as_ref()
+    }
+
+    /// Takes over the permits of the version this one replaces (when the limit is the same),
+    /// so calls finishing on the old version still count against the limit during a reload.
+    pub fn share_slots_with(&mut self, old: &Plugin) {
+        if self.manifest.limits.concurrency == old.manifest.limits.concurrency {
+            self.slots = old.slots.clone();
         }
     }
 

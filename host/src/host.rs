@@ -16,14 +16,16 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, SourceKind, StoreKind};
-use crate::handler::Plugin;
 use crate::idempotency::IdempotencyStore;
 use crate::idempotency::local::LocalStore;
 use crate::idempotency::redis::RedisStore;
+use crate::payload::Payloads;
 use crate::pipeline::{Acker, Completer, QueueCtx, Shared, run_poller};
 use crate::runtime::engine::{EngineSettings, Runtime};
 use crate::runtime::loader;
 use crate::runtime::registry::Registry;
+use crate::runtime::reload::PluginDir;
+use crate::runtime::{status, watch};
 use crate::source::local::{LocalQueue, Redrive};
 use crate::source::sqs::SqsQueue;
 use crate::source::{QueueSource, SourceError};
@@ -40,6 +42,8 @@ pub struct Host {
     source: Arc<dyn QueueSource>,
     store: Arc<dyn IdempotencyStore>,
     registry: Arc<Registry>,
+    plugins: Option<Arc<PluginDir>>,
+    payloads: Arc<Payloads>,
     stats: Arc<Stats>,
 }
 
@@ -119,31 +123,46 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn IdempotencySt
     }
 }
 
-/// The engine sized for this configuration.
+/// The engine sized for this configuration, with its compiled-code cache.
 pub fn runtime_for(config: &Config) -> anyhow::Result<Runtime> {
-    Runtime::new(EngineSettings {
+    let runtime = Runtime::new(EngineSettings {
         max_instances: config.max_in_flight as u32 + SPARE_INSTANCES,
         max_memory_mib: config.max_plugin_memory_mib,
-    })
+    })?;
+    match &config.compiled_cache {
+        Some(dir) => runtime.with_cache(dir),
+        None => Ok(runtime),
+    }
 }
 
-/// Loads the plugins directory, logging each file that does not load, and checks that every
-/// queue routes to a plugin that at least has a file there.
-pub async fn load_plugins(config: &Config, runtime: Runtime) -> anyhow::Result<Vec<Plugin>> {
+/// Loads the plugins directory into a new registry, logging each file that does not load, and
+/// checks that every queue routes to a plugin that at least has a file there.
+pub async fn open_plugins(config: &Config) -> anyhow::Result<Arc<PluginDir>> {
+    let plugins = open_plugins_unchecked(config).await?;
+    check_routes(config, &config.plugins_dir)?;
+    Ok(plugins)
+}
+
+/// Loads the plugins directory into a new registry, without checking the queues' routes.
+pub async fn open_plugins_unchecked(config: &Config) -> anyhow::Result<Arc<PluginDir>> {
     let dir = config.plugins_dir.clone();
     if !dir.is_dir() {
         bail!("plugins directory {} does not exist", dir.display());
     }
-    let (loaded, failed) =
-        tokio::task::spawn_blocking(move || loader::load_dir(&runtime, &dir)).await??;
-    for e in &failed {
-        tracing::error!(path = %e.path.display(), reason = %format!("{:#}", e.reason), "plugin not loaded");
-    }
-    for p in &loaded {
-        tracing::info!(plugin = %p.name, version = %p.version, "plugin loaded");
-    }
-    check_routes(config, &config.plugins_dir)?;
-    Ok(loaded)
+    let runtime = runtime_for(config)?;
+    let plugins = Arc::new(PluginDir::new(runtime, &dir, Arc::default()));
+    let report = {
+        let plugins = Arc::clone(&plugins);
+        tokio::task::spawn_blocking(move || plugins.sync()).await??
+    };
+    report.log(plugins.registry());
+    let counters = plugins.runtime().counters();
+    tracing::info!(
+        compiled = counters.compiled(),
+        from_cache = counters.cache_hits(),
+        "plugins ready"
+    );
+    Ok(plugins)
 }
 
 /// A queue naming a plugin with no file is a configuration mistake, refused at start. (A file
@@ -175,29 +194,40 @@ fn check_routes(config: &Config, dir: &Path) -> anyhow::Result<()> {
 impl Host {
     /// A host with the backends and plugins the configuration names.
     pub async fn from_config(config: Config) -> anyhow::Result<Self> {
-        let runtime = runtime_for(&config)?;
-        let plugins = load_plugins(&config, runtime).await?;
+        let plugins = open_plugins(&config).await?;
         let source = open_source(&config)
             .await
             .context("opening the queue backend")?;
-        let store = open_store(&config)
-            .await
-            .context("opening the idempotency store")?;
-        Ok(Host::new(config, source, store, Registry::new(plugins)))
+        Self::with_plugins(config, source, plugins).await
     }
 
     /// A host with the plugins and idempotency store the configuration names, consuming from a
     /// queue backend the caller built (an SQS client with its own credentials, say).
     pub async fn with_source(config: Config, source: Arc<dyn QueueSource>) -> anyhow::Result<Self> {
-        let runtime = runtime_for(&config)?;
-        let plugins = load_plugins(&config, runtime).await?;
+        let plugins = open_plugins(&config).await?;
+        Self::with_plugins(config, source, plugins).await
+    }
+
+    async fn with_plugins(
+        config: Config,
+        source: Arc<dyn QueueSource>,
+        plugins: Arc<PluginDir>,
+    ) -> anyhow::Result<Self> {
         let store = open_store(&config)
             .await
             .context("opening the idempotency store")?;
-        Ok(Host::new(config, source, store, Registry::new(plugins)))
+        let payloads = Payloads::open(&config)
+            .await
+            .context("opening the payload stores")?;
+        let mut host = Host::new(config, source, store, Registry::default());
+        host.registry = Arc::clone(plugins.registry());
+        host.plugins = Some(plugins);
+        host.payloads = Arc::new(payloads);
+        Ok(host)
     }
 
-    /// A host from parts (for embedding, tests and benchmarks).
+    /// A host from parts (for embedding, tests and benchmarks). Its plugins are the ones given;
+    /// no directory is watched.
     pub fn new(
         config: Config,
         source: Arc<dyn QueueSource>,
@@ -209,8 +239,26 @@ impl Host {
             source,
             store,
             registry: Arc::new(registry),
+            plugins: None,
+            payloads: Arc::new(Payloads::disabled()),
             stats: Arc::new(Stats::default()),
         }
+    }
+
+    /// Uses these payload stores (a host from parts has none).
+    pub fn with_payloads(mut self, payloads: Payloads) -> Self {
+        self.payloads = Arc::new(payloads);
+        self
+    }
+
+    /// The payload stores.
+    pub fn payloads(&self) -> Arc<Payloads> {
+        Arc::clone(&self.payloads)
+    }
+
+    /// The plugins directory this host loads from, if it was built from a configuration.
+    pub fn plugin_dir(&self) -> Option<&Arc<PluginDir>> {
+        self.plugins.as_ref()
     }
 
     /// The counters.
@@ -235,6 +283,49 @@ impl Host {
 
     /// Runs until `shutdown` is cancelled, then drains.
     pub async fn run(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let watcher = self.watch_plugins()?;
+        let result = self.consume(shutdown).await;
+        if let Some(stop) = watcher {
+            stop.cancel();
+        }
+        if let Some(file) = self.status_file() {
+            let _ = std::fs::remove_file(file);
+        }
+        result
+    }
+
+    /// The file where this host reports its plugins, if it has a data directory.
+    fn status_file(&self) -> Option<std::path::PathBuf> {
+        self.plugins.as_ref()?;
+        self.config.data_dir.as_deref().map(status::path)
+    }
+
+    /// Publishes the plugin status and, if configured, starts watching the plugins directory.
+    fn watch_plugins(&self) -> anyhow::Result<Option<CancellationToken>> {
+        let Some(plugins) = &self.plugins else {
+            return Ok(None);
+        };
+        let file = self.status_file();
+        let publish = move |registry: &Registry| {
+            if let Some(file) = &file
+                && let Err(e) = status::write(file, registry)
+            {
+                tracing::warn!(error = %format!("{e:#}"), "could not publish plugin status");
+            }
+        };
+        publish(&self.registry);
+        if !self.config.watch_plugins {
+            return Ok(None);
+        }
+        let stop = CancellationToken::new();
+        let registry = Arc::clone(&self.registry);
+        watch::spawn(Arc::clone(plugins), stop.clone(), move |_| {
+            publish(&registry)
+        })?;
+        Ok(Some(stop))
+    }
+
+    async fn consume(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let shared = self.shared();
         let mut ackers = Vec::new();
         let pollers = TaskTracker::new();
@@ -284,6 +375,7 @@ impl Host {
             tasks: TaskTracker::new(),
             abandon: CancellationToken::new(),
             completer: Completer::spawn(Arc::clone(&self.store)),
+            payloads: Arc::clone(&self.payloads),
         }
     }
 

@@ -16,6 +16,7 @@
 //! | [`idempotency`] | leases and completed records ([`idempotency::IdempotencyStore`]); keys |
 //! | [`runtime`]     | wasmtime engine, WIT bindings, guest state, plugin loading, registry  |
 //! | [`handler`]     | what the pipeline invokes: a [`handler::Plugin`], wasm or native       |
+//! | [`payload`]     | claim check: payload stores (Redis, S3, local), pointers, allow-list  |
 //! | [`pipeline`]    | the data path: poll, route, lease, invoke, ack / retry / dead-letter  |
 //! | [`host`]        | wiring: backends by configuration, pollers, shutdown                  |
 //! | [`stats`]       | counters per queue and plugin                                         |
@@ -28,6 +29,7 @@ pub mod handler;
 pub mod host;
 pub mod idempotency;
 pub mod message;
+pub mod payload;
 pub mod pipeline;
 pub mod runtime;
 pub mod source;

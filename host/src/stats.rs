@@ -98,6 +98,8 @@ impl Counts {
 #[derive(Debug, Default)]
 pub struct Stats {
     counts: Mutex<BTreeMap<String, BTreeMap<String, Counts>>>,
+    /// Invocations by plugin, then version: which build handled how much, across reloads.
+    versions: Mutex<BTreeMap<String, BTreeMap<String, u64>>>,
 }
 
 impl Stats {
@@ -114,6 +116,30 @@ impl Stats {
             .entry(plugin.to_string())
             .or_default()
             .apply(event);
+    }
+
+    /// Counts an invocation of this plugin version.
+    pub fn record_invocation(&self, plugin: &str, version: &str) {
+        let Ok(mut map) = self.versions.lock() else {
+            return;
+        };
+        if let Some(n) = map.get_mut(plugin).and_then(|v| v.get_mut(version)) {
+            *n += 1;
+            return;
+        }
+        *map.entry(plugin.to_string())
+            .or_default()
+            .entry(version.to_string())
+            .or_default() += 1;
+    }
+
+    /// Invocations of each version of `plugin`.
+    pub fn invocations_by_version(&self, plugin: &str) -> BTreeMap<String, u64> {
+        self.versions
+            .lock()
+            .ok()
+            .and_then(|m| m.get(plugin).cloned())
+            .unwrap_or_default()
     }
 
     /// A copy of every counter.
@@ -197,6 +223,16 @@ mod tests {
         }
         stats.record("q1", "b", Event::Duplicate);
         stats.record("q2", "a", Event::DeadLettered);
+        stats.record_invocation("a", "v1");
+        stats.record_invocation("a", "v1");
+        stats.record_invocation("a", "v2");
+        assert_eq!(
+            stats
+                .invocations_by_version("a")
+                .into_iter()
+                .collect::<Vec<_>>(),
+            [("v1".to_string(), 2), ("v2".to_string(), 1)]
+        );
         let snap = stats.snapshot();
         assert_eq!(snap.len(), 3);
         let a = snap[&("q1".to_string(), "a".to_string())];

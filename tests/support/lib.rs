@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+pub mod deploy;
 pub mod faults;
 pub mod harness;
 pub mod processes;
@@ -58,7 +59,12 @@ pub fn fixture_plugin(name: &str, config: &qhost::Config) -> qhost::handler::Plu
     let dir = tempfile::tempdir().expect("temporary directory");
     let path = dir.path().join(format!("{name}.wasm"));
     std::fs::write(&path, plugin_bytes("fixture")).expect("installing the fixture");
-    let runtime = qhost::host::runtime_for(config).expect("engine");
+    // Compiled afresh every time: no cache directory left behind.
+    let config = qhost::Config {
+        compiled_cache: None,
+        ..config.clone()
+    };
+    let runtime = qhost::host::runtime_for(&config).expect("engine");
     qhost::runtime::loader::load_file(&runtime, &path).expect("loading the fixture")
 }
 

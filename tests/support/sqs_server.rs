@@ -136,3 +136,62 @@ pub async fn arn(url: &str) -> String {
         .cloned()
         .expect("arn")
 }
+
+/// The server's S3 side (moto serves S3 on the same endpoint), as qhost's payload stores see it.
+pub fn s3_payloads() -> qhost::payload::s3::S3Payloads {
+    qhost::payload::s3::S3Payloads::from_sdk_config(&sdk_config(), true)
+}
+
+/// A raw S3 client for the server, path-style, for setting buckets up and looking inside.
+pub fn s3_client() -> aws_sdk_s3::Client {
+    let config = aws_sdk_s3::config::Builder::from(&sdk_config())
+        .force_path_style(true)
+        .build();
+    aws_sdk_s3::Client::from_conf(config)
+}
+
+/// Creates a bucket no other test uses and returns its name.
+pub async fn create_bucket(name: &str) -> String {
+    let bucket = unique(name);
+    s3_client()
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("create bucket");
+    bucket
+}
+
+/// Object keys in `bucket`.
+pub async fn object_keys(bucket: &str) -> Vec<String> {
+    let out = s3_client()
+        .list_objects_v2()
+        .bucket(bucket)
+        .send()
+        .await
+        .expect("list objects");
+    out.contents()
+        .iter()
+        .filter_map(|o| o.key().map(str::to_string))
+        .collect()
+}
+
+/// Everything in a queue, in the order received, deleting as it goes (a FIFO group stays
+/// blocked while any of its messages is received and not deleted).
+pub async fn drain(queue: &str) -> Vec<qhost::message::Received> {
+    use qhost::source::QueueSource as _;
+    let q = qhost::source::sqs::SqsQueue::from_sdk_config(&sdk_config());
+    let mut all = Vec::new();
+    loop {
+        let got = q
+            .receive(queue, 10, Duration::from_secs(60), Duration::from_secs(1))
+            .await
+            .expect("receive");
+        if got.is_empty() {
+            return all;
+        }
+        let receipts: Vec<String> = got.iter().map(|m| m.receipt.clone()).collect();
+        q.ack(queue, &receipts).await.expect("delete");
+        all.extend(got);
+    }
+}

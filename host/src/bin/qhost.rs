@@ -228,6 +228,12 @@ async fn send(config: Config, args: SendArgs) -> anyhow::Result<()> {
         .collect::<anyhow::Result<_>>()?;
     msg.delay_seconds = args.delay;
     msg.group_id = args.group;
+    // Large bodies go to the payload store, and a pointer in the message.
+    let payloads = qhost::payload::Payloads::open(&config).await?;
+    let msg = payloads
+        .offload_all(&config.namespace, vec![msg])
+        .await?
+        .remove(0);
     let ids = if args.copies == 1 {
         qhost::host::open_source(&config)
             .await?
@@ -291,25 +297,43 @@ fn check(config: &Config, file: &std::path::Path) -> anyhow::Result<()> {
 }
 
 async fn list(config: &Config) -> anyhow::Result<()> {
-    let runtime = qhost::host::runtime_for(config)?;
-    let dir = config.plugins_dir.clone();
-    let (loaded, failed) =
-        tokio::task::spawn_blocking(move || qhost::runtime::loader::load_dir(&runtime, &dir))
-            .await??;
-    for p in loaded {
-        let l = &p.manifest.limits;
-        println!(
-            "{:<20} {}  timeout {} ms, memory {} MiB, max attempts {}, key {}",
-            p.name,
-            p.version,
-            l.timeout_ms,
-            l.memory_mib,
-            l.max_attempts,
-            p.manifest.idempotency.key
-        );
-    }
-    for e in failed {
-        println!("{:<20} not loaded: {:#}", e.path.display(), e.reason);
+    use qhost::runtime::status::{self, HostPlugins};
+    let live = config
+        .data_dir
+        .as_deref()
+        .and_then(|d| status::read_live(&status::path(d)));
+    let status = match live {
+        Some(status) => {
+            println!("as served by the running qhost (pid {}):", status.pid);
+            status
+        }
+        None => {
+            println!(
+                "no qhost is running on this data directory; loading {}:",
+                config.plugins_dir.display()
+            );
+            let plugins = qhost::host::open_plugins_unchecked(config).await?;
+            HostPlugins::of(plugins.registry())
+        }
+    };
+    for p in &status.plugins {
+        let version = p.version.as_deref().unwrap_or("(not serving)");
+        match &p.limits {
+            Some(l) => println!(
+                "{:<20} {:<12}  timeout {} ms, memory {} MiB, max attempts {}, concurrency {}",
+                p.name,
+                version,
+                l.timeout_ms,
+                l.memory_mib,
+                l.max_attempts,
+                l.concurrency
+                    .map_or_else(|| "unlimited".to_string(), |c| c.to_string()),
+            ),
+            None => println!("{:<20} {version}", p.name),
+        }
+        if let Some(e) = &p.last_error {
+            println!("{:<20} last load error: {e}", "");
+        }
     }
     Ok(())
 }

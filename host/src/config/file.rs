@@ -13,9 +13,12 @@ pub struct RawConfig {
     pub max_in_flight: Option<u32>,
     pub shutdown_grace_secs: Option<u64>,
     pub max_plugin_memory_mib: Option<u64>,
+    pub watch_plugins: Option<bool>,
+    pub compiled_cache: Option<bool>,
     pub source: Option<RawSource>,
     pub idempotency: Option<RawIdempotency>,
     pub retry: Option<RawRetry>,
+    pub payload: Option<super::payload::RawPayload>,
     #[serde(rename = "queue")]
     pub queues: Option<Vec<RawQueue>>,
 }

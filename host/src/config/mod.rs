@@ -4,6 +4,7 @@
 //! is one error naming the field, before anything starts.
 
 pub mod file;
+pub mod payload;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,6 +15,7 @@ use crate::runtime::loader::valid_plugin_name;
 use crate::runtime::manifest::MAX_MEMORY_MIB;
 use crate::runtime::state::valid_queue_name;
 use file::{RawConfig, RawQueue};
+pub use payload::{AllowRule, OffloadStore, PayloadConfig, PayloadStoreKind};
 
 /// Where messages come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,6 +89,10 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// Largest memory limit a plugin manifest may set; sizes the instance pool.
     pub max_plugin_memory_mib: u64,
+    /// Whether to reload plugins when the plugins directory changes.
+    pub watch_plugins: bool,
+    /// Where compiled plugins are cached (`DATA_DIR/compiled` unless turned off).
+    pub compiled_cache: Option<PathBuf>,
     /// Queue backend.
     pub source: SourceKind,
     /// Idempotency backend.
@@ -97,6 +103,8 @@ pub struct Config {
     pub retry: RetryPolicy,
     /// Consumed queues.
     pub queues: Vec<QueueConfig>,
+    /// Payload offload (claim check).
+    pub payload: PayloadConfig,
 }
 
 impl Default for Config {
@@ -150,14 +158,34 @@ impl Config {
             None => vec![queue(0, default_queue())?],
         };
         check_unique(&queues)?;
+        let data_dir = raw.data_dir.unwrap_or_else(|| ".qhost".into());
+        let source = source_kind(raw.source.unwrap_or_default())?;
+        let store = store_kind(raw.idempotency.unwrap_or_default())?;
+        let payload = payload::payload_config(
+            raw.payload.unwrap_or_default(),
+            match &store {
+                StoreKind::Redis { url } => Some(url.as_str()),
+                StoreKind::Local => None,
+            },
+            match &source {
+                SourceKind::Sqs(settings) => Some(settings),
+                SourceKind::Local => None,
+            },
+        )?;
         Ok(Config {
             plugins_dir: raw.plugins_dir.unwrap_or_else(|| "plugins".into()),
-            data_dir: Some(raw.data_dir.unwrap_or_else(|| ".qhost".into())),
+            compiled_cache: raw
+                .compiled_cache
+                .unwrap_or(true)
+                .then(|| data_dir.join("compiled")),
+            data_dir: Some(data_dir),
+            watch_plugins: raw.watch_plugins.unwrap_or(true),
             max_in_flight: max_in_flight as usize,
             shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),
             max_plugin_memory_mib,
-            source: source_kind(raw.source.unwrap_or_default())?,
-            store: store_kind(raw.idempotency.unwrap_or_default())?,
+            source,
+            store,
+            payload,
             namespace,
             retry: RetryPolicy {
                 base: Duration::from_secs(base.into()),

@@ -38,8 +38,10 @@ pub fn letter(msg: &Received, dead_letter_queue: &str, verdict: &Verdict<'_>) ->
         .attributes
         .iter()
         .filter(|a| {
+            // A pointer's own attributes stay, so a redriven dead letter still finds its payload.
             !a.name.starts_with("qhost-")
                 || a.name == crate::pipeline::prepare::OUTBOX_KEY_ATTRIBUTE
+                || crate::payload::pointer::RESERVED.contains(&a.name.as_str())
         })
         .cloned()
         .collect();

@@ -2,6 +2,7 @@
 //! back for later, or dead-letter it. Every path either finishes the message or leaves it in
 //! the queue to come back; none drops it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::handler::Plugin;
@@ -23,17 +24,25 @@ use super::deadletter::{self, Verdict};
 use super::prepare::OUTBOX_KEY_ATTRIBUTE;
 use super::{QueueCtx, Shared};
 
+/// The attribute naming the plugin build that produced an outbox message (`NAME@VERSION`).
+pub const PRODUCER_ATTRIBUTE: &str = "qhost-producer";
+
 /// Stamps each outbox message with its derived key (`KEY/INDEX`) as an attribute and as the
-/// FIFO deduplication id, so that a re-send after a crash is recognisable downstream.
-pub fn stamp_outbox(key: &str, outbox: Vec<Outgoing>) -> Vec<Outgoing> {
+/// FIFO deduplication id, so that a re-send after a crash is recognisable downstream, and with
+/// the producing plugin's name and version.
+pub fn stamp_outbox(key: &str, producer: &Plugin, outbox: Vec<Outgoing>) -> Vec<Outgoing> {
+    let produced_by = format!("{}@{}", producer.name, producer.version);
     outbox
         .into_iter()
         .enumerate()
         .map(|(i, mut m)| {
             let derived = format!("{key}/{i}");
-            m.attributes.retain(|a| a.name != OUTBOX_KEY_ATTRIBUTE);
+            m.attributes
+                .retain(|a| a.name != OUTBOX_KEY_ATTRIBUTE && a.name != PRODUCER_ATTRIBUTE);
             m.attributes
                 .push(Attribute::string(OUTBOX_KEY_ATTRIBUTE, &derived));
+            m.attributes
+                .push(Attribute::string(PRODUCER_ATTRIBUTE, &produced_by));
             m.dedup_id = Some(crate::runtime::loader::version_of(derived.as_bytes()));
             m
         })
@@ -66,6 +75,10 @@ pub async fn finish(
         }
     }
     queue.acker.ack(msg.receipt);
+    // The work is recorded complete, so a later copy of this message is acked without its
+    // payload: the payload can go.
+    let payloads = Arc::clone(&shared.payloads);
+    tokio::spawn(async move { payloads.cleanup(&msg.body, &msg.attributes).await });
     Fate::Gone
 }
 

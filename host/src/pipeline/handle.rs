@@ -3,9 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::handler::{Failure, HandlerMessage, Invocation, Outcome};
+use crate::handler::{Failure, HandlerMessage, Invocation, Outcome, Plugin};
 use crate::idempotency::{Acquired, Completion, Lease};
 use crate::message::{Outgoing, Received};
+use crate::payload::{OffloadError, ResolveError, Resolved};
 use crate::stats::Event;
 
 use super::deadletter::Verdict;
@@ -52,36 +53,43 @@ pub async fn leased(shared: &Shared, queue: &QueueCtx, p: Prepared, acquired: Ac
     }
 }
 
-fn handler_message(p: &Prepared, lease: &Lease) -> HandlerMessage {
+fn handler_message(p: &Prepared, lease: &Lease, resolved: Option<Resolved>) -> HandlerMessage {
     let m = &p.msg;
+    let (body, attributes) = match resolved {
+        Some(r) => (r.body, r.attributes),
+        None => (m.body.clone(), m.attributes.clone()),
+    };
     HandlerMessage {
         id: m.id.clone(),
         idempotency_key: p.key.clone(),
         fencing_token: lease.fencing_token,
         queue: m.queue.clone(),
-        body: m.body.clone(),
-        attributes: m.attributes.clone(),
+        body,
+        attributes,
         receive_count: m.receive_count,
         sent_at_ms: m.sent_at_ms,
         group_id: m.group_id.clone(),
     }
 }
 
-/// Invokes the handler on the blocking pool with a heartbeat running, then disposes of the
-/// message.
+/// Invokes the handler with a heartbeat running, then disposes of the message.
 async fn run(shared: &Shared, queue: &QueueCtx, p: Prepared, lease: Lease) -> Fate {
     let plugin = Arc::clone(&p.plugin);
-    let input = handler_message(&p, &lease);
-    shared
-        .stats
-        .record(&p.msg.queue, &plugin.name, Event::Invoked);
     let heartbeat = super::poller::heartbeat(shared, queue, &p.msg.receipt, &lease);
-    let call = tokio::task::spawn_blocking({
-        let plugin = Arc::clone(&plugin);
-        move || plugin.invoke(input)
-    });
+    let resolved = match shared
+        .payloads
+        .resolve(&p.msg.body, &p.msg.attributes)
+        .await
+    {
+        Ok(resolved) => resolved,
+        Err(e) => {
+            heartbeat.cancel();
+            return payload_unusable(shared, queue, p, lease, e).await;
+        }
+    };
+    let input = handler_message(&p, &lease, resolved);
     let result = tokio::select! {
-        joined = call => joined.unwrap_or_else(|e| Err(Failure::Trap(format!("handler panicked: {e}")))),
+        result = invoke(shared, &plugin, input) => result,
         _ = shared.abandon.cancelled() => {
             heartbeat.cancel();
             tracing::warn!(queue = %p.msg.queue, message_id = %p.msg.id, "shutdown grace over; releasing unfinished message");
@@ -91,6 +99,64 @@ async fn run(shared: &Shared, queue: &QueueCtx, p: Prepared, lease: Lease) -> Fa
     };
     heartbeat.cancel();
     dispose(shared, queue, p, lease, result).await
+}
+
+/// A pointer that cannot be followed: a reject for a bad or dangling pointer, a retry while the
+/// store is unreachable.
+async fn payload_unusable(
+    shared: &Shared,
+    queue: &QueueCtx,
+    p: Prepared,
+    lease: Lease,
+    error: ResolveError,
+) -> Fate {
+    let plugin = Arc::clone(&p.plugin);
+    let id = (plugin.name.as_str(), plugin.version.as_str());
+    release(shared, &plugin, &lease).await;
+    match error {
+        ResolveError::Reject(reason) => {
+            let verdict = Verdict {
+                plugin: id.0,
+                version: id.1,
+                reason,
+            };
+            dead_letter(shared, queue, p.msg, verdict).await
+        }
+        ResolveError::Retry(reason) => {
+            let max = plugin.manifest.limits.max_attempts;
+            retry_or_give_up(shared, queue, p.msg, id, max, 0, reason).await
+        }
+    }
+}
+
+/// Waits for a slot under the plugin's own concurrency limit (if it has one), then calls it on
+/// the blocking pool, in a span naming the plugin version so that every line logged during the
+/// call says which build ran.
+async fn invoke(
+    shared: &Shared,
+    plugin: &Arc<Plugin>,
+    input: HandlerMessage,
+) -> Result<Invocation, Failure> {
+    let slot = match plugin.slots() {
+        Some(slots) => Some(Arc::clone(slots).acquire_owned().await.map_err(|_| {
+            Failure::Instantiate("the plugin's concurrency limit was closed".into())
+        })?),
+        None => None,
+    };
+    shared
+        .stats
+        .record(&input.queue, &plugin.name, Event::Invoked);
+    shared
+        .stats
+        .record_invocation(&plugin.name, &plugin.version);
+    let span = tracing::info_span!("invoke", plugin = %plugin.name, version = %plugin.version, message_id = %input.id);
+    let plugin = Arc::clone(plugin);
+    let call = tokio::task::spawn_blocking(move || {
+        let _slot = slot; // held until the call returns, even if the caller stops waiting
+        span.in_scope(|| plugin.invoke(input))
+    });
+    call.await
+        .unwrap_or_else(|e| Err(Failure::Trap(format!("handler panicked: {e}"))))
 }
 
 async fn dispose(
@@ -148,6 +214,24 @@ async fn dispose(
     }
 }
 
+/// An outbox that cannot be sent: too large with no payload store is a reject (the handler
+/// would produce it again), an unreachable store a retry.
+async fn outbox_unsendable(
+    shared: &Shared,
+    queue: &QueueCtx,
+    p: Prepared,
+    lease: Lease,
+    error: OffloadError,
+) -> Fate {
+    let error = match error {
+        OffloadError::TooLarge(reason) => ResolveError::Reject(format!("outbox: {reason}")),
+        OffloadError::Unavailable(reason) => {
+            ResolveError::Retry(format!("outbox payload not stored: {reason}"))
+        }
+    };
+    payload_unusable(shared, queue, p, lease, error).await
+}
+
 /// Commits the outbox with the completed record, then sends it and deletes the message.
 async fn ack(
     shared: &Shared,
@@ -157,7 +241,17 @@ async fn ack(
     outbox: Vec<Outgoing>,
 ) -> Fate {
     let plugin = p.plugin.name.clone();
-    let outbox = dispose::stamp_outbox(&p.key, outbox);
+    let outbox = dispose::stamp_outbox(&p.key, &p.plugin, outbox);
+    // Large messages are offloaded before the outbox is recorded, so the completed record holds
+    // pointers, and a re-send after a crash reuses the same payload keys.
+    let outbox = match shared
+        .payloads
+        .offload_all(&shared.config.namespace, outbox)
+        .await
+    {
+        Ok(outbox) => outbox,
+        Err(e) => return outbox_unsendable(shared, queue, p, lease, e).await,
+    };
     let completion = Completion {
         lease,
         outbox: outbox.clone(),

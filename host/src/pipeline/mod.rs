@@ -4,7 +4,8 @@
 //! poller (per queue) --batch--> route + key --> acquire leases (one call per batch)
 //!    completed before -> ack without running (sending any outbox left unsent)
 //!    leased elsewhere -> put back until the lease lapses
-//!    granted          -> invoke on the blocking pool, heartbeat extending lease + visibility
+//!    granted          -> fetch an offloaded payload (bad pointer: reject; store down: retry),
+//!                        invoke on the blocking pool, heartbeat extending lease + visibility
 //!                        ack:    commit outbox + completed record, send outbox, delete
 //!                        retry:  release lease, delay by backoff (dead-letter at max attempts)
 //!                        reject: dead-letter with the reason, then delete
@@ -31,12 +32,14 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, QueueConfig};
 use crate::idempotency::IdempotencyStore;
+use crate::payload::Payloads;
 use crate::runtime::registry::Registry;
 use crate::source::QueueSource;
 use crate::stats::Stats;
 pub use acker::Acker;
 pub use completer::Completer;
 pub use poller::run_poller;
+pub use prepare::OUTBOX_KEY_ATTRIBUTE;
 
 /// What every part of the pipeline shares.
 #[derive(Clone)]
@@ -59,6 +62,8 @@ pub struct Shared {
     pub abandon: CancellationToken,
     /// Coalesces completions into batched store calls.
     pub completer: Completer,
+    /// Payload stores: pointers in, large outbox messages out.
+    pub payloads: Arc<Payloads>,
 }
 
 impl std::fmt::Debug for Shared {

@@ -7,6 +7,8 @@
 //!   deadline in ticks, so a guest that loops is trapped at its timeout without fuel's cost.
 //! - The linker has WASI p2 (with an empty context: see `state`) and the qhost imports.
 
+use std::path::Path;
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
@@ -15,6 +17,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
 
 use super::bindings::Handler;
+use super::cache::{CompileCounters, CompiledCache};
 use super::state::HostState;
 
 /// How often the epoch advances; timeouts are enforced to within about this much.
@@ -34,6 +37,8 @@ pub struct EngineSettings {
 pub struct Runtime {
     engine: Engine,
     linker: Linker<HostState>,
+    cache: Option<CompiledCache>,
+    counters: Arc<CompileCounters>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -80,7 +85,23 @@ impl Runtime {
         Handler::add_to_linker::<_, HasSelf<_>>(&mut linker, |state: &mut HostState| state)
             .map_err(anyhow::Error::from)
             .context("linking the qhost imports")?;
-        Ok(Runtime { engine, linker })
+        Ok(Runtime {
+            engine,
+            linker,
+            cache: None,
+            counters: Arc::default(),
+        })
+    }
+
+    /// Keeps compiled components in `dir`, so unchanged plugins are not compiled again.
+    pub fn with_cache(mut self, dir: &Path) -> anyhow::Result<Self> {
+        self.cache = Some(CompiledCache::open(dir, &self.engine)?);
+        Ok(self)
+    }
+
+    /// How many components were compiled, and how many came from the cache.
+    pub fn counters(&self) -> &CompileCounters {
+        &self.counters
     }
 
     /// The engine.
@@ -93,9 +114,18 @@ impl Runtime {
         &self.linker
     }
 
-    /// Compiles a component (CPU-heavy: call it off the async threads).
+    /// Compiles a component, or loads it from the compiled-code cache (CPU-heavy on a miss:
+    /// call it off the async threads).
     pub fn compile(&self, bytes: &[u8]) -> anyhow::Result<Component> {
-        Component::from_binary(&self.engine, bytes).map_err(anyhow::Error::from)
+        match &self.cache {
+            Some(cache) => cache.load_or_compile(&self.engine, &self.counters, bytes),
+            None => {
+                let component =
+                    Component::from_binary(&self.engine, bytes).map_err(anyhow::Error::from)?;
+                self.counters.count_compiled();
+                Ok(component)
+            }
+        }
     }
 }
 

@@ -80,12 +80,28 @@ pub fn load_file(runtime: &Runtime, path: &Path) -> Result<Plugin, LoadError> {
         .ok_or_else(|| fail(anyhow::anyhow!("the file name is not a valid plugin name")))?;
     let manifest = Manifest::load_or_default(&path.with_extension("toml")).map_err(fail)?;
     let bytes = std::fs::read(path).context("reading it").map_err(fail)?;
+    build(runtime, path, name, &bytes, manifest)
+}
+
+/// Compiles (or takes from the cache) the component in `bytes`, read from `path`, checks it
+/// against the world and wraps it as plugin `name` with its manifest (blocking).
+pub fn build(
+    runtime: &Runtime,
+    path: &Path,
+    name: String,
+    bytes: &[u8],
+    manifest: Manifest,
+) -> Result<Plugin, LoadError> {
+    let fail = |reason: anyhow::Error| LoadError {
+        path: path.to_path_buf(),
+        reason,
+    };
     let component = runtime
-        .compile(&bytes)
+        .compile(bytes)
         .context("it is not a valid WebAssembly component")
         .map_err(fail)?;
     let pre = check_world(runtime, &component).map_err(fail)?;
-    let version = version_of(&bytes);
+    let version = version_of(bytes);
     let invoker = WasmInvoker::new(
         runtime.engine().clone(),
         pre,

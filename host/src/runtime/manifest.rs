@@ -13,6 +13,7 @@
 //! timeout-ms = 10000
 //! memory-mib = 64
 //! max-attempts = 5
+//! concurrency = 4               # calls at once; unlimited (the host's cap) by default
 //!
 //! [config]                      # read by the plugin through the `config` import
 //! greeting = "hello"
@@ -23,7 +24,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::idempotency::key::{KeySource, OnMissingKey};
 
@@ -75,7 +76,7 @@ fn default_window() -> u64 {
 }
 
 /// Per-message limits.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Limits {
     /// Wall-clock budget per message, enforced by epoch interruption.
@@ -87,6 +88,9 @@ pub struct Limits {
     /// Deliveries after which a failing message is dead-lettered.
     #[serde(default = "default_attempts")]
     pub max_attempts: u32,
+    /// Calls of this plugin running at once; `None` leaves only the host's in-flight cap.
+    #[serde(default)]
+    pub concurrency: Option<u32>,
 }
 
 impl Default for Limits {
@@ -95,6 +99,7 @@ impl Default for Limits {
             timeout_ms: default_timeout(),
             memory_mib: default_memory(),
             max_attempts: default_attempts(),
+            concurrency: None,
         }
     }
 }
@@ -135,6 +140,10 @@ impl Manifest {
         );
         anyhow::ensure!(l.max_attempts > 0, "limits.max-attempts must be at least 1");
         anyhow::ensure!(
+            l.concurrency.is_none_or(|c| (1..=4096).contains(&c)),
+            "limits.concurrency must be between 1 and 4096"
+        );
+        anyhow::ensure!(
             self.idempotency.dedup_window_secs > 0,
             "idempotency.dedup-window-secs must be positive"
         );
@@ -168,7 +177,7 @@ mod tests {
     fn a_full_manifest_parses() {
         let m = Manifest::parse(
             "[idempotency]\nkey = \"json:/id\"\non-missing = \"message-id\"\n\
-             [limits]\ntimeout-ms = 50\nmemory-mib = 8\nmax-attempts = 2\n\
+             [limits]\ntimeout-ms = 50\nmemory-mib = 8\nmax-attempts = 2\nconcurrency = 3\n\
              [config]\nto = \"out\"\n",
         )
         .unwrap();
@@ -176,6 +185,7 @@ mod tests {
         assert_eq!(m.idempotency.on_missing, OnMissingKey::MessageId);
         assert_eq!(m.timeout(), Duration::from_millis(50));
         assert_eq!(m.config["to"], "out");
+        assert_eq!(m.limits.concurrency, Some(3));
     }
 
     #[test]
@@ -187,6 +197,8 @@ mod tests {
         );
         let zero = Manifest::parse("[limits]\nmax-attempts = 0\n").unwrap_err();
         assert!(zero.to_string().contains("limits.max-attempts"), "{zero}");
+        let none = Manifest::parse("[limits]\nconcurrency = 0\n").unwrap_err();
+        assert!(none.to_string().contains("limits.concurrency"), "{none}");
         let key = Manifest::parse("[idempotency]\nkey = \"header:x\"\n").unwrap_err();
         assert!(
             format!("{key:#}").contains("is not a key source"),

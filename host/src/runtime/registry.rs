@@ -3,9 +3,12 @@
 //! Readers take a snapshot (an `Arc` of the map) per message; a reload swaps in a new map
 //! atomically. A call already running keeps the `Arc<Plugin>` it started with, so in-flight
 //! work finishes on the old version.
+//!
+//! Beside the plugins it keeps the last load error of each name, so an operator can see why a
+//! dropped file is not serving (the previous version keeps serving meanwhile).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
@@ -15,6 +18,18 @@ use crate::handler::Plugin;
 #[derive(Debug, Default)]
 pub struct Registry {
     plugins: ArcSwap<BTreeMap<String, Arc<Plugin>>>,
+    errors: Mutex<BTreeMap<String, String>>,
+}
+
+/// One plugin as an operator sees it: what serves, and what last failed to load.
+#[derive(Clone, Debug)]
+pub struct PluginStatus {
+    /// The plugin name.
+    pub name: String,
+    /// The version serving its messages, if any.
+    pub serving: Option<Arc<Plugin>>,
+    /// Why the latest file (or manifest) under this name did not load, if it did not.
+    pub last_error: Option<String>,
 }
 
 impl Registry {
@@ -26,6 +41,7 @@ impl Registry {
             .collect();
         Registry {
             plugins: ArcSwap::from_pointee(map),
+            errors: Mutex::default(),
         }
     }
 
@@ -51,6 +67,38 @@ impl Registry {
             map.remove(name);
             map
         });
+    }
+
+    /// Records why the latest file under `name` did not load.
+    pub fn set_error(&self, name: &str, reason: String) {
+        self.errors_mut().insert(name.to_string(), reason);
+    }
+
+    /// Forgets the load error of `name` (its latest file loaded, or is gone).
+    pub fn clear_error(&self, name: &str) {
+        self.errors_mut().remove(name);
+    }
+
+    fn errors_mut(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
+        // The map holds plain strings, so a panic while it was held left nothing half-done.
+        self.errors.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every plugin that is loaded or failed to load, by name.
+    pub fn status(&self) -> Vec<PluginStatus> {
+        let plugins = self.plugins.load();
+        let errors = self.errors_mut().clone();
+        let mut names: Vec<&String> = plugins.keys().chain(errors.keys()).collect();
+        names.sort();
+        names.dedup();
+        names
+            .into_iter()
+            .map(|name| PluginStatus {
+                name: name.clone(),
+                serving: plugins.get(name).cloned(),
+                last_error: errors.get(name).cloned(),
+            })
+            .collect()
     }
 
     /// Names and versions of the loaded plugins.

@@ -21,8 +21,12 @@ use crate::message::Outgoing;
 const STDERR_CAPACITY: usize = 8 * 1024;
 /// Outbox messages one invocation may queue.
 pub const MAX_OUTBOX_MESSAGES: usize = 100;
-/// The largest outbox body accepted (SQS's limit; larger payloads are offloaded).
-pub const MAX_OUTBOX_BODY: usize = 1024 * 1024;
+/// The largest outbox body accepted. Above SQS's 1 MiB a body needs the payload store; without
+/// one, the host rejects the message when it tries to send it.
+pub const MAX_OUTBOX_BODY: usize = 64 * 1024 * 1024;
+/// Attributes a guest may put on one outbox message: SQS allows ten, and qhost adds two (the
+/// derived idempotency key and the producer).
+pub const MAX_OUTBOX_ATTRIBUTES: usize = 8;
 /// Longest log line kept from a guest.
 const MAX_LOG_LINE: usize = 4096;
 
@@ -160,6 +164,12 @@ impl outbox::Host for HostState {
             return Err(format!(
                 "body of {} bytes exceeds the {MAX_OUTBOX_BODY}-byte limit",
                 msg.body.len()
+            ));
+        }
+        if msg.attributes.len() > MAX_OUTBOX_ATTRIBUTES {
+            return Err(format!(
+                "{} attributes exceed the limit of {MAX_OUTBOX_ATTRIBUTES}",
+                msg.attributes.len()
             ));
         }
         self.outbox.push(convert::outgoing_from_guest(msg));

@@ -89,17 +89,23 @@ fn is_fifo(queue: &str) -> bool {
     queue.ends_with(".fifo")
 }
 
+/// The AWS configuration chain (credentials, region, profile), with these overrides. S3
+/// payload stores use it too.
+pub async fn load_sdk_config(settings: &SqsSettings) -> aws_config::SdkConfig {
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    if let Some(region) = &settings.region {
+        loader = loader.region(aws_config::Region::new(region.clone()));
+    }
+    if let Some(url) = &settings.endpoint_url {
+        loader = loader.endpoint_url(url);
+    }
+    loader.load().await
+}
+
 impl SqsQueue {
     /// A client from the AWS configuration chain, with these overrides.
     pub async fn connect(settings: &SqsSettings) -> Self {
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
-        if let Some(region) = &settings.region {
-            loader = loader.region(aws_config::Region::new(region.clone()));
-        }
-        if let Some(url) = &settings.endpoint_url {
-            loader = loader.endpoint_url(url);
-        }
-        Self::from_sdk_config(&loader.load().await)
+        Self::from_sdk_config(&load_sdk_config(settings).await)
     }
 
     /// A client from a ready SDK configuration.

@@ -1,0 +1,392 @@
+//! Claim check: payloads too large for a queue message live in a store, and the message
+//! carries a pointer. qhost does this on both sides, so a handler only ever sees its bytes.
+//!
+//! - **Outbound** ([`Payloads::offload`]): an outbox message or `qhost send` whose body plus
+//!   attributes exceeds the threshold (or every message, with `always`) is stored and replaced
+//!   by a pointer. Outbox payload keys derive from the message's derived idempotency key, so a
+//!   re-send after a crash writes the same key instead of a second copy.
+//! - **Inbound** ([`Payloads::resolve`]): a pointer is followed only into an allowed store,
+//!   bucket or key prefix; the payload's size, and its sha256 where the pointer has one, must
+//!   match. A disallowed, malformed or mismatched pointer, or a payload that is gone, is a
+//!   reject with the reason; a store that cannot be reached is a retry.
+//! - **Clean-up** ([`Payloads::cleanup`]): once the message's work is recorded complete, its
+//!   payload is deleted (configurable, separately for qhost's pointers and the extended
+//!   client's). A later copy of the message is then acked as a duplicate without fetching.
+
+pub mod local;
+pub mod pointer;
+pub mod redis;
+pub mod s3;
+pub mod store;
+
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use crate::config::{AllowRule, Config, OffloadStore, PayloadConfig, PayloadStoreKind};
+use crate::message::{Attribute, AttributeValue, Outgoing};
+use local::LocalPayloads;
+use pointer::{Location, Pointer};
+use redis::RedisPayloads;
+use s3::S3Payloads;
+use store::{PayloadError, PayloadStore};
+
+/// SQS's limit on a message, body and attributes together.
+pub const SQS_MAX_MESSAGE: usize = 1024 * 1024;
+
+/// Why a pointer could not be followed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// It never will be: dead-letter the message with this reason.
+    #[error("{0}")]
+    Reject(String),
+    /// The store is unreachable: try again later.
+    #[error("{0}")]
+    Retry(String),
+}
+
+/// Why an outgoing message could not be sent as it is.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OffloadError {
+    /// Too large for a queue message, and no payload store is configured.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The payload store is unreachable.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// A message's body with its payload fetched, and the attributes the handler sees.
+#[derive(Debug)]
+pub struct Resolved {
+    /// The original bytes.
+    pub body: Vec<u8>,
+    /// The message's attributes without the pointer's reserved ones.
+    pub attributes: Vec<Attribute>,
+}
+
+/// The payload stores and the policy for using them.
+#[derive(Debug, Default)]
+pub struct Payloads {
+    config: PayloadConfig,
+    redis: Option<RedisPayloads>,
+    local: Option<Arc<LocalPayloads>>,
+    s3: Option<S3Payloads>,
+}
+
+/// SQS's size of a message: the body plus each attribute's name, type and value.
+pub fn message_size(body: &[u8], attributes: &[Attribute]) -> usize {
+    body.len()
+        + attributes
+            .iter()
+            .map(|a| {
+                a.name.len()
+                    + match &a.value {
+                        AttributeValue::String(s) => "String".len() + s.len(),
+                        AttributeValue::Number(n) => "Number".len() + n.len(),
+                        AttributeValue::Binary(b) => "Binary".len() + b.len(),
+                    }
+            })
+            .sum::<usize>()
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+impl Payloads {
+    /// No stores: messages are never offloaded, and every pointer is refused.
+    pub fn disabled() -> Self {
+        Payloads::default()
+    }
+
+    /// The stores the configuration names, for writing and for the allow-list.
+    pub async fn open(config: &Config) -> anyhow::Result<Self> {
+        Self::open_with_s3(config, None).await
+    }
+
+    /// As [`Payloads::open`], with an S3 client the caller built (its own credentials, say).
+    pub async fn open_with_s3(config: &Config, s3: Option<S3Payloads>) -> anyhow::Result<Self> {
+        let pc = config.payload.clone();
+        let wants = |kind: PayloadStoreKind| {
+            pc.store.as_ref().is_some_and(|s| s.kind() == kind)
+                || pc.allow.iter().any(|r| r.kind() == kind)
+        };
+        let redis = match (&pc.redis_url, wants(PayloadStoreKind::Redis)) {
+            (Some(url), true) => {
+                Some(RedisPayloads::connect(url, &config.namespace, pc.ttl).await?)
+            }
+            (None, true) => anyhow::bail!(
+                "payload: the Redis payload store needs payload.url or a Redis idempotency store"
+            ),
+            _ => None,
+        };
+        let local = if wants(PayloadStoreKind::Local) {
+            let dir = config.data_dir.as_ref().map(|d| d.join("payloads"));
+            Some(Arc::new(LocalPayloads::open(dir)?))
+        } else {
+            None
+        };
+        let s3 = match (s3, wants(PayloadStoreKind::S3)) {
+            (Some(client), _) => Some(client),
+            (None, true) => Some(S3Payloads::connect(&pc.s3).await),
+            (None, false) => None,
+        };
+        Ok(Payloads {
+            config: pc,
+            redis,
+            local,
+            s3,
+        })
+    }
+
+    fn store_for(&self, location: &Location) -> Option<(Box<dyn PayloadStore>, String)> {
+        match location {
+            Location::Redis(key) => Some((Box::new(self.redis.clone()?), key.clone())),
+            Location::Local(key) => Some((Box::new(Arc::clone(self.local.as_ref()?)), key.clone())),
+            Location::S3 { bucket, key } => {
+                Some((Box::new(self.s3.as_ref()?.bucket(bucket)), key.clone()))
+            }
+        }
+    }
+
+    fn allowed(&self, location: &Location) -> bool {
+        self.config.allow.iter().any(|rule| match (rule, location) {
+            (AllowRule::Redis, Location::Redis(_)) | (AllowRule::Local, Location::Local(_)) => true,
+            (AllowRule::S3 { bucket, prefix }, Location::S3 { bucket: b, key }) => {
+                bucket == b && key.starts_with(prefix.as_str())
+            }
+            _ => false,
+        })
+    }
+
+    /// The message's body: its own, or the payload its pointer names, checked.
+    pub async fn resolve(
+        &self,
+        body: &[u8],
+        attributes: &[Attribute],
+    ) -> Result<Option<Resolved>, ResolveError> {
+        let Some(pointer) = pointer::parse(body, attributes).map_err(ResolveError::Reject)? else {
+            return Ok(None);
+        };
+        let location = &pointer.location;
+        if !self.allowed(location) {
+            return Err(ResolveError::Reject(format!(
+                "payload pointer to {location} is outside the allowed payload stores ({})",
+                self.config.allow_list_text()
+            )));
+        }
+        let (store, key) = self.store_for(location).ok_or_else(|| {
+            ResolveError::Reject(format!("no payload store is open for {location}"))
+        })?;
+        let payload = store.get(&key).await.map_err(|e| match e {
+            PayloadError::Missing(what) => ResolveError::Reject(format!(
+                "payload {what} not found (deleted, expired, or never stored)"
+            )),
+            PayloadError::Unavailable(why) => {
+                ResolveError::Retry(format!("payload store unavailable: {why}"))
+            }
+        })?;
+        check(&pointer, &payload).map_err(ResolveError::Reject)?;
+        Ok(Some(Resolved {
+            body: payload,
+            attributes: attributes
+                .iter()
+                .filter(|a| !pointer::RESERVED.contains(&a.name.as_str()))
+                .cloned()
+                .collect(),
+        }))
+    }
+
+    /// Deletes the payload a finished message points to, if the policy says so. Best effort: a
+    /// payload left behind expires (Redis) or is cleaned up by the bucket's lifecycle rules.
+    pub async fn cleanup(&self, body: &[u8], attributes: &[Attribute]) {
+        let Ok(Some(p)) = pointer::parse(body, attributes) else {
+            return;
+        };
+        let wanted = match p.location {
+            Location::S3 { .. } if find_sha(attributes) => self.config.delete_after_ack,
+            Location::S3 { .. } => self.config.delete_extended_after_ack,
+            _ => self.config.delete_after_ack,
+        };
+        if !wanted || !self.allowed(&p.location) {
+            return;
+        }
+        if let Some((store, key)) = self.store_for(&p.location)
+            && let Err(e) = store.delete(&key).await
+        {
+            tracing::warn!(payload = %p.location, error = %e, "could not delete a finished message's payload");
+        }
+    }
+
+    /// `msg` as it should be sent: itself, or its payload stored under `key` and a pointer in
+    /// its place.
+    pub async fn offload(&self, msg: Outgoing, key: &str) -> Result<Outgoing, OffloadError> {
+        let size = message_size(&msg.body, &msg.attributes);
+        let over = size > self.config.threshold;
+        let Some(store_kind) = &self.config.store else {
+            return if size > SQS_MAX_MESSAGE {
+                Err(OffloadError::TooLarge(format!(
+                    "a message of {size} bytes for queue `{}` exceeds SQS's {SQS_MAX_MESSAGE}-byte limit and no payload store is configured",
+                    msg.queue
+                )))
+            } else {
+                Ok(msg)
+            };
+        };
+        if !over && !self.config.always {
+            return Ok(msg);
+        }
+        let location = match store_kind {
+            OffloadStore::Redis => Location::Redis(key.to_string()),
+            OffloadStore::Local => Location::Local(key.to_string()),
+            OffloadStore::S3 { bucket, prefix } => Location::S3 {
+                bucket: bucket.clone(),
+                key: format!("{prefix}{key}"),
+            },
+        };
+        let (store, store_key) = self
+            .store_for(&location)
+            .ok_or_else(|| OffloadError::Unavailable(format!("no store open for {location}")))?;
+        store
+            .put(&store_key, &msg.body)
+            .await
+            .map_err(|e| OffloadError::Unavailable(e.to_string()))?;
+        let pointer = Pointer {
+            location,
+            size: msg.body.len() as u64,
+            sha256: Some(sha256_hex(&msg.body)),
+        };
+        let (body, marks) = pointer::encode(&pointer);
+        let mut out = msg;
+        out.body = body;
+        out.attributes
+            .retain(|a| !pointer::RESERVED.contains(&a.name.as_str()));
+        out.attributes.extend(marks);
+        Ok(out)
+    }
+
+    /// Offloads each message that needs it; outbox messages are keyed by their derived key.
+    pub async fn offload_all(
+        &self,
+        namespace: &str,
+        msgs: Vec<Outgoing>,
+    ) -> Result<Vec<Outgoing>, OffloadError> {
+        let mut out = Vec::with_capacity(msgs.len());
+        for msg in msgs {
+            let derived = crate::message::find_attribute(
+                &msg.attributes,
+                crate::pipeline::OUTBOX_KEY_ATTRIBUTE,
+            )
+            .and_then(|a| a.text())
+            .map(|k| sha256_hex(format!("{namespace}/{k}").as_bytes()));
+            let key = derived.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+            out.push(self.offload(msg, &key).await?);
+        }
+        Ok(out)
+    }
+}
+
+fn find_sha(attributes: &[Attribute]) -> bool {
+    crate::message::find_attribute(attributes, pointer::SHA256_ATTRIBUTE).is_some()
+}
+
+/// The payload must be what the pointer says.
+fn check(pointer: &Pointer, payload: &[u8]) -> Result<(), String> {
+    if payload.len() as u64 != pointer.size {
+        return Err(format!(
+            "payload {} is {} bytes but its pointer says {}",
+            pointer.location,
+            payload.len(),
+            pointer.size
+        ));
+    }
+    if let Some(want) = &pointer.sha256 {
+        let got = sha256_hex(payload);
+        if !got.eq_ignore_ascii_case(want) {
+            return Err(format!(
+                "payload {} has sha256 {got} but its pointer says {want}",
+                pointer.location
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn local_payloads(threshold: usize) -> Payloads {
+        Payloads {
+            config: PayloadConfig {
+                store: Some(OffloadStore::Local),
+                threshold,
+                allow: vec![AllowRule::Local],
+                ..PayloadConfig::default()
+            },
+            local: Some(Arc::new(LocalPayloads::open(None).unwrap())),
+            ..Payloads::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_message_over_the_threshold_goes_out_as_a_pointer_and_comes_back_whole() {
+        let p = local_payloads(100);
+        let mut msg = Outgoing::new("q", vec![7u8; 101]);
+        msg.attributes.push(Attribute::string("kept", "yes"));
+        let small = p
+            .offload(Outgoing::new("q", vec![1u8; 50]), "k0")
+            .await
+            .unwrap();
+        assert_eq!(
+            small.body,
+            vec![1u8; 50],
+            "under the threshold stays inline"
+        );
+        let sent = p.offload(msg, "k1").await.unwrap();
+        assert!(pointer::is_pointer(&sent.attributes));
+        let back = p
+            .resolve(&sent.body, &sent.attributes)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(back.body, vec![7u8; 101]);
+        assert_eq!(back.attributes, vec![Attribute::string("kept", "yes")]);
+        p.cleanup(&sent.body, &sent.attributes).await;
+        let gone = p.resolve(&sent.body, &sent.attributes).await.unwrap_err();
+        assert!(
+            matches!(&gone, ResolveError::Reject(r) if r.contains("not found")),
+            "{gone:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn without_a_store_pointers_are_refused_and_oversize_messages_too() {
+        let p = Payloads::disabled();
+        let (body, attributes) = pointer::encode(&Pointer {
+            location: Location::S3 {
+                bucket: "elsewhere".into(),
+                key: "k".into(),
+            },
+            size: 1,
+            sha256: None,
+        });
+        let e = p.resolve(&body, &attributes).await.unwrap_err();
+        assert!(
+            matches!(&e, ResolveError::Reject(r) if r.contains("outside the allowed")),
+            "{e:?}"
+        );
+        let big = Outgoing::new("q", vec![0u8; SQS_MAX_MESSAGE + 1]);
+        assert!(matches!(
+            p.offload(big, "k").await,
+            Err(OffloadError::TooLarge(_))
+        ));
+    }
+
+    #[test]
+    fn sizes_count_attribute_names_types_and_values() {
+        let attrs = [Attribute::number("n", "12"), Attribute::string("s", "abc")];
+        assert_eq!(message_size(b"body", &attrs), 4 + (1 + 6 + 2) + (1 + 6 + 3));
+    }
+}

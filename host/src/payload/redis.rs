@@ -1,0 +1,77 @@
+//! Payloads in Redis: `SET key value PX ttl`, so an orphaned payload (its message dead-lettered
+//! and never redriven, say) expires by itself.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::AsyncCommands as _;
+use redis::aio::ConnectionManager;
+
+use super::store::{PayloadError, PayloadStore};
+
+/// A Redis payload store.
+#[derive(Clone)]
+pub struct RedisPayloads {
+    conn: ConnectionManager,
+    prefix: String,
+    ttl: Duration,
+}
+
+impl std::fmt::Debug for RedisPayloads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisPayloads")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+fn unavailable(e: redis::RedisError) -> PayloadError {
+    PayloadError::Unavailable(format!("redis: {e}"))
+}
+
+impl RedisPayloads {
+    /// Connects to `url`; keys are `PREFIX:payload:KEY` and live for `ttl`.
+    pub async fn connect(url: &str, prefix: &str, ttl: Duration) -> anyhow::Result<Self> {
+        let client = redis::Client::open(url)
+            .map_err(|e| anyhow::anyhow!("payload.url `{url}` is not a Redis URL: {e}"))?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(10)))
+            .set_number_of_retries(1);
+        let conn = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot reach the Redis payload store at {url}: {e}"))?;
+        Ok(RedisPayloads {
+            conn,
+            prefix: format!("{prefix}:payload:"),
+            ttl,
+        })
+    }
+
+    fn key(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+}
+
+#[async_trait]
+impl PayloadStore for RedisPayloads {
+    async fn put(&self, key: &str, bytes: &[u8]) -> Result<(), PayloadError> {
+        let mut conn = self.conn.clone();
+        let opts = redis::SetOptions::default()
+            .with_expiration(redis::SetExpiry::PX(self.ttl.as_millis() as u64));
+        conn.set_options::<_, _, ()>(self.key(key), bytes, opts)
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn get(&self, key: &str) -> Result<Vec<u8>, PayloadError> {
+        let mut conn = self.conn.clone();
+        let value: Option<Vec<u8>> = conn.get(self.key(key)).await.map_err(unavailable)?;
+        value.ok_or_else(|| PayloadError::Missing(format!("redis:{key}")))
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), PayloadError> {
+        let mut conn = self.conn.clone();
+        conn.del::<_, ()>(self.key(key)).await.map_err(unavailable)
+    }
+}

@@ -1,0 +1,205 @@
+//! The compiled-code cache: a plugin compiled once is not compiled again on the next start.
+//!
+//! Compiling a component with Cranelift takes from a fraction of a second (a small Rust
+//! plugin) to many seconds (a component embedding an interpreter). The cache keeps wasmtime's
+//! own serialized form of each compiled component in a directory, named by
+//!
+//! - the sha256 of the `.wasm` bytes (so a changed plugin is a different entry), and
+//! - the engine's compatibility hash (wasmtime version, target and every setting that affects
+//!   code generation, so a host upgrade or a different engine configuration never loads code
+//!   compiled for another).
+//!
+//! Entries are written to a temporary file and renamed into place, so a crash mid-write leaves
+//! no half entry under a real name, and two hosts sharing the directory never read each
+//! other's partial writes. An entry that fails to load (truncated by a full disk, written by
+//! an incompatible build) is ignored and rewritten.
+//!
+//! Loading an entry runs code wasmtime produced without re-verifying it, so the directory must
+//! be writable only by the user qhost runs as: it lives in qhost's own data directory.
+
+// The only unsafe code in qhost: loading wasmtime's serialized code (see the SAFETY notes).
+#![allow(unsafe_code)]
+
+use std::hash::{Hash, Hasher};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::Context as _;
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+/// How components were obtained since the runtime started.
+#[derive(Debug, Default)]
+pub struct CompileCounters {
+    compiled: AtomicU64,
+    cache_hits: AtomicU64,
+}
+
+impl CompileCounters {
+    /// Components compiled by Cranelift.
+    pub fn compiled(&self) -> u64 {
+        self.compiled.load(Ordering::Relaxed)
+    }
+
+    /// Components loaded from the cache without compiling.
+    pub fn cache_hits(&self) -> u64 {
+        self.cache_hits.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn count_compiled(&self) {
+        self.compiled.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn count_hit(&self) {
+        self.cache_hits.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A directory of compiled components.
+#[derive(Clone, Debug)]
+pub struct CompiledCache {
+    dir: PathBuf,
+    engine_hash: String,
+}
+
+/// A `Hasher` over sha256: the engine's compatibility hash must name the same entry from one
+/// process to the next, which `DefaultHasher` does not promise.
+struct StableHasher(Sha256);
+
+impl Hasher for StableHasher {
+    fn finish(&self) -> u64 {
+        let digest = self.0.clone().finalize();
+        u64::from_le_bytes(digest[..8].try_into().unwrap_or_default())
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+}
+
+fn engine_hash(engine: &Engine) -> String {
+    let mut hasher = StableHasher(Sha256::new());
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    let digest = hasher.0.finalize();
+    hex::encode(&digest[..8])
+}
+
+impl CompiledCache {
+    /// A cache in `dir` for code compiled by `engine` (the directory is created).
+    pub fn open(dir: &Path, engine: &Engine) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the compiled-code cache {}", dir.display()))?;
+        Ok(CompiledCache {
+            dir: dir.to_path_buf(),
+            engine_hash: engine_hash(engine),
+        })
+    }
+
+    /// The entry for these bytes.
+    pub fn entry(&self, bytes: &[u8]) -> PathBuf {
+        let content = hex::encode(Sha256::digest(bytes));
+        self.dir
+            .join(format!("{content}-{}.cwasm", self.engine_hash))
+    }
+
+    /// The component for `bytes`: from the cache if it holds a loadable entry, otherwise
+    /// compiled and stored.
+    pub fn load_or_compile(
+        &self,
+        engine: &Engine,
+        counters: &Arc<CompileCounters>,
+        bytes: &[u8],
+    ) -> anyhow::Result<Component> {
+        // The engine would also take the text format here, which loading without the cache
+        // does not; keep the two paths alike.
+        anyhow::ensure!(
+            bytes.starts_with(b"\0asm"),
+            "not a WebAssembly binary (no \\0asm header)"
+        );
+        let entry = self.entry(bytes);
+        if entry.is_file() {
+            // SAFETY: entries are written only by `store` below, from wasmtime's own
+            // `precompile_component`, into a directory only qhost writes (see the module docs);
+            // wasmtime checks the header and engine compatibility before using the code.
+            match unsafe { Component::deserialize_file(engine, &entry) } {
+                Ok(component) => {
+                    counters.count_hit();
+                    return Ok(component);
+                }
+                Err(e) => {
+                    tracing::warn!(entry = %entry.display(), error = %format!("{e:#}"), "ignoring an unusable compiled-code cache entry");
+                }
+            }
+        }
+        let compiled = engine
+            .precompile_component(bytes)
+            .map_err(anyhow::Error::from)?;
+        counters.count_compiled();
+        if let Err(e) = store(&entry, &compiled) {
+            tracing::warn!(entry = %entry.display(), error = %format!("{e:#}"), "could not write the compiled-code cache");
+        }
+        // SAFETY: `compiled` was produced by this engine's `precompile_component` just above.
+        unsafe { Component::deserialize(engine, &compiled) }.map_err(anyhow::Error::from)
+    }
+}
+
+/// Writes an entry atomically: a temporary file in the same directory, synced, then renamed.
+fn store(entry: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let dir = entry.parent().context("cache entry has no directory")?;
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        entry
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    let result = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, entry)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.with_context(|| format!("writing {}", entry.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_engine_hash_is_stable_and_names_entries_by_content() {
+        let engine = Engine::default();
+        assert_eq!(engine_hash(&engine), engine_hash(&engine));
+        let dir = tempfile::tempdir().unwrap();
+        let cache = CompiledCache::open(dir.path(), &engine).unwrap();
+        assert_ne!(cache.entry(b"a"), cache.entry(b"b"));
+        assert_eq!(cache.entry(b"a"), cache.entry(b"a"));
+    }
+
+    #[test]
+    fn a_second_load_is_a_hit_and_a_corrupt_entry_is_recompiled() {
+        let mut config = wasmtime::Config::new();
+        config.wasm_component_model(true);
+        let engine = Engine::new(&config).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let cache = CompiledCache::open(dir.path(), &engine).unwrap();
+        let counters = Arc::new(CompileCounters::default());
+        // The smallest component: the magic number, version 0x0d, layer 1.
+        let bytes = b"\0asm\x0d\x00\x01\x00".to_vec();
+        cache.load_or_compile(&engine, &counters, &bytes).unwrap();
+        cache.load_or_compile(&engine, &counters, &bytes).unwrap();
+        assert_eq!((counters.compiled(), counters.cache_hits()), (1, 1));
+        std::fs::write(cache.entry(&bytes), b"not compiled code").unwrap();
+        cache.load_or_compile(&engine, &counters, &bytes).unwrap();
+        assert_eq!((counters.compiled(), counters.cache_hits()), (2, 1));
+        cache.load_or_compile(&engine, &counters, &bytes).unwrap();
+        assert_eq!((counters.compiled(), counters.cache_hits()), (2, 2));
+    }
+}

@@ -1,0 +1,225 @@
+//! Keeping the registry in step with the plugins directory.
+//!
+//! [`PluginDir::sync`] compares what is on disk with what was last loaded, by content: for
+//! every `NAME.wasm` it hashes the file and its `NAME.toml`, and reloads only a name whose
+//! hashes changed. Comparing content rather than trusting file events makes every way of
+//! deploying work the same: copy-then-rename, an in-place overwrite, a manifest edit, a
+//! symlink swap, or events the watcher missed.
+//!
+//! - A new or changed plugin is compiled (or taken from the compiled-code cache), checked
+//!   against the world, and swapped into the registry; calls in flight finish on the version
+//!   they started with.
+//! - A file that does not load leaves the previous version serving, and its reason is kept in
+//!   the registry for `qhost plugins list`. The same bad bytes are not retried until they
+//!   change.
+//! - A file still being written (its size or modification time moves while it is read) is
+//!   skipped; the writer's next event brings it back.
+//! - A deleted file unloads its plugin; its messages are retried, then dead-lettered.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use anyhow::Context as _;
+use sha2::{Digest, Sha256};
+
+use super::engine::Runtime;
+use super::loader::{self, LoadError};
+use super::manifest::Manifest;
+use super::registry::Registry;
+
+/// What a name's files held when they were last loaded (or refused).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Fingerprint {
+    wasm: [u8; 32],
+    manifest: Option<[u8; 32]>,
+}
+
+/// What one [`PluginDir::sync`] changed.
+#[derive(Debug, Default)]
+pub struct SyncReport {
+    /// Plugins loaded or replaced: name and new version.
+    pub loaded: Vec<(String, String)>,
+    /// Files that did not load (the previous version, if any, still serves).
+    pub failed: Vec<LoadError>,
+    /// Plugins whose file was deleted.
+    pub unloaded: Vec<String>,
+}
+
+impl SyncReport {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.loaded.is_empty() && self.failed.is_empty() && self.unloaded.is_empty()
+    }
+
+    /// Logs each change.
+    pub fn log(&self, registry: &Registry) {
+        for (name, version) in &self.loaded {
+            tracing::info!(plugin = %name, %version, "plugin loaded");
+        }
+        for e in &self.failed {
+            let serving = e
+                .path
+                .file_stem()
+                .and_then(|n| registry.get(&n.to_string_lossy()))
+                .map(|p| p.version.clone());
+            tracing::error!(
+                path = %e.path.display(),
+                reason = %format!("{:#}", e.reason),
+                still_serving = serving.as_deref().unwrap_or("nothing"),
+                "plugin not loaded"
+            );
+        }
+        for name in &self.unloaded {
+            tracing::warn!(plugin = %name, "plugin file removed; plugin unloaded");
+        }
+    }
+}
+
+/// The plugins directory and the registry it feeds.
+#[derive(Debug)]
+pub struct PluginDir {
+    runtime: Runtime,
+    dir: PathBuf,
+    registry: Arc<Registry>,
+    seen: Mutex<BTreeMap<String, Fingerprint>>,
+}
+
+/// A file's bytes, if it held still while it was read.
+fn read_settled(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    let stamp = |m: std::fs::Metadata| (m.len(), m.modified().unwrap_or(SystemTime::UNIX_EPOCH));
+    let before = stamp(std::fs::metadata(path)?);
+    let bytes = std::fs::read(path)?;
+    let after = stamp(std::fs::metadata(path)?);
+    Ok((before == after && before.0 == bytes.len() as u64).then_some(bytes))
+}
+
+/// The manifest beside a plugin: its text, or `None` if there is none.
+fn read_manifest(wasm: &Path) -> anyhow::Result<Option<String>> {
+    let path = wasm.with_extension("toml");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+impl PluginDir {
+    /// The directory `dir`, loading into `registry` with `runtime`. Nothing is read until
+    /// [`PluginDir::sync`].
+    pub fn new(runtime: Runtime, dir: &Path, registry: Arc<Registry>) -> Self {
+        PluginDir {
+            runtime,
+            dir: dir.to_path_buf(),
+            registry,
+            seen: Mutex::default(),
+        }
+    }
+
+    /// The directory watched.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The registry fed.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// The runtime plugins are compiled with.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// Brings the registry in step with the directory (blocking: may compile).
+    pub fn sync(&self) -> anyhow::Result<SyncReport> {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut report = SyncReport::default();
+        let mut present = BTreeSet::new();
+        for path in loader::plugin_files(&self.dir)? {
+            let Some(name) = loader::plugin_name(&path) else {
+                continue;
+            };
+            present.insert(name.clone());
+            self.sync_one(&mut seen, &mut report, path, name);
+        }
+        let gone: Vec<String> = seen
+            .keys()
+            .filter(|n| !present.contains(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            seen.remove(&name);
+            self.registry.clear_error(&name);
+            if self.registry.get(&name).is_some() {
+                self.registry.remove(&name);
+                report.unloaded.push(name);
+            }
+        }
+        Ok(report)
+    }
+
+    fn sync_one(
+        &self,
+        seen: &mut BTreeMap<String, Fingerprint>,
+        report: &mut SyncReport,
+        path: PathBuf,
+        name: String,
+    ) {
+        let fail = |reason: anyhow::Error| LoadError {
+            path: path.clone(),
+            reason,
+        };
+        let (bytes, manifest) = match (read_settled(&path), read_manifest(&path)) {
+            (Ok(None), _) => return, // still being written
+            (Ok(Some(bytes)), Ok(manifest)) => (bytes, manifest),
+            (Err(e), _) => {
+                // Vanished between listing and reading, most likely: the next sync unloads it.
+                tracing::debug!(path = %path.display(), error = %e, "could not read plugin file");
+                return;
+            }
+            (_, Err(e)) => {
+                self.refuse(report, &name, fail(e));
+                return;
+            }
+        };
+        let fingerprint = Fingerprint {
+            wasm: sha256(&bytes),
+            manifest: manifest.as_deref().map(|m| sha256(m.as_bytes())),
+        };
+        if seen.get(&name) == Some(&fingerprint) {
+            return;
+        }
+        seen.insert(name.clone(), fingerprint);
+        let parsed = match manifest.as_deref().map(Manifest::parse).transpose() {
+            Ok(m) => m.unwrap_or_default(),
+            Err(e) => {
+                let manifest_path = path.with_extension("toml");
+                let e = e.context(format!("in {}", manifest_path.display()));
+                self.refuse(report, &name, fail(e));
+                return;
+            }
+        };
+        match loader::build(&self.runtime, &path, name.clone(), &bytes, parsed) {
+            Ok(mut plugin) => {
+                if let Some(old) = self.registry.get(&name) {
+                    plugin.share_slots_with(&old);
+                }
+                report.loaded.push((name.clone(), plugin.version.clone()));
+                self.registry.insert(plugin);
+                self.registry.clear_error(&name);
+            }
+            Err(e) => self.refuse(report, &name, e),
+        }
+    }
+
+    fn refuse(&self, report: &mut SyncReport, name: &str, error: LoadError) {
+        self.registry.set_error(name, format!("{:#}", error.reason));
+        report.failed.push(error);
+    }
+}

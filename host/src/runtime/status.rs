@@ -1,0 +1,109 @@
+//! What a running host is serving, written where `qhost plugins list` can read it.
+//!
+//! After every change to its plugins a running host rewrites `DATA_DIR/plugins.json`
+//! (atomically: temporary file, then rename) with each plugin's serving version, limits and
+//! last load error, and its own process id. `qhost plugins list` shows that file while the
+//! process that wrote it is alive, because only the running host knows that a bad drop is being
+//! refused while the previous version keeps serving.
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+
+use super::manifest::Limits;
+use super::registry::Registry;
+
+/// The file name in the data directory.
+pub const FILE_NAME: &str = "plugins.json";
+
+/// The status of every plugin of one host.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostPlugins {
+    /// The writing process.
+    pub pid: u32,
+    /// When it wrote this, in milliseconds since the Unix epoch.
+    pub updated_at_ms: u64,
+    /// By name.
+    pub plugins: Vec<PluginRow>,
+}
+
+/// One plugin's line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginRow {
+    /// Name.
+    pub name: String,
+    /// Serving version, if any.
+    pub version: Option<String>,
+    /// The serving version's limits.
+    pub limits: Option<Limits>,
+    /// Why the latest file did not load, if it did not.
+    pub last_error: Option<String>,
+}
+
+impl HostPlugins {
+    /// The registry as it stands, from this process.
+    pub fn of(registry: &Registry) -> Self {
+        let plugins = registry
+            .status()
+            .into_iter()
+            .map(|s| PluginRow {
+                version: s.serving.as_ref().map(|p| p.version.clone()),
+                limits: s.serving.as_ref().map(|p| p.manifest.limits.clone()),
+                name: s.name,
+                last_error: s.last_error,
+            })
+            .collect();
+        HostPlugins {
+            pid: std::process::id(),
+            updated_at_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+            plugins,
+        }
+    }
+}
+
+/// The status file in `data_dir`.
+pub fn path(data_dir: &Path) -> PathBuf {
+    data_dir.join(FILE_NAME)
+}
+
+/// Writes the registry's status to `file` atomically.
+pub fn write(file: &Path, registry: &Registry) -> anyhow::Result<()> {
+    let json = serde_json::to_vec_pretty(&HostPlugins::of(registry))?;
+    let tmp = file.with_extension(format!("json.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, json)
+        .and_then(|()| std::fs::rename(&tmp, file))
+        .with_context(|| format!("writing {}", file.display()))
+}
+
+/// The status a live host wrote to `file`, if there is one and its writer still runs.
+pub fn read_live(file: &Path) -> Option<HostPlugins> {
+    let text = std::fs::read(file).ok()?;
+    let status: HostPlugins = serde_json::from_slice(&text).ok()?;
+    Path::new(&format!("/proc/{}", status.pid))
+        .exists()
+        .then_some(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_written_status_reads_back_while_its_writer_lives() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::new([]);
+        registry.set_error("broken", "it is not a valid WebAssembly component".into());
+        let file = path(dir.path());
+        write(&file, &registry).unwrap();
+        let status = read_live(&file).expect("this process is alive");
+        assert_eq!(status.pid, std::process::id());
+        assert_eq!(status.plugins.len(), 1);
+        assert_eq!(status.plugins[0].version, None);
+        assert!(status.plugins[0].last_error.is_some());
+    }
+}
