@@ -33,8 +33,9 @@ use crate::stats::Stats;
 
 /// How often `run_until_idle` checks whether all work is done.
 const IDLE_CHECK: Duration = Duration::from_millis(100);
-/// Instances kept free beyond the in-flight cap, for checks and reloads.
-const SPARE_INSTANCES: u32 = 8;
+/// Instances kept free beyond the in-flight cap, for checks, reloads and the idle instances of
+/// plugins that reuse them.
+const SPARE_INSTANCES: u32 = 16;
 
 /// A configured host, ready to run.
 pub struct Host {

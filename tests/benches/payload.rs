@@ -6,7 +6,6 @@
 //! `cargo bench -p qhost-e2e --bench payload` (QHOST_BENCH_MESSAGES overrides the 400).
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use qhost::idempotency::local::LocalStore;
 use qhost::message::Outgoing;
@@ -15,7 +14,6 @@ use qhost::runtime::registry::Registry;
 use qhost::source::QueueSource;
 use qhost::source::local::LocalQueue;
 use qhost::{Config, Host};
-use tokio_util::sync::CancellationToken;
 
 const QUEUE: &str = "bench";
 
@@ -54,14 +52,7 @@ async fn measure(size: usize, n: usize) -> (f64, f64, usize) {
     let plugin = qhost_e2e::fixture_plugin("trivial", &config);
     let store = Arc::new(LocalStore::open(None).expect("store"));
     let host = Host::new(config, source, store, Registry::new([plugin])).with_payloads(payloads);
-    let started = Instant::now();
-    host.run_until_idle(CancellationToken::new())
-        .await
-        .expect("run");
-    let secs = started.elapsed().as_secs_f64();
-    let c = host.stats().total();
-    assert_eq!((c.invoked, c.acked), (n as u64, n as u64), "each once");
-    let rate = n as f64 / secs;
+    let rate = qhost_e2e::timed_run(&host, n).await;
     (rate, rate * size as f64 / 1e6, offloaded)
 }
 

@@ -33,6 +33,19 @@ impl TestEnv {
         TestEnv { dir }
     }
 
+    /// An environment whose compiled-code cache is shared by every test that asks for it, so
+    /// a large (interpreter) plugin is compiled once per run, not once per test. Entries are
+    /// keyed by content and engine, so sharing is safe.
+    pub fn with_shared_cache() -> Self {
+        let env = Self::new();
+        let shared = crate::workspace().join("target/test-compiled-cache");
+        std::fs::create_dir_all(&shared).expect("shared cache directory");
+        std::fs::create_dir_all(env.data_dir()).expect("data directory");
+        std::os::unix::fs::symlink(&shared, env.data_dir().join("compiled"))
+            .expect("linking the shared cache");
+        env
+    }
+
     /// The plugins directory.
     pub fn plugins_dir(&self) -> PathBuf {
         self.dir.path().join("plugins")

@@ -47,6 +47,38 @@ pub fn built_plugins() -> &'static Path {
     })
 }
 
+/// Builds the Python and JavaScript example plugins from source (once per test process, with
+/// `scripts/build-guest-plugins`, which installs the pinned toolchains if missing) and returns
+/// the directory holding `email-reminder-py.wasm` and `email-reminder-js.wasm`.
+pub fn built_guests() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = workspace();
+        let out = root.join("target/wasm/guests");
+        let status = Command::new(root.join("scripts/build-guest-plugins"))
+            .arg(&out)
+            .status()
+            .expect("running scripts/build-guest-plugins");
+        assert!(
+            status.success(),
+            "building the Python and JavaScript plugins failed"
+        );
+        out
+    })
+}
+
+/// The bytes of a built Python or JavaScript plugin (`email-reminder-py`, `email-reminder-js`).
+pub fn guest_bytes(name: &str) -> Vec<u8> {
+    let file = built_guests().join(format!("{name}.wasm"));
+    std::fs::read(&file).unwrap_or_else(|e| panic!("reading {}: {e}", file.display()))
+}
+
+/// The manifest of a built Python or JavaScript plugin.
+pub fn guest_manifest(name: &str) -> String {
+    let file = built_guests().join(format!("{name}.toml"));
+    std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("reading {}: {e}", file.display()))
+}
+
 /// The bytes of a built plugin (`fixture`, `email-reminder`, `wrong-world`).
 pub fn plugin_bytes(crate_name: &str) -> Vec<u8> {
     let file = built_plugins().join(format!("{}.wasm", crate_name.replace('-', "_")));
@@ -66,6 +98,19 @@ pub fn fixture_plugin(name: &str, config: &qhost::Config) -> qhost::handler::Plu
     };
     let runtime = qhost::host::runtime_for(&config).expect("engine");
     qhost::runtime::loader::load_file(&runtime, &path).expect("loading the fixture")
+}
+
+/// Runs `host` until its queues are empty, checks that each of its `n` messages ran and was
+/// acked once, and returns messages per second.
+pub async fn timed_run(host: &qhost::Host, n: usize) -> f64 {
+    let started = std::time::Instant::now();
+    host.run_until_idle(tokio_util::sync::CancellationToken::new())
+        .await
+        .expect("run");
+    let secs = started.elapsed().as_secs_f64();
+    let c = host.stats().total();
+    assert_eq!((c.invoked, c.acked), (n as u64, n as u64), "each once");
+    n as f64 / secs
 }
 
 /// Messages a benchmark runs: `QHOST_BENCH_MESSAGES`, or `default`.

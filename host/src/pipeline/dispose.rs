@@ -77,8 +77,10 @@ pub async fn finish(
     queue.acker.ack(msg.receipt);
     // The work is recorded complete, so a later copy of this message is acked without its
     // payload: the payload can go.
-    let payloads = Arc::clone(&shared.payloads);
-    tokio::spawn(async move { payloads.cleanup(&msg.body, &msg.attributes).await });
+    if crate::payload::pointer::is_pointer(&msg.attributes) {
+        let payloads = Arc::clone(&shared.payloads);
+        tokio::spawn(async move { payloads.cleanup(&msg.body, &msg.attributes).await });
+    }
     Fate::Gone
 }
 

@@ -110,7 +110,8 @@ pub fn build(
         manifest.config.clone(),
         manifest.limits.memory_mib,
         manifest.timeout(),
-    );
+    )
+    .reusing(manifest.limits.reuse_instance);
     Ok(Plugin::new(
         name,
         version,

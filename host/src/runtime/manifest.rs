@@ -14,6 +14,7 @@
 //! memory-mib = 64
 //! max-attempts = 5
 //! concurrency = 4               # calls at once; unlimited (the host's cap) by default
+//! reuse-instance = 1            # messages one instance may handle (see runtime::wasm)
 //!
 //! [config]                      # read by the plugin through the `config` import
 //! greeting = "hello"
@@ -91,6 +92,15 @@ pub struct Limits {
     /// Calls of this plugin running at once; `None` leaves only the host's in-flight cap.
     #[serde(default)]
     pub concurrency: Option<u32>,
+    /// Messages one instance may handle before it is dropped. 1 (the default) is a fresh
+    /// instance per message; more saves an interpreter guest's start-up, at the cost of
+    /// isolation between messages of the same plugin.
+    #[serde(default = "default_reuse")]
+    pub reuse_instance: u32,
+}
+
+fn default_reuse() -> u32 {
+    1
 }
 
 impl Default for Limits {
@@ -100,6 +110,7 @@ impl Default for Limits {
             memory_mib: default_memory(),
             max_attempts: default_attempts(),
             concurrency: None,
+            reuse_instance: default_reuse(),
         }
     }
 }
@@ -142,6 +153,10 @@ impl Manifest {
         anyhow::ensure!(
             l.concurrency.is_none_or(|c| (1..=4096).contains(&c)),
             "limits.concurrency must be between 1 and 4096"
+        );
+        anyhow::ensure!(
+            (1..=100_000).contains(&l.reuse_instance),
+            "limits.reuse-instance must be between 1 and 100000"
         );
         anyhow::ensure!(
             self.idempotency.dedup_window_secs > 0,

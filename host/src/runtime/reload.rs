@@ -143,6 +143,7 @@ impl PluginDir {
         let mut present = BTreeSet::new();
         for path in loader::plugin_files(&self.dir)? {
             let Some(name) = loader::plugin_name(&path) else {
+                present.insert(self.refuse_name(&mut seen, &mut report, path));
                 continue;
             };
             present.insert(name.clone());
@@ -218,8 +219,78 @@ impl PluginDir {
         }
     }
 
+    /// A `.wasm` whose stem is not a plugin name (`a.b.wasm`, a 100-character name): reported
+    /// once, under its file name, until it is renamed or removed.
+    fn refuse_name(
+        &self,
+        seen: &mut BTreeMap<String, Fingerprint>,
+        report: &mut SyncReport,
+        path: PathBuf,
+    ) -> String {
+        let file = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let marker = Fingerprint {
+            wasm: [0; 32],
+            manifest: None,
+        };
+        if seen.insert(file.clone(), marker).is_none() {
+            let reason = anyhow::anyhow!(
+                "the file name is not a valid plugin name (letters, digits, - and _, up to 64)"
+            );
+            self.refuse(report, &file, LoadError { path, reason });
+        }
+        file
+    }
+
     fn refuse(&self, report: &mut SyncReport, name: &str, error: LoadError) {
         self.registry.set_error(name, format!("{:#}", error.reason));
         report.failed.push(error);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::engine::EngineSettings;
+
+    fn plugin_dir(dir: &Path) -> PluginDir {
+        let runtime = Runtime::new(EngineSettings {
+            max_instances: 2,
+            max_memory_mib: 16,
+        })
+        .unwrap();
+        PluginDir::new(runtime, dir, Arc::default())
+    }
+
+    #[test]
+    fn bad_files_are_reported_once_and_forgotten_when_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let plugins = plugin_dir(dir.path());
+        std::fs::write(dir.path().join("a.b.wasm"), b"x").unwrap();
+        std::fs::write(dir.path().join("junk.wasm"), b"\0asm junk").unwrap();
+        let first = plugins.sync().unwrap();
+        let mut reasons: Vec<String> = first
+            .failed
+            .iter()
+            .map(|e| format!("{:#}", e.reason))
+            .collect();
+        reasons.sort();
+        assert_eq!(reasons.len(), 2, "{reasons:?}");
+        assert!(reasons[0].contains("not a valid WebAssembly component"));
+        assert!(reasons[1].contains("not a valid plugin name"));
+        assert!(
+            plugins.sync().unwrap().is_empty(),
+            "the same bytes are not retried"
+        );
+        assert_eq!(plugins.registry().status().len(), 2);
+        std::fs::remove_file(dir.path().join("a.b.wasm")).unwrap();
+        std::fs::remove_file(dir.path().join("junk.wasm")).unwrap();
+        assert!(plugins.sync().unwrap().is_empty());
+        assert!(
+            plugins.registry().status().is_empty(),
+            "errors go with their files"
+        );
     }
 }

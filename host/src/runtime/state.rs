@@ -76,6 +76,12 @@ impl HostState {
         }
     }
 
+    /// Starts a new message on a reused instance: its context, and an empty outbox.
+    pub fn begin(&mut self, ctx: CallContext) {
+        self.ctx = ctx;
+        self.outbox.clear();
+    }
+
     /// The resource limiter to install on the store.
     pub fn limiter(&mut self) -> &mut MemoryLimiter {
         &mut self.limiter

@@ -1,0 +1,57 @@
+// email-reminder, in JavaScript: one email per reminder, however often the reminder is
+// delivered.
+//
+// The host holds a lease on the reminder's id (see qhost.toml) before this runs and remembers
+// the key once it acks, so the handler does no duplicate checking of its own. The email goes
+// out through the outbox, which the host sends once, with the idempotency key as its
+// Message-Id.
+//
+// Build: scripts/build-plugins (jco componentize, pinned by package-lock.json, against ../../wit).
+
+import { get } from "qhost:handler/config@0.1.0";
+import { write } from "qhost:handler/log@0.1.0";
+import { send } from "qhost:handler/outbox@0.1.0";
+
+const text = new TextDecoder();
+const bytes = new TextEncoder();
+
+export function handle(msg) {
+  let reminder;
+  try {
+    reminder = JSON.parse(text.decode(msg.body));
+  } catch (e) {
+    return { tag: "reject", val: `not a reminder: ${e.message}` };
+  }
+  // Not a JSON object: a bug upstream. The TypeError traps, the host retries, and after
+  // max-attempts dead-letters the message with the exception text.
+  const { email, customer, month } = reminder;
+  if (!email.includes("@")) {
+    return { tag: "reject", val: `invalid address ${JSON.stringify(email)}` };
+  }
+  if (msg.receiveCount <= (reminder["outage-attempts"] ?? 0)) {
+    write("warn", "email API unavailable; asking for a retry");
+    return { tag: "retry", val: 1 };
+  }
+  const messageId = `<${msg.idempotencyKey}@reminders.qhost>`;
+  const emailJson = {
+    "message-id": messageId,
+    to: email,
+    subject: `Your ${month} reminder`,
+    body: `Hello ${customer}, this is your reminder for ${month}.`,
+    "fencing-token": Number(msg.fencingToken),
+  };
+  try {
+    send({
+      queue: get("sent-queue") ?? "sent-emails",
+      body: bytes.encode(JSON.stringify(emailJson)),
+      attributes: [{ name: "to", value: { tag: "string", val: email } }],
+      delaySeconds: 0,
+      groupId: undefined,
+    });
+  } catch (e) {
+    write("error", `could not queue the email: ${e.payload ?? e}`);
+    return { tag: "retry", val: 5 };
+  }
+  write("info", `reminder for ${email} queued as ${messageId}`);
+  return { tag: "ack" };
+}

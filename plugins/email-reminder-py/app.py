@@ -1,0 +1,55 @@
+"""email-reminder, in Python: one email per reminder, however often the reminder is delivered.
+
+The host holds a lease on the reminder's id (see qhost.toml) before this runs and remembers the
+key once it acks, so the handler does no duplicate checking of its own. The email goes out
+through the outbox, which the host sends once, with the idempotency key as its Message-Id.
+
+Build: scripts/build-plugins (componentize-py, pinned, against ../../wit).
+"""
+
+import json
+
+import wit_world
+from componentize_py_types import Err
+from wit_world.imports import config, log, outbox
+from wit_world.imports.types import (
+    Attribute,
+    AttributeValue_String,
+    Message,
+    Outcome_Ack,
+    Outcome_Reject,
+    Outcome_Retry,
+)
+
+
+class WitWorld(wit_world.WitWorld):
+    def handle(self, msg: Message):
+        try:
+            reminder = json.loads(msg.body)
+        except ValueError as e:
+            return Outcome_Reject(f"not a reminder: {e}")
+        # Not a JSON object: a bug upstream. The exception traps, the host retries, and after
+        # max-attempts dead-letters the message with this traceback.
+        email, customer, month = reminder["email"], reminder["customer"], reminder["month"]
+        if "@" not in email:
+            return Outcome_Reject(f"invalid address {email!r}")
+        if msg.receive_count <= reminder.get("outage-attempts", 0):
+            log.write(log.Level.WARN, "email API unavailable; asking for a retry")
+            return Outcome_Retry(1)
+        message_id = f"<{msg.idempotency_key}@reminders.qhost>"
+        email_json = {
+            "message-id": message_id,
+            "to": email,
+            "subject": f"Your {month} reminder",
+            "body": f"Hello {customer}, this is your reminder for {month}.",
+            "fencing-token": msg.fencing_token,
+        }
+        queue = config.get("sent-queue") or "sent-emails"
+        to = Attribute("to", AttributeValue_String(email))
+        try:
+            outbox.send(outbox.Outgoing(queue, json.dumps(email_json).encode(), [to], 0, None))
+        except Err as e:
+            log.write(log.Level.ERROR, f"could not queue the email: {e.value}")
+            return Outcome_Retry(5)
+        log.write(log.Level.INFO, f"reminder for {email} queued as {message_id}")
+        return Outcome_Ack()

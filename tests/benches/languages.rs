@@ -1,0 +1,143 @@
+//! Per-message cost of the `email-reminder` handler in Rust, Python and JavaScript, in one run:
+//! instantiate + call, timed directly on the invoker, and messages/second through the whole
+//! pipeline on the in-memory local queue; with a fresh instance per message, and for the
+//! interpreter guests also with an instance reused for up to 100 messages.
+//!
+//! `cargo bench -p qhost-e2e --bench languages` (QHOST_BENCH_MESSAGES overrides the 1,000).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use qhost::handler::{HandlerMessage, Outcome, Plugin};
+use qhost::idempotency::local::LocalStore;
+use qhost::message::Outgoing;
+use qhost::runtime::registry::Registry;
+use qhost::source::QueueSource;
+use qhost::source::local::LocalQueue;
+use qhost::{Config, Host};
+
+const QUEUE: &str = "reminders";
+
+fn config() -> Config {
+    let mut c = Config::parse(&format!(
+        "max-in-flight = 32\n[[queue]]\nname = \"{QUEUE}\"\nplugin = \"email-reminder\"\nwait-time-secs = 0\n"
+    ))
+    .expect("bench config");
+    c.data_dir = None;
+    c.compiled_cache = Some(qhost_e2e::workspace().join("target/test-compiled-cache"));
+    c
+}
+
+fn reminder(i: usize) -> Vec<u8> {
+    format!(
+        r#"{{"reminder-id":"r{i}","email":"u{i}@example.com","customer":"C","month":"2026-12"}}"#
+    )
+    .into_bytes()
+}
+
+fn load(bytes: &[u8], manifest: &str, config: &Config) -> Plugin {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("email-reminder.wasm");
+    std::fs::write(&path, bytes).expect("plugin");
+    std::fs::write(path.with_extension("toml"), manifest).expect("manifest");
+    let runtime = qhost::host::runtime_for(config).expect("engine");
+    qhost::runtime::loader::load_file(&runtime, &path).expect("loads")
+}
+
+/// Mean microseconds per direct invocation (fresh instance + call), over `n`.
+fn per_message(plugin: &Plugin, n: usize) -> f64 {
+    let started = Instant::now();
+    for i in 0..n {
+        let msg = HandlerMessage {
+            id: format!("m{i}"),
+            idempotency_key: format!("r{i}"),
+            fencing_token: 1,
+            queue: QUEUE.into(),
+            body: reminder(i),
+            attributes: Vec::new(),
+            receive_count: 1,
+            sent_at_ms: 0,
+            group_id: None,
+        };
+        let out = plugin.invoke(msg).expect("handled");
+        assert_eq!(out.outcome, Outcome::Ack);
+        assert_eq!(out.outbox.len(), 1);
+    }
+    started.elapsed().as_secs_f64() * 1e6 / n as f64
+}
+
+/// Messages per second through the pipeline.
+async fn pipeline(plugin: Plugin, config: Config, n: usize) -> f64 {
+    let source = Arc::new(LocalQueue::open(None, Default::default()).expect("queue"));
+    for start in (0..n).step_by(500) {
+        let batch: Vec<Outgoing> = (start..(start + 500).min(n))
+            .map(|i| Outgoing::new(QUEUE, reminder(i)))
+            .collect();
+        source.send(&batch).await.expect("fill");
+    }
+    let store = Arc::new(LocalStore::open(None).expect("store"));
+    let host = Host::new(config, source, store, Registry::new([plugin]));
+    qhost_e2e::timed_run(&host, n).await
+}
+
+#[tokio::main]
+async fn main() {
+    let n = qhost_e2e::bench_messages(1000);
+    let config = config();
+    let rust_manifest =
+        std::fs::read_to_string(qhost_e2e::workspace().join("plugins/email-reminder/qhost.toml"))
+            .expect("manifest");
+    let py = qhost_e2e::guest_manifest("email-reminder-py");
+    let js = qhost_e2e::guest_manifest("email-reminder-js");
+    let reuse = |m: &str| m.replace("[limits]", "[limits]\nreuse-instance = 100");
+    let builds = [
+        (
+            "Rust",
+            "fresh",
+            qhost_e2e::plugin_bytes("email-reminder"),
+            rust_manifest,
+        ),
+        (
+            "Python",
+            "fresh",
+            qhost_e2e::guest_bytes("email-reminder-py"),
+            py.clone(),
+        ),
+        (
+            "Python",
+            "reuse 100",
+            qhost_e2e::guest_bytes("email-reminder-py"),
+            reuse(&py),
+        ),
+        (
+            "JavaScript",
+            "fresh",
+            qhost_e2e::guest_bytes("email-reminder-js"),
+            js.clone(),
+        ),
+        (
+            "JavaScript",
+            "reuse 100",
+            qhost_e2e::guest_bytes("email-reminder-js"),
+            reuse(&js),
+        ),
+    ];
+    println!("email-reminder; {n} messages each, max-in-flight 32");
+    println!(
+        "{:<12} {:<10} {:>9} {:>12} {:>10} {:>8}",
+        "language", "instance", "size KiB", "µs/message", "msg/s", "vs Rust"
+    );
+    let mut rust_rate = None;
+    for (language, mode, bytes, manifest) in builds {
+        let plugin = load(&bytes, &manifest, &config);
+        per_message(&plugin, 20); // warm up
+        let micros = per_message(&plugin, n.min(500));
+        let rate = pipeline(plugin, config.clone(), n).await;
+        let base = *rust_rate.get_or_insert(rate);
+        println!(
+            "{language:<12} {mode:<10} {:>9} {micros:>12.0} {rate:>10.0} {:>8.2}",
+            bytes.len() / 1024,
+            rate / base
+        );
+    }
+}
