@@ -219,9 +219,13 @@ impl Payloads {
         }
     }
 
-    /// `msg` as it should be sent: itself, or its payload stored under `key` and a pointer in
-    /// its place.
-    pub async fn offload(&self, msg: Outgoing, key: &str) -> Result<Outgoing, OffloadError> {
+    /// `msg` as it should be sent: itself, or its payload stored under the key `key_for` names
+    /// (asked only when the message is offloaded) and a pointer in its place.
+    pub async fn offload(
+        &self,
+        msg: Outgoing,
+        key_for: impl FnOnce(&Outgoing) -> String,
+    ) -> Result<Outgoing, OffloadError> {
         let size = message_size(&msg.body, &msg.attributes);
         let over = size > self.config.threshold;
         let Some(store_kind) = &self.config.store else {
@@ -237,6 +241,7 @@ impl Payloads {
         if !over && !self.config.always {
             return Ok(msg);
         }
+        let key = key_for(&msg);
         let location = match store_kind {
             OffloadStore::Redis => Location::Redis(key.to_string()),
             OffloadStore::Local => Location::Local(key.to_string()),
@@ -274,17 +279,19 @@ impl Payloads {
     ) -> Result<Vec<Outgoing>, OffloadError> {
         let mut out = Vec::with_capacity(msgs.len());
         for msg in msgs {
-            let derived = crate::message::find_attribute(
-                &msg.attributes,
-                crate::pipeline::OUTBOX_KEY_ATTRIBUTE,
-            )
-            .and_then(|a| a.text())
-            .map(|k| sha256_hex(format!("{namespace}/{k}").as_bytes()));
-            let key = derived.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
-            out.push(self.offload(msg, &key).await?);
+            out.push(self.offload(msg, |m| payload_key(namespace, m)).await?);
         }
         Ok(out)
     }
+}
+
+/// An outbox message's payload key derives from its derived idempotency key, so a re-send
+/// writes the same key; any other message gets a random one.
+fn payload_key(namespace: &str, msg: &Outgoing) -> String {
+    crate::message::find_attribute(&msg.attributes, crate::pipeline::OUTBOX_KEY_ATTRIBUTE)
+        .and_then(|a| a.text())
+        .map(|k| sha256_hex(format!("{namespace}/{k}").as_bytes()))
+        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
 }
 
 fn find_sha(attributes: &[Attribute]) -> bool {
@@ -336,7 +343,7 @@ mod tests {
         let mut msg = Outgoing::new("q", vec![7u8; 101]);
         msg.attributes.push(Attribute::string("kept", "yes"));
         let small = p
-            .offload(Outgoing::new("q", vec![1u8; 50]), "k0")
+            .offload(Outgoing::new("q", vec![1u8; 50]), |_| "k0".into())
             .await
             .unwrap();
         assert_eq!(
@@ -344,7 +351,7 @@ mod tests {
             vec![1u8; 50],
             "under the threshold stays inline"
         );
-        let sent = p.offload(msg, "k1").await.unwrap();
+        let sent = p.offload(msg, |_| "k1".into()).await.unwrap();
         assert!(pointer::is_pointer(&sent.attributes));
         let back = p
             .resolve(&sent.body, &sent.attributes)
@@ -379,7 +386,7 @@ mod tests {
         );
         let big = Outgoing::new("q", vec![0u8; SQS_MAX_MESSAGE + 1]);
         assert!(matches!(
-            p.offload(big, "k").await,
+            p.offload(big, |_| "k".into()).await,
             Err(OffloadError::TooLarge(_))
         ));
     }
