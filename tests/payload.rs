@@ -374,7 +374,8 @@ async fn java_style_pointers_resolve_and_bad_pointers_are_dead_lettered_with_rea
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unreachable_payload_store_is_a_retry_not_a_reject() {
     let env = TestEnv::new();
-    env.install("fixture", "fixture", "");
+    // Two attempts: an outage longer than that must not dead-letter the message.
+    env.install("fixture", "fixture", "[limits]\nmax-attempts = 2\n");
     let mut redis = RedisServer::start();
     let mut config = env.config(&format!(
         "[payload]\nstore = \"redis\"\nurl = \"{}\"\nthreshold-bytes = 1000\n{}",

@@ -102,7 +102,8 @@ async fn run(shared: &Shared, queue: &QueueCtx, p: Prepared, lease: Lease) -> Fa
 }
 
 /// A pointer that cannot be followed: a reject for a bad or dangling pointer, a retry while the
-/// store is unreachable.
+/// store is unreachable (however long that lasts; the queue's redrive policy, if any, is the
+/// backstop).
 async fn payload_unusable(
     shared: &Shared,
     queue: &QueueCtx,
@@ -123,8 +124,12 @@ async fn payload_unusable(
             dead_letter(shared, queue, p.msg, verdict).await
         }
         ResolveError::Retry(reason) => {
-            let max = plugin.manifest.limits.max_attempts;
-            retry_or_give_up(shared, queue, p.msg, id, max, 0, reason).await
+            // The message is fine and the handler never ran: like an unreachable idempotency
+            // store, an outage of the payload store puts messages back on the backoff schedule
+            // without using up their attempts toward dead-lettering.
+            tracing::warn!(queue = %p.msg.queue, message_id = %p.msg.id, %reason, "payload store unavailable; putting the message back");
+            let delay = backoff::delay(&shared.config.retry, p.msg.receive_count, 0);
+            put_back(shared, queue, &p.msg, id.0, delay, Event::Retried).await
         }
     }
 }
