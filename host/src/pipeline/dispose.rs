@@ -31,6 +31,9 @@ pub const PRODUCER_ATTRIBUTE: &str = "qhost-producer";
 /// FIFO deduplication id, so that a re-send after a crash is recognisable downstream, and with
 /// the producing plugin's name and version.
 pub fn stamp_outbox(key: &str, producer: &Plugin, outbox: Vec<Outgoing>) -> Vec<Outgoing> {
+    if outbox.is_empty() {
+        return outbox; // most handlers send nothing: no per-message allocation for them
+    }
     let produced_by = format!("{}@{}", producer.name, producer.version);
     outbox
         .into_iter()
