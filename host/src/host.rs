@@ -114,7 +114,7 @@ async fn check_queues(sqs: &SqsQueue, config: &Config) -> anyhow::Result<()> {
 }
 
 /// Opens the idempotency backend the configuration names.
-pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn IdempotencyStore>> {
+pub(crate) async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn IdempotencyStore>> {
     match &config.store {
         StoreKind::Local => {
             let path = config.data_dir.as_ref().map(|d| d.join("qhost.db"));
@@ -138,7 +138,7 @@ pub fn runtime_for(config: &Config) -> anyhow::Result<Runtime> {
 
 /// Loads the plugins directory into a new registry, logging each file that does not load, and
 /// checks that every queue routes to a plugin that at least has a file there.
-pub async fn open_plugins(config: &Config) -> anyhow::Result<Arc<PluginDir>> {
+pub(crate) async fn open_plugins(config: &Config) -> anyhow::Result<Arc<PluginDir>> {
     let plugins = open_plugins_unchecked(config).await?;
     check_routes(config, &config.plugins_dir)?;
     Ok(plugins)
@@ -327,23 +327,20 @@ impl Host {
     }
 
     async fn consume(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let shared = self.shared();
+        let shared = Arc::new(self.shared());
         let mut ackers = Vec::new();
         let pollers = TaskTracker::new();
         for q in &self.config.queues {
             let (acker, task) = Acker::spawn(Arc::clone(&self.source), q.name.clone());
             ackers.push(task);
             let ctx = Arc::new(QueueCtx {
+                shared: Arc::clone(&shared),
                 config: q.clone(),
                 acker,
             });
             tracing::info!(queue = %q.name, plugin = %q.plugin, pollers = q.pollers, "consuming");
             for _ in 0..q.pollers {
-                pollers.spawn(run_poller(
-                    shared.clone(),
-                    Arc::clone(&ctx),
-                    shutdown.clone(),
-                ));
+                pollers.spawn(run_poller(Arc::clone(&ctx), shutdown.clone()));
             }
         }
         pollers.close();

@@ -11,29 +11,37 @@
 //! | module          | role                                                                  |
 //! |-----------------|-----------------------------------------------------------------------|
 //! | [`config`]      | the TOML file, checked into a [`config::Config`]                      |
-//! | [`message`]     | the host's message types, independent of any backend                  |
-//! | [`source`]      | the queue boundary ([`source::QueueSource`]); `local` (SQLite)         |
+//! | [`message`]     | the host's message types; [`message::wire`], the wire contract (leaf) |
+//! | [`source`]      | the queue boundary ([`source::QueueSource`]); `sqs`, `local` (SQLite)  |
 //! | [`idempotency`] | leases and completed records ([`idempotency::IdempotencyStore`]); keys |
 //! | [`runtime`]     | wasmtime engine, WIT bindings, guest state, plugin loading, registry  |
 //! | [`handler`]     | what the pipeline invokes: a [`handler::Plugin`], wasm or native       |
 //! | [`payload`]     | claim check: payload stores (Redis, S3, local), pointers, allow-list  |
-//! | [`pipeline`]    | the data path: poll, route, lease, invoke, ack / retry / dead-letter  |
+//! | `pipeline`      | the data path: receive, route, lease, run, one fate per delivery      |
 //! | [`host`]        | wiring: backends by configuration, pollers, shutdown                  |
+//! | [`aws`]         | the AWS configuration chain shared by the SQS and S3 backends         |
 //! | [`stats`]       | counters per queue and plugin                                         |
-//! | [`sqlite`]      | the embedded database behind the local backends                       |
+//! | `sqlite`        | the embedded database behind the local backends                       |
+//! | `digest`        | sha256 as hex, the one digest form qhost writes                       |
+//!
+//! Only the embedding API is public: the host, its configuration, the message types, the
+//! backend traits with their implementations, and plugins. The pipeline's stages are
+//! crate-private.
 
 #![deny(unsafe_code)]
 
+pub mod aws;
 pub mod config;
+mod digest;
 pub mod handler;
 pub mod host;
 pub mod idempotency;
 pub mod message;
 pub mod payload;
-pub mod pipeline;
+mod pipeline;
 pub mod runtime;
 pub mod source;
-pub mod sqlite;
+mod sqlite;
 pub mod stats;
 
 pub use config::Config;

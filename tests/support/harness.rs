@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use qhost::idempotency::local::LocalStore;
 use qhost::message::{Attribute, Outgoing, Received};
 use qhost::source::local::LocalQueue;
 use qhost::{Config, Host};
@@ -82,6 +83,11 @@ impl TestEnv {
     /// A host built from `config` the way `qhost run` builds it.
     pub async fn host(&self, config: Config) -> Host {
         Host::from_config(config).await.expect("host starts")
+    }
+
+    /// The local idempotency store in this environment's data directory, for inspecting keys.
+    pub fn store(&self) -> LocalStore {
+        LocalStore::open(Some(&self.data_dir().join("qhost.db"))).expect("local store")
     }
 
     /// The local queue in this environment's data directory, for sending and peeking.

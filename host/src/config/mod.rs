@@ -6,16 +6,15 @@
 pub mod file;
 pub mod payload;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 
-use crate::runtime::loader::valid_plugin_name;
+use crate::message::wire::{valid_plugin_name, valid_queue_name};
 use crate::runtime::manifest::MAX_MEMORY_MIB;
-use crate::runtime::state::valid_queue_name;
 use file::{RawConfig, RawQueue};
-pub use payload::{AllowRule, OffloadStore, PayloadConfig, PayloadStoreKind};
+pub use payload::{PayloadConfig, PayloadPlace};
 
 /// Where messages come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,7 +22,7 @@ pub enum SourceKind {
     /// The embedded queue in the data directory.
     Local,
     /// Amazon SQS, or an SQS-compatible server.
-    Sqs(crate::source::sqs::SqsSettings),
+    Sqs(crate::aws::AwsSettings),
 }
 
 /// Where leases and completed records live.
@@ -114,13 +113,6 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Reads and checks a configuration file.
-    pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading config file {}", path.display()))?;
-        Self::parse(&text).with_context(|| format!("in config file {}", path.display()))
-    }
-
     /// Parses and checks configuration text.
     pub fn parse(text: &str) -> anyhow::Result<Self> {
         Self::from_raw(parse_raw(text)?)
@@ -311,7 +303,7 @@ fn source_kind(raw: file::RawSource) -> anyhow::Result<SourceKind> {
             {
                 bail!("source.endpoint-url `{url}` must be an http(s) URL");
             }
-            Ok(SourceKind::Sqs(crate::source::sqs::SqsSettings {
+            Ok(SourceKind::Sqs(crate::aws::AwsSettings {
                 region: raw.region,
                 endpoint_url: raw.endpoint_url,
             }))

@@ -21,44 +21,19 @@ use std::time::Duration;
 use anyhow::bail;
 use serde::Deserialize;
 
-use crate::source::sqs::SqsSettings;
+use crate::aws::AwsSettings;
 
 /// SQS's largest message; the threshold cannot be above it.
 const MAX_THRESHOLD: u64 = 1024 * 1024;
 
-/// Kinds of payload store.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PayloadStoreKind {
-    /// Redis.
-    Redis,
-    /// The embedded store.
-    Local,
-    /// S3.
-    S3,
-}
-
-/// Where qhost writes the payloads it offloads.
+/// A payload store, and for S3 a bucket and key prefix within it: where qhost writes the
+/// payloads it offloads (`payload.store`), and a place payload pointers may lead
+/// (`payload.allow`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum OffloadStore {
-    /// Redis, `SET` with a TTL.
+pub enum PayloadPlace {
+    /// qhost's Redis payload store (`SET` with a TTL).
     Redis,
-    /// Files in the data directory.
-    Local,
-    /// An S3 bucket, under a key prefix.
-    S3 {
-        /// Bucket.
-        bucket: String,
-        /// Key prefix.
-        prefix: String,
-    },
-}
-
-/// A place payload pointers may lead.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AllowRule {
-    /// qhost's Redis payload store.
-    Redis,
-    /// The embedded payload store.
+    /// The embedded payload store (files in the data directory).
     Local,
     /// Objects in this bucket whose keys start with this prefix.
     S3 {
@@ -69,42 +44,11 @@ pub enum AllowRule {
     },
 }
 
-impl OffloadStore {
-    /// Its kind.
-    pub fn kind(&self) -> PayloadStoreKind {
-        match self {
-            OffloadStore::Redis => PayloadStoreKind::Redis,
-            OffloadStore::Local => PayloadStoreKind::Local,
-            OffloadStore::S3 { .. } => PayloadStoreKind::S3,
-        }
-    }
-
-    fn allow_rule(&self) -> AllowRule {
-        match self {
-            OffloadStore::Redis => AllowRule::Redis,
-            OffloadStore::Local => AllowRule::Local,
-            OffloadStore::S3 { bucket, prefix } => AllowRule::S3 {
-                bucket: bucket.clone(),
-                prefix: prefix.clone(),
-            },
-        }
-    }
-}
-
-impl AllowRule {
-    /// Its store kind.
-    pub fn kind(&self) -> PayloadStoreKind {
-        match self {
-            AllowRule::Redis => PayloadStoreKind::Redis,
-            AllowRule::Local => PayloadStoreKind::Local,
-            AllowRule::S3 { .. } => PayloadStoreKind::S3,
-        }
-    }
-
+impl PayloadPlace {
     fn parse(text: &str) -> anyhow::Result<Self> {
         match text {
-            "redis" => Ok(AllowRule::Redis),
-            "local" => Ok(AllowRule::Local),
+            "redis" => Ok(PayloadPlace::Redis),
+            "local" => Ok(PayloadPlace::Local),
             _ => {
                 let Some(rest) = text.strip_prefix("s3://") else {
                     bail!(
@@ -115,7 +59,7 @@ impl AllowRule {
                 if bucket.is_empty() {
                     bail!("payload.allow: `{text}` names no bucket");
                 }
-                Ok(AllowRule::S3 {
+                Ok(PayloadPlace::S3 {
                     bucket: bucket.into(),
                     prefix: prefix.into(),
                 })
@@ -124,12 +68,12 @@ impl AllowRule {
     }
 }
 
-impl std::fmt::Display for AllowRule {
+impl std::fmt::Display for PayloadPlace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            AllowRule::Redis => write!(f, "redis"),
-            AllowRule::Local => write!(f, "local"),
-            AllowRule::S3 { bucket, prefix } => write!(f, "s3://{bucket}/{prefix}"),
+            PayloadPlace::Redis => write!(f, "redis"),
+            PayloadPlace::Local => write!(f, "local"),
+            PayloadPlace::S3 { bucket, prefix } => write!(f, "s3://{bucket}/{prefix}"),
         }
     }
 }
@@ -138,7 +82,7 @@ impl std::fmt::Display for AllowRule {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PayloadConfig {
     /// Where to offload; `None`: never.
-    pub store: Option<OffloadStore>,
+    pub store: Option<PayloadPlace>,
     /// Offload when body plus attributes exceed this many bytes.
     pub threshold: usize,
     /// Offload every message, whatever its size.
@@ -148,13 +92,13 @@ pub struct PayloadConfig {
     /// The Redis payload store's URL.
     pub redis_url: Option<String>,
     /// S3 region and endpoint.
-    pub s3: SqsSettings,
+    pub s3: AwsSettings,
     /// Delete payloads qhost wrote once their message is done.
     pub delete_after_ack: bool,
     /// Delete payloads the extended client wrote once their message is done.
     pub delete_extended_after_ack: bool,
     /// Where pointers may lead: the store itself, then `allow`.
-    pub allow: Vec<AllowRule>,
+    pub allow: Vec<PayloadPlace>,
 }
 
 impl Default for PayloadConfig {
@@ -165,7 +109,7 @@ impl Default for PayloadConfig {
             always: false,
             ttl: Duration::from_secs(14 * 86_400),
             redis_url: None,
-            s3: SqsSettings::default(),
+            s3: AwsSettings::default(),
             delete_after_ack: true,
             delete_extended_after_ack: true,
             allow: Vec::new(),
@@ -207,10 +151,10 @@ pub struct RawPayload {
 
 /// Checks `[payload]`; `redis_url` and `s3` are the idempotency store's and the source's, the
 /// defaults for the payload stores.
-pub fn payload_config(
+pub(crate) fn payload_config(
     raw: RawPayload,
     redis_url: Option<&str>,
-    s3: Option<&SqsSettings>,
+    s3: Option<&AwsSettings>,
 ) -> anyhow::Result<PayloadConfig> {
     let d = PayloadConfig::default();
     let threshold = raw.threshold_bytes.unwrap_or(d.threshold as u64);
@@ -219,9 +163,9 @@ pub fn payload_config(
     }
     let store = match raw.store.as_deref() {
         None | Some("none") => None,
-        Some("redis") => Some(OffloadStore::Redis),
-        Some("local") => Some(OffloadStore::Local),
-        Some("s3") => Some(OffloadStore::S3 {
+        Some("redis") => Some(PayloadPlace::Redis),
+        Some("local") => Some(PayloadPlace::Local),
+        Some("s3") => Some(PayloadPlace::S3 {
             bucket: raw
                 .bucket
                 .clone()
@@ -231,9 +175,9 @@ pub fn payload_config(
         }),
         Some(other) => bail!("payload.store is `{other}`; it must be redis, s3, local or none"),
     };
-    let mut allow: Vec<AllowRule> = store.iter().map(OffloadStore::allow_rule).collect();
+    let mut allow: Vec<PayloadPlace> = store.iter().cloned().collect();
     for text in raw.allow.unwrap_or_default() {
-        allow.push(AllowRule::parse(&text)?);
+        allow.push(PayloadPlace::parse(&text)?);
     }
     let default_s3 = s3.cloned().unwrap_or_default();
     Ok(PayloadConfig {
@@ -242,7 +186,7 @@ pub fn payload_config(
         always: raw.always.unwrap_or(false),
         ttl: Duration::from_secs(raw.ttl_secs.unwrap_or(d.ttl.as_secs()).max(1)),
         redis_url: raw.url.or_else(|| redis_url.map(str::to_string)),
-        s3: SqsSettings {
+        s3: AwsSettings {
             region: raw.region.or(default_s3.region),
             endpoint_url: raw.endpoint_url.or(default_s3.endpoint_url),
         },

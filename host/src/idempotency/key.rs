@@ -9,7 +9,6 @@ use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::message::{Received, find_attribute};
 
@@ -103,7 +102,7 @@ impl KeySource {
         };
         match self {
             KeySource::MessageId => Ok(msg.id.clone()),
-            KeySource::BodySha256 => Ok(hex::encode(Sha256::digest(&msg.body))),
+            KeySource::BodySha256 => Ok(crate::digest::sha256_hex(&msg.body)),
             KeySource::Attribute(name) => find_attribute(&msg.attributes, name)
                 .and_then(|a| a.text())
                 .filter(|v| !v.is_empty())

@@ -10,7 +10,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::{Acquired, Completion, IdempotencyStore, KeyStatus, Lease, LeaseRequest};
+use super::{
+    Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
+    StoreResult,
+};
 use crate::message::{Outgoing, now_ms};
 use crate::sqlite::Db;
 
@@ -149,67 +152,8 @@ fn complete_one(tx: &Transaction<'_>, done: &Completion) -> anyhow::Result<bool>
 }
 
 impl LocalStore {
-    async fn write<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Transaction<'_>) -> anyhow::Result<T> + Send + 'static,
-    ) -> anyhow::Result<T> {
-        self.db
-            .call(move |c| {
-                let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-                let out = f(&tx)?;
-                tx.commit()?;
-                Ok(out)
-            })
-            .await
-    }
-}
-
-#[async_trait]
-impl IdempotencyStore for LocalStore {
-    async fn acquire(&self, requests: &[LeaseRequest]) -> anyhow::Result<Vec<Acquired>> {
-        let requests = requests.to_vec();
-        self.write(move |tx| {
-            let now = now_ms() as i64;
-            requests.iter().map(|r| acquire_one(tx, r, now)).collect()
-        })
-        .await
-    }
-
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> anyhow::Result<bool> {
-        let lease = lease.clone();
-        self.write(move |tx| {
-            let expires = now_ms() as i64 + ttl.as_millis() as i64;
-            update_owned(tx, &lease, "expires_at_ms = ?4", &[&expires])
-        })
-        .await
-    }
-
-    async fn complete(&self, completions: &[Completion]) -> anyhow::Result<Vec<bool>> {
-        let completions = completions.to_vec();
-        self.write(move |tx| completions.iter().map(|c| complete_one(tx, c)).collect())
-            .await
-    }
-
-    async fn outbox_sent(&self, key: &str) -> anyhow::Result<()> {
-        let key = key.to_string();
-        self.write(move |tx| {
-            tx.prepare_cached(
-                "UPDATE idempotency SET outbox = NULL, outbox_at_ms = NULL
-                 WHERE key = ?1 AND state = 'completed'",
-            )?
-            .execute([key])?;
-            Ok(())
-        })
-        .await
-    }
-
-    async fn release(&self, lease: &Lease) -> anyhow::Result<bool> {
-        let lease = lease.clone();
-        self.write(move |tx| update_owned(tx, &lease, "state = 'released', owner = NULL", &[]))
-            .await
-    }
-
-    async fn status(&self, key: &str) -> anyhow::Result<KeyStatus> {
+    /// What the store holds for `key` (a scoped key).
+    pub async fn status(&self, key: &str) -> StoreResult<KeyStatus> {
         let key = key.to_string();
         self.write(move |tx| {
             let now = now_ms() as i64;
@@ -228,6 +172,77 @@ impl IdempotencyStore for LocalStore {
             })
         })
         .await
+    }
+
+    async fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>) -> anyhow::Result<T> + Send + 'static,
+    ) -> StoreResult<T> {
+        self.db
+            .call(move |c| {
+                let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                let out = f(&tx)?;
+                tx.commit()?;
+                Ok(out)
+            })
+            .await
+            .map_err(IdempotencyError::unavailable)
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for LocalStore {
+    async fn acquire(&self, requests: &[LeaseRequest]) -> StoreResult<Vec<Acquired>> {
+        let requests = requests.to_vec();
+        self.write(move |tx| {
+            let now = now_ms() as i64;
+            requests.iter().map(|r| acquire_one(tx, r, now)).collect()
+        })
+        .await
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> StoreResult<()> {
+        let owned = lease.clone();
+        let held = self
+            .write(move |tx| {
+                let expires = now_ms() as i64 + ttl.as_millis() as i64;
+                update_owned(tx, &owned, "expires_at_ms = ?4", &[&expires])
+            })
+            .await?;
+        IdempotencyError::owned(lease, held)
+    }
+
+    async fn complete(&self, completions: &[Completion]) -> StoreResult<Vec<StoreResult<()>>> {
+        let batch = completions.to_vec();
+        let held: Vec<bool> = self
+            .write(move |tx| batch.iter().map(|c| complete_one(tx, c)).collect())
+            .await?;
+        Ok(completions
+            .iter()
+            .zip(held)
+            .map(|(c, held)| IdempotencyError::owned(&c.lease, held))
+            .collect())
+    }
+
+    async fn outbox_sent(&self, key: &str) -> StoreResult<()> {
+        let key = key.to_string();
+        self.write(move |tx| {
+            tx.prepare_cached(
+                "UPDATE idempotency SET outbox = NULL, outbox_at_ms = NULL
+                 WHERE key = ?1 AND state = 'completed'",
+            )?
+            .execute([key])?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn release(&self, lease: &Lease) -> StoreResult<()> {
+        let owned = lease.clone();
+        let held = self
+            .write(move |tx| update_owned(tx, &owned, "state = 'released', owner = NULL", &[]))
+            .await?;
+        IdempotencyError::owned(lease, held)
     }
 }
 
@@ -262,7 +277,7 @@ mod tests {
             outbox: vec![Outgoing::new("out", "x")],
             window: Duration::from_secs(60),
         };
-        assert_eq!(store.complete(&[done]).await.unwrap(), vec![true]);
+        assert_eq!(store.complete(&[done]).await.unwrap(), vec![Ok(())]);
         let third = store.acquire(&[req("k", 60_000)]).await.unwrap();
         assert!(
             matches!(&third[0], Acquired::Completed { pending_outbox, .. } if pending_outbox.len() == 1)
@@ -281,14 +296,15 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(5)).await;
         let new = grant(&store, "k", 60_000).await;
         assert_eq!(new.fencing_token, old.fencing_token + 1);
-        assert!(!store.extend(&old, Duration::from_secs(60)).await.unwrap());
-        assert!(!store.release(&old).await.unwrap());
+        let lost = Err(IdempotencyError::LeaseLost("k".into()));
+        assert_eq!(store.extend(&old, Duration::from_secs(60)).await, lost);
+        assert_eq!(store.release(&old).await, lost);
         let stale = Completion {
             lease: old,
             outbox: vec![],
             window: Duration::from_secs(60),
         };
-        assert_eq!(store.complete(&[stale]).await.unwrap(), vec![false]);
+        assert_eq!(store.complete(&[stale]).await.unwrap(), vec![lost]);
         assert!(matches!(
             store.status("k").await.unwrap(),
             KeyStatus::InProgress {
@@ -296,7 +312,7 @@ mod tests {
                 ..
             }
         ));
-        assert!(store.release(&new).await.unwrap());
+        assert_eq!(store.release(&new).await, Ok(()));
         let again = grant(&store, "k", 60_000).await;
         assert_eq!(again.fencing_token, 3);
     }

@@ -23,6 +23,42 @@ use async_trait::async_trait;
 
 use crate::message::Outgoing;
 
+/// Why a store call did not do what was asked: the store could not answer (fail closed), or it
+/// answered that the caller's lease is no longer the caller's (drop the result).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IdempotencyError {
+    /// The owner-checked call found the lease lapsed and passed on (or released): nothing was
+    /// written. Another worker's result stands.
+    #[error("the lease on {0} is no longer held")]
+    LeaseLost(String),
+    /// The store could not be reached, or failed. Nothing runs without a lease, so the pipeline
+    /// fails closed: the message goes back to the queue without using up an attempt.
+    #[error("idempotency store unavailable: {0}")]
+    Unavailable(String),
+    /// The store answered with something qhost did not write (a foreign or corrupted record).
+    #[error("idempotency store returned an unreadable record: {0}")]
+    Corrupt(String),
+}
+
+impl IdempotencyError {
+    /// A backend failure, with its whole chain of causes.
+    pub(crate) fn unavailable(e: impl Into<anyhow::Error>) -> Self {
+        IdempotencyError::Unavailable(format!("{:#}", e.into()))
+    }
+
+    /// The answer to an owner-checked call on `lease`: `held` is whether the owner still held it.
+    pub(crate) fn owned(lease: &Lease, held: bool) -> StoreResult<()> {
+        if held {
+            Ok(())
+        } else {
+            Err(IdempotencyError::LeaseLost(lease.key.clone()))
+        }
+    }
+}
+
+/// What the store's calls return.
+pub type StoreResult<T> = Result<T, IdempotencyError>;
+
 /// A request for a lease on one key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseRequest {
@@ -78,7 +114,8 @@ pub struct Completion {
     pub window: Duration,
 }
 
-/// What is known about a key (for inspection and tests).
+/// What is known about a key: what the stores' `status` answer, for operators and tests
+/// inspecting a store (the pipeline itself never asks).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KeyStatus {
     /// Never seen, or forgotten.
@@ -101,21 +138,19 @@ pub enum KeyStatus {
 #[async_trait]
 pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
     /// Tries to take a lease on each key, as one round trip where the backend allows.
-    async fn acquire(&self, requests: &[LeaseRequest]) -> anyhow::Result<Vec<Acquired>>;
+    async fn acquire(&self, requests: &[LeaseRequest]) -> StoreResult<Vec<Acquired>>;
 
-    /// Extends a lease; `false` when the caller no longer owns it.
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> anyhow::Result<bool>;
+    /// Extends a lease; [`IdempotencyError::LeaseLost`] when the caller no longer owns it.
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> StoreResult<()>;
 
-    /// Marks leases completed with their outboxes; for each, `false` when the caller no longer
-    /// owned it (and nothing was written).
-    async fn complete(&self, completions: &[Completion]) -> anyhow::Result<Vec<bool>>;
+    /// Marks leases completed with their outboxes, in one call; for each, its own answer:
+    /// [`IdempotencyError::LeaseLost`] when the caller no longer owned it (nothing was written).
+    async fn complete(&self, completions: &[Completion]) -> StoreResult<Vec<StoreResult<()>>>;
 
     /// Records that a completed key's outbox was sent.
-    async fn outbox_sent(&self, key: &str) -> anyhow::Result<()>;
+    async fn outbox_sent(&self, key: &str) -> StoreResult<()>;
 
-    /// Gives a lease up so the key can be acquired at once; `false` when not the owner.
-    async fn release(&self, lease: &Lease) -> anyhow::Result<bool>;
-
-    /// What is known about a key.
-    async fn status(&self, key: &str) -> anyhow::Result<KeyStatus>;
+    /// Gives a lease up so the key can be acquired at once; [`IdempotencyError::LeaseLost`]
+    /// when not the owner.
+    async fn release(&self, lease: &Lease) -> StoreResult<()>;
 }

@@ -26,7 +26,10 @@ use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 
-use super::{Acquired, Completion, IdempotencyStore, KeyStatus, Lease, LeaseRequest};
+use super::{
+    Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
+    StoreResult,
+};
 use crate::message::Outgoing;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
@@ -40,7 +43,7 @@ static OUTBOX_SENT: LazyLock<Script> =
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The fencing counter's key for a record key.
-pub fn fence_key(key: &str) -> String {
+pub(crate) fn fence_key(key: &str) -> String {
     format!("{key}:fence")
 }
 
@@ -89,16 +92,40 @@ impl RedisStore {
         self.round_trips.load(Ordering::Relaxed)
     }
 
-    async fn query<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> anyhow::Result<T> {
+    /// What the store holds for `key` (a scoped key).
+    pub async fn status(&self, key: &str) -> StoreResult<KeyStatus> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("HMGET")
+            .arg(key)
+            .arg("state")
+            .arg("owner")
+            .arg("fence")
+            .arg("outbox");
+        let (fields,): (Vec<Value>,) = self.query(&pipe).await?;
+        let text =
+            |i: usize| -> Option<String> { redis::from_redis_value(fields.get(i)?.clone()).ok() };
+        Ok(match text(0).as_deref() {
+            Some("leased") => KeyStatus::InProgress {
+                owner: text(1).unwrap_or_default(),
+                fencing_token: text(2).and_then(|f| f.parse().ok()).unwrap_or(0),
+            },
+            Some("completed") => KeyStatus::Completed {
+                pending_outbox: decode_outbox(&text(3).unwrap_or_default())?.len(),
+            },
+            _ => KeyStatus::Unknown,
+        })
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> StoreResult<T> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let mut conn = self.conn.clone();
         pipe.query_async(&mut conn)
             .await
-            .context("Redis call failed")
+            .map_err(|e| IdempotencyError::Unavailable(format!("Redis call failed: {e}")))
     }
 
-    /// One owner-checked script on one lease; returns whether the owner still held it.
-    async fn owned(&self, script: &Script, lease: &Lease, args: &[String]) -> anyhow::Result<bool> {
+    /// One owner-checked script on one lease.
+    async fn owned(&self, script: &Script, lease: &Lease, args: &[String]) -> StoreResult<()> {
         let mut invocation = script.key(&lease.key);
         invocation.arg(&lease.owner);
         for a in args {
@@ -107,16 +134,22 @@ impl RedisStore {
         let mut pipe = redis::pipe();
         pipe.load_script(script).ignore().invoke_script(&invocation);
         let (done,): (i64,) = self.query(&pipe).await?;
-        Ok(done == 1)
+        IdempotencyError::owned(lease, done == 1)
     }
 }
 
-fn parse_acquired(key: &str, owner: String, reply: Vec<String>) -> anyhow::Result<Acquired> {
+fn corrupt(what: impl std::fmt::Display) -> IdempotencyError {
+    IdempotencyError::Corrupt(what.to_string())
+}
+
+fn parse_acquired(key: &str, owner: String, reply: Vec<String>) -> StoreResult<Acquired> {
     match reply.as_slice() {
         [kind, fence] if kind == "granted" => Ok(Acquired::Granted(Lease {
             key: key.to_string(),
             owner,
-            fencing_token: fence.parse().context("fencing token")?,
+            fencing_token: fence
+                .parse()
+                .map_err(|e| corrupt(format!("fencing token `{fence}`: {e}")))?,
         })),
         [kind, outbox, age] if kind == "completed" => Ok(Acquired::Completed {
             pending_outbox: decode_outbox(outbox)?,
@@ -125,27 +158,30 @@ fn parse_acquired(key: &str, owner: String, reply: Vec<String>) -> anyhow::Resul
         [kind, pttl] if kind == "busy" => Ok(Acquired::Busy {
             retry_after: Duration::from_millis(pttl.parse::<i64>().unwrap_or(0).max(0) as u64),
         }),
-        other => anyhow::bail!("unexpected reply from the acquire script: {other:?}"),
+        other => Err(corrupt(format!(
+            "unexpected reply from the acquire script: {other:?}"
+        ))),
     }
 }
 
-fn decode_outbox(json: &str) -> anyhow::Result<Vec<Outgoing>> {
+fn decode_outbox(json: &str) -> StoreResult<Vec<Outgoing>> {
     if json.is_empty() {
         return Ok(Vec::new());
     }
-    serde_json::from_str(json).context("decoding a stored outbox")
+    serde_json::from_str(json).map_err(|e| corrupt(format!("a stored outbox: {e}")))
 }
 
-fn encode_outbox(outbox: &[Outgoing]) -> anyhow::Result<String> {
+fn encode_outbox(outbox: &[Outgoing]) -> String {
     if outbox.is_empty() {
-        return Ok(String::new());
+        return String::new();
     }
-    Ok(serde_json::to_string(outbox)?)
+    // Outgoing is plain data (strings, bytes, numbers): serialising it cannot fail.
+    serde_json::to_string(outbox).unwrap_or_default()
 }
 
 #[async_trait]
 impl IdempotencyStore for RedisStore {
-    async fn acquire(&self, requests: &[LeaseRequest]) -> anyhow::Result<Vec<Acquired>> {
+    async fn acquire(&self, requests: &[LeaseRequest]) -> StoreResult<Vec<Acquired>> {
         let owners: Vec<String> = requests
             .iter()
             .map(|_| uuid::Uuid::new_v4().to_string())
@@ -170,11 +206,11 @@ impl IdempotencyStore for RedisStore {
             .collect()
     }
 
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> anyhow::Result<bool> {
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> StoreResult<()> {
         self.owned(&EXTEND, lease, &[ms(ttl).to_string()]).await
     }
 
-    async fn complete(&self, completions: &[Completion]) -> anyhow::Result<Vec<bool>> {
+    async fn complete(&self, completions: &[Completion]) -> StoreResult<Vec<StoreResult<()>>> {
         let mut pipe = redis::pipe();
         pipe.load_script(&COMPLETE).ignore();
         for c in completions {
@@ -182,14 +218,18 @@ impl IdempotencyStore for RedisStore {
             invocation
                 .arg(&c.lease.owner)
                 .arg(ms(c.window))
-                .arg(encode_outbox(&c.outbox)?);
+                .arg(encode_outbox(&c.outbox));
             pipe.invoke_script(&invocation);
         }
         let done: Vec<i64> = self.query(&pipe).await?;
-        Ok(done.into_iter().map(|d| d == 1).collect())
+        Ok(completions
+            .iter()
+            .zip(done)
+            .map(|(c, d)| IdempotencyError::owned(&c.lease, d == 1))
+            .collect())
     }
 
-    async fn outbox_sent(&self, key: &str) -> anyhow::Result<()> {
+    async fn outbox_sent(&self, key: &str) -> StoreResult<()> {
         let mut pipe = redis::pipe();
         pipe.load_script(&OUTBOX_SENT)
             .ignore()
@@ -198,31 +238,8 @@ impl IdempotencyStore for RedisStore {
         self.query::<()>(&pipe).await
     }
 
-    async fn release(&self, lease: &Lease) -> anyhow::Result<bool> {
+    async fn release(&self, lease: &Lease) -> StoreResult<()> {
         self.owned(&RELEASE, lease, &[]).await
-    }
-
-    async fn status(&self, key: &str) -> anyhow::Result<KeyStatus> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("HMGET")
-            .arg(key)
-            .arg("state")
-            .arg("owner")
-            .arg("fence")
-            .arg("outbox");
-        let (fields,): (Vec<Value>,) = self.query(&pipe).await?;
-        let text =
-            |i: usize| -> Option<String> { redis::from_redis_value(fields.get(i)?.clone()).ok() };
-        Ok(match text(0).as_deref() {
-            Some("leased") => KeyStatus::InProgress {
-                owner: text(1).unwrap_or_default(),
-                fencing_token: text(2).and_then(|f| f.parse().ok()).unwrap_or(0),
-            },
-            Some("completed") => KeyStatus::Completed {
-                pending_outbox: decode_outbox(&text(3).unwrap_or_default())?.len(),
-            },
-            _ => KeyStatus::Unknown,
-        })
     }
 }
 

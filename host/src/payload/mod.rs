@@ -21,18 +21,15 @@ pub mod store;
 
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
-
-use crate::config::{AllowRule, Config, OffloadStore, PayloadConfig, PayloadStoreKind};
-use crate::message::{Attribute, AttributeValue, Outgoing};
+use crate::config::{Config, PayloadConfig, PayloadPlace};
+use crate::digest::sha256_hex;
+use crate::message::wire::{self, MAX_MESSAGE_BYTES, POINTER_ATTRIBUTES};
+use crate::message::{Attribute, Outgoing, find_attribute};
 use local::LocalPayloads;
 use pointer::{Location, Pointer};
 use redis::RedisPayloads;
 use s3::S3Payloads;
 use store::{PayloadError, PayloadStore};
-
-/// SQS's limit on a message, body and attributes together.
-pub const SQS_MAX_MESSAGE: usize = 1024 * 1024;
 
 /// Why a pointer could not be followed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -74,26 +71,6 @@ pub struct Payloads {
     s3: Option<S3Payloads>,
 }
 
-/// SQS's size of a message: the body plus each attribute's name, type and value.
-pub fn message_size(body: &[u8], attributes: &[Attribute]) -> usize {
-    body.len()
-        + attributes
-            .iter()
-            .map(|a| {
-                a.name.len()
-                    + match &a.value {
-                        AttributeValue::String(s) => "String".len() + s.len(),
-                        AttributeValue::Number(n) => "Number".len() + n.len(),
-                        AttributeValue::Binary(b) => "Binary".len() + b.len(),
-                    }
-            })
-            .sum::<usize>()
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
-
 impl Payloads {
     /// No stores: messages are never offloaded, and every pointer is refused.
     pub fn disabled() -> Self {
@@ -108,11 +85,9 @@ impl Payloads {
     /// As [`Payloads::open`], with an S3 client the caller built (its own credentials, say).
     pub async fn open_with_s3(config: &Config, s3: Option<S3Payloads>) -> anyhow::Result<Self> {
         let pc = config.payload.clone();
-        let wants = |kind: PayloadStoreKind| {
-            pc.store.as_ref().is_some_and(|s| s.kind() == kind)
-                || pc.allow.iter().any(|r| r.kind() == kind)
-        };
-        let redis = match (&pc.redis_url, wants(PayloadStoreKind::Redis)) {
+        // The store itself is always on the allow-list, so the list names every store in use.
+        let wants = |is: fn(&PayloadPlace) -> bool| pc.allow.iter().any(is);
+        let redis = match (&pc.redis_url, wants(|p| matches!(p, PayloadPlace::Redis))) {
             (Some(url), true) => {
                 Some(RedisPayloads::connect(url, &config.namespace, pc.ttl).await?)
             }
@@ -121,13 +96,13 @@ impl Payloads {
             ),
             _ => None,
         };
-        let local = if wants(PayloadStoreKind::Local) {
+        let local = if wants(|p| matches!(p, PayloadPlace::Local)) {
             let dir = config.data_dir.as_ref().map(|d| d.join("payloads"));
             Some(Arc::new(LocalPayloads::open(dir)?))
         } else {
             None
         };
-        let s3 = match (s3, wants(PayloadStoreKind::S3)) {
+        let s3 = match (s3, wants(|p| matches!(p, PayloadPlace::S3 { .. }))) {
             (Some(client), _) => Some(client),
             (None, true) => Some(S3Payloads::connect(&pc.s3).await),
             (None, false) => None,
@@ -152,8 +127,9 @@ impl Payloads {
 
     fn allowed(&self, location: &Location) -> bool {
         self.config.allow.iter().any(|rule| match (rule, location) {
-            (AllowRule::Redis, Location::Redis(_)) | (AllowRule::Local, Location::Local(_)) => true,
-            (AllowRule::S3 { bucket, prefix }, Location::S3 { bucket: b, key }) => {
+            (PayloadPlace::Redis, Location::Redis(_))
+            | (PayloadPlace::Local, Location::Local(_)) => true,
+            (PayloadPlace::S3 { bucket, prefix }, Location::S3 { bucket: b, key }) => {
                 bucket == b && key.starts_with(prefix.as_str())
             }
             _ => false,
@@ -166,7 +142,8 @@ impl Payloads {
         body: &[u8],
         attributes: &[Attribute],
     ) -> Result<Option<Resolved>, ResolveError> {
-        let Some(pointer) = pointer::parse(body, attributes).map_err(ResolveError::Reject)? else {
+        let parsed = pointer::parse(body, attributes);
+        let Some(pointer) = parsed.map_err(|e| ResolveError::Reject(e.to_string()))? else {
             return Ok(None);
         };
         let location = &pointer.location;
@@ -192,7 +169,7 @@ impl Payloads {
             body: payload,
             attributes: attributes
                 .iter()
-                .filter(|a| !pointer::RESERVED.contains(&a.name.as_str()))
+                .filter(|a| !POINTER_ATTRIBUTES.contains(&a.name.as_str()))
                 .cloned()
                 .collect(),
         }))
@@ -226,12 +203,12 @@ impl Payloads {
         msg: Outgoing,
         key_for: impl FnOnce(&Outgoing) -> String,
     ) -> Result<Outgoing, OffloadError> {
-        let size = message_size(&msg.body, &msg.attributes);
+        let size = wire::message_size(msg.body.len(), &msg.attributes);
         let over = size > self.config.threshold;
         let Some(store_kind) = &self.config.store else {
-            return if size > SQS_MAX_MESSAGE {
+            return if size > MAX_MESSAGE_BYTES {
                 Err(OffloadError::TooLarge(format!(
-                    "a message of {size} bytes for queue `{}` exceeds SQS's {SQS_MAX_MESSAGE}-byte limit and no payload store is configured",
+                    "a message of {size} bytes for queue `{}` exceeds SQS's {MAX_MESSAGE_BYTES}-byte limit and no payload store is configured",
                     msg.queue
                 )))
             } else {
@@ -243,9 +220,9 @@ impl Payloads {
         }
         let key = key_for(&msg);
         let location = match store_kind {
-            OffloadStore::Redis => Location::Redis(key.to_string()),
-            OffloadStore::Local => Location::Local(key.to_string()),
-            OffloadStore::S3 { bucket, prefix } => Location::S3 {
+            PayloadPlace::Redis => Location::Redis(key.to_string()),
+            PayloadPlace::Local => Location::Local(key.to_string()),
+            PayloadPlace::S3 { bucket, prefix } => Location::S3 {
                 bucket: bucket.clone(),
                 key: format!("{prefix}{key}"),
             },
@@ -266,7 +243,7 @@ impl Payloads {
         let mut out = msg;
         out.body = body;
         out.attributes
-            .retain(|a| !pointer::RESERVED.contains(&a.name.as_str()));
+            .retain(|a| !POINTER_ATTRIBUTES.contains(&a.name.as_str()));
         out.attributes.extend(marks);
         Ok(out)
     }
@@ -288,14 +265,14 @@ impl Payloads {
 /// An outbox message's payload key derives from its derived idempotency key, so a re-send
 /// writes the same key; any other message gets a random one.
 fn payload_key(namespace: &str, msg: &Outgoing) -> String {
-    crate::message::find_attribute(&msg.attributes, crate::pipeline::OUTBOX_KEY_ATTRIBUTE)
+    find_attribute(&msg.attributes, wire::IDEMPOTENCY_KEY)
         .and_then(|a| a.text())
         .map(|k| sha256_hex(format!("{namespace}/{k}").as_bytes()))
         .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
 }
 
 fn find_sha(attributes: &[Attribute]) -> bool {
-    crate::message::find_attribute(attributes, pointer::SHA256_ATTRIBUTE).is_some()
+    find_attribute(attributes, wire::PAYLOAD_SHA256).is_some()
 }
 
 /// The payload must be what the pointer says.
@@ -327,9 +304,9 @@ mod tests {
     fn local_payloads(threshold: usize) -> Payloads {
         Payloads {
             config: PayloadConfig {
-                store: Some(OffloadStore::Local),
+                store: Some(PayloadPlace::Local),
                 threshold,
-                allow: vec![AllowRule::Local],
+                allow: vec![PayloadPlace::Local],
                 ..PayloadConfig::default()
             },
             local: Some(Arc::new(LocalPayloads::open(None).unwrap())),
@@ -384,16 +361,10 @@ mod tests {
             matches!(&e, ResolveError::Reject(r) if r.contains("outside the allowed")),
             "{e:?}"
         );
-        let big = Outgoing::new("q", vec![0u8; SQS_MAX_MESSAGE + 1]);
+        let big = Outgoing::new("q", vec![0u8; MAX_MESSAGE_BYTES + 1]);
         assert!(matches!(
             p.offload(big, |_| "k".into()).await,
             Err(OffloadError::TooLarge(_))
         ));
-    }
-
-    #[test]
-    fn sizes_count_attribute_names_types_and_values() {
-        let attrs = [Attribute::number("n", "12"), Attribute::string("s", "abc")];
-        assert_eq!(message_size(b"body", &attrs), 4 + (1 + 6 + 2) + (1 + 6 + 3));
     }
 }

@@ -15,30 +15,11 @@
 
 use serde_json::{Value, json};
 
+use crate::message::wire::{
+    EXTENDED_SIZE, LEGACY_S3_POINTER_CLASS, PAYLOAD_SHA256, PAYLOAD_SIZE, POINTER_SIZES,
+    QHOST_POINTER_CLASS, S3_POINTER_CLASS,
+};
 use crate::message::{Attribute, find_attribute};
-
-/// The extended client's pointer class.
-pub const S3_POINTER_CLASS: &str = "software.amazon.payloadoffloading.PayloadS3Pointer";
-/// The class name older Java clients wrote.
-pub const LEGACY_S3_POINTER_CLASS: &str = "com.amazon.sqs.javamessaging.MessageS3Pointer";
-/// The extended client's size attribute.
-pub const SIZE_ATTRIBUTE: &str = "ExtendedPayloadSize";
-/// The size attribute older clients wrote.
-pub const LEGACY_SIZE_ATTRIBUTE: &str = "SQSLargePayloadSize";
-/// qhost's pointer class.
-pub const QHOST_POINTER_CLASS: &str = "qhost.payload.v1";
-/// qhost's size attribute.
-pub const QHOST_SIZE_ATTRIBUTE: &str = "qhost-payload-size";
-/// The payload's sha256 (hex), beside an S3 pointer written by qhost.
-pub const SHA256_ATTRIBUTE: &str = "qhost-payload-sha256";
-
-/// Attributes that belong to the pointer, not to the message: the handler never sees them.
-pub const RESERVED: [&str; 4] = [
-    SIZE_ATTRIBUTE,
-    LEGACY_SIZE_ATTRIBUTE,
-    QHOST_SIZE_ATTRIBUTE,
-    SHA256_ATTRIBUTE,
-];
 
 /// Where a payload lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,62 +60,77 @@ pub struct Pointer {
 
 /// Whether a message with these attributes carries a pointer rather than its body.
 pub fn is_pointer(attributes: &[Attribute]) -> bool {
-    [SIZE_ATTRIBUTE, LEGACY_SIZE_ATTRIBUTE, QHOST_SIZE_ATTRIBUTE]
+    POINTER_SIZES
         .iter()
         .any(|name| find_attribute(attributes, name).is_some())
 }
 
-fn size_from(attributes: &[Attribute], name: &str) -> Option<Result<u64, String>> {
+/// Why a message marked as a pointer cannot be followed: it never will be, so the message is
+/// dead-lettered with this reason.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PointerError {
+    /// The size attribute is not a number of bytes.
+    #[error("attribute {0} is not a size in bytes")]
+    BadSize(&'static str),
+    /// The body is not a pointer of a known format.
+    #[error("malformed payload pointer: {0}")]
+    Malformed(String),
+}
+
+fn size_from(attributes: &[Attribute], name: &'static str) -> Option<Result<u64, PointerError>> {
     let a = find_attribute(attributes, name)?;
     Some(
         a.text()
             .and_then(|t| t.trim().parse::<u64>().ok())
-            .ok_or_else(|| format!("attribute {name} is not a size in bytes")),
+            .ok_or(PointerError::BadSize(name)),
     )
 }
 
-fn str_field<'a>(obj: &'a Value, name: &str) -> Result<&'a str, String> {
+fn str_field<'a>(obj: &'a Value, name: &str) -> Result<&'a str, PointerError> {
     obj.get(name)
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
-        .ok_or_else(|| format!("the pointer has no `{name}`"))
+        .ok_or_else(|| PointerError::Malformed(format!("the pointer has no `{name}`")))
 }
 
 /// Parses the pointer a message carries. `Ok(None)`: the message carries its body.
-/// `Err`: it is marked as a pointer but the pointer is malformed (the reason says how).
-pub fn parse(body: &[u8], attributes: &[Attribute]) -> Result<Option<Pointer>, String> {
-    let size = [SIZE_ATTRIBUTE, LEGACY_SIZE_ATTRIBUTE, QHOST_SIZE_ATTRIBUTE]
+/// `Err`: it is marked as a pointer but the pointer is malformed (the error says how).
+pub(crate) fn parse(
+    body: &[u8],
+    attributes: &[Attribute],
+) -> Result<Option<Pointer>, PointerError> {
+    let size = POINTER_SIZES
         .iter()
-        .find_map(|name| size_from(attributes, name));
+        .find_map(|&name| size_from(attributes, name));
     let Some(size) = size else {
         return Ok(None);
     };
     let size = size?;
-    let malformed = |why: String| format!("malformed payload pointer: {why}");
+    let malformed = PointerError::Malformed;
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| malformed(format!("the body is not JSON ({e})")))?;
     let (class, fields) = match value.as_array().map(Vec::as_slice) {
         Some([Value::String(class), fields @ Value::Object(_)]) => (class.as_str(), fields),
         _ => return Err(malformed("expected [CLASS, {…}]".into())),
     };
-    let sha256 = find_attribute(attributes, SHA256_ATTRIBUTE)
+    let sha256 = find_attribute(attributes, PAYLOAD_SHA256)
         .and_then(|a| a.text())
         .map(str::to_string);
     let location = match class {
         S3_POINTER_CLASS | LEGACY_S3_POINTER_CLASS => Location::S3 {
-            bucket: str_field(fields, "s3BucketName").map_err(malformed)?.into(),
-            key: str_field(fields, "s3Key").map_err(malformed)?.into(),
+            bucket: str_field(fields, "s3BucketName")?.into(),
+            key: str_field(fields, "s3Key")?.into(),
         },
         QHOST_POINTER_CLASS => {
-            let key = str_field(fields, "key").map_err(malformed)?.to_string();
+            let key = str_field(fields, "key")?.to_string();
             let declared = fields.get("size").and_then(Value::as_u64);
             if declared != Some(size) {
                 return Err(malformed(format!(
-                    "its size {declared:?} disagrees with {QHOST_SIZE_ATTRIBUTE} = {size}"
+                    "its size {declared:?} disagrees with {PAYLOAD_SIZE} = {size}"
                 )));
             }
-            let sha256 = str_field(fields, "sha256").map_err(malformed)?.to_string();
-            let location = match str_field(fields, "store").map_err(malformed)? {
+            let sha256 = str_field(fields, "sha256")?.to_string();
+            let location = match str_field(fields, "store")? {
                 "redis" => Location::Redis(key),
                 "local" => Location::Local(key),
                 other => return Err(malformed(format!("unknown store `{other}`"))),
@@ -155,14 +151,14 @@ pub fn parse(body: &[u8], attributes: &[Attribute]) -> Result<Option<Pointer>, S
 }
 
 /// The body and attributes that stand for `pointer` in a message.
-pub fn encode(pointer: &Pointer) -> (Vec<u8>, Vec<Attribute>) {
+pub(crate) fn encode(pointer: &Pointer) -> (Vec<u8>, Vec<Attribute>) {
     let size = pointer.size.to_string();
     match &pointer.location {
         Location::S3 { bucket, key } => {
             let body = json!([S3_POINTER_CLASS, {"s3BucketName": bucket, "s3Key": key}]);
-            let mut attributes = vec![Attribute::number(SIZE_ATTRIBUTE, &size)];
+            let mut attributes = vec![Attribute::number(EXTENDED_SIZE, &size)];
             if let Some(sha) = &pointer.sha256 {
-                attributes.push(Attribute::string(SHA256_ATTRIBUTE, sha));
+                attributes.push(Attribute::string(PAYLOAD_SHA256, sha));
             }
             (body.to_string().into_bytes(), attributes)
         }
@@ -180,7 +176,7 @@ pub fn encode(pointer: &Pointer) -> (Vec<u8>, Vec<Attribute>) {
             }]);
             (
                 body.to_string().into_bytes(),
-                vec![Attribute::number(QHOST_SIZE_ATTRIBUTE, &size)],
+                vec![Attribute::number(PAYLOAD_SIZE, &size)],
             )
         }
     }
@@ -189,6 +185,7 @@ pub fn encode(pointer: &Pointer) -> (Vec<u8>, Vec<Attribute>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::wire::LEGACY_EXTENDED_SIZE;
 
     fn size(name: &str, n: u64) -> Vec<Attribute> {
         vec![Attribute::number(name, n.to_string())]
@@ -207,11 +204,11 @@ mod tests {
             sha256: None,
         };
         assert_eq!(
-            parse(spaced, &size(SIZE_ATTRIBUTE, 7)).unwrap(),
+            parse(spaced, &size(EXTENDED_SIZE, 7)).unwrap(),
             Some(want.clone())
         );
         assert_eq!(
-            parse(legacy, &size(LEGACY_SIZE_ATTRIBUTE, 7)).unwrap(),
+            parse(legacy, &size(LEGACY_EXTENDED_SIZE, 7)).unwrap(),
             Some(want)
         );
     }
@@ -219,7 +216,7 @@ mod tests {
     #[test]
     fn a_pointer_needs_its_attribute_and_a_well_formed_body() {
         assert_eq!(parse(b"[\"x\",{}]", &[]).unwrap(), None);
-        let attrs = size(SIZE_ATTRIBUTE, 1);
+        let attrs = size(EXTENDED_SIZE, 1);
         for (body, why) in [
             (&b"not json"[..], "not JSON"),
             (b"{}", "expected [CLASS"),
@@ -229,14 +226,15 @@ mod tests {
                 "no `s3BucketName`",
             ),
         ] {
-            let e = parse(body, &attrs).unwrap_err();
+            let e = parse(body, &attrs).unwrap_err().to_string();
             assert!(
                 e.starts_with("malformed payload pointer") && e.contains(why),
                 "{e}"
             );
         }
-        let bad_size = vec![Attribute::string(SIZE_ATTRIBUTE, "big")];
-        assert!(parse(b"[]", &bad_size).unwrap_err().contains("not a size"));
+        let bad_size = vec![Attribute::string(EXTENDED_SIZE, "big")];
+        let e = parse(b"[]", &bad_size).unwrap_err();
+        assert!(e.to_string().contains("not a size"), "{e}");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 
 use super::store::{PayloadError, PayloadStore};
-use crate::source::sqs::SqsSettings;
+use crate::aws::AwsSettings;
 
 /// An S3 client; [`S3Payloads::bucket`] gives the store for one bucket.
 #[derive(Clone, Debug)]
@@ -27,9 +27,8 @@ fn unavailable(e: impl std::fmt::Display) -> PayloadError {
 
 impl S3Payloads {
     /// A client with the standard AWS chain, and `settings`' region and endpoint if given.
-    pub async fn connect(settings: &SqsSettings) -> Self {
-        let sdk = crate::source::sqs::load_sdk_config(settings).await;
-        Self::from_sdk_config(&sdk, settings.endpoint_url.is_some())
+    pub async fn connect(settings: &AwsSettings) -> Self {
+        Self::from_sdk_config(&settings.load().await, settings.s3_path_style())
     }
 
     /// A client from a ready SDK configuration; `path_style` for S3-compatible servers.

@@ -11,31 +11,30 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::message::wire::MAX_BATCH_ENTRIES as MAX_BATCH;
 use crate::source::{QueueSource, SourceError};
 
-/// SQS's batch limit.
-pub const MAX_BATCH: usize = 10;
 /// How long a lone ack waits for company.
 const LINGER: Duration = Duration::from_millis(20);
 const ATTEMPTS: u32 = 3;
 
 /// Hands receipts to a queue's ack task.
 #[derive(Clone, Debug)]
-pub struct Acker {
+pub(crate) struct Acker {
     tx: mpsc::UnboundedSender<String>,
 }
 
 impl Acker {
     /// Starts the ack task for `queue`; it ends, after a last flush, when every `Acker` for it
     /// has been dropped.
-    pub fn spawn(source: Arc<dyn QueueSource>, queue: String) -> (Acker, JoinHandle<()>) {
+    pub(crate) fn spawn(source: Arc<dyn QueueSource>, queue: String) -> (Acker, JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(run(source, queue, rx));
         (Acker { tx }, task)
     }
 
     /// Queues a receipt for deletion.
-    pub fn ack(&self, receipt: String) {
+    pub(crate) fn ack(&self, receipt: String) {
         if self.tx.send(receipt).is_err() {
             tracing::warn!("ack task has stopped; the message will be redelivered and found done");
         }

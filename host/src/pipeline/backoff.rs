@@ -6,14 +6,14 @@ use std::time::Duration;
 use crate::config::RetryPolicy;
 
 /// The exponential delay for `attempt` (1-based), before jitter.
-pub fn ceiling(policy: &RetryPolicy, attempt: u32) -> Duration {
+pub(crate) fn ceiling(policy: &RetryPolicy, attempt: u32) -> Duration {
     let doublings = attempt.saturating_sub(1).min(30);
     policy.base.saturating_mul(1 << doublings).min(policy.max)
 }
 
 /// The delay before the next delivery: "equal jitter" (between half the ceiling and the
 /// ceiling), never less than what the handler asked for.
-pub fn delay(policy: &RetryPolicy, attempt: u32, asked_secs: u32) -> Duration {
+pub(crate) fn delay(policy: &RetryPolicy, attempt: u32, asked_secs: u32) -> Duration {
     let ceiling = ceiling(policy, attempt);
     let half = ceiling / 2;
     let jittered = half + half.mul_f64(fastrand::f64());

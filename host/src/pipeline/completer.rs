@@ -8,37 +8,34 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::idempotency::{Completion, IdempotencyStore};
+use crate::idempotency::{Completion, IdempotencyError, IdempotencyStore, StoreResult};
 
 /// Completions per store call at most.
 const MAX_BATCH: usize = 64;
 
-type Reply = oneshot::Sender<Result<bool, String>>;
+type Reply = oneshot::Sender<StoreResult<()>>;
 
 /// Hands completions to the completer task.
 #[derive(Clone, Debug)]
-pub struct Completer {
+pub(crate) struct Completer {
     tx: mpsc::UnboundedSender<(Completion, Reply)>,
 }
 
 impl Completer {
     /// Starts the completer task; it ends when every `Completer` has been dropped.
-    pub fn spawn(store: Arc<dyn IdempotencyStore>) -> Self {
+    pub(crate) fn spawn(store: Arc<dyn IdempotencyStore>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(store, rx));
         Completer { tx }
     }
 
-    /// Records one completion; `Ok(false)` when the lease had passed to another worker.
-    pub async fn complete(&self, completion: Completion) -> anyhow::Result<bool> {
+    /// Records one completion; [`IdempotencyError::LeaseLost`] when the lease had passed to
+    /// another worker.
+    pub(crate) async fn complete(&self, completion: Completion) -> StoreResult<()> {
+        let stopped = || IdempotencyError::Unavailable("the completer has stopped".into());
         let (reply, answer) = oneshot::channel();
-        self.tx
-            .send((completion, reply))
-            .map_err(|_| anyhow::anyhow!("the completer has stopped"))?;
-        answer
-            .await
-            .map_err(|_| anyhow::anyhow!("the completer dropped the request"))?
-            .map_err(anyhow::Error::msg)
+        self.tx.send((completion, reply)).map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
     }
 }
 
@@ -58,13 +55,12 @@ async fn run(
         match store.complete(&completions).await {
             Ok(results) => {
                 for (reply, done) in replies.into_iter().zip(results) {
-                    let _ = reply.send(Ok(done));
+                    let _ = reply.send(done);
                 }
             }
             Err(e) => {
-                let message = format!("{e:#}");
                 for reply in replies {
-                    let _ = reply.send(Err(message.clone()));
+                    let _ = reply.send(Err(e.clone()));
                 }
             }
         }

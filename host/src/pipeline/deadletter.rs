@@ -3,45 +3,33 @@
 //! The copy is confirmed sent before the original is deleted, so a failure on the way loses
 //! nothing (at worst the message is dead-lettered twice).
 
+use crate::message::wire::{self, POINTER_ATTRIBUTES, RESERVED_PREFIX};
 use crate::message::{Attribute, Outgoing, Received};
-
-/// Attribute names on a dead letter.
-pub const REASON: &str = "qhost-dead-letter-reason";
-/// The plugin that handled (or would have handled) the message.
-pub const PLUGIN: &str = "qhost-plugin";
-/// Its version.
-pub const VERSION: &str = "qhost-plugin-version";
-/// Deliveries so far.
-pub const ATTEMPTS: &str = "qhost-attempts";
-/// Where it came from.
-pub const SOURCE_QUEUE: &str = "qhost-source-queue";
 
 /// Who gave up on a message, and why.
 #[derive(Debug)]
-pub struct Verdict<'a> {
+pub(crate) struct Verdict<'a> {
     /// The plugin name.
-    pub plugin: &'a str,
+    pub(crate) plugin: &'a str,
     /// Its version, or `-` when none was loaded.
-    pub version: &'a str,
+    pub(crate) version: &'a str,
     /// The reason.
-    pub reason: String,
+    pub(crate) reason: &'a str,
 }
 
-/// The original attributes folded into one, as JSON, when they would not fit beside qhost's.
-pub const ORIGINAL_ATTRIBUTES: &str = "qhost-original-attributes";
 /// SQS allows ten attributes per message; qhost's five leave room for five originals.
 const MAX_KEPT: usize = 5;
 
 /// The dead letter for `msg`.
-pub fn letter(msg: &Received, dead_letter_queue: &str, verdict: &Verdict<'_>) -> Outgoing {
+pub(crate) fn letter(msg: &Received, dead_letter_queue: &str, verdict: &Verdict<'_>) -> Outgoing {
     let originals: Vec<Attribute> = msg
         .attributes
         .iter()
         .filter(|a| {
             // A pointer's own attributes stay, so a redriven dead letter still finds its payload.
-            !a.name.starts_with("qhost-")
-                || a.name == crate::pipeline::prepare::OUTBOX_KEY_ATTRIBUTE
-                || crate::payload::pointer::RESERVED.contains(&a.name.as_str())
+            !a.name.starts_with(RESERVED_PREFIX)
+                || a.name == wire::IDEMPOTENCY_KEY
+                || POINTER_ATTRIBUTES.contains(&a.name.as_str())
         })
         .cloned()
         .collect();
@@ -49,14 +37,17 @@ pub fn letter(msg: &Received, dead_letter_queue: &str, verdict: &Verdict<'_>) ->
         originals
     } else {
         let json = serde_json::to_string(&originals).unwrap_or_default();
-        vec![Attribute::string(ORIGINAL_ATTRIBUTES, json)]
+        vec![Attribute::string(
+            wire::DEAD_LETTER_ORIGINAL_ATTRIBUTES,
+            json,
+        )]
     };
     attributes.extend([
-        Attribute::string(REASON, &verdict.reason),
-        Attribute::string(PLUGIN, verdict.plugin),
-        Attribute::string(VERSION, verdict.version),
-        Attribute::number(ATTEMPTS, msg.receive_count),
-        Attribute::string(SOURCE_QUEUE, &msg.queue),
+        Attribute::string(wire::DEAD_LETTER_REASON, verdict.reason),
+        Attribute::string(wire::DEAD_LETTER_PLUGIN, verdict.plugin),
+        Attribute::string(wire::DEAD_LETTER_VERSION, verdict.version),
+        Attribute::number(wire::DEAD_LETTER_ATTEMPTS, msg.receive_count),
+        Attribute::string(wire::DEAD_LETTER_SOURCE_QUEUE, &msg.queue),
     ]);
     Outgoing {
         queue: dead_letter_queue.to_string(),

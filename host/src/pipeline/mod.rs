@@ -1,82 +1,51 @@
-//! The data path: poll, route, lease, invoke, dispose.
+//! The data path: receive, route, lease, run, and end each delivery one way.
 //!
 //! ```text
-//! poller (per queue) --batch--> route + key --> acquire leases (one call per batch)
-//!    completed before -> ack without running (sending any outbox left unsent)
+//! receive (per queue) --batch--> route + key --> acquire leases (one call per batch)
+//!    completed before -> finish without running (sending any outbox left unsent)
 //!    leased elsewhere -> put back until the lease lapses
-//!    granted          -> fetch an offloaded payload (bad pointer: reject; store down: retry),
-//!                        invoke on the blocking pool, heartbeat extending lease + visibility
+//!    granted          -> run: fetch an offloaded payload (bad pointer: dead-letter; store
+//!                        down: back off), invoke on the blocking pool, heartbeat extending
+//!                        lease + visibility
 //!                        ack:    commit outbox + completed record, send outbox, delete
 //!                        retry:  release lease, delay by backoff (dead-letter at max attempts)
 //!                        reject: dead-letter with the reason, then delete
 //! ```
 //!
-//! A semaphore caps messages in flight across queues, and a poller asks the queue only for as
-//! many messages as it has permits, so nothing waits in a buffer while its visibility runs out.
+//! Every received message becomes one [`delivery::Delivery`], which owns it through its life
+//! and ends through exactly one consuming method. A semaphore caps messages in flight across
+//! queues, and a poller asks the queue only for as many messages as it has permits, so nothing
+//! waits in a buffer while its visibility runs out.
+//!
+//! | module       | stage                                                               |
+//! |--------------|---------------------------------------------------------------------|
+//! | `receive`    | the per-queue poll loop and its in-flight permits                   |
+//! | `batch`      | a received batch: FIFO groups, one lease call, a task per message   |
+//! | `route`      | plugin and idempotency key for a message                            |
+//! | `run`        | what the lease found; resolve, invoke, end by the outcome           |
+//! | `delivery`   | one message's life and its fates                                    |
+//! | `heartbeat`  | lease and visibility extension while a delivery is leased           |
+//! | `outbox`     | what qhost stamps on outgoing messages                              |
+//! | `deadletter` | the dead letter for a message                                       |
+//! | `backoff`    | retry delays                                                        |
+//! | `acker`      | batched deletes                                                     |
+//! | `completer`  | batched completions                                                 |
+//! | `context`    | what the stages share                                               |
 
 mod acker;
-pub mod backoff;
+pub(crate) mod backoff;
+mod batch;
 mod completer;
+mod context;
 mod deadletter;
-mod dispatch;
-mod dispose;
-mod handle;
-mod poller;
-mod prepare;
+mod delivery;
+mod heartbeat;
+mod outbox;
+mod receive;
+mod route;
+mod run;
 
-use std::sync::Arc;
-
-use tokio::sync::Semaphore;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-
-use crate::config::{Config, QueueConfig};
-use crate::idempotency::IdempotencyStore;
-use crate::payload::Payloads;
-use crate::runtime::registry::Registry;
-use crate::source::QueueSource;
-use crate::stats::Stats;
-pub use acker::Acker;
-pub use completer::Completer;
-pub use poller::run_poller;
-pub use prepare::OUTBOX_KEY_ATTRIBUTE;
-
-/// What every part of the pipeline shares.
-#[derive(Clone)]
-pub struct Shared {
-    /// The checked configuration.
-    pub config: Arc<Config>,
-    /// The queue backend.
-    pub source: Arc<dyn QueueSource>,
-    /// The idempotency backend.
-    pub store: Arc<dyn IdempotencyStore>,
-    /// Loaded plugins.
-    pub registry: Arc<Registry>,
-    /// Counters.
-    pub stats: Arc<Stats>,
-    /// Caps messages in flight.
-    pub in_flight: Arc<Semaphore>,
-    /// Tracks message tasks, so shutdown can wait for them.
-    pub tasks: TaskTracker,
-    /// Cancelled when shutdown's grace period is over: unfinished work is released.
-    pub abandon: CancellationToken,
-    /// Coalesces completions into batched store calls.
-    pub completer: Completer,
-    /// Payload stores: pointers in, large outbox messages out.
-    pub payloads: Arc<Payloads>,
-}
-
-impl std::fmt::Debug for Shared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared").finish_non_exhaustive()
-    }
-}
-
-/// One consumed queue's settings and ack batcher.
-#[derive(Debug)]
-pub struct QueueCtx {
-    /// The queue's configuration.
-    pub config: QueueConfig,
-    /// Its ack batcher.
-    pub acker: Acker,
-}
+pub(crate) use acker::Acker;
+pub(crate) use completer::Completer;
+pub(crate) use context::{QueueCtx, Shared};
+pub(crate) use receive::run_poller;

@@ -60,7 +60,7 @@ impl CompileCounters {
 
 /// A directory of compiled components.
 #[derive(Clone, Debug)]
-pub struct CompiledCache {
+pub(crate) struct CompiledCache {
     dir: PathBuf,
     engine_hash: String,
 }
@@ -89,7 +89,7 @@ fn engine_hash(engine: &Engine) -> String {
 
 impl CompiledCache {
     /// A cache in `dir` for code compiled by `engine` (the directory is created).
-    pub fn open(dir: &Path, engine: &Engine) -> anyhow::Result<Self> {
+    pub(crate) fn open(dir: &Path, engine: &Engine) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating the compiled-code cache {}", dir.display()))?;
         Ok(CompiledCache {
@@ -99,15 +99,15 @@ impl CompiledCache {
     }
 
     /// The entry for these bytes.
-    pub fn entry(&self, bytes: &[u8]) -> PathBuf {
-        let content = hex::encode(Sha256::digest(bytes));
+    pub(crate) fn entry(&self, bytes: &[u8]) -> PathBuf {
+        let content = crate::digest::sha256_hex(bytes);
         self.dir
             .join(format!("{content}-{}.cwasm", self.engine_hash))
     }
 
     /// The component for `bytes`: from the cache if it holds a loadable entry, otherwise
     /// compiled and stored.
-    pub fn load_or_compile(
+    pub(crate) fn load_or_compile(
         &self,
         engine: &Engine,
         counters: &Arc<CompileCounters>,

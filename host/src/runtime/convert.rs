@@ -30,7 +30,7 @@ fn attribute_from_guest(a: WitAttribute) -> Attribute {
 }
 
 /// The WIT message for a handler message, moving its fields (the body may be large).
-pub fn message_to_guest(m: HandlerMessage) -> Message {
+pub(crate) fn message_to_guest(m: HandlerMessage) -> Message {
     Message {
         id: m.id,
         idempotency_key: m.idempotency_key,
@@ -45,7 +45,7 @@ pub fn message_to_guest(m: HandlerMessage) -> Message {
 }
 
 /// The host outcome for a WIT outcome.
-pub fn outcome_from_guest(o: WitOutcome) -> Outcome {
+pub(crate) fn outcome_from_guest(o: WitOutcome) -> Outcome {
     match o {
         WitOutcome::Ack => Outcome::Ack,
         WitOutcome::Retry(s) => Outcome::Retry(s),
@@ -54,7 +54,7 @@ pub fn outcome_from_guest(o: WitOutcome) -> Outcome {
 }
 
 /// The host message for a guest's outbox message.
-pub fn outgoing_from_guest(o: outbox::Outgoing) -> Outgoing {
+pub(crate) fn outgoing_from_guest(o: outbox::Outgoing) -> Outgoing {
     Outgoing {
         queue: o.queue,
         body: o.body,

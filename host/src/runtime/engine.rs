@@ -21,7 +21,7 @@ use super::cache::{CompileCounters, CompiledCache};
 use super::state::HostState;
 
 /// How often the epoch advances; timeouts are enforced to within about this much.
-pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// Sizes for the engine's instance pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,12 +105,12 @@ impl Runtime {
     }
 
     /// The engine.
-    pub fn engine(&self) -> &Engine {
+    pub(crate) fn engine(&self) -> &Engine {
         &self.engine
     }
 
     /// The linker with every import a plugin may use.
-    pub fn linker(&self) -> &Linker<HostState> {
+    pub(crate) fn linker(&self) -> &Linker<HostState> {
         &self.linker
     }
 

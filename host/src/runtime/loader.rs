@@ -8,7 +8,6 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 
 use super::bindings::HandlerPre;
@@ -16,6 +15,7 @@ use super::engine::Runtime;
 use super::manifest::Manifest;
 use super::wasm::WasmInvoker;
 use crate::handler::Plugin;
+use crate::message::wire::valid_plugin_name;
 
 /// Hex digits of the content hash used as the version.
 const VERSION_LEN: usize = 12;
@@ -31,7 +31,7 @@ pub struct LoadError {
 }
 
 /// The plugin name for a `.wasm` path: its file stem, if it is a valid name.
-pub fn plugin_name(path: &Path) -> Option<String> {
+pub(crate) fn plugin_name(path: &Path) -> Option<String> {
     if path.extension()? != "wasm" {
         return None;
     }
@@ -39,24 +39,16 @@ pub fn plugin_name(path: &Path) -> Option<String> {
     valid_plugin_name(stem).then(|| stem.to_string())
 }
 
-/// Plugin names are what messages route by, so they are names, never paths.
-pub fn valid_plugin_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-}
-
 /// The version string for a plugin's bytes.
 pub fn version_of(bytes: &[u8]) -> String {
-    let mut v = hex::encode(Sha256::digest(bytes));
+    let mut v = crate::digest::sha256_hex(bytes);
     v.truncate(VERSION_LEN);
     v
 }
 
 /// Checks that a compiled component implements the `qhost:handler` world with what the linker
 /// provides, and returns the pre-instantiated handler.
-pub fn check_world(
+pub(crate) fn check_world(
     runtime: &Runtime,
     component: &Component,
 ) -> anyhow::Result<HandlerPre<super::state::HostState>> {
@@ -85,7 +77,7 @@ pub fn load_file(runtime: &Runtime, path: &Path) -> Result<Plugin, LoadError> {
 
 /// Compiles (or takes from the cache) the component in `bytes`, read from `path`, checks it
 /// against the world and wraps it as plugin `name` with its manifest (blocking).
-pub fn build(
+pub(crate) fn build(
     runtime: &Runtime,
     path: &Path,
     name: String,
@@ -121,7 +113,7 @@ pub fn build(
 }
 
 /// The `.wasm` files in `dir`, sorted.
-pub fn plugin_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+pub(crate) fn plugin_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let entries = std::fs::read_dir(dir)
         .with_context(|| format!("reading plugins directory {}", dir.display()))?;
     let mut files: Vec<PathBuf> = entries
@@ -130,19 +122,6 @@ pub fn plugin_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         .collect();
     files.sort();
     Ok(files)
-}
-
-/// Loads every plugin in `dir` (blocking), returning those that loaded and those that did not.
-pub fn load_dir(runtime: &Runtime, dir: &Path) -> anyhow::Result<(Vec<Plugin>, Vec<LoadError>)> {
-    let mut loaded = Vec::new();
-    let mut failed = Vec::new();
-    for path in plugin_files(dir)? {
-        match load_file(runtime, &path) {
-            Ok(p) => loaded.push(p),
-            Err(e) => failed.push(e),
-        }
-    }
-    Ok((loaded, failed))
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! The WebAssembly runtime: engine, bindings, per-message state, loading, the compiled-code
 //! cache, the registry and hot reload.
 
-pub mod bindings;
-pub mod cache;
+pub(crate) mod bindings;
+pub(crate) mod cache;
 mod convert;
 pub mod engine;
 pub mod inspect;
@@ -10,7 +10,9 @@ pub mod loader;
 pub mod manifest;
 pub mod registry;
 pub mod reload;
-pub mod state;
+pub(crate) mod state;
 pub mod status;
-pub mod wasm;
+pub(crate) mod wasm;
 pub mod watch;
+
+pub use cache::CompileCounters;

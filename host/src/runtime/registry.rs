@@ -100,13 +100,4 @@ impl Registry {
             })
             .collect()
     }
-
-    /// Names and versions of the loaded plugins.
-    pub fn list(&self) -> Vec<(String, String)> {
-        self.plugins
-            .load()
-            .values()
-            .map(|p| (p.name.clone(), p.version.clone()))
-            .collect()
-    }
 }

@@ -16,35 +16,36 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::bindings::qhost::handler::{config, log, outbox, types};
 use super::convert;
 use crate::message::Outgoing;
+use crate::message::wire::valid_queue_name;
 
 /// Stderr kept per message for trap reports.
 const STDERR_CAPACITY: usize = 8 * 1024;
 /// Outbox messages one invocation may queue.
-pub const MAX_OUTBOX_MESSAGES: usize = 100;
+pub(crate) const MAX_OUTBOX_MESSAGES: usize = 100;
 /// The largest outbox body accepted. Above SQS's 1 MiB a body needs the payload store; without
 /// one, the host rejects the message when it tries to send it.
-pub const MAX_OUTBOX_BODY: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_OUTBOX_BODY: usize = 64 * 1024 * 1024;
 /// Attributes a guest may put on one outbox message: SQS allows ten, and qhost adds two (the
 /// derived idempotency key and the producer).
-pub const MAX_OUTBOX_ATTRIBUTES: usize = 8;
+pub(crate) const MAX_OUTBOX_ATTRIBUTES: usize = 8;
 /// Longest log line kept from a guest.
 const MAX_LOG_LINE: usize = 4096;
 
 /// Who is running, for log lines.
 #[derive(Clone, Debug)]
-pub struct CallContext {
+pub(crate) struct CallContext {
     /// Plugin name.
-    pub plugin: Arc<str>,
+    pub(crate) plugin: Arc<str>,
     /// Plugin version.
-    pub version: Arc<str>,
+    pub(crate) version: Arc<str>,
     /// Message id.
-    pub message_id: String,
+    pub(crate) message_id: String,
     /// Source queue.
-    pub queue: String,
+    pub(crate) queue: String,
 }
 
 /// The store data for one invocation.
-pub struct HostState {
+pub(crate) struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
     stderr: MemoryOutputPipe,
@@ -52,12 +53,16 @@ pub struct HostState {
     config: Arc<BTreeMap<String, String>>,
     ctx: CallContext,
     /// What the guest asked to send.
-    pub outbox: Vec<Outgoing>,
+    pub(crate) outbox: Vec<Outgoing>,
 }
 
 impl HostState {
     /// Fresh state with no ambient authority.
-    pub fn new(ctx: CallContext, config: Arc<BTreeMap<String, String>>, memory_bytes: u64) -> Self {
+    pub(crate) fn new(
+        ctx: CallContext,
+        config: Arc<BTreeMap<String, String>>,
+        memory_bytes: u64,
+    ) -> Self {
         let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
         let wasi = WasiCtx::builder()
             .stderr(stderr.clone())
@@ -77,23 +82,23 @@ impl HostState {
     }
 
     /// Starts a new message on a reused instance: its context, and an empty outbox.
-    pub fn begin(&mut self, ctx: CallContext) {
+    pub(crate) fn begin(&mut self, ctx: CallContext) {
         self.ctx = ctx;
         self.outbox.clear();
     }
 
     /// The resource limiter to install on the store.
-    pub fn limiter(&mut self) -> &mut MemoryLimiter {
+    pub(crate) fn limiter(&mut self) -> &mut MemoryLimiter {
         &mut self.limiter
     }
 
     /// Whether the guest hit its memory limit.
-    pub fn memory_limit_hit(&self) -> bool {
+    pub(crate) fn memory_limit_hit(&self) -> bool {
         self.limiter.hit
     }
 
     /// What the guest wrote to stderr, trimmed.
-    pub fn stderr_text(&self) -> String {
+    pub(crate) fn stderr_text(&self) -> String {
         String::from_utf8_lossy(&self.stderr.contents())
             .trim()
             .to_string()
@@ -183,20 +188,10 @@ impl outbox::Host for HostState {
     }
 }
 
-/// SQS's rule: 1 to 80 characters of letters, digits, `-` and `_`, and `.fifo` for FIFO queues.
-pub fn valid_queue_name(name: &str) -> bool {
-    let stem = name.strip_suffix(".fifo").unwrap_or(name);
-    (1..=80).contains(&name.len())
-        && !stem.is_empty()
-        && stem
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-}
-
 /// Caps linear memory and records the attempt to pass the cap, so that the resulting trap can
 /// be reported as a memory-limit hit rather than a generic trap.
 #[derive(Debug)]
-pub struct MemoryLimiter {
+pub(crate) struct MemoryLimiter {
     max_bytes: u64,
     hit: bool,
 }
@@ -231,20 +226,5 @@ impl ResourceLimiter for MemoryLimiter {
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         Ok(desired <= 1_000_000)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::valid_queue_name;
-
-    #[test]
-    fn queue_names_follow_sqs_rules() {
-        for ok in ["a", "sent-emails", "jobs_2", "orders.fifo", &"x".repeat(80)] {
-            assert!(valid_queue_name(ok), "{ok}");
-        }
-        for bad in ["", ".fifo", "a/b", "../etc", "with space", &"x".repeat(81)] {
-            assert!(!valid_queue_name(bad), "{bad}");
-        }
     }
 }

@@ -16,7 +16,7 @@ use super::manifest::Limits;
 use super::registry::Registry;
 
 /// The file name in the data directory.
-pub const FILE_NAME: &str = "plugins.json";
+pub(crate) const FILE_NAME: &str = "plugins.json";
 
 /// The status of every plugin of one host.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,7 +72,7 @@ pub fn path(data_dir: &Path) -> PathBuf {
 }
 
 /// Writes the registry's status to `file` atomically.
-pub fn write(file: &Path, registry: &Registry) -> anyhow::Result<()> {
+pub(crate) fn write(file: &Path, registry: &Registry) -> anyhow::Result<()> {
     let json = serde_json::to_vec_pretty(&HostPlugins::of(registry))?;
     let tmp = file.with_extension(format!("json.{}.tmp", std::process::id()));
     std::fs::write(&tmp, json)

@@ -26,7 +26,7 @@ use super::state::{CallContext, HostState};
 use crate::handler::{Failure, HandlerMessage, Invocation, Invoke};
 
 /// Runs one component's `handle`.
-pub struct WasmInvoker {
+pub(crate) struct WasmInvoker {
     engine: Engine,
     pre: HandlerPre<HostState>,
     plugin: Arc<str>,
@@ -59,7 +59,7 @@ impl std::fmt::Debug for WasmInvoker {
 
 impl WasmInvoker {
     /// An invoker for a checked component.
-    pub fn new(
+    pub(crate) fn new(
         engine: Engine,
         pre: HandlerPre<HostState>,
         plugin: &str,
@@ -82,7 +82,7 @@ impl WasmInvoker {
     }
 
     /// Lets one instance handle up to `n` messages (1: a fresh instance per message).
-    pub fn reusing(mut self, n: u32) -> Self {
+    pub(crate) fn reusing(mut self, n: u32) -> Self {
         self.reuse = n.max(1);
         self
     }

@@ -21,11 +21,11 @@ use super::reload::{PluginDir, SyncReport};
 /// Quiet time after the last event before the directory is synced.
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
 /// Sync this often even without events.
-pub const RESCAN: Duration = Duration::from_secs(30);
+pub(crate) const RESCAN: Duration = Duration::from_secs(30);
 
 /// Watches `plugins` until `stop` is cancelled, calling `on_sync` after each sync that changed
 /// something. Fails only if the directory cannot be watched at all.
-pub fn spawn(
+pub(crate) fn spawn(
     plugins: Arc<PluginDir>,
     stop: CancellationToken,
     on_sync: impl Fn(&SyncReport) + Send + Sync + 'static,

@@ -1,38 +1,20 @@
 //! Splitting sends into SQS batches: at most ten entries and at most 1 MiB per request.
 
-use crate::message::Outgoing;
+use crate::message::wire::{MAX_BATCH_ENTRIES as MAX_ENTRIES, MAX_MESSAGE_BYTES as MAX_BYTES};
 
-/// Entries per `SendMessageBatch`.
-pub const MAX_ENTRIES: usize = 10;
-/// Bytes per request, body and attributes together (SQS's limit since 2025).
-pub const MAX_BYTES: usize = 1024 * 1024;
-
-/// The size SQS counts for a message: body, and each attribute's name, type and value.
-pub fn size(m: &Outgoing, body_len: usize) -> usize {
-    body_len
-        + m.attributes
-            .iter()
-            .map(|a| {
-                let value = match &a.value {
-                    crate::message::AttributeValue::String(s)
-                    | crate::message::AttributeValue::Number(s) => s.len(),
-                    crate::message::AttributeValue::Binary(b) => b.len(),
-                };
-                a.name.len() + 6 + value
-            })
-            .sum::<usize>()
-}
+/// A message no batch can carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a message of {0} bytes exceeds SQS's limit of {MAX_BYTES} bytes")]
+pub(crate) struct TooLarge(pub(crate) usize);
 
 /// Indices of `sizes` grouped into batches within both limits; a message over the byte limit
 /// is an error, since no batch can carry it.
-pub fn plan(sizes: &[usize]) -> Result<Vec<Vec<usize>>, String> {
+pub(crate) fn plan(sizes: &[usize]) -> Result<Vec<Vec<usize>>, TooLarge> {
     let mut batches: Vec<Vec<usize>> = Vec::new();
     let mut bytes = 0;
     for (i, &size) in sizes.iter().enumerate() {
         if size > MAX_BYTES {
-            return Err(format!(
-                "a message of {size} bytes exceeds SQS's limit of {MAX_BYTES} bytes"
-            ));
+            return Err(TooLarge(size));
         }
         let fits = batches
             .last()
@@ -67,7 +49,9 @@ mod tests {
         let big = MAX_BYTES / 2 + 1;
         assert_eq!(plan(&[big, big, 10]).unwrap(), vec![vec![0], vec![1, 2]]);
         assert_eq!(plan(&[MAX_BYTES]).unwrap(), vec![vec![0]]);
-        assert!(plan(&[MAX_BYTES + 1]).unwrap_err().contains("exceeds"));
+        let e = plan(&[MAX_BYTES + 1]).unwrap_err();
+        assert_eq!(e, TooLarge(MAX_BYTES + 1));
+        assert!(e.to_string().contains("exceeds"), "{e}");
         assert!(plan(&[]).unwrap().is_empty());
     }
 }

@@ -13,10 +13,8 @@ use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeN
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
+use crate::message::wire::BODY_ENCODING;
 use crate::message::{Attribute, AttributeValue, Received};
-
-/// Marks a body that travels base64-encoded.
-pub const BODY_ENCODING: &str = "qhost-body-encoding";
 
 /// Whether SQS accepts `c` in a message body.
 fn allowed(c: char) -> bool {
@@ -24,7 +22,7 @@ fn allowed(c: char) -> bool {
 }
 
 /// The body as SQS will carry it, and whether it had to be encoded.
-pub fn encode_body(body: &[u8]) -> (String, bool) {
+pub(crate) fn encode_body(body: &[u8]) -> (String, bool) {
     match std::str::from_utf8(body) {
         Ok(text) if text.chars().all(allowed) => (text.to_string(), false),
         _ => (STANDARD.encode(body), true),
@@ -32,7 +30,7 @@ pub fn encode_body(body: &[u8]) -> (String, bool) {
 }
 
 /// An SQS attribute value for one of ours.
-pub fn attribute_to_sqs(value: &AttributeValue) -> Result<MessageAttributeValue, String> {
+pub(crate) fn attribute_to_sqs(value: &AttributeValue) -> Result<MessageAttributeValue, String> {
     let builder = MessageAttributeValue::builder();
     let built = match value {
         AttributeValue::String(s) => builder.data_type("String").string_value(s),
@@ -63,7 +61,7 @@ fn system(m: &Message, name: Sys) -> Option<&str> {
 }
 
 /// A received SQS message as ours; `None` if it lacks an id or receipt (never seen in practice).
-pub fn received(queue: &str, m: &Message) -> Result<Received, String> {
+pub(crate) fn received(queue: &str, m: &Message) -> Result<Received, String> {
     let id = m.message_id().ok_or("message without an id")?.to_string();
     let receipt = m
         .receipt_handle()

@@ -11,7 +11,7 @@
 //!   deduplication id (the message's own, or a fresh one).
 
 mod batch;
-pub mod convert;
+mod convert;
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -28,21 +28,14 @@ use aws_sdk_sqs::types::{
 };
 
 use super::{QueueDepth, QueueSource, SourceError};
+use crate::aws::AwsSettings;
+use crate::message::wire;
 use crate::message::{Outgoing, Received};
 
 /// The longest visibility SQS allows (12 hours).
 const MAX_VISIBILITY_SECS: u64 = 43_200;
 /// The longest delay SQS allows on a message (15 minutes).
 const MAX_DELAY_SECS: u32 = 900;
-
-/// Where to find SQS.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SqsSettings {
-    /// Region; otherwise the AWS chain (`AWS_REGION`, profile).
-    pub region: Option<String>,
-    /// Endpoint override for SQS-compatible servers; `AWS_ENDPOINT_URL` also works.
-    pub endpoint_url: Option<String>,
-}
 
 /// API requests made, by kind, for measuring what a workload costs.
 #[derive(Debug, Default)]
@@ -89,23 +82,10 @@ fn is_fifo(queue: &str) -> bool {
     queue.ends_with(".fifo")
 }
 
-/// The AWS configuration chain (credentials, region, profile), with these overrides. S3
-/// payload stores use it too.
-pub async fn load_sdk_config(settings: &SqsSettings) -> aws_config::SdkConfig {
-    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
-    if let Some(region) = &settings.region {
-        loader = loader.region(aws_config::Region::new(region.clone()));
-    }
-    if let Some(url) = &settings.endpoint_url {
-        loader = loader.endpoint_url(url);
-    }
-    loader.load().await
-}
-
 impl SqsQueue {
     /// A client from the AWS configuration chain, with these overrides.
-    pub async fn connect(settings: &SqsSettings) -> Self {
-        Self::from_sdk_config(&load_sdk_config(settings).await)
+    pub async fn connect(settings: &AwsSettings) -> Self {
+        Self::from_sdk_config(&settings.load().await)
     }
 
     /// A client from a ready SDK configuration.
@@ -174,7 +154,7 @@ impl SqsQueue {
         let mut attributes = m.attributes.clone();
         if encoded {
             attributes.push(crate::message::Attribute::string(
-                convert::BODY_ENCODING,
+                wire::BODY_ENCODING,
                 "base64",
             ));
         }
@@ -193,13 +173,7 @@ impl SqsQueue {
                 )
                 .delay_seconds(0);
         }
-        let size = batch::size(
-            &Outgoing {
-                attributes,
-                ..m.clone()
-            },
-            body.len(),
-        );
+        let size = wire::message_size(body.len(), &attributes);
         let entry = b.build().map_err(|e| SourceError::Backend(e.into()))?;
         Ok((entry, size))
     }

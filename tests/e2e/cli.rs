@@ -4,7 +4,7 @@
 use std::process::Command;
 
 fn qhost(dir: &std::path::Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_qhost"));
+    let mut c = Command::new(env!("CARGO_BIN_EXE_qhost-under-test"));
     c.current_dir(dir).env_remove("QHOST_CONFIG");
     c
 }

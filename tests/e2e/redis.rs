@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use qhost::Host;
 use qhost::idempotency::redis::RedisStore;
-use qhost::idempotency::{Acquired, Completion, IdempotencyStore, KeyStatus, Lease, LeaseRequest};
+use qhost::idempotency::{
+    Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
+};
 use qhost::message::Outgoing;
 use qhost::source::QueueSource;
 use qhost_e2e::harness::{Running, TestEnv, contents, queue_toml, run_until_idle, send_all};
@@ -49,8 +51,9 @@ async fn leases_complete_once_and_a_lapsed_owner_is_refused() {
     tokio::time::sleep(Duration::from_millis(400)).await; // the first lease lapses
     let second = grant(&store, &key, Duration::from_secs(30)).await;
     assert_eq!(second.fencing_token, 2, "fencing tokens grow across grants");
-    assert!(!store.extend(&first, Duration::from_secs(30)).await.unwrap());
-    assert!(!store.release(&first).await.unwrap());
+    let lost = Err(IdempotencyError::LeaseLost(key.clone()));
+    assert_eq!(store.extend(&first, Duration::from_secs(30)).await, lost);
+    assert_eq!(store.release(&first).await, lost);
     let stale = Completion {
         lease: first,
         outbox: vec![],
@@ -58,7 +61,7 @@ async fn leases_complete_once_and_a_lapsed_owner_is_refused() {
     };
     assert_eq!(
         store.complete(&[stale]).await.unwrap(),
-        vec![false],
+        vec![lost],
         "the lapsed owner cannot complete"
     );
     assert!(matches!(
@@ -69,18 +72,13 @@ async fn leases_complete_once_and_a_lapsed_owner_is_refused() {
         }
     ));
 
-    assert!(
-        store
-            .extend(&second, Duration::from_secs(30))
-            .await
-            .unwrap()
-    );
+    assert_eq!(store.extend(&second, Duration::from_secs(30)).await, Ok(()));
     let done = Completion {
         lease: second,
         outbox: vec![Outgoing::new("next", "x")],
         window: Duration::from_secs(60),
     };
-    assert_eq!(store.complete(&[done]).await.unwrap(), vec![true]);
+    assert_eq!(store.complete(&[done]).await.unwrap(), vec![Ok(())]);
     let again = store
         .acquire(&[request(&key, Duration::from_secs(5))])
         .await
@@ -123,7 +121,8 @@ async fn a_batch_is_leased_in_one_round_trip() {
         })
         .collect();
     let before = store.round_trips();
-    assert_eq!(store.complete(&completions).await.unwrap(), vec![true; 10]);
+    let all_ok: Vec<Result<(), IdempotencyError>> = vec![Ok(()); 10];
+    assert_eq!(store.complete(&completions).await.unwrap(), all_ok);
     assert_eq!(store.round_trips() - before, 1);
 }
 

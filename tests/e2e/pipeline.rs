@@ -50,7 +50,7 @@ async fn a_reminder_sent_twice_emails_once() {
     assert_eq!(email["to"], "a@example.com");
     assert_eq!(email["fencing-token"], 1);
     assert!(contents(&q, "reminders").await.is_empty());
-    let status = host
+    let status = env
         .store()
         .status("qhost:{email-reminder:r-1}")
         .await

@@ -4,6 +4,8 @@
 //! generated WIT types when it calls a guest. Keeping one set of types in the middle means the
 //! pipeline never depends on aws-sdk or wasmtime types.
 
+pub mod wire;
+
 use serde::{Deserialize, Serialize};
 
 /// A message attribute value, typed as SQS types them. Numbers are kept as their decimal text.
@@ -117,7 +119,7 @@ impl Outgoing {
 }
 
 /// Milliseconds since the Unix epoch, from the system clock.
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     use std::time::{SystemTime, UNIX_EPOCH};
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

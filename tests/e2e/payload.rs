@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use qhost::Host;
-use qhost::message::{Attribute, Outgoing, Received};
+use qhost::message::{Attribute, Outgoing, Received, wire};
 use qhost::payload::Payloads;
 use qhost::payload::pointer;
 use qhost::source::QueueSource;
@@ -288,41 +288,41 @@ async fn java_style_pointers_resolve_and_bad_pointers_are_dead_lettered_with_rea
         format!(r#"["{class}",{{"s3BucketName":"{bucket}","s3Key":"{key}"}}]"#)
     };
     let size = |name: &str, n: usize| Attribute::number(name, n);
-    let sha = Attribute::string(pointer::SHA256_ATTRIBUTE, "00".repeat(32));
+    let sha = Attribute::string(wire::PAYLOAD_SHA256, "00".repeat(32));
     let cases: Vec<(String, Vec<Attribute>, Option<&str>)> = vec![
         (
-            s3_pointer(pointer::LEGACY_S3_POINTER_CLASS, "qhost/java", &bucket),
-            vec![size(pointer::LEGACY_SIZE_ATTRIBUTE, payload.len())],
+            s3_pointer(wire::LEGACY_S3_POINTER_CLASS, "qhost/java", &bucket),
+            vec![size(wire::LEGACY_EXTENDED_SIZE, payload.len())],
             None,
         ),
         (
             "{not a pointer".into(),
-            vec![size(pointer::SIZE_ATTRIBUTE, 5)],
+            vec![size(wire::EXTENDED_SIZE, 5)],
             Some("malformed payload pointer"),
         ),
         (
-            s3_pointer(pointer::S3_POINTER_CLASS, "qhost/java", "someone-elses"),
-            vec![size(pointer::SIZE_ATTRIBUTE, payload.len())],
+            s3_pointer(wire::S3_POINTER_CLASS, "qhost/java", "someone-elses"),
+            vec![size(wire::EXTENDED_SIZE, payload.len())],
             Some("outside the allowed payload stores"),
         ),
         (
-            s3_pointer(pointer::S3_POINTER_CLASS, "other/java", &bucket),
-            vec![size(pointer::SIZE_ATTRIBUTE, payload.len())],
+            s3_pointer(wire::S3_POINTER_CLASS, "other/java", &bucket),
+            vec![size(wire::EXTENDED_SIZE, payload.len())],
             Some("outside the allowed payload stores"),
         ),
         (
-            s3_pointer(pointer::S3_POINTER_CLASS, "qhost/short", &bucket),
-            vec![size(pointer::SIZE_ATTRIBUTE, payload.len())],
+            s3_pointer(wire::S3_POINTER_CLASS, "qhost/short", &bucket),
+            vec![size(wire::EXTENDED_SIZE, payload.len())],
             Some("is 100 bytes but its pointer says 4000"),
         ),
         (
-            s3_pointer(pointer::S3_POINTER_CLASS, "qhost/java", &bucket),
-            vec![size(pointer::SIZE_ATTRIBUTE, payload.len()), sha],
+            s3_pointer(wire::S3_POINTER_CLASS, "qhost/java", &bucket),
+            vec![size(wire::EXTENDED_SIZE, payload.len()), sha],
             Some("has sha256"),
         ),
         (
-            s3_pointer(pointer::S3_POINTER_CLASS, "qhost/gone", &bucket),
-            vec![size(pointer::SIZE_ATTRIBUTE, 10)],
+            s3_pointer(wire::S3_POINTER_CLASS, "qhost/gone", &bucket),
+            vec![size(wire::EXTENDED_SIZE, 10)],
             Some("not found"),
         ),
     ];

@@ -1,0 +1,118 @@
+//! A received batch: route and key each message, lease them in one store call, and start a task
+//! per message. Messages of a FIFO group run in order, one at a time, in a task of their own.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::context::QueueCtx;
+use super::delivery::{Delivery, Fate, PluginRef};
+use super::route::{Routed, route};
+use super::run;
+use crate::idempotency::{IdempotencyError, LeaseRequest};
+use crate::message::Received;
+use crate::stats::Event;
+
+type Permit = Option<OwnedSemaphorePermit>;
+
+/// Starts the work for a received batch; each message's task holds one in-flight permit.
+pub(crate) async fn dispatch(
+    queue: &Arc<QueueCtx>,
+    batch: Vec<Received>,
+    mut permits: Vec<OwnedSemaphorePermit>,
+) {
+    let mut groups: BTreeMap<String, Vec<(Received, Permit)>> = BTreeMap::new();
+    let mut ready = Vec::new();
+    for msg in batch {
+        let permit = permits.pop();
+        if let Some(group) = msg.group_id.clone() {
+            groups.entry(group).or_default().push((msg, permit));
+            continue;
+        }
+        match route(queue, msg) {
+            Ok(routed) => ready.push((routed, permit)),
+            Err(unroutable) => spawn(queue, (*unroutable).end(), permit),
+        }
+    }
+    for chain in groups.into_values() {
+        spawn(queue, run_group(Arc::clone(queue), chain), None);
+    }
+    lease_and_spawn(queue, ready).await;
+}
+
+fn spawn<F: Future<Output = Fate> + Send + 'static>(queue: &QueueCtx, task: F, permit: Permit) {
+    queue.shared.tasks.spawn(async move {
+        task.await;
+        drop(permit);
+    });
+}
+
+/// Leases the ready messages in one call and starts their tasks.
+async fn lease_and_spawn(queue: &Arc<QueueCtx>, ready: Vec<(Routed, Permit)>) {
+    if ready.is_empty() {
+        return;
+    }
+    let requests: Vec<LeaseRequest> = ready.iter().map(|(r, _)| r.request.clone()).collect();
+    match queue.shared.store.acquire(&requests).await {
+        Ok(acquired) => {
+            for ((routed, permit), a) in ready.into_iter().zip(acquired) {
+                spawn(queue, run::leased(routed, a), permit);
+            }
+        }
+        Err(e) => {
+            for (routed, _permit) in ready {
+                fail_closed(routed.delivery, &e).await;
+            }
+        }
+    }
+}
+
+/// No lease, no run: with the store unreachable the message goes back to the queue, without
+/// using up an attempt.
+async fn fail_closed(delivery: Delivery, error: &IdempotencyError) -> Fate {
+    let msg = delivery.msg();
+    tracing::error!(queue = %msg.queue, message_id = %msg.id, %error, "idempotency store unavailable; putting the message back");
+    delivery.back_off().await
+}
+
+/// One message from routing to its fate, leasing it on its own.
+async fn run_one(queue: &Arc<QueueCtx>, msg: Received) -> Fate {
+    let routed = match route(queue, msg) {
+        Ok(routed) => routed,
+        Err(unroutable) => return (*unroutable).end().await,
+    };
+    match queue
+        .shared
+        .store
+        .acquire(std::slice::from_ref(&routed.request))
+        .await
+    {
+        Ok(mut acquired) if acquired.len() == 1 => run::leased(routed, acquired.remove(0)).await,
+        Ok(answers) => {
+            let error =
+                IdempotencyError::Corrupt(format!("{} answers to one request", answers.len()));
+            fail_closed(routed.delivery, &error).await
+        }
+        Err(e) => fail_closed(routed.delivery, &e).await,
+    }
+}
+
+/// A FIFO group's messages from one batch, in order. Once one is put back (to be retried), the
+/// later ones are put back too, unrun, so the group never overtakes itself.
+async fn run_group(queue: Arc<QueueCtx>, chain: Vec<(Received, Permit)>) -> Fate {
+    let mut messages = chain.into_iter();
+    for (msg, _permit) in messages.by_ref() {
+        if run_one(&queue, msg).await == Fate::Back {
+            for (later, _permit) in messages {
+                let plugin = PluginRef::Named(queue.config.plugin.clone());
+                let delivery = Delivery::new(Arc::clone(&queue), later, plugin);
+                delivery
+                    .put_back(std::time::Duration::ZERO, Event::Busy)
+                    .await;
+            }
+            return Fate::Back;
+        }
+    }
+    Fate::Gone
+}

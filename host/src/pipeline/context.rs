@@ -1,0 +1,66 @@
+//! What the stages share: the host's backends and limits ([`Shared`]), and one consumed queue's
+//! settings and ack batcher ([`QueueCtx`]), which holds the host's part so that a delivery
+//! carries one handle to everything it may need.
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::acker::Acker;
+use super::completer::Completer;
+use crate::config::{Config, QueueConfig};
+use crate::idempotency::IdempotencyStore;
+use crate::payload::Payloads;
+use crate::runtime::registry::Registry;
+use crate::source::QueueSource;
+use crate::stats::{Event, Stats};
+
+/// What every part of the pipeline shares.
+pub(crate) struct Shared {
+    /// The checked configuration.
+    pub(crate) config: Arc<Config>,
+    /// The queue backend.
+    pub(crate) source: Arc<dyn QueueSource>,
+    /// The idempotency backend.
+    pub(crate) store: Arc<dyn IdempotencyStore>,
+    /// Loaded plugins.
+    pub(crate) registry: Arc<Registry>,
+    /// Counters.
+    pub(crate) stats: Arc<Stats>,
+    /// Caps messages in flight.
+    pub(crate) in_flight: Arc<Semaphore>,
+    /// Tracks message tasks, so shutdown can wait for them.
+    pub(crate) tasks: TaskTracker,
+    /// Cancelled when shutdown's grace period is over: unfinished work is released.
+    pub(crate) abandon: CancellationToken,
+    /// Coalesces completions into batched store calls.
+    pub(crate) completer: Completer,
+    /// Payload stores: pointers in, large outbox messages out.
+    pub(crate) payloads: Arc<Payloads>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
+}
+
+/// One consumed queue: its settings, its ack batcher, and the host's shared parts.
+#[derive(Debug)]
+pub(crate) struct QueueCtx {
+    /// The host's shared parts.
+    pub(crate) shared: Arc<Shared>,
+    /// The queue's configuration.
+    pub(crate) config: QueueConfig,
+    /// Its ack batcher.
+    pub(crate) acker: Acker,
+}
+
+impl QueueCtx {
+    /// Counts `event` for `plugin` on this queue.
+    pub(crate) fn record(&self, plugin: &str, event: Event) {
+        self.shared.stats.record(&self.config.name, plugin, event);
+    }
+}

@@ -1,0 +1,362 @@
+//! One received message through its life: a [`Delivery`] owns the message, its queue, the
+//! plugin it routes to, its key, its lease and its heartbeat, and ends through exactly one of
+//! its consuming methods. "One fate per delivery" is therefore a type guarantee: every path
+//! either finishes the message or leaves it in the queue to come back; none drops it.
+//!
+//! | method          | the message                    | the lease           | counts as an attempt |
+//! |-----------------|--------------------------------|---------------------|----------------------|
+//! | [`ack`]         | outbox committed, then finish  | becomes completed   | —                    |
+//! | [`finish`]      | outbox sent, deleted           | (already completed) | —                    |
+//! | [`put_back`]    | visible again after a delay    | released            | no                   |
+//! | [`back_off`]    | put back on the retry schedule | released            | no                   |
+//! | [`retry`]       | put back, or dead-lettered     | released            | yes                  |
+//! | [`dead_letter`] | sent to the DLQ, deleted       | released            | —                    |
+//! | [`let_lapse`]   | left to its visibility timeout | (lost to another)   | —                    |
+//!
+//! Each method first stops the heartbeat and waits for an extension under way, so nothing it
+//! does to the message can be overtaken by a late extension.
+//!
+//! [`ack`]: Delivery::ack
+//! [`finish`]: Delivery::finish
+//! [`put_back`]: Delivery::put_back
+//! [`back_off`]: Delivery::back_off
+//! [`retry`]: Delivery::retry
+//! [`dead_letter`]: Delivery::dead_letter
+//! [`let_lapse`]: Delivery::let_lapse
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::backoff;
+use super::context::{QueueCtx, Shared};
+use super::deadletter::{self, Verdict};
+use super::heartbeat::Heartbeat;
+use super::outbox;
+use crate::handler::Plugin;
+use crate::idempotency::{Completion, IdempotencyError, Lease};
+use crate::message::{Outgoing, Received};
+use crate::payload::OffloadError;
+use crate::stats::Event;
+
+/// Where a message stands once the host is done with this delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fate {
+    /// Deleted or dead-lettered: it will not come back.
+    Gone,
+    /// Still in the queue: it comes back after a delay or when its visibility lapses.
+    Back,
+}
+
+/// The plugin a delivery belongs to: a loaded build, or only a name (not loaded, or not routed
+/// yet), which is what stats and dead letters then name.
+#[derive(Clone, Debug)]
+pub(crate) enum PluginRef {
+    /// A loaded plugin.
+    Loaded(Arc<Plugin>),
+    /// A plugin known by name only.
+    Named(String),
+}
+
+/// Attempts allowed for messages whose plugin is not loaded, so a typo is not retried forever.
+const MAX_ATTEMPTS_WITHOUT_PLUGIN: u32 = 5;
+
+impl PluginRef {
+    /// The plugin's name.
+    pub(crate) fn name(&self) -> &str {
+        match self {
+            PluginRef::Loaded(p) => &p.name,
+            PluginRef::Named(name) => name,
+        }
+    }
+
+    /// Its version, or `-` when none is loaded.
+    pub(crate) fn version(&self) -> &str {
+        match self {
+            PluginRef::Loaded(p) => &p.version,
+            PluginRef::Named(_) => "-",
+        }
+    }
+
+    fn max_attempts(&self) -> u32 {
+        match self {
+            PluginRef::Loaded(p) => p.manifest.limits.max_attempts,
+            PluginRef::Named(_) => MAX_ATTEMPTS_WITHOUT_PLUGIN,
+        }
+    }
+}
+
+/// A message's idempotency key, as the handler sees it and as the store holds it.
+#[derive(Clone, Debug)]
+pub(crate) struct Key {
+    /// What the handler sees (and outbox keys derive from).
+    pub(crate) handler: String,
+    /// `NAMESPACE:{PLUGIN:KEY}`, what the store holds.
+    pub(crate) scoped: String,
+}
+
+/// One received message, from routing to its fate.
+#[derive(Debug)]
+#[must_use = "a delivery ends through one of its fate methods"]
+pub(crate) struct Delivery {
+    queue: Arc<QueueCtx>,
+    msg: Received,
+    plugin: PluginRef,
+    key: Option<Key>,
+    lease: Option<Lease>,
+    heartbeat: Option<Heartbeat>,
+}
+
+impl Delivery {
+    /// A delivery of `msg` from `queue`, for `plugin`.
+    pub(crate) fn new(queue: Arc<QueueCtx>, msg: Received, plugin: PluginRef) -> Self {
+        Delivery {
+            queue,
+            msg,
+            plugin,
+            key: None,
+            lease: None,
+            heartbeat: None,
+        }
+    }
+
+    /// The delivery with its idempotency key.
+    pub(crate) fn keyed(mut self, key: Key) -> Self {
+        self.key = Some(key);
+        self
+    }
+
+    /// The delivery under `lease`, with its heartbeat running.
+    pub(crate) fn leased(mut self, lease: Lease) -> Self {
+        self.heartbeat = Heartbeat::start(&self.queue, &self.msg.receipt, &lease);
+        self.lease = Some(lease);
+        self
+    }
+
+    /// The message.
+    pub(crate) fn msg(&self) -> &Received {
+        &self.msg
+    }
+
+    /// Its queue.
+    pub(crate) fn queue(&self) -> &QueueCtx {
+        &self.queue
+    }
+
+    /// The host's shared parts.
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.queue.shared
+    }
+
+    /// Its key, once routed.
+    pub(crate) fn key(&self) -> Option<&Key> {
+        self.key.as_ref()
+    }
+
+    /// The fencing token of its lease, once leased.
+    pub(crate) fn fencing_token(&self) -> u64 {
+        self.lease.as_ref().map_or(0, |l| l.fencing_token)
+    }
+
+    /// Counts `event` for this delivery's queue and plugin.
+    pub(crate) fn record(&self, event: Event) {
+        self.queue.record(self.plugin.name(), event);
+    }
+
+    /// The retry schedule's delay for this delivery, never less than `asked_secs`.
+    pub(crate) fn backoff_delay(&self, asked_secs: u32) -> Duration {
+        let policy = &self.shared().config.retry;
+        backoff::delay(policy, self.msg.receive_count, asked_secs)
+    }
+
+    /// Stops the heartbeat, waiting for an extension under way.
+    async fn stop_heartbeat(&mut self) {
+        if let Some(heartbeat) = self.heartbeat.take() {
+            heartbeat.stop().await;
+        }
+    }
+
+    /// Gives the lease back (if held) so the next delivery need not wait for it to lapse.
+    async fn release(&mut self) {
+        let Some(lease) = self.lease.take() else {
+            return;
+        };
+        let plugin = self.plugin.name();
+        match self.shared().store.release(&lease).await {
+            Ok(()) => {}
+            Err(IdempotencyError::LeaseLost(key)) => {
+                tracing::warn!(plugin, %key, "lease had already passed to another worker")
+            }
+            Err(e) => {
+                tracing::warn!(plugin, key = %lease.key, error = %e, "could not release lease; it will lapse")
+            }
+        }
+    }
+
+    /// The handler acked: large outbox messages are offloaded, the outbox is committed with
+    /// the completed record, then sent and the message deleted.
+    pub(crate) async fn ack(mut self, outbox: Vec<Outgoing>) -> Fate {
+        self.stop_heartbeat().await;
+        let stamped = match (&self.plugin, &self.key) {
+            (PluginRef::Loaded(plugin), Some(key)) => Some((
+                outbox::stamp(&key.handler, plugin, outbox),
+                plugin.manifest.dedup_window(),
+            )),
+            _ => None,
+        };
+        let (Some(lease), Some((outbox, window))) = (self.lease.take(), stamped) else {
+            // Only a routed, leased delivery is run; without a lease nothing may be committed.
+            return self.let_lapse(Event::LostLease).await;
+        };
+        let shared = Arc::clone(&self.queue.shared);
+        // Large messages are offloaded before the outbox is recorded, so the completed record
+        // holds pointers, and a re-send after a crash reuses the same payload keys.
+        let outbox = match shared
+            .payloads
+            .offload_all(&shared.config.namespace, outbox)
+            .await
+        {
+            Ok(outbox) => outbox,
+            Err(e) => return self.unsendable(lease, e).await,
+        };
+        let completion = Completion {
+            lease,
+            outbox: outbox.clone(),
+            window,
+        };
+        match shared.completer.complete(completion).await {
+            Ok(()) => {
+                self.record(Event::Acked);
+                self.finish(outbox).await
+            }
+            Err(IdempotencyError::LeaseLost(_)) => {
+                let (msg, key) = (&self.msg, self.key.as_ref().map(|k| k.handler.as_str()));
+                tracing::warn!(queue = %msg.queue, message_id = %msg.id, key, "lease lost before completion; discarding this result");
+                self.let_lapse(Event::LostLease).await
+            }
+            Err(e) => {
+                let msg = &self.msg;
+                tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, "could not record completion; the message will come back");
+                self.back_off().await
+            }
+        }
+    }
+
+    /// An outbox that cannot be sent: too large with no payload store is a reject (the handler
+    /// would produce it again), an unreachable store a put-back.
+    async fn unsendable(mut self, lease: Lease, error: OffloadError) -> Fate {
+        self.lease = Some(lease);
+        match error {
+            OffloadError::TooLarge(reason) => self.dead_letter(format!("outbox: {reason}")).await,
+            OffloadError::Unavailable(reason) => {
+                let msg = &self.msg;
+                tracing::warn!(queue = %msg.queue, message_id = %msg.id, %reason, "outbox payload not stored; putting the message back");
+                self.back_off().await
+            }
+        }
+    }
+
+    /// Sends a completed key's outbox, records it sent, and deletes the message. If the send
+    /// fails the message is put back: its redelivery finds the key completed with the outbox
+    /// still pending and sends it then.
+    pub(crate) async fn finish(mut self, outbox: Vec<Outgoing>) -> Fate {
+        self.stop_heartbeat().await;
+        if !outbox.is_empty() {
+            let shared = Arc::clone(&self.queue.shared);
+            if let Err(e) = shared.source.send(&outbox).await {
+                let msg = &self.msg;
+                tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, "outbox send failed; will resend on redelivery");
+                return self.back_off().await;
+            }
+            self.record(Event::OutboxSent(outbox.len() as u64));
+            if let Some(key) = &self.key
+                && let Err(e) = shared.store.outbox_sent(&key.scoped).await
+            {
+                // Harmless: a redelivery would send again, and downstream drops the copy by key.
+                tracing::warn!(key = %key.scoped, error = %e, "could not record the outbox as sent");
+            }
+        }
+        let Delivery { queue, msg, .. } = self;
+        queue.acker.ack(msg.receipt);
+        // The work is recorded complete, so a later copy of this message is acked without its
+        // payload: the payload can go.
+        if crate::payload::pointer::is_pointer(&msg.attributes) {
+            let payloads = Arc::clone(&queue.shared.payloads);
+            tokio::spawn(async move { payloads.cleanup(&msg.body, &msg.attributes).await });
+        }
+        Fate::Gone
+    }
+
+    /// Makes the message visible again after `delay`, releasing the lease, counting it as `why`
+    /// (a busy key, a release at shutdown, a retry). Not an attempt.
+    pub(crate) async fn put_back(mut self, delay: Duration, why: Event) -> Fate {
+        self.stop_heartbeat().await;
+        self.release().await;
+        self.record(why);
+        let (queue, msg) = (&self.queue, &self.msg);
+        if let Err(e) = queue
+            .shared
+            .source
+            .change_visibility(&queue.config.name, &msg.receipt, delay)
+            .await
+        {
+            // It comes back anyway when its visibility timeout lapses.
+            tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, "could not set the retry delay");
+        }
+        Fate::Back
+    }
+
+    /// Puts the message back on the retry schedule without using up an attempt: the message
+    /// is fine, but something it needs (a store, the queue) did not answer.
+    pub(crate) async fn back_off(self) -> Fate {
+        let delay = self.backoff_delay(0);
+        self.put_back(delay, Event::Retried).await
+    }
+
+    /// A failed attempt: put back after the backoff (at least `asked_secs`), or dead-lettered
+    /// once the plugin's attempts are used up.
+    pub(crate) async fn retry(self, reason: String, asked_secs: u32) -> Fate {
+        let attempt = self.msg.receive_count;
+        if attempt >= self.plugin.max_attempts() {
+            let reason = format!("gave up after {attempt} attempts: {reason}");
+            return self.dead_letter(reason).await;
+        }
+        let (msg, plugin) = (&self.msg, &self.plugin);
+        tracing::info!(queue = %msg.queue, message_id = %msg.id, plugin = plugin.name(), version = plugin.version(), attempt, %reason, "will retry");
+        let delay = self.backoff_delay(asked_secs);
+        self.put_back(delay, Event::Retried).await
+    }
+
+    /// Sends the message to the dead-letter queue with `reason`, then deletes it and releases
+    /// the lease; if the send fails, puts it back.
+    pub(crate) async fn dead_letter(mut self, reason: String) -> Fate {
+        self.stop_heartbeat().await;
+        let (msg, plugin) = (&self.msg, &self.plugin);
+        let verdict = Verdict {
+            plugin: plugin.name(),
+            version: plugin.version(),
+            reason: &reason,
+        };
+        let letter = deadletter::letter(msg, &self.queue.config.dead_letter, &verdict);
+        tracing::warn!(
+            queue = %msg.queue, message_id = %msg.id, plugin = verdict.plugin, version = verdict.version,
+            attempts = msg.receive_count, reason = %reason, "dead-lettering"
+        );
+        let shared = Arc::clone(&self.queue.shared);
+        if let Err(e) = shared.source.send(&[letter]).await {
+            tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, "dead-letter send failed; keeping the message");
+            return self.back_off().await;
+        }
+        self.record(Event::DeadLettered);
+        self.release().await;
+        self.queue.acker.ack(self.msg.receipt);
+        Fate::Gone
+    }
+
+    /// The lease passed to another worker, whose result stands: this one is dropped, and the
+    /// message comes back when its visibility lapses, to be found completed or leased.
+    pub(crate) async fn let_lapse(mut self, why: Event) -> Fate {
+        self.stop_heartbeat().await;
+        self.record(why);
+        Fate::Back
+    }
+}

@@ -1,0 +1,150 @@
+//! Route and key: which plugin handles a message, and what key it is leased under.
+//!
+//! Every received message passes here once and becomes a [`Delivery`]: [`Routed`] (a loaded
+//! plugin and a key, ready for a lease) or [`Unroutable`] (ended at once: retried while its
+//! plugin is not loaded, dead-lettered when the message itself is at fault).
+
+use std::sync::Arc;
+
+use super::context::QueueCtx;
+use super::delivery::{Delivery, Fate, Key, PluginRef};
+use crate::handler::Plugin;
+use crate::idempotency::LeaseRequest;
+use crate::idempotency::key::{KeySource, MissingKey, OnMissingKey, scoped};
+use crate::message::wire::{self, valid_plugin_name};
+use crate::message::{Received, find_attribute};
+use crate::stats::Event;
+
+/// A delivery ready for a lease.
+#[derive(Debug)]
+pub(crate) struct Routed {
+    /// The delivery, keyed.
+    pub(crate) delivery: Delivery,
+    /// Its plugin.
+    pub(crate) plugin: Arc<Plugin>,
+    /// The lease to ask for.
+    pub(crate) request: LeaseRequest,
+}
+
+/// Why a message cannot be leased.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RouteError {
+    /// No plugin of that name is loaded (yet): retried, then dead-lettered.
+    #[error("no plugin named `{0}` is loaded")]
+    NoPlugin(String),
+    /// The route attribute names something that cannot be a plugin: dead-lettered.
+    #[error("route attribute `{attribute}` holds `{value}`, which is not a plugin name")]
+    BadRoute {
+        /// The queue's route attribute.
+        attribute: String,
+        /// What the message put there.
+        value: String,
+    },
+    /// The plugin's key source is missing from the message: dead-lettered.
+    #[error(transparent)]
+    NoKey(#[from] MissingKey),
+}
+
+/// A delivery that cannot be leased, and why.
+#[derive(Debug)]
+pub(crate) struct Unroutable {
+    delivery: Delivery,
+    error: RouteError,
+}
+
+impl Unroutable {
+    /// Ends the delivery: a missing plugin is retried (it may be loading), anything else is
+    /// the message's own fault and is dead-lettered.
+    pub(crate) async fn end(self) -> Fate {
+        let reason = self.error.to_string();
+        match self.error {
+            RouteError::NoPlugin(_) => self.delivery.retry(reason, 0).await,
+            RouteError::BadRoute { .. } | RouteError::NoKey(_) => {
+                self.delivery.dead_letter(reason).await
+            }
+        }
+    }
+}
+
+/// Routes a message and derives its key; counts it received.
+pub(crate) fn route(queue: &Arc<QueueCtx>, msg: Received) -> Result<Routed, Box<Unroutable>> {
+    let result = plugin_for(queue, &msg).and_then(|plugin| {
+        let policy = &plugin.manifest.idempotency;
+        match derive_key(&policy.key, &msg, policy.on_missing) {
+            Ok(key) => Ok((plugin, key)),
+            Err(e) => Err((PluginRef::Loaded(plugin), e)),
+        }
+    });
+    match result {
+        Ok((plugin, key)) => {
+            let key = Key {
+                scoped: scoped(&queue.shared.config.namespace, &plugin.name, &key),
+                handler: key,
+            };
+            let request = LeaseRequest {
+                key: key.scoped.clone(),
+                ttl: queue.config.visibility,
+                window: plugin.manifest.dedup_window(),
+            };
+            let delivery = Delivery::new(
+                Arc::clone(queue),
+                msg,
+                PluginRef::Loaded(Arc::clone(&plugin)),
+            );
+            delivery.record(Event::Received);
+            Ok(Routed {
+                delivery: delivery.keyed(key),
+                plugin,
+                request,
+            })
+        }
+        Err((plugin, error)) => {
+            let delivery = Delivery::new(Arc::clone(queue), msg, plugin);
+            delivery.record(Event::Received);
+            Err(Box::new(Unroutable { delivery, error }))
+        }
+    }
+}
+
+/// The loaded plugin for a message; the error names the plugin it would have gone to.
+fn plugin_for(queue: &QueueCtx, msg: &Received) -> Result<Arc<Plugin>, (PluginRef, RouteError)> {
+    let name =
+        route_name(queue, msg).map_err(|e| (PluginRef::Named(queue.config.plugin.clone()), e))?;
+    queue.shared.registry.get(name).ok_or_else(|| {
+        (
+            PluginRef::Named(name.to_string()),
+            RouteError::NoPlugin(name.to_string()),
+        )
+    })
+}
+
+/// The plugin name for a message: the queue's, or a valid name from its route attribute.
+fn route_name<'a>(queue: &'a QueueCtx, msg: &'a Received) -> Result<&'a str, RouteError> {
+    let Some(attribute) = &queue.config.route_attribute else {
+        return Ok(&queue.config.plugin);
+    };
+    match find_attribute(&msg.attributes, attribute).and_then(|a| a.text()) {
+        None => Ok(&queue.config.plugin),
+        Some(name) if valid_plugin_name(name) => Ok(name),
+        Some(name) => Err(RouteError::BadRoute {
+            attribute: attribute.clone(),
+            value: name.to_string(),
+        }),
+    }
+}
+
+/// The key: an outbox message's derived key when the plugin keys by message id (so a copy
+/// re-sent after a crash is dropped), otherwise what the plugin's key source says.
+fn derive_key(
+    source: &KeySource,
+    msg: &Received,
+    on_missing: OnMissingKey,
+) -> Result<String, RouteError> {
+    if *source == KeySource::MessageId
+        && let Some(key) =
+            find_attribute(&msg.attributes, wire::IDEMPOTENCY_KEY).and_then(|a| a.text())
+    {
+        return Ok(key.to_string());
+    }
+    Ok(source.derive_or(msg, on_missing)?)
+}

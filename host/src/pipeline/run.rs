@@ -1,0 +1,157 @@
+//! Run: what acquiring the key found decides the delivery's path. A granted lease runs the
+//! handler: resolve an offloaded payload, invoke the plugin on the blocking pool, and end the
+//! delivery by the handler's outcome. Everything else ends without running.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::delivery::{Delivery, Fate};
+use super::route::Routed;
+use crate::handler::{Failure, HandlerMessage, Invocation, Outcome, Plugin};
+use crate::idempotency::Acquired;
+use crate::payload::{ResolveError, Resolved};
+use crate::stats::Event;
+
+/// Shortest delay before a message whose key is leased elsewhere comes back.
+const MIN_BUSY_DELAY: Duration = Duration::from_secs(1);
+
+/// When to look again at a key leased elsewhere: the other worker usually finishes long
+/// before its lease would lapse, so check back on the retry schedule, but never later than the
+/// lapse itself.
+fn busy_delay(delivery: &Delivery, lease_left: Duration) -> Duration {
+    delivery
+        .backoff_delay(0)
+        .max(MIN_BUSY_DELAY)
+        .min(lease_left.max(MIN_BUSY_DELAY))
+}
+
+/// Acts on what acquiring the delivery's key found.
+pub(crate) async fn leased(routed: Routed, acquired: Acquired) -> Fate {
+    let Routed {
+        delivery, plugin, ..
+    } = routed;
+    let visibility = delivery.queue().config.visibility;
+    match acquired {
+        Acquired::Granted(lease) => run(delivery.leased(lease), plugin).await,
+        Acquired::Completed {
+            pending_outbox,
+            pending_for,
+        } if !pending_outbox.is_empty() && pending_for < visibility => {
+            // The worker that completed the key is most likely sending this outbox right now;
+            // sending it too would only make copies. Look again once that worker would have
+            // finished, or been presumed dead.
+            let delay = busy_delay(&delivery, visibility - pending_for);
+            delivery.put_back(delay, Event::Busy).await
+        }
+        Acquired::Completed { pending_outbox, .. } => {
+            let msg = delivery.msg();
+            tracing::debug!(queue = %msg.queue, message_id = %msg.id, "duplicate of completed work; acking without running");
+            delivery.record(Event::Duplicate);
+            delivery.finish(pending_outbox).await
+        }
+        Acquired::Busy { retry_after } => {
+            let delay = busy_delay(&delivery, retry_after);
+            delivery.put_back(delay, Event::Busy).await
+        }
+    }
+}
+
+/// Resolves the payload, invokes the handler (heartbeat running), and ends the delivery by
+/// the outcome.
+async fn run(delivery: Delivery, plugin: Arc<Plugin>) -> Fate {
+    let shared = Arc::clone(&delivery.queue().shared);
+    let msg = delivery.msg();
+    let resolved = match shared.payloads.resolve(&msg.body, &msg.attributes).await {
+        Ok(resolved) => resolved,
+        // A pointer that can never be followed (malformed, disallowed, gone, mismatched).
+        Err(ResolveError::Reject(reason)) => return delivery.dead_letter(reason).await,
+        Err(ResolveError::Retry(reason)) => {
+            // The message is fine and the handler never ran: like an unreachable idempotency
+            // store, an outage of the payload store puts messages back on the backoff
+            // schedule without using up their attempts toward dead-lettering.
+            tracing::warn!(queue = %msg.queue, message_id = %msg.id, %reason, "payload store unavailable; putting the message back");
+            return delivery.back_off().await;
+        }
+    };
+    let input = handler_message(&delivery, resolved);
+    let finished = tokio::select! {
+        result = invoke(&delivery, &plugin, input) => Some(result),
+        _ = shared.abandon.cancelled() => None,
+    };
+    let Some(result) = finished else {
+        let msg = delivery.msg();
+        tracing::warn!(queue = %msg.queue, message_id = %msg.id, "shutdown grace over; releasing unfinished message");
+        return delivery.put_back(Duration::ZERO, Event::Released).await;
+    };
+    match result {
+        Ok(Invocation {
+            outcome: Outcome::Ack,
+            outbox,
+        }) => delivery.ack(outbox).await,
+        Ok(Invocation {
+            outcome: Outcome::Retry(secs),
+            ..
+        }) => {
+            let reason = "the handler asked for a retry".to_string();
+            delivery.retry(reason, secs).await
+        }
+        Ok(Invocation {
+            outcome: Outcome::Reject(reason),
+            ..
+        }) => delivery.dead_letter(reason).await,
+        Err(failure) => {
+            delivery.record(Event::Failed);
+            delivery.retry(failure.to_string(), 0).await
+        }
+    }
+}
+
+/// What the handler sees: the message (its payload fetched) and what the host decided.
+fn handler_message(delivery: &Delivery, resolved: Option<Resolved>) -> HandlerMessage {
+    let m = delivery.msg();
+    let (body, attributes) = match resolved {
+        Some(r) => (r.body, r.attributes),
+        None => (m.body.clone(), m.attributes.clone()),
+    };
+    HandlerMessage {
+        id: m.id.clone(),
+        idempotency_key: delivery
+            .key()
+            .map(|k| k.handler.clone())
+            .unwrap_or_default(),
+        fencing_token: delivery.fencing_token(),
+        queue: m.queue.clone(),
+        body,
+        attributes,
+        receive_count: m.receive_count,
+        sent_at_ms: m.sent_at_ms,
+        group_id: m.group_id.clone(),
+    }
+}
+
+/// Waits for a slot under the plugin's own concurrency limit (if it has one), then calls it on
+/// the blocking pool, in a span naming the plugin version so that every line logged during the
+/// call says which build ran.
+async fn invoke(
+    delivery: &Delivery,
+    plugin: &Arc<Plugin>,
+    input: HandlerMessage,
+) -> Result<Invocation, Failure> {
+    let slot = match plugin.slots() {
+        Some(slots) => Some(Arc::clone(slots).acquire_owned().await.map_err(|_| {
+            Failure::Instantiate("the plugin's concurrency limit was closed".into())
+        })?),
+        None => None,
+    };
+    delivery.record(Event::Invoked);
+    let stats = &delivery.shared().stats;
+    stats.record_invocation(&plugin.name, &plugin.version);
+    let span = tracing::info_span!("invoke", plugin = %plugin.name, version = %plugin.version, message_id = %input.id);
+    let plugin = Arc::clone(plugin);
+    let call = tokio::task::spawn_blocking(move || {
+        let _slot = slot; // held until the call returns, even if the caller stops waiting
+        span.in_scope(|| plugin.invoke(input))
+    });
+    call.await
+        .unwrap_or_else(|e| Err(Failure::Trap(format!("handler panicked: {e}"))))
+}

@@ -1,0 +1,17 @@
+//! qhost's end-to-end tests, in one binary: plugins built from source once per run, real
+//! servers (Redis, an SQS- and S3-compatible server) started once per run where tests can
+//! share them, and the `qhost` command itself.
+//!
+//! One binary rather than one per file: each test binary links wasmtime and the AWS SDK, and
+//! linking them ten times cost more than running every test. Run a part with a filter:
+//! `cargo test -p qhost-e2e --test e2e redis::`.
+
+mod bad_input;
+mod cli;
+mod languages;
+mod payload;
+mod pipeline;
+mod redis;
+mod reload;
+mod sqs;
+mod storms;
