@@ -1,6 +1,13 @@
 //! Shared AWS setup for the SQS queue and the S3 payload store: the standard configuration
 //! chain (credentials, region, profile, `AWS_ENDPOINT_URL`) with the overrides qhost's
-//! configuration may set, and path-style S3 addressing for S3-compatible servers.
+//! configuration may set, one HTTPS client, and path-style S3 addressing for S3-compatible
+//! servers.
+//!
+//! The HTTPS client is hyper with rustls on *ring*, built here rather than taken from the
+//! SDK's default (rustls on aws-lc, whose C build cost more than the rest of the SDK).
+
+use aws_sdk_sqs::config::SharedHttpClient;
+use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
 
 /// Where to find an AWS service (or a compatible server).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -12,9 +19,10 @@ pub struct AwsSettings {
 }
 
 impl AwsSettings {
-    /// The AWS configuration chain, with these overrides.
-    pub(crate) async fn load(&self) -> aws_config::SdkConfig {
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    /// The AWS configuration chain, with these overrides and qhost's HTTPS client.
+    pub async fn load(&self) -> aws_config::SdkConfig {
+        let mut loader =
+            aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(https_client());
         if let Some(region) = &self.region {
             loader = loader.region(aws_config::Region::new(region.clone()));
         }
@@ -29,4 +37,12 @@ impl AwsSettings {
     pub(crate) fn s3_path_style(&self) -> bool {
         self.endpoint_url.is_some()
     }
+}
+
+/// The HTTPS client qhost's AWS clients use (for an SDK configuration built by hand, as
+/// [`crate::source::sqs::SqsQueue::from_sdk_config`] takes).
+pub fn https_client() -> SharedHttpClient {
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
+        .build_https()
 }

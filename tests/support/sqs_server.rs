@@ -85,6 +85,7 @@ pub fn sdk_config() -> aws_config::SdkConfig {
         .behavior_version(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new("us-east-1"))
         .endpoint_url(endpoint())
+        .http_client(qhost::aws::https_client())
         .credentials_provider(aws_sdk_sqs::config::SharedCredentialsProvider::new(
             credentials,
         ))
