@@ -40,7 +40,7 @@ impl AwsSettings {
 }
 
 /// The HTTPS client qhost's AWS clients use (for an SDK configuration built by hand, as
-/// [`crate::source::sqs::SqsQueue::from_sdk_config`] takes).
+/// `SqsQueue::from_sdk_config` takes).
 pub fn https_client() -> SharedHttpClient {
     aws_smithy_http_client::Builder::new()
         .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))

@@ -85,8 +85,7 @@ impl Payloads {
     /// As [`Payloads::open`], with an S3 client the caller built (its own credentials, say).
     pub async fn open_with_s3(config: &Config, s3: Option<S3Payloads>) -> anyhow::Result<Self> {
         let pc = config.payload.clone();
-        // The store itself is always on the allow-list, so the list names every store in use.
-        let wants = |is: fn(&PayloadPlace) -> bool| pc.allow.iter().any(is);
+        let wants = |is: fn(&PayloadPlace) -> bool| pc.store.iter().chain(&pc.allow).any(is);
         let redis = match (&pc.redis_url, wants(|p| matches!(p, PayloadPlace::Redis))) {
             (Some(url), true) => {
                 Some(RedisPayloads::connect(url, &config.namespace, pc.ttl).await?)

@@ -68,41 +68,41 @@ impl Unroutable {
 
 /// Routes a message and derives its key; counts it received.
 pub(crate) fn route(queue: &Arc<QueueCtx>, msg: Received) -> Result<Routed, Box<Unroutable>> {
-    let result = plugin_for(queue, &msg).and_then(|plugin| {
+    let keyed = plugin_for(queue, &msg).and_then(|plugin| {
         let policy = &plugin.manifest.idempotency;
         match derive_key(&policy.key, &msg, policy.on_missing) {
             Ok(key) => Ok((plugin, key)),
             Err(e) => Err((PluginRef::Loaded(plugin), e)),
         }
     });
-    match result {
-        Ok((plugin, key)) => {
-            let key = Key {
-                scoped: scoped(&queue.shared.config.namespace, &plugin.name, &key),
-                handler: key,
-            };
-            let request = LeaseRequest {
-                key: key.scoped.clone(),
-                ttl: queue.config.visibility,
-                window: plugin.manifest.dedup_window(),
-            };
-            let delivery = Delivery::new(
-                Arc::clone(queue),
-                msg,
-                PluginRef::Loaded(Arc::clone(&plugin)),
-            );
-            delivery.record(Event::Received);
-            Ok(Routed {
-                delivery: delivery.keyed(key),
-                plugin,
-                request,
-            })
-        }
+    match keyed {
+        Ok((plugin, key)) => Ok(routed(queue, msg, plugin, key)),
         Err((plugin, error)) => {
             let delivery = Delivery::new(Arc::clone(queue), msg, plugin);
             delivery.record(Event::Received);
             Err(Box::new(Unroutable { delivery, error }))
         }
+    }
+}
+
+/// A keyed delivery for `plugin`, with the lease request for its key.
+fn routed(queue: &Arc<QueueCtx>, msg: Received, plugin: Arc<Plugin>, key: String) -> Routed {
+    let key = Key {
+        scoped: scoped(&queue.shared.config.namespace, &plugin.name, &key),
+        handler: key,
+    };
+    let request = LeaseRequest {
+        key: key.scoped.clone(),
+        ttl: queue.config.visibility,
+        window: plugin.manifest.dedup_window(),
+    };
+    let loaded = PluginRef::Loaded(Arc::clone(&plugin));
+    let delivery = Delivery::new(Arc::clone(queue), msg, loaded);
+    delivery.record(Event::Received);
+    Routed {
+        delivery: delivery.keyed(key),
+        plugin,
+        request,
     }
 }
 
