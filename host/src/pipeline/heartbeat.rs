@@ -4,12 +4,14 @@
 //!
 //! A [`Heartbeat`] is a guard. Dropping it stops the beats; [`Heartbeat::stop`] also waits for
 //! an extension already under way, so that a put-back that follows cannot be overtaken by a
-//! late `ChangeMessageVisibility` hiding the message again for a whole timeout.
+//! late `ChangeMessageVisibility` hiding the message again for a whole timeout. Each extension
+//! runs under a lock that `stop` takes once after cancelling, so an idle heartbeat (the usual
+//! case) is stopped without waiting for its task.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::task::JoinHandle;
+use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use super::context::QueueCtx;
@@ -22,7 +24,8 @@ const MIN_PERIOD: Duration = Duration::from_millis(100);
 #[derive(Debug)]
 pub(crate) struct Heartbeat {
     stop: CancellationToken,
-    task: JoinHandle<()>,
+    /// Held while an extension is under way.
+    extending: Arc<Mutex<()>>,
 }
 
 impl Heartbeat {
@@ -31,23 +34,24 @@ impl Heartbeat {
         if !queue.config.heartbeat {
             return None;
         }
-        let stop = CancellationToken::new();
-        let beats = beat(
+        let heartbeat = Heartbeat {
+            stop: CancellationToken::new(),
+            extending: Arc::default(),
+        };
+        tokio::spawn(beat(
             Arc::clone(queue),
             receipt.to_string(),
             lease.clone(),
-            stop.clone(),
-        );
-        Some(Heartbeat {
-            stop,
-            task: tokio::spawn(beats),
-        })
+            heartbeat.stop.clone(),
+            Arc::clone(&heartbeat.extending),
+        ));
+        Some(heartbeat)
     }
 
     /// Stops beating and waits for an extension under way to land.
-    pub(crate) async fn stop(mut self) {
+    pub(crate) async fn stop(self) {
         self.stop.cancel();
-        let _ = (&mut self.task).await;
+        let _landed = self.extending.lock().await;
     }
 }
 
@@ -58,8 +62,14 @@ impl Drop for Heartbeat {
 }
 
 /// Extends until stopped. An extension, once started, is finished even if a stop arrives
-/// meanwhile: `stop` waits for it.
-async fn beat(queue: Arc<QueueCtx>, receipt: String, lease: Lease, stop: CancellationToken) {
+/// meanwhile (`stop` waits for the lock); one not yet started sees the stop and returns.
+async fn beat(
+    queue: Arc<QueueCtx>,
+    receipt: String,
+    lease: Lease,
+    stop: CancellationToken,
+    extending: Arc<Mutex<()>>,
+) {
     let visibility = queue.config.visibility;
     let period = (visibility / 3).max(MIN_PERIOD);
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
@@ -67,6 +77,10 @@ async fn beat(queue: Arc<QueueCtx>, receipt: String, lease: Lease, stop: Cancell
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
+        }
+        let _extending = extending.lock().await;
+        if stop.is_cancelled() {
+            return;
         }
         extend(&queue, &receipt, &lease).await;
     }
