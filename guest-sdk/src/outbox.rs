@@ -1,7 +1,11 @@
 //! Follow-up messages, sent by the host only if the handler acks, and only once.
 //!
 //! Each message sent through the outbox carries the attribute `qhost-idempotency-key` set to
-//! `PARENT-KEY/INDEX`, so a qhost consumer downstream drops a copy re-sent after a crash.
+//! `PLUGIN:PARENT-KEY/INDEX`, so a qhost consumer downstream drops a copy re-sent after a crash.
+//!
+//! `send` checks the message as the host will send it (the plugin's grant for the queue, SQS's
+//! attribute and size rules, the outbox's limits) and says why when it cannot go: the handler
+//! decides what to do about it.
 
 use crate::Attribute;
 pub use crate::bindings::qhost::handler::outbox::Outgoing;

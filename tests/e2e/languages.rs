@@ -29,6 +29,10 @@ fn install(env: &TestEnv, lang: &str, sent: &str, reuse: u32) -> String {
             "sent-queue = \"sent-emails\"",
             &format!("sent-queue = \"{sent}\""),
         )
+        .replace(
+            "queues = [\"sent-emails\"]",
+            &format!("queues = [\"{sent}\"]"),
+        )
         .replace("[limits]", &format!("[limits]\nreuse-instance = {reuse}"));
     env.install_bytes("email-reminder", &bytes, &manifest);
     qhost::runtime::loader::version_of(&bytes)

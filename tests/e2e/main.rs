@@ -8,6 +8,7 @@
 
 mod bad_input;
 mod cli;
+mod hostile;
 mod languages;
 mod payload;
 mod pipeline;

@@ -11,7 +11,7 @@ use qhost::source::QueueSource;
 use qhost_e2e::faults::FailingAcks;
 use qhost_e2e::harness::{Running, TestEnv, attr, contents, queue_toml, run_until_idle, send_all};
 
-const REMINDER_MANIFEST: &str = "[idempotency]\nkey = \"json:/reminder-id\"\non-missing = \"message-id\"\n[config]\nsent-queue = \"sent-emails\"\n";
+const REMINDER_MANIFEST: &str = "[idempotency]\nkey = \"json:/reminder-id\"\non-missing = \"message-id\"\n[outbox]\nqueues = [\"sent-emails\"]\n[config]\nsent-queue = \"sent-emails\"\n";
 
 fn reminder(id: &str, email: &str) -> String {
     format!(r#"{{"reminder-id":"{id}","email":"{email}","customer":"C","month":"2026-12"}}"#)
@@ -43,8 +43,15 @@ async fn a_reminder_sent_twice_emails_once() {
     let key_of = |m| attr(m, "qhost-idempotency-key").unwrap().to_string();
     let mut keys: Vec<_> = sent.iter().map(key_of).collect();
     keys.sort();
-    assert_eq!(keys, vec!["r-1/0", "r-2/0"]);
-    let to_r1 = sent.iter().find(|m| key_of(m) == "r-1/0").unwrap();
+    assert_eq!(
+        keys,
+        vec!["email-reminder:r-1/0", "email-reminder:r-2/0"],
+        "derived keys name the producing plugin"
+    );
+    let to_r1 = sent
+        .iter()
+        .find(|m| key_of(m) == "email-reminder:r-1/0")
+        .unwrap();
     let email: serde_json::Value = serde_json::from_slice(&to_r1.body).unwrap();
     assert_eq!(email["message-id"], "<r-1@reminders.qhost>");
     assert_eq!(email["to"], "a@example.com");
@@ -81,7 +88,7 @@ async fn a_redelivery_after_a_failed_delete_is_acked_without_running() {
     assert_eq!(out.len(), 1, "the outbox message went out once");
     assert_eq!(
         attr(&out[0], "qhost-idempotency-key"),
-        Some(format!("{}/0", ids[0]).as_str())
+        Some(format!("fixture:{}/0", ids[0]).as_str())
     );
 }
 

@@ -7,6 +7,7 @@ use qhost::Host;
 use qhost::idempotency::redis::RedisStore;
 use qhost::idempotency::{
     Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
+    Released,
 };
 use qhost::message::Outgoing;
 use qhost::source::QueueSource;
@@ -53,7 +54,7 @@ async fn leases_complete_once_and_a_lapsed_owner_is_refused() {
     assert_eq!(second.fencing_token, 2, "fencing tokens grow across grants");
     let lost = Err(IdempotencyError::LeaseLost(key.clone()));
     assert_eq!(store.extend(&first, Duration::from_secs(30)).await, lost);
-    assert_eq!(store.release(&first).await, lost);
+    assert_eq!(store.release(&first, Released::Failed).await, lost);
     let stale = Completion {
         lease: first,
         outbox: vec![],
@@ -90,6 +91,62 @@ async fn leases_complete_once_and_a_lapsed_owner_is_refused() {
     assert_eq!(
         store.status(&key).await.unwrap(),
         KeyStatus::Completed { pending_outbox: 0 }
+    );
+}
+
+async fn pttl(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("PTTL")
+}
+
+#[tokio::test]
+async fn failed_runs_are_counted_and_the_fencing_counter_outlives_its_record() {
+    let store = RedisStore::connect(&shared_url()).await.unwrap();
+    let mut conn = connect(&shared_url()).await;
+    let key = qhost::idempotency::key::scoped(&unique_namespace("failures"), "p", "k");
+    let fence = format!("{key}:fence");
+    let ttl = Duration::from_secs(30);
+
+    let first = grant(&store, &key, ttl).await;
+    assert_eq!(first.failures, 0);
+    store.release(&first, Released::Failed).await.unwrap();
+    let second = grant(&store, &key, ttl).await;
+    assert_eq!(second.failures, 1, "a failed run is counted");
+    store.release(&second, Released::NotRun).await.unwrap();
+    let third = grant(&store, &key, ttl).await;
+    assert_eq!(
+        third.failures, 1,
+        "a put-back without a run uses up nothing"
+    );
+
+    // A heartbeat that keeps a lease far past the counter's first lifetime (window + ttl).
+    store
+        .extend(&third, Duration::from_secs(600))
+        .await
+        .unwrap();
+    let (record_ttl, fence_ttl) = (pttl(&mut conn, &key).await, pttl(&mut conn, &fence).await);
+    assert!(
+        fence_ttl >= record_ttl + 59_000,
+        "extended with the lease: counter {fence_ttl} ms, record {record_ttl} ms"
+    );
+    let done = Completion {
+        lease: third,
+        outbox: vec![],
+        window: Duration::from_secs(3600),
+    };
+    assert_eq!(store.complete(&[done]).await.unwrap(), vec![Ok(())]);
+    let (record_ttl, fence_ttl) = (pttl(&mut conn, &key).await, pttl(&mut conn, &fence).await);
+    assert!(
+        fence_ttl > record_ttl && record_ttl > 3_500_000,
+        "extended with the completed record: counter {fence_ttl} ms, record {record_ttl} ms"
+    );
+    assert_eq!(
+        pttl(&mut conn, &format!("{key}:failed")).await,
+        -2,
+        "completion forgets the failures"
     );
 }
 

@@ -59,7 +59,7 @@ fn keys(msgs: &[Received]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn reminders_over_sqs_email_once_and_dead_letter_junk() {
     let env = TestEnv::new();
-    env.install("email-reminder", "email-reminder", "[idempotency]\nkey = \"json:/reminder-id\"\non-missing = \"message-id\"\n[config]\nsent-queue = \"SENT\"\n");
+    env.install("email-reminder", "email-reminder", "[idempotency]\nkey = \"json:/reminder-id\"\non-missing = \"message-id\"\n[outbox]\nqueues = [\"SENT\"]\n[config]\nsent-queue = \"SENT\"\n");
     let (reminders, dlq) = queue_pair("reminders").await;
     let sent = unique("sent-emails");
     create_queue(&sent, &[]).await;
@@ -80,7 +80,10 @@ async fn reminders_over_sqs_email_once_and_dead_letter_junk() {
         (3, 2, 1, 1),
         "{c:?}"
     );
-    assert_eq!(keys(&drain(&sent).await), vec!["r-1/0", "r-2/0"]);
+    assert_eq!(
+        keys(&drain(&sent).await),
+        vec!["email-reminder:r-1/0", "email-reminder:r-2/0"]
+    );
     let dead = drain(&dlq).await;
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].body, b"junk");
@@ -241,8 +244,10 @@ async fn binary_attributes_non_utf8_bodies_and_a_1_mib_body_round_trip() {
         "a body at the 1 MiB limit arrives whole"
     );
     let over = Outgoing::new(&jobs, vec![b'a'; limit + 1]);
-    let err = q.send(&[over]).await.unwrap_err().to_string();
-    assert!(err.contains("exceeds SQS's limit"), "{err}");
+    let err = q.send(&[over]).await.unwrap_err();
+    assert!(err.is_permanent(), "{err}");
+    let err = err.to_string();
+    assert!(err.contains("1048577 bytes, over SQS's"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -387,8 +392,9 @@ fn a_missing_queue_or_an_unreachable_endpoint_is_one_clear_error_at_start() {
         std::fs::write(
             &config,
             format!(
-                "plugins-dir = {:?}\n[source]\nkind = \"sqs\"\nendpoint-url = \"{url}\"\n{}",
+                "plugins-dir = {:?}\ndata-dir = {:?}\n[source]\nkind = \"sqs\"\nendpoint-url = \"{url}\"\n{}",
                 env.plugins_dir(),
+                env.data_dir(),
                 queue_toml("no-such-queue", "fixture", "")
             ),
         )

@@ -118,7 +118,7 @@ fn job_keys() -> Vec<String> {
 }
 
 fn stage2_keys() -> Vec<String> {
-    (0..JOBS).map(|i| format!("j-{i}/0")).collect()
+    (0..JOBS).map(|i| format!("stage1:j-{i}/0")).collect()
 }
 
 /// Distinct derived keys on the sink, and the number of messages there.

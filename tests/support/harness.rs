@@ -62,9 +62,15 @@ impl TestEnv {
         self.install_bytes(name, &crate::plugin_bytes(crate_name), manifest);
     }
 
-    /// Installs arbitrary bytes as `NAME.wasm`.
+    /// Installs arbitrary bytes as `NAME.wasm`. A manifest without an `[outbox]` grant gets
+    /// one for every queue: the tests that are about grants write their own.
     pub fn install_bytes(&self, name: &str, bytes: &[u8], manifest: &str) {
         let dir = self.plugins_dir();
+        let manifest = if manifest.contains("[outbox]") {
+            manifest.to_string()
+        } else {
+            format!("{manifest}\n[outbox]\nqueues = [\"*\"]\n")
+        };
         std::fs::write(dir.join(format!("{name}.wasm")), bytes).expect("writing plugin");
         std::fs::write(dir.join(format!("{name}.toml")), manifest).expect("writing manifest");
     }

@@ -22,6 +22,7 @@ use anyhow::bail;
 use serde::Deserialize;
 
 use crate::aws::AwsSettings;
+use crate::message::rules::SendShape;
 
 /// SQS's largest message; the threshold cannot be above it.
 const MAX_THRESHOLD: u64 = 1024 * 1024;
@@ -99,6 +100,22 @@ pub struct PayloadConfig {
     pub delete_extended_after_ack: bool,
     /// Where pointers may lead: the store itself, then `allow`.
     pub allow: Vec<PayloadPlace>,
+}
+
+impl PayloadConfig {
+    /// How messages leave the host under this configuration, for checking them beforehand.
+    pub fn send_shape(&self) -> SendShape {
+        SendShape {
+            offload_above: self.store.as_ref().map(|_| self.threshold),
+            offload_always: self.always,
+            pointer_attributes: match self.store {
+                // The extended client's size attribute and qhost's digest.
+                Some(PayloadPlace::S3 { .. }) => 2,
+                Some(_) => 1,
+                None => 0,
+            },
+        }
+    }
 }
 
 impl Default for PayloadConfig {

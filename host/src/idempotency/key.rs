@@ -157,6 +157,7 @@ mod tests {
             receive_count: 1,
             sent_at_ms: 0,
             group_id: None,
+            malformed: None,
         }
     }
 

@@ -12,7 +12,7 @@ use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::{
     Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
-    StoreResult,
+    Released, StoreResult,
 };
 use crate::message::{Outgoing, now_ms};
 use crate::sqlite::Db;
@@ -25,9 +25,16 @@ CREATE TABLE IF NOT EXISTS idempotency (
     fencing INTEGER NOT NULL,
     expires_at_ms INTEGER NOT NULL,
     outbox TEXT,
-    outbox_at_ms INTEGER
+    outbox_at_ms INTEGER,
+    failures INTEGER NOT NULL DEFAULT 0
 );
 ";
+
+/// Adds what later versions keep to a store written by an earlier one.
+const MIGRATIONS: [(&str, &str); 1] = [(
+    "failures",
+    "ALTER TABLE idempotency ADD COLUMN failures INTEGER NOT NULL DEFAULT 0",
+)];
 
 /// The embedded idempotency store.
 #[derive(Debug)]
@@ -42,13 +49,23 @@ struct Row {
     expires_at_ms: i64,
     outbox: Option<String>,
     outbox_at_ms: Option<i64>,
+    failures: u32,
 }
 
 impl LocalStore {
     /// Opens the store at `path`, or an in-memory one for `None`.
     pub fn open(path: Option<&Path>) -> anyhow::Result<Self> {
         let db = Db::open(path)?;
-        db.call_now(|c| Ok(c.execute_batch(SCHEMA)?))?;
+        db.call_now(|c| {
+            c.execute_batch(SCHEMA)?;
+            for (column, add) in MIGRATIONS {
+                let probe = format!("SELECT {column} FROM idempotency LIMIT 0");
+                if c.prepare(&probe).is_err() {
+                    c.execute_batch(add)?;
+                }
+            }
+            Ok(())
+        })?;
         Ok(LocalStore { db })
     }
 }
@@ -56,7 +73,7 @@ impl LocalStore {
 fn read(tx: &Transaction<'_>, key: &str) -> anyhow::Result<Option<Row>> {
     Ok(tx
         .prepare_cached(
-            "SELECT state, owner, fencing, expires_at_ms, outbox, outbox_at_ms
+            "SELECT state, owner, fencing, expires_at_ms, outbox, outbox_at_ms, failures
              FROM idempotency WHERE key = ?1",
         )?
         .query_row([key], |r| {
@@ -67,6 +84,7 @@ fn read(tx: &Transaction<'_>, key: &str) -> anyhow::Result<Option<Row>> {
                 expires_at_ms: r.get(3)?,
                 outbox: r.get(4)?,
                 outbox_at_ms: r.get(5)?,
+                failures: r.get(6)?,
             })
         })
         .optional()?)
@@ -97,7 +115,8 @@ fn acquire_one(tx: &Transaction<'_>, req: &LeaseRequest, now: i64) -> anyhow::Re
         }
         _ => {}
     }
-    let fencing_token = row.map_or(0, |r| r.fencing) + 1;
+    let fencing_token = row.as_ref().map_or(0, |r| r.fencing) + 1;
+    let failures = row.map_or(0, |r| r.failures);
     let owner = uuid::Uuid::new_v4().to_string();
     tx.prepare_cached(
         "INSERT INTO idempotency (key, state, owner, fencing, expires_at_ms, outbox)
@@ -115,6 +134,8 @@ fn acquire_one(tx: &Transaction<'_>, req: &LeaseRequest, now: i64) -> anyhow::Re
         key: req.key.clone(),
         owner,
         fencing_token,
+        failures,
+        window: req.window,
     }))
 }
 
@@ -146,7 +167,8 @@ fn complete_one(tx: &Transaction<'_>, done: &Completion) -> anyhow::Result<bool>
     update_owned(
         tx,
         &done.lease,
-        "state = 'completed', owner = NULL, expires_at_ms = ?4, outbox = ?5, outbox_at_ms = ?6",
+        "state = 'completed', owner = NULL, expires_at_ms = ?4, outbox = ?5, outbox_at_ms = ?6,
+         failures = 0",
         &[&expires, &outbox, &now],
     )
 }
@@ -237,10 +259,16 @@ impl IdempotencyStore for LocalStore {
         .await
     }
 
-    async fn release(&self, lease: &Lease) -> StoreResult<()> {
+    async fn release(&self, lease: &Lease, why: Released) -> StoreResult<()> {
         let owned = lease.clone();
+        let failures = match why {
+            Released::NotRun => "failures",
+            Released::Failed => "failures + 1",
+            Released::GaveUp => "0",
+        };
+        let set = format!("state = 'released', owner = NULL, failures = {failures}");
         let held = self
-            .write(move |tx| update_owned(tx, &owned, "state = 'released', owner = NULL", &[]))
+            .write(move |tx| update_owned(tx, &owned, &set, &[]))
             .await?;
         IdempotencyError::owned(lease, held)
     }
@@ -298,7 +326,7 @@ mod tests {
         assert_eq!(new.fencing_token, old.fencing_token + 1);
         let lost = Err(IdempotencyError::LeaseLost("k".into()));
         assert_eq!(store.extend(&old, Duration::from_secs(60)).await, lost);
-        assert_eq!(store.release(&old).await, lost);
+        assert_eq!(store.release(&old, Released::NotRun).await, lost);
         let stale = Completion {
             lease: old,
             outbox: vec![],
@@ -312,9 +340,27 @@ mod tests {
                 ..
             }
         ));
-        assert_eq!(store.release(&new).await, Ok(()));
+        assert_eq!(store.release(&new, Released::NotRun).await, Ok(()));
         let again = grant(&store, "k", 60_000).await;
         assert_eq!(again.fencing_token, 3);
+    }
+
+    #[tokio::test]
+    async fn failed_runs_are_counted_across_leases_until_given_up() {
+        let store = LocalStore::open(None).unwrap();
+        let first = grant(&store, "k", 60_000).await;
+        assert_eq!(first.failures, 0);
+        store.release(&first, Released::Failed).await.unwrap();
+        let second = grant(&store, "k", 60_000).await;
+        assert_eq!(second.failures, 1);
+        store.release(&second, Released::NotRun).await.unwrap();
+        let third = grant(&store, "k", 60_000).await;
+        assert_eq!(
+            third.failures, 1,
+            "a put-back without a run uses up nothing"
+        );
+        store.release(&third, Released::GaveUp).await.unwrap();
+        assert_eq!(grant(&store, "k", 60_000).await.failures, 0);
     }
 
     #[tokio::test]

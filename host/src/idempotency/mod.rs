@@ -11,7 +11,14 @@
 //!
 //! Extend, complete and release name the owner token they were granted; a worker whose lease
 //! lapsed and was re-granted cannot complete or release the newer owner's lease. Fencing tokens
-//! grow with every grant on a key and are handed to the handler.
+//! grow with every grant on a key and are handed to the handler; the counter always outlives
+//! its record by a dedup window, so a token never goes back while anyone could hold an older
+//! one.
+//!
+//! Beside them the store counts the key's failed handler runs: a release says whether the run
+//! failed ([`Released::Failed`]), and the next grant carries the count. Attempts therefore count
+//! handler runs, not deliveries: a message put back while its key was busy, while a store was
+//! down or while its outbox was pending has used up nothing.
 
 pub mod key;
 pub mod local;
@@ -80,6 +87,22 @@ pub struct Lease {
     pub owner: String,
     /// Grows with every grant on this key.
     pub fencing_token: u64,
+    /// Handler runs under earlier leases on this key that failed.
+    pub failures: u32,
+    /// How long the key is remembered once completed (the fencing counter outlives the
+    /// record by this much).
+    pub window: Duration,
+}
+
+/// Why a lease is given back, which decides the key's count of failed runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Released {
+    /// The handler did not run (the message was put back for another reason): unchanged.
+    NotRun,
+    /// The handler ran and failed: one more.
+    Failed,
+    /// The message was given up (dead-lettered): forgotten, so a redriven copy starts afresh.
+    GaveUp,
 }
 
 /// What acquiring a key found.
@@ -150,7 +173,7 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
     /// Records that a completed key's outbox was sent.
     async fn outbox_sent(&self, key: &str) -> StoreResult<()>;
 
-    /// Gives a lease up so the key can be acquired at once; [`IdempotencyError::LeaseLost`]
-    /// when not the owner.
-    async fn release(&self, lease: &Lease) -> StoreResult<()>;
+    /// Gives a lease up so the key can be acquired at once, counting the run by `why`;
+    /// [`IdempotencyError::LeaseLost`] when not the owner.
+    async fn release(&self, lease: &Lease, why: Released) -> StoreResult<()>;
 }

@@ -7,7 +7,8 @@
 //! NS:{PLUGIN:KEY}        hash  state = leased | completed, owner, fence,
 //!                              outbox (JSON) and outbox_at (ms, Redis clock) until sent
 //!                              TTL = the lease while leased, the dedup window once completed
-//! NS:{PLUGIN:KEY}:fence  counter for fencing tokens (INCR), outliving the record
+//! NS:{PLUGIN:KEY}:fence  counter for fencing tokens (INCR); TTL = the record's plus a window
+//! NS:{PLUGIN:KEY}:failed failed handler runs (INCR on a failed release), gone on completion
 //! ```
 //!
 //! A lease that lapses is simply gone (its TTL ran out), which is what makes a crashed
@@ -28,7 +29,7 @@ use redis::{Script, Value};
 
 use super::{
     Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
-    StoreResult,
+    Released, StoreResult,
 };
 use crate::message::Outgoing;
 
@@ -45,6 +46,11 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The fencing counter's key for a record key.
 pub(crate) fn fence_key(key: &str) -> String {
     format!("{key}:fence")
+}
+
+/// The failed-runs counter's key for a record key.
+pub(crate) fn failures_key(key: &str) -> String {
+    format!("{key}:failed")
 }
 
 /// The Redis idempotency store.
@@ -124,10 +130,16 @@ impl RedisStore {
             .map_err(|e| IdempotencyError::Unavailable(format!("Redis call failed: {e}")))
     }
 
-    /// One owner-checked script on one lease.
-    async fn owned(&self, script: &Script, lease: &Lease, args: &[String]) -> StoreResult<()> {
+    /// One owner-checked script on one lease, with its record's `sibling` key.
+    async fn owned(
+        &self,
+        script: &Script,
+        lease: &Lease,
+        sibling: String,
+        args: &[String],
+    ) -> StoreResult<()> {
         let mut invocation = script.key(&lease.key);
-        invocation.arg(&lease.owner);
+        invocation.key(sibling).arg(&lease.owner);
         for a in args {
             invocation.arg(a);
         }
@@ -142,14 +154,22 @@ fn corrupt(what: impl std::fmt::Display) -> IdempotencyError {
     IdempotencyError::Corrupt(what.to_string())
 }
 
-fn parse_acquired(key: &str, owner: String, reply: Vec<String>) -> StoreResult<Acquired> {
+fn parse_acquired(
+    request: &LeaseRequest,
+    owner: String,
+    reply: Vec<String>,
+) -> StoreResult<Acquired> {
     match reply.as_slice() {
-        [kind, fence] if kind == "granted" => Ok(Acquired::Granted(Lease {
-            key: key.to_string(),
+        [kind, fence, failures] if kind == "granted" => Ok(Acquired::Granted(Lease {
+            key: request.key.clone(),
             owner,
             fencing_token: fence
                 .parse()
                 .map_err(|e| corrupt(format!("fencing token `{fence}`: {e}")))?,
+            failures: failures
+                .parse()
+                .map_err(|e| corrupt(format!("failed runs `{failures}`: {e}")))?,
+            window: request.window,
         })),
         [kind, outbox, age] if kind == "completed" => Ok(Acquired::Completed {
             pending_outbox: decode_outbox(outbox)?,
@@ -192,6 +212,7 @@ impl IdempotencyStore for RedisStore {
             let mut invocation = ACQUIRE.key(&r.key);
             invocation
                 .key(fence_key(&r.key))
+                .key(failures_key(&r.key))
                 .arg(owner)
                 .arg(ms(r.ttl))
                 .arg(ms(r.window + r.ttl));
@@ -202,12 +223,14 @@ impl IdempotencyStore for RedisStore {
             .iter()
             .zip(owners)
             .zip(replies)
-            .map(|((r, owner), reply)| parse_acquired(&r.key, owner, reply))
+            .map(|((r, owner), reply)| parse_acquired(r, owner, reply))
             .collect()
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> StoreResult<()> {
-        self.owned(&EXTEND, lease, &[ms(ttl).to_string()]).await
+        let args = [ms(ttl).to_string(), ms(ttl + lease.window).to_string()];
+        self.owned(&EXTEND, lease, fence_key(&lease.key), &args)
+            .await
     }
 
     async fn complete(&self, completions: &[Completion]) -> StoreResult<Vec<StoreResult<()>>> {
@@ -216,9 +239,12 @@ impl IdempotencyStore for RedisStore {
         for c in completions {
             let mut invocation = COMPLETE.key(&c.lease.key);
             invocation
+                .key(fence_key(&c.lease.key))
+                .key(failures_key(&c.lease.key))
                 .arg(&c.lease.owner)
                 .arg(ms(c.window))
-                .arg(encode_outbox(&c.outbox));
+                .arg(encode_outbox(&c.outbox))
+                .arg(ms(c.window + c.window));
             pipe.invoke_script(&invocation);
         }
         let done: Vec<i64> = self.query(&pipe).await?;
@@ -238,14 +264,22 @@ impl IdempotencyStore for RedisStore {
         self.query::<()>(&pipe).await
     }
 
-    async fn release(&self, lease: &Lease) -> StoreResult<()> {
-        self.owned(&RELEASE, lease, &[]).await
+    async fn release(&self, lease: &Lease, why: Released) -> StoreResult<()> {
+        let how = match why {
+            Released::NotRun => "not-run",
+            Released::Failed => "failed",
+            Released::GaveUp => "gave-up",
+        };
+        // The count lives as long as the fencing counter would for a fresh lease.
+        let args = [how.to_string(), ms(lease.window * 2).to_string()];
+        self.owned(&RELEASE, lease, failures_key(&lease.key), &args)
+            .await
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::fence_key;
+    use super::{failures_key, fence_key};
     use crate::idempotency::key::scoped;
 
     /// CRC16/XMODEM, as Redis Cluster uses for key slots.
@@ -290,6 +324,7 @@ mod tests {
         for (plugin, key) in [("mail", "k1"), ("orders", "a/b/0"), ("x", "}{"), ("p", "")] {
             let record = scoped("qhost", plugin, key);
             assert_eq!(slot(&record), slot(&fence_key(&record)), "{record}");
+            assert_eq!(slot(&record), slot(&failures_key(&record)), "{record}");
             assert_eq!(
                 slot(&record),
                 slot(&format!("{{{plugin}:{key}}}")),

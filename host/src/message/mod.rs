@@ -4,6 +4,7 @@
 //! generated WIT types when it calls a guest. Keeping one set of types in the middle means the
 //! pipeline never depends on aws-sdk or wasmtime types.
 
+pub mod rules;
 pub mod wire;
 
 use serde::{Deserialize, Serialize};
@@ -79,6 +80,10 @@ pub struct Received {
     pub sent_at_ms: u64,
     /// FIFO message group.
     pub group_id: Option<String>,
+    /// Why the message cannot be handled as it arrived (a body marked base64 that is not, an
+    /// attribute that cannot be read); `body` is then what arrived. Such a message is
+    /// dead-lettered alone with this reason, and the rest of its batch runs normally.
+    pub malformed: Option<String>,
 }
 
 /// A message to send.

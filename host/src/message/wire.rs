@@ -3,16 +3,18 @@
 //!
 //! One leaf module, so the vocabulary has one home: backends, the pipeline and the payload
 //! stores import from here, and this module imports nothing from the rest of the crate but the
-//! message types it measures. A name written elsewhere as a literal is a bug waiting for a
+//! message types it measures and the digest it stamps. A name written elsewhere as a literal is a bug waiting for a
 //! rename.
 
-use super::{Attribute, AttributeValue};
+use super::{Attribute, AttributeValue, Outgoing};
 
 /// Prefix of every attribute qhost itself writes; dead letters drop the others' copies of these.
 pub(crate) const RESERVED_PREFIX: &str = "qhost-";
 
-/// On an outbox message: `PARENT-KEY/INDEX`, the derived idempotency key. A qhost consumer keyed
-/// by message id uses it as the key instead, so a copy re-sent after a crash is dropped.
+/// On an outbox message: `PLUGIN:PARENT-KEY/INDEX`, the derived idempotency key. A qhost
+/// consumer keyed by message id uses it as the key instead, so a copy re-sent after a crash is
+/// dropped. It names the producing plugin, so two plugins that share a business key never
+/// suppress each other's messages downstream.
 pub const IDEMPOTENCY_KEY: &str = "qhost-idempotency-key";
 /// On an outbox message: the plugin build that produced it, `NAME@VERSION`.
 pub const PRODUCER: &str = "qhost-producer";
@@ -25,7 +27,7 @@ pub const DEAD_LETTER_REASON: &str = "qhost-dead-letter-reason";
 pub const DEAD_LETTER_PLUGIN: &str = "qhost-plugin";
 /// On a dead letter: that plugin's version, or `-` when none was loaded.
 pub const DEAD_LETTER_VERSION: &str = "qhost-plugin-version";
-/// On a dead letter: deliveries so far.
+/// On a dead letter: handler runs on its key (or deliveries, for a message that never ran).
 pub const DEAD_LETTER_ATTEMPTS: &str = "qhost-attempts";
 /// On a dead letter: the queue it came from.
 pub const DEAD_LETTER_SOURCE_QUEUE: &str = "qhost-source-queue";
@@ -56,6 +58,23 @@ pub const POINTER_ATTRIBUTES: [&str; 4] = [
     PAYLOAD_SIZE,
     PAYLOAD_SHA256,
 ];
+
+/// The derived idempotency key of the `index`th message `plugin` sends while handling `key`.
+pub fn derived_key(plugin: &str, key: &str, index: usize) -> String {
+    format!("{plugin}:{key}/{index}")
+}
+
+/// Stamps an outbox message with what qhost adds: its derived key (as an attribute, and its
+/// full sha256 as the FIFO deduplication id) and the producing build, `NAME@VERSION`. Any
+/// copies of these the handler set are replaced.
+pub(crate) fn stamp(msg: &mut Outgoing, derived: &str, producer: &str) {
+    msg.attributes
+        .retain(|a| a.name != IDEMPOTENCY_KEY && a.name != PRODUCER);
+    msg.attributes
+        .push(Attribute::string(IDEMPOTENCY_KEY, derived));
+    msg.attributes.push(Attribute::string(PRODUCER, producer));
+    msg.dedup_id = Some(crate::digest::sha256_hex(derived.as_bytes()));
+}
 
 /// SQS's limit on one message, body and attributes together, and on one batch request.
 pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;

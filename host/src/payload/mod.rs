@@ -24,7 +24,7 @@ use std::sync::Arc;
 use crate::config::{Config, PayloadConfig, PayloadPlace};
 use crate::digest::sha256_hex;
 use crate::message::wire::{self, MAX_MESSAGE_BYTES, POINTER_ATTRIBUTES};
-use crate::message::{Attribute, Outgoing, find_attribute};
+use crate::message::{Attribute, Outgoing, find_attribute, rules};
 use local::LocalPayloads;
 use pointer::{Location, Pointer};
 use redis::RedisPayloads;
@@ -202,7 +202,7 @@ impl Payloads {
         msg: Outgoing,
         key_for: impl FnOnce(&Outgoing) -> String,
     ) -> Result<Outgoing, OffloadError> {
-        let size = wire::message_size(msg.body.len(), &msg.attributes);
+        let size = rules::size_as_sent(&msg);
         let over = size > self.config.threshold;
         let Some(store_kind) = &self.config.store else {
             return if size > MAX_MESSAGE_BYTES {

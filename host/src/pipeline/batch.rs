@@ -26,6 +26,10 @@ pub(crate) async fn dispatch(
     let mut ready = Vec::new();
     for msg in batch {
         let permit = permits.pop();
+        if let Some(reason) = msg.malformed.clone() {
+            spawn(queue, malformed(Arc::clone(queue), msg, reason), permit);
+            continue;
+        }
         if let Some(group) = msg.group_id.clone() {
             groups.entry(group).or_default().push((msg, permit));
             continue;
@@ -39,6 +43,16 @@ pub(crate) async fn dispatch(
         spawn(queue, run_group(Arc::clone(queue), chain), None);
     }
     lease_and_spawn(queue, ready).await;
+}
+
+/// A message that could not be read as it arrived is dead-lettered alone, with why.
+async fn malformed(queue: Arc<QueueCtx>, msg: Received, reason: String) -> Fate {
+    let plugin = PluginRef::Named(queue.config.plugin.clone());
+    let delivery = Delivery::new(queue, msg, plugin);
+    delivery.record(Event::Received);
+    delivery
+        .dead_letter(format!("malformed message: {reason}"))
+        .await
 }
 
 fn spawn<F: Future<Output = Fate> + Send + 'static>(queue: &QueueCtx, task: F, permit: Permit) {

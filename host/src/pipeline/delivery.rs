@@ -9,12 +9,14 @@
 //! | [`finish`]      | outbox sent, deleted           | (already completed) | —                    |
 //! | [`put_back`]    | visible again after a delay    | released            | no                   |
 //! | [`back_off`]    | put back on the retry schedule | released            | no                   |
-//! | [`retry`]       | put back, or dead-lettered     | released            | yes                  |
+//! | [`retry`]       | put back, or dead-lettered     | released, a failure | yes (a handler run)  |
 //! | [`dead_letter`] | sent to the DLQ, deleted       | released            | —                    |
 //! | [`let_lapse`]   | left to its visibility timeout | (lost to another)   | —                    |
 //!
 //! Each method first stops the heartbeat and waits for an extension under way, so nothing it
-//! does to the message can be overtaken by a late extension.
+//! does to the message can be overtaken by a late extension. `retry` and `dead_letter` first
+//! confirm the lease is still held: a result reached after losing it is dropped
+//! (`let_lapse`), since the key's new owner decides.
 //!
 //! [`ack`]: Delivery::ack
 //! [`finish`]: Delivery::finish
@@ -33,7 +35,7 @@ use super::deadletter::{self, Verdict};
 use super::heartbeat::Heartbeat;
 use super::outbox;
 use crate::handler::Plugin;
-use crate::idempotency::{Completion, IdempotencyError, Lease};
+use crate::idempotency::{Completion, IdempotencyError, Lease, Released};
 use crate::message::{Outgoing, Received};
 use crate::payload::OffloadError;
 use crate::stats::Event;
@@ -175,19 +177,57 @@ impl Delivery {
         }
     }
 
-    /// Gives the lease back (if held) so the next delivery need not wait for it to lapse.
-    async fn release(&mut self) {
+    /// Gives the lease back (if held) so the next delivery need not wait for it to lapse,
+    /// counting the run by `why`.
+    async fn release(&mut self, why: Released) {
         let Some(lease) = self.lease.take() else {
             return;
         };
         let plugin = self.plugin.name();
-        match self.shared().store.release(&lease).await {
+        match self.shared().store.release(&lease, why).await {
             Ok(()) => {}
             Err(IdempotencyError::LeaseLost(key)) => {
                 tracing::warn!(plugin, %key, "lease had already passed to another worker")
             }
             Err(e) => {
                 tracing::warn!(plugin, key = %lease.key, error = %e, "could not release lease; it will lapse")
+            }
+        }
+    }
+
+    /// This delivery's attempt: the handler runs on its key so far (this one included) once
+    /// leased, or its deliveries when it never was.
+    fn attempt(&self) -> u32 {
+        self.lease
+            .as_ref()
+            .map_or(self.msg.receive_count, |l| l.failures + 1)
+    }
+
+    /// Whether the lease (if any) is still this delivery's. A failure or reject reached after
+    /// losing it is not this delivery's to act on: the new owner's run stands.
+    async fn still_held(&self) -> Result<(), IdempotencyError> {
+        match &self.lease {
+            Some(lease) => {
+                let ttl = self.queue.config.visibility;
+                self.shared().store.extend(lease, ttl).await
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Ends the delivery if its lease is gone (or cannot be confirmed); otherwise hands it back.
+    async fn unless_lost(self) -> Result<Self, Fate> {
+        match self.still_held().await {
+            Ok(()) => Ok(self),
+            Err(IdempotencyError::LeaseLost(key)) => {
+                let msg = &self.msg;
+                tracing::warn!(queue = %msg.queue, message_id = %msg.id, %key, "lease lost while the handler ran; leaving the message to its new owner");
+                Err(self.let_lapse(Event::LostLease).await)
+            }
+            Err(e) => {
+                let msg = &self.msg;
+                tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, "cannot confirm the lease; putting the message back");
+                Err(self.back_off().await)
             }
         }
     }
@@ -263,6 +303,12 @@ impl Delivery {
         if !outbox.is_empty() {
             let shared = Arc::clone(&self.queue.shared);
             if let Err(e) = shared.source.send(&outbox).await {
+                if e.is_permanent() {
+                    // Sent again, it would be refused again: the message goes to the
+                    // dead-letter queue with SQS's word, the outbox stays recorded unsent.
+                    let reason = format!("the outbox could not be sent: {e}");
+                    return self.dead_letter(reason).await;
+                }
                 let msg = &self.msg;
                 tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, "outbox send failed; will resend on redelivery");
                 return self.back_off().await;
@@ -287,10 +333,14 @@ impl Delivery {
     }
 
     /// Makes the message visible again after `delay`, releasing the lease, counting it as `why`
-    /// (a busy key, a release at shutdown, a retry). Not an attempt.
-    pub(crate) async fn put_back(mut self, delay: Duration, why: Event) -> Fate {
+    /// (a busy key, a release at shutdown, an outage). Not an attempt.
+    pub(crate) async fn put_back(self, delay: Duration, why: Event) -> Fate {
+        self.put_back_as(delay, why, Released::NotRun).await
+    }
+
+    async fn put_back_as(mut self, delay: Duration, why: Event, ran: Released) -> Fate {
         self.stop_heartbeat().await;
-        self.release().await;
+        self.release(ran).await;
         self.record(why);
         let (queue, msg) = (&self.queue, &self.msg);
         if let Err(e) = queue
@@ -313,41 +363,69 @@ impl Delivery {
     }
 
     /// A failed attempt: put back after the backoff (at least `asked_secs`), or dead-lettered
-    /// once the plugin's attempts are used up.
+    /// once the plugin's attempts are used up. Attempts count handler runs on the key (see
+    /// [`Delivery::attempt`]), so put-backs for other reasons never use them up.
     pub(crate) async fn retry(self, reason: String, asked_secs: u32) -> Fate {
-        let attempt = self.msg.receive_count;
-        if attempt >= self.plugin.max_attempts() {
+        let delivery = match self.unless_lost().await {
+            Ok(delivery) => delivery,
+            Err(fate) => return fate,
+        };
+        let attempt = delivery.attempt();
+        if attempt >= delivery.plugin.max_attempts() {
             let reason = format!("gave up after {attempt} attempts: {reason}");
-            return self.dead_letter(reason).await;
+            return delivery.dead_letter(reason).await;
         }
-        let (msg, plugin) = (&self.msg, &self.plugin);
+        let (msg, plugin) = (&delivery.msg, &delivery.plugin);
         tracing::info!(queue = %msg.queue, message_id = %msg.id, plugin = plugin.name(), version = plugin.version(), attempt, %reason, "will retry");
-        let delay = self.backoff_delay(asked_secs);
-        self.put_back(delay, Event::Retried).await
+        let policy = &delivery.shared().config.retry;
+        let delay = backoff::delay(policy, attempt, asked_secs);
+        let ran = if delivery.lease.is_some() {
+            Released::Failed
+        } else {
+            Released::NotRun
+        };
+        delivery.put_back_as(delay, Event::Retried, ran).await
     }
 
     /// Sends the message to the dead-letter queue with `reason`, then deletes it and releases
-    /// the lease; if the send fails, puts it back.
-    pub(crate) async fn dead_letter(mut self, reason: String) -> Fate {
-        self.stop_heartbeat().await;
+    /// the lease; if the send fails, puts it back. A delivery whose lease was lost meanwhile
+    /// is not dead-lettered: the new owner's run decides.
+    pub(crate) async fn dead_letter(self, reason: String) -> Fate {
+        let mut delivery = match self.unless_lost().await {
+            Ok(delivery) => delivery,
+            Err(fate) => return fate,
+        };
+        delivery.stop_heartbeat().await;
+        delivery.send_dead_letter(reason).await
+    }
+
+    async fn send_dead_letter(mut self, reason: String) -> Fate {
         let (msg, plugin) = (&self.msg, &self.plugin);
         let verdict = Verdict {
             plugin: plugin.name(),
             version: plugin.version(),
+            attempts: self.attempt(),
             reason: &reason,
         };
         let letter = deadletter::letter(msg, &self.queue.config.dead_letter, &verdict);
         tracing::warn!(
             queue = %msg.queue, message_id = %msg.id, plugin = verdict.plugin, version = verdict.version,
-            attempts = msg.receive_count, reason = %reason, "dead-lettering"
+            attempts = verdict.attempts, reason = %reason, "dead-lettering"
         );
         let shared = Arc::clone(&self.queue.shared);
         if let Err(e) = shared.source.send(&[letter]).await {
+            if e.is_permanent() {
+                // Nothing qhost can send will be taken: leave the message to the queue's own
+                // redrive policy, looking again only at the longest retry delay.
+                tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, "the dead-letter queue refuses this message; leaving it to the queue's redrive policy");
+                let delay = shared.config.retry.max;
+                return self.put_back(delay, Event::Retried).await;
+            }
             tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, "dead-letter send failed; keeping the message");
             return self.back_off().await;
         }
         self.record(Event::DeadLettered);
-        self.release().await;
+        self.release(Released::GaveUp).await;
         self.queue.acker.ack(self.msg.receipt);
         Fate::Gone
     }

@@ -1,30 +1,21 @@
 //! Outbox stamping: what qhost adds to each message a handler asks to send, so that a copy
-//! re-sent after a crash is recognisable downstream.
+//! re-sent after a crash is recognisable downstream ([`wire::stamp`]).
 
 use crate::handler::Plugin;
+use crate::message::Outgoing;
 use crate::message::wire;
-use crate::message::{Attribute, Outgoing};
 
-/// Stamps each outbox message with its derived key (`KEY/INDEX`) as an attribute and as the
-/// FIFO deduplication id, and with the producing plugin's name and version.
-pub(crate) fn stamp(key: &str, producer: &Plugin, outbox: Vec<Outgoing>) -> Vec<Outgoing> {
+/// Stamps each outbox message with its derived key (`PLUGIN:KEY/INDEX`) and the producing
+/// plugin's name and version. A wasm plugin's outbox is stamped as the handler sends (so it is
+/// checked as it will travel); stamping again here gives the same result, and covers any
+/// other handler.
+pub(crate) fn stamp(key: &str, producer: &Plugin, mut outbox: Vec<Outgoing>) -> Vec<Outgoing> {
     if outbox.is_empty() {
         return outbox; // most handlers send nothing: no per-message allocation for them
     }
     let produced_by = format!("{}@{}", producer.name, producer.version);
+    for (i, m) in outbox.iter_mut().enumerate() {
+        wire::stamp(m, &wire::derived_key(&producer.name, key, i), &produced_by);
+    }
     outbox
-        .into_iter()
-        .enumerate()
-        .map(|(i, mut m)| {
-            let derived = format!("{key}/{i}");
-            m.attributes
-                .retain(|a| a.name != wire::IDEMPOTENCY_KEY && a.name != wire::PRODUCER);
-            m.attributes
-                .push(Attribute::string(wire::IDEMPOTENCY_KEY, &derived));
-            m.attributes
-                .push(Attribute::string(wire::PRODUCER, &produced_by));
-            m.dedup_id = Some(crate::runtime::loader::version_of(derived.as_bytes()));
-            m
-        })
-        .collect()
 }

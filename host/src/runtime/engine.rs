@@ -19,6 +19,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllo
 use super::bindings::Handler;
 use super::cache::{CompileCounters, CompiledCache};
 use super::state::HostState;
+use crate::message::rules::SendShape;
 
 /// How often the epoch advances; timeouts are enforced to within about this much.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -30,6 +31,8 @@ pub struct EngineSettings {
     pub max_instances: u32,
     /// The largest linear memory any plugin may have, in MiB.
     pub max_memory_mib: u64,
+    /// How the host sends what an outbox holds, so each message is checked as it will go.
+    pub send: SendShape,
 }
 
 /// The shared engine and linker.
@@ -39,6 +42,7 @@ pub struct Runtime {
     linker: Linker<HostState>,
     cache: Option<CompiledCache>,
     counters: Arc<CompileCounters>,
+    send: SendShape,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -90,6 +94,7 @@ impl Runtime {
             linker,
             cache: None,
             counters: Arc::default(),
+            send: settings.send,
         })
     }
 
@@ -102,6 +107,11 @@ impl Runtime {
     /// How many components were compiled, and how many came from the cache.
     pub fn counters(&self) -> &CompileCounters {
         &self.counters
+    }
+
+    /// How the host sends what an outbox holds.
+    pub(crate) fn send_shape(&self) -> SendShape {
+        self.send
     }
 
     /// The engine.

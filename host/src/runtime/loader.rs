@@ -94,16 +94,7 @@ pub(crate) fn build(
         .map_err(fail)?;
     let pre = check_world(runtime, &component).map_err(fail)?;
     let version = version_of(bytes);
-    let invoker = WasmInvoker::new(
-        runtime.engine().clone(),
-        pre,
-        &name,
-        &version,
-        manifest.config.clone(),
-        manifest.limits.memory_mib,
-        manifest.timeout(),
-    )
-    .reusing(manifest.limits.reuse_instance);
+    let invoker = WasmInvoker::new(pre, (&name, &version), &manifest, runtime.send_shape());
     Ok(Plugin::new(
         name,
         version,

@@ -16,6 +16,10 @@
 //! concurrency = 4               # calls at once; unlimited (the host's cap) by default
 //! reuse-instance = 1            # messages one instance may handle (see runtime::wasm)
 //!
+//! [outbox]
+//! queues = ["sent-emails"]      # where it may send; none by default, "*" for any queue
+//! max-bytes = 16777216          # all it may send from one message, bodies and attributes
+//!
 //! [config]                      # read by the plugin through the `config` import
 //! greeting = "hello"
 //! ```
@@ -28,6 +32,7 @@ use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
 use crate::idempotency::key::{KeySource, OnMissingKey};
+use crate::message::wire::valid_queue_name;
 
 /// The most memory a plugin may ask for; the engine's instance pool is sized for it.
 pub const MAX_MEMORY_MIB: u64 = 4096;
@@ -42,9 +47,48 @@ pub struct Manifest {
     /// Resource limits.
     #[serde(default)]
     pub limits: Limits,
+    /// Where the plugin may send, and how much.
+    #[serde(default)]
+    pub outbox: OutboxGrant,
     /// Settings the plugin reads through `config.get`.
     #[serde(default)]
     pub config: BTreeMap<String, String>,
+}
+
+/// The outbox a plugin is granted: no queue unless named, and a cap on what one message may
+/// send, so a handler cannot make the host hold unbounded memory on its behalf.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct OutboxGrant {
+    /// Queue names the plugin may send to; `"*"` grants every queue.
+    #[serde(default)]
+    pub queues: Vec<String>,
+    /// Bytes (bodies and attributes) the plugin may send from one message.
+    #[serde(default = "default_outbox_bytes")]
+    pub max_bytes: usize,
+}
+
+impl Default for OutboxGrant {
+    fn default() -> Self {
+        OutboxGrant {
+            queues: Vec::new(),
+            max_bytes: default_outbox_bytes(),
+        }
+    }
+}
+
+fn default_outbox_bytes() -> usize {
+    16 << 20
+}
+
+/// The most any plugin may send from one message.
+pub const MAX_OUTBOX_BYTES: usize = 256 << 20;
+
+impl OutboxGrant {
+    /// Whether the plugin may send to `queue`.
+    pub fn allows(&self, queue: &str) -> bool {
+        self.queues.iter().any(|q| q == "*" || q == queue)
+    }
 }
 
 /// Where the key comes from and how long completed work is remembered.
@@ -162,6 +206,18 @@ impl Manifest {
             self.idempotency.dedup_window_secs > 0,
             "idempotency.dedup-window-secs must be positive"
         );
+        let outbox = &self.outbox;
+        if let Some(bad) = outbox
+            .queues
+            .iter()
+            .find(|q| *q != "*" && !valid_queue_name(q))
+        {
+            anyhow::bail!("outbox.queues: `{bad}` is not a queue name (or \"*\")");
+        }
+        anyhow::ensure!(
+            (1..=MAX_OUTBOX_BYTES).contains(&outbox.max_bytes),
+            "outbox.max-bytes must be between 1 and {MAX_OUTBOX_BYTES}"
+        );
         Ok(())
     }
 
@@ -204,6 +260,20 @@ mod tests {
     }
 
     #[test]
+    fn the_outbox_grants_nothing_unless_named() {
+        let none = Manifest::parse("").unwrap().outbox;
+        assert!(!none.allows("anything"));
+        let some = Manifest::parse("[outbox]\nqueues = [\"sent\"]\n")
+            .unwrap()
+            .outbox;
+        assert!(some.allows("sent") && !some.allows("other"));
+        let any = Manifest::parse("[outbox]\nqueues = [\"*\"]\n")
+            .unwrap()
+            .outbox;
+        assert!(any.allows("other"));
+    }
+
+    #[test]
     fn bad_manifests_name_the_field() {
         let unknown = Manifest::parse("[limits]\ntimeout = 5\n").unwrap_err();
         assert!(
@@ -214,6 +284,8 @@ mod tests {
         assert!(zero.to_string().contains("limits.max-attempts"), "{zero}");
         let none = Manifest::parse("[limits]\nconcurrency = 0\n").unwrap_err();
         assert!(none.to_string().contains("limits.concurrency"), "{none}");
+        let queue = Manifest::parse("[outbox]\nqueues = [\"../x\"]\n").unwrap_err();
+        assert!(queue.to_string().contains("outbox.queues"), "{queue}");
         let key = Manifest::parse("[idempotency]\nkey = \"header:x\"\n").unwrap_err();
         assert!(
             format!("{key:#}").contains("is not a key source"),

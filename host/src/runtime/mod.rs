@@ -8,6 +8,7 @@ pub mod engine;
 pub mod inspect;
 pub mod loader;
 pub mod manifest;
+mod outbox;
 pub mod registry;
 pub mod reload;
 pub(crate) mod state;

@@ -259,6 +259,7 @@ mod tests {
         let runtime = Runtime::new(EngineSettings {
             max_instances: 2,
             max_memory_mib: 16,
+            send: Default::default(),
         })
         .unwrap();
         PluginDir::new(runtime, dir, Arc::default())

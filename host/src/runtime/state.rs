@@ -15,19 +15,11 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::qhost::handler::{config, log, outbox, types};
 use super::convert;
+use super::outbox::{OutboxPolicy, Sender};
 use crate::message::Outgoing;
-use crate::message::wire::valid_queue_name;
 
 /// Stderr kept per message for trap reports.
 const STDERR_CAPACITY: usize = 8 * 1024;
-/// Outbox messages one invocation may queue.
-pub(crate) const MAX_OUTBOX_MESSAGES: usize = 100;
-/// The largest outbox body accepted. Above SQS's 1 MiB a body needs the payload store; without
-/// one, the host rejects the message when it tries to send it.
-pub(crate) const MAX_OUTBOX_BODY: usize = 64 * 1024 * 1024;
-/// Attributes a guest may put on one outbox message: SQS allows ten, and qhost adds two (the
-/// derived idempotency key and the producer).
-pub(crate) const MAX_OUTBOX_ATTRIBUTES: usize = 8;
 /// Longest log line kept from a guest.
 const MAX_LOG_LINE: usize = 4096;
 
@@ -42,6 +34,8 @@ pub(crate) struct CallContext {
     pub(crate) message_id: String,
     /// Source queue.
     pub(crate) queue: String,
+    /// The message's idempotency key, which outbox keys derive from.
+    pub(crate) key: String,
 }
 
 /// The store data for one invocation.
@@ -51,8 +45,9 @@ pub(crate) struct HostState {
     stderr: MemoryOutputPipe,
     limiter: MemoryLimiter,
     config: Arc<BTreeMap<String, String>>,
+    outbox_policy: Arc<OutboxPolicy>,
     ctx: CallContext,
-    /// What the guest asked to send.
+    /// What the guest asked to send, stamped and checked.
     pub(crate) outbox: Vec<Outgoing>,
 }
 
@@ -61,6 +56,7 @@ impl HostState {
     pub(crate) fn new(
         ctx: CallContext,
         config: Arc<BTreeMap<String, String>>,
+        outbox_policy: Arc<OutboxPolicy>,
         memory_bytes: u64,
     ) -> Self {
         let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
@@ -76,6 +72,7 @@ impl HostState {
             stderr,
             limiter: MemoryLimiter::new(memory_bytes),
             config,
+            outbox_policy,
             ctx,
             outbox: Vec::new(),
         }
@@ -163,27 +160,16 @@ impl config::Host for HostState {
 
 impl outbox::Host for HostState {
     fn send(&mut self, msg: outbox::Outgoing) -> Result<(), String> {
-        if self.outbox.len() >= MAX_OUTBOX_MESSAGES {
-            return Err(format!(
-                "outbox holds at most {MAX_OUTBOX_MESSAGES} messages"
-            ));
-        }
-        if !valid_queue_name(&msg.queue) {
-            return Err(format!("`{}` is not a valid queue name", msg.queue));
-        }
-        if msg.body.len() > MAX_OUTBOX_BODY {
-            return Err(format!(
-                "body of {} bytes exceeds the {MAX_OUTBOX_BODY}-byte limit",
-                msg.body.len()
-            ));
-        }
-        if msg.attributes.len() > MAX_OUTBOX_ATTRIBUTES {
-            return Err(format!(
-                "{} attributes exceed the limit of {MAX_OUTBOX_ATTRIBUTES}",
-                msg.attributes.len()
-            ));
-        }
-        self.outbox.push(convert::outgoing_from_guest(msg));
+        let c = &self.ctx;
+        let producer = format!("{}@{}", c.plugin, c.version);
+        let sender = Sender {
+            plugin: &c.plugin,
+            producer: &producer,
+            key: &c.key,
+        };
+        let msg = convert::outgoing_from_guest(msg);
+        let admitted = self.outbox_policy.admit(&self.outbox, sender, msg)?;
+        self.outbox.push(admitted);
         Ok(())
     }
 }

@@ -22,8 +22,11 @@ use wasmtime::{Engine, Store, Trap};
 use super::bindings::{Handler, HandlerPre};
 use super::convert;
 use super::engine::EPOCH_TICK;
+use super::manifest::Manifest;
+use super::outbox::OutboxPolicy;
 use super::state::{CallContext, HostState};
 use crate::handler::{Failure, HandlerMessage, Invocation, Invoke};
+use crate::message::rules::SendShape;
 
 /// Runs one component's `handle`.
 pub(crate) struct WasmInvoker {
@@ -32,6 +35,7 @@ pub(crate) struct WasmInvoker {
     plugin: Arc<str>,
     version: Arc<str>,
     config: Arc<BTreeMap<String, String>>,
+    outbox: Arc<OutboxPolicy>,
     memory_bytes: u64,
     timeout: Duration,
     reuse: u32,
@@ -58,33 +62,30 @@ impl std::fmt::Debug for WasmInvoker {
 }
 
 impl WasmInvoker {
-    /// An invoker for a checked component.
+    /// An invoker for a checked component, under its manifest's limits and grants; `send` is
+    /// how the host sends what the outbox holds.
     pub(crate) fn new(
-        engine: Engine,
         pre: HandlerPre<HostState>,
-        plugin: &str,
-        version: &str,
-        config: BTreeMap<String, String>,
-        memory_mib: u64,
-        timeout: Duration,
+        id: (&str, &str),
+        manifest: &Manifest,
+        send: SendShape,
     ) -> Self {
+        let (plugin, version) = id;
         WasmInvoker {
-            engine,
+            engine: pre.engine().clone(),
             pre,
             plugin: plugin.into(),
             version: version.into(),
-            config: Arc::new(config),
-            memory_bytes: memory_mib << 20,
-            timeout,
-            reuse: 1,
+            config: Arc::new(manifest.config.clone()),
+            outbox: Arc::new(OutboxPolicy {
+                grant: manifest.outbox.clone(),
+                shape: send,
+            }),
+            memory_bytes: manifest.limits.memory_mib << 20,
+            timeout: manifest.timeout(),
+            reuse: manifest.limits.reuse_instance.max(1),
             idle: Mutex::default(),
         }
-    }
-
-    /// Lets one instance handle up to `n` messages (1: a fresh instance per message).
-    pub(crate) fn reusing(mut self, n: u32) -> Self {
-        self.reuse = n.max(1);
-        self
     }
 
     fn take_idle(&self) -> Option<Warm> {
@@ -106,7 +107,8 @@ impl WasmInvoker {
     }
 
     fn instantiate(&self, ctx: CallContext) -> Result<Warm, Failure> {
-        let state = HostState::new(ctx, Arc::clone(&self.config), self.memory_bytes);
+        let config = Arc::clone(&self.config);
+        let state = HostState::new(ctx, config, Arc::clone(&self.outbox), self.memory_bytes);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| s.limiter());
         store.set_epoch_deadline(self.deadline_ticks());
@@ -155,6 +157,7 @@ impl Invoke for WasmInvoker {
             version: Arc::clone(&self.version),
             message_id: msg.id.clone(),
             queue: msg.queue.clone(),
+            key: msg.idempotency_key.clone(),
         };
         let guest_message = convert::message_to_guest(msg);
         let mut warm = match self.take_idle() {

@@ -1,6 +1,7 @@
 //! The embedded queue: SQS semantics in SQLite, for development, demos, tests and benchmarks.
 //!
-//! What it keeps of SQS: a receipt per delivery, a visibility timeout that hides a received
+//! What it keeps of SQS: its rules for a sent message ([`crate::message::rules`]: attribute
+//! count, names and values, the 1 MiB limit counted as SQS counts it), a receipt per delivery, a visibility timeout that hides a received
 //! message until it is deleted or the timeout lapses, a receive count, per-message delays,
 //! FIFO groups (only the head of a group is ever visible, so a group is handled in order, one
 //! message at a time) and a redrive policy that moves a message to its dead-letter queue once
@@ -20,7 +21,7 @@ use rusqlite::{Connection, Transaction, params};
 use tokio::sync::Notify;
 
 use super::{QueueDepth, QueueSource, SourceError};
-use crate::message::{Attribute, Outgoing, Received, now_ms};
+use crate::message::{Attribute, Outgoing, Received, now_ms, rules};
 use crate::sqlite::Db;
 
 const SCHEMA: &str = "
@@ -92,12 +93,15 @@ impl LocalQueue {
     }
 
     /// Sends each message `copies` times under one message id, as an at-least-once queue may
-    /// deliver it; returns the ids.
+    /// deliver it; returns the ids. A message SQS would refuse is refused, and none is sent.
     pub async fn send_copies(
         &self,
         messages: &[Outgoing],
         copies: usize,
-    ) -> anyhow::Result<Vec<String>> {
+    ) -> Result<Vec<String>, SourceError> {
+        for m in messages {
+            rules::check(m).map_err(|r| SourceError::Refused(r.0))?;
+        }
         let messages = messages.to_vec();
         let ids = self
             .db
@@ -191,11 +195,17 @@ fn receive_in(
     Ok(received)
 }
 
+/// A row as a received message. Attributes that do not decode (the database was written by
+/// something else) make the message malformed rather than failing the receive of its batch.
 fn row_to_received(r: &rusqlite::Row<'_>) -> rusqlite::Result<Received> {
     let attributes: String = r.get(4)?;
-    let attributes: Vec<Attribute> = serde_json::from_str(&attributes).map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(4, rusqlite::types::Type::Text, Box::new(e))
-    })?;
+    let (attributes, malformed) = match serde_json::from_str::<Vec<Attribute>>(&attributes) {
+        Ok(attributes) => (attributes, None),
+        Err(e) => (
+            Vec::new(),
+            Some(format!("its attributes cannot be read: {e}")),
+        ),
+    };
     Ok(Received {
         id: r.get(0)?,
         receipt: r.get(1)?,
@@ -205,6 +215,7 @@ fn row_to_received(r: &rusqlite::Row<'_>) -> rusqlite::Result<Received> {
         receive_count: r.get(5)?,
         sent_at_ms: r.get::<_, i64>(6)? as u64,
         group_id: r.get(7)?,
+        malformed,
     })
 }
 
@@ -310,7 +321,7 @@ impl QueueSource for LocalQueue {
     }
 
     async fn send(&self, messages: &[Outgoing]) -> Result<Vec<String>, SourceError> {
-        Ok(self.send_copies(messages, 1).await?)
+        self.send_copies(messages, 1).await
     }
 
     async fn depth(&self, queue: &str) -> Result<QueueDepth, SourceError> {

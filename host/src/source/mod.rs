@@ -23,9 +23,20 @@ pub enum SourceError {
     /// The queue does not exist.
     #[error("queue `{0}` does not exist")]
     UnknownQueue(String),
+    /// The queue refused a message for good: sending it again would be refused again.
+    #[error("refused: {0}")]
+    Refused(String),
     /// The backend failed (I/O, network, a server error). Usually worth retrying.
     #[error(transparent)]
     Backend(#[from] anyhow::Error),
+}
+
+impl SourceError {
+    /// Whether trying again cannot help: the message or its target is wrong, not the service
+    /// unavailable.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, SourceError::UnknownQueue(_) | SourceError::Refused(_))
+    }
 }
 
 /// How many messages a queue holds.
@@ -73,7 +84,8 @@ pub trait QueueSource: Send + Sync + std::fmt::Debug + 'static {
         delay: Duration,
     ) -> Result<(), SourceError>;
 
-    /// Sends messages (to one or several queues); returns their ids in order.
+    /// Sends messages (to one or several queues); returns their ids in order. A message that
+    /// breaks SQS's rules ([`crate::message::rules`]) is [`SourceError::Refused`].
     async fn send(&self, messages: &[Outgoing]) -> Result<Vec<String>, SourceError>;
 
     /// How many messages the queue holds.

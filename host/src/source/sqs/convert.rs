@@ -13,18 +13,14 @@ use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeN
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
+use crate::message::rules::is_sqs_text;
 use crate::message::wire::BODY_ENCODING;
 use crate::message::{Attribute, AttributeValue, Received};
-
-/// Whether SQS accepts `c` in a message body.
-fn allowed(c: char) -> bool {
-    matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
-}
 
 /// The body as SQS will carry it, and whether it had to be encoded.
 pub(crate) fn encode_body(body: &[u8]) -> (String, bool) {
     match std::str::from_utf8(body) {
-        Ok(text) if text.chars().all(allowed) => (text.to_string(), false),
+        Ok(text) if is_sqs_text(body) => (text.to_string(), false),
         _ => (STANDARD.encode(body), true),
     }
 }
@@ -60,26 +56,24 @@ fn system(m: &Message, name: Sys) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// A received SQS message as ours; `None` if it lacks an id or receipt (never seen in practice).
-pub(crate) fn received(queue: &str, m: &Message) -> Result<Received, String> {
-    let id = m.message_id().ok_or("message without an id")?.to_string();
-    let receipt = m
-        .receipt_handle()
-        .ok_or("message without a receipt handle")?
-        .to_string();
+/// A received SQS message as ours, or `None` without a receipt handle (nothing could be done
+/// with it; SQS always sends one). A message that cannot be read as it should (a body marked
+/// base64 that is not, an unknown encoding, a system attribute that is not a number) comes
+/// back with the body as it arrived and `malformed` saying why, so that it alone is
+/// dead-lettered and never fails the receive of its batch.
+pub(crate) fn received(queue: &str, m: &Message) -> Option<Received> {
+    let receipt = m.receipt_handle()?.to_string();
+    let mut defects = Vec::new();
+    let id = m.message_id().map(str::to_string).unwrap_or_else(|| {
+        defects.push("the message has no id".to_string());
+        format!("no-id-{}", crate::digest::sha256_hex(receipt.as_bytes()))
+    });
     let attrs: &HashMap<String, MessageAttributeValue> = m.message_attributes().unwrap_or(&EMPTY);
-    let encoded = attrs
-        .get(BODY_ENCODING)
-        .and_then(|v| v.string_value())
-        .is_some_and(|e| e == "base64");
     let text = m.body().unwrap_or_default();
-    let body = if encoded {
-        STANDARD
-            .decode(text)
-            .map_err(|e| format!("message {id}: body marked base64 but is not: {e}"))?
-    } else {
+    let body = decode_body(text, attrs.get(BODY_ENCODING)).unwrap_or_else(|defect| {
+        defects.push(defect);
         text.as_bytes().to_vec()
-    };
+    });
     let mut attributes: Vec<Attribute> = attrs
         .iter()
         .filter(|(name, _)| name.as_str() != BODY_ENCODING)
@@ -89,20 +83,46 @@ pub(crate) fn received(queue: &str, m: &Message) -> Result<Received, String> {
         })
         .collect();
     attributes.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(Received {
+    let receive_count = number(m, Sys::ApproximateReceiveCount, &mut defects).unwrap_or(1);
+    let sent_at_ms = number(m, Sys::SentTimestamp, &mut defects).unwrap_or(0);
+    Some(Received {
         id,
         receipt,
         queue: queue.to_string(),
         body,
         attributes,
-        receive_count: system(m, Sys::ApproximateReceiveCount)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(1),
-        sent_at_ms: system(m, Sys::SentTimestamp)
-            .and_then(|t| t.parse().ok())
-            .unwrap_or(0),
+        receive_count,
+        sent_at_ms,
         group_id: system(m, Sys::MessageGroupId).map(str::to_string),
+        malformed: (!defects.is_empty()).then(|| defects.join("; ")),
     })
+}
+
+/// The body's bytes, by its `qhost-body-encoding` attribute; the error says what is wrong.
+fn decode_body(text: &str, encoding: Option<&MessageAttributeValue>) -> Result<Vec<u8>, String> {
+    let Some(encoding) = encoding else {
+        return Ok(text.as_bytes().to_vec());
+    };
+    match encoding.string_value() {
+        Some("base64") => STANDARD.decode(text).map_err(|e| {
+            format!("the body is marked `{BODY_ENCODING} = base64` but is not base64: {e}")
+        }),
+        other => Err(format!(
+            "`{BODY_ENCODING}` is `{}`; the only encoding qhost knows is `base64`",
+            other.unwrap_or("(not a string)")
+        )),
+    }
+}
+
+/// A numeric system attribute: absent is `None`, unparseable a defect.
+fn number<T: std::str::FromStr>(m: &Message, name: Sys, defects: &mut Vec<String>) -> Option<T> {
+    let text = system(m, name.clone())?;
+    let parsed = text.parse().ok();
+    if parsed.is_none() {
+        let name = name.as_str();
+        defects.push(format!("system attribute {name} is `{text}`, not a number"));
+    }
+    parsed
 }
 
 static EMPTY: std::sync::LazyLock<HashMap<String, MessageAttributeValue>> =

@@ -7,11 +7,14 @@
 //!   failure is reported on its own, and an invalid receipt is [`SourceError::ReceiptExpired`].
 //! - Queue URLs are resolved by name once and cached; a missing queue is
 //!   [`SourceError::UnknownQueue`].
-//! - FIFO targets (`.fifo`) get a message group (`default` if none was given) and a
-//!   deduplication id (the message's own, or a fresh one).
+//! - A message is checked against SQS's rules ([`crate::message::rules`]) before it is sent;
+//!   what SQS still refuses for good is [`SourceError::Refused`] with SQS's code and message,
+//!   and anything else (throttling, 5xx, the network) is [`SourceError::Backend`].
+//! - FIFO targets (`.fifo`) get a deduplication id (the message's own, or a fresh one).
 
 mod batch;
 mod convert;
+mod refusal;
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -29,13 +32,11 @@ use aws_sdk_sqs::types::{
 
 use super::{QueueDepth, QueueSource, SourceError};
 use crate::aws::AwsSettings;
-use crate::message::wire;
 use crate::message::{Outgoing, Received};
+use crate::message::{rules, wire};
 
 /// The longest visibility SQS allows (12 hours).
 const MAX_VISIBILITY_SECS: u64 = 43_200;
-/// The longest delay SQS allows on a message (15 minutes).
-const MAX_DELAY_SECS: u32 = 900;
 
 /// API requests made, by kind, for measuring what a workload costs.
 #[derive(Debug, Default)]
@@ -76,6 +77,21 @@ where
     R: std::fmt::Debug + Send + Sync + 'static,
 {
     SourceError::Backend(anyhow::anyhow!("{what}: {}", DisplayErrorContext(&e)))
+}
+
+/// An SQS error on `what`: refused for good when its code says the request can never succeed.
+fn classify<E, R>(what: &str, e: SdkError<E, R>) -> SourceError
+where
+    E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match e.code().filter(|code| refusal::is_permanent(code)) {
+        Some(code) => SourceError::Refused(format!(
+            "{what}: SQS says {code}: {}",
+            e.message().unwrap_or_default()
+        )),
+        None => backend(what, e),
+    }
 }
 
 fn is_fifo(queue: &str) -> bool {
@@ -124,7 +140,8 @@ impl SqsQueue {
             .map_err(|e| {
                 let missing = e
                     .as_service_error()
-                    .is_some_and(|s| s.is_queue_does_not_exist());
+                    .is_some_and(|s| s.is_queue_does_not_exist())
+                    || e.code().is_some_and(|c| c.ends_with("NonExistentQueue"));
                 if missing {
                     SourceError::UnknownQueue(queue.to_string())
                 } else {
@@ -146,11 +163,12 @@ impl SqsQueue {
         i: usize,
         m: &Outgoing,
     ) -> Result<(SendMessageBatchRequestEntry, usize), SourceError> {
+        rules::check(m).map_err(|r| SourceError::Refused(r.0))?;
         let (body, encoded) = convert::encode_body(&m.body);
         let mut b = SendMessageBatchRequestEntry::builder()
             .id(i.to_string())
             .message_body(&body)
-            .delay_seconds(m.delay_seconds.min(MAX_DELAY_SECS) as i32);
+            .delay_seconds(m.delay_seconds as i32);
         let mut attributes = m.attributes.clone();
         if encoded {
             attributes.push(crate::message::Attribute::string(
@@ -165,7 +183,7 @@ impl SqsQueue {
         }
         if is_fifo(&m.queue) {
             b = b
-                .message_group_id(m.group_id.clone().unwrap_or_else(|| "default".into()))
+                .set_message_group_id(m.group_id.clone())
                 .message_deduplication_id(
                     m.dedup_id
                         .clone()
@@ -193,7 +211,7 @@ impl SqsQueue {
             sizes.push(size);
         }
         let plan = batch::plan(&sizes)
-            .map_err(|e| SourceError::Backend(anyhow::anyhow!("sending to `{queue}`: {e}")))?;
+            .map_err(|e| SourceError::Refused(format!("sending to `{queue}`: {e}")))?;
         let mut ids = vec![String::new(); messages.len()];
         for indices in plan {
             let batch: Vec<_> = indices.iter().filter_map(|&i| entries[i].take()).collect();
@@ -205,14 +223,18 @@ impl SqsQueue {
                 .set_entries(Some(batch))
                 .send()
                 .await
-                .map_err(|e| backend(&format!("sending to `{queue}`"), e))?;
+                .map_err(|e| classify(&format!("sending to `{queue}`"), e))?;
             if let Some(f) = out.failed().first() {
-                return Err(SourceError::Backend(anyhow::anyhow!(
-                    "sending to `{queue}`: entry {} failed: {} {}",
-                    f.id(),
+                let why = format!(
+                    "sending to `{queue}`: SQS says {}: {}",
                     f.code(),
                     f.message().unwrap_or_default()
-                )));
+                );
+                return Err(if f.sender_fault() && refusal::is_permanent(f.code()) {
+                    SourceError::Refused(why)
+                } else {
+                    SourceError::Backend(anyhow::anyhow!(why))
+                });
             }
             for ok in out.successful() {
                 if let Ok(i) = ok.id().parse::<usize>() {
@@ -249,12 +271,17 @@ impl QueueSource for SqsQueue {
             .send()
             .await
             .map_err(|e| backend(&format!("receiving from `{queue}`"), e))?;
-        out.messages()
+        Ok(out
+            .messages()
             .iter()
-            .map(|m| {
-                convert::received(queue, m).map_err(|e| SourceError::Backend(anyhow::anyhow!(e)))
+            .filter_map(|m| {
+                let received = convert::received(queue, m);
+                if received.is_none() {
+                    tracing::error!(queue, message_id = ?m.message_id(), "SQS sent a message without a receipt handle; skipping it");
+                }
+                received
             })
-            .collect()
+            .collect())
     }
 
     async fn ack(

@@ -1,0 +1,151 @@
+//! What an invocation's outbox accepts, checked when the handler calls `outbox.send`, before
+//! anything is committed: the handler hears why a message cannot go, and decides (reject,
+//! retry, send something else). Once accepted, a message is what the host will send.
+//!
+//! In order: the message count, the plugin's grant for the target queue (none by default),
+//! the bytes one message may send in all, then SQS's rules for the message as it will travel,
+//! stamped with qhost's attributes and offloaded if it will be ([`rules::check_as_sent`]).
+
+use crate::message::Outgoing;
+use crate::message::rules::{self, SendShape};
+use crate::message::wire::{self, message_size};
+use crate::runtime::manifest::OutboxGrant;
+
+/// Outbox messages one invocation may queue.
+pub(crate) const MAX_OUTBOX_MESSAGES: usize = 100;
+/// The largest outbox body accepted: above SQS's 1 MiB a body needs the payload store.
+pub(crate) const MAX_OUTBOX_BODY: usize = 64 * 1024 * 1024;
+
+/// One plugin's outbox rules.
+#[derive(Clone, Debug)]
+pub(crate) struct OutboxPolicy {
+    /// What its manifest grants.
+    pub(crate) grant: OutboxGrant,
+    /// How the host sends.
+    pub(crate) shape: SendShape,
+}
+
+/// Who is sending: what the stamp needs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sender<'a> {
+    /// The plugin's name.
+    pub(crate) plugin: &'a str,
+    /// `NAME@VERSION`.
+    pub(crate) producer: &'a str,
+    /// The idempotency key of the message being handled.
+    pub(crate) key: &'a str,
+}
+
+impl OutboxPolicy {
+    /// Stamps `msg` as the next message of `held` and checks it; the error is for the guest.
+    pub(crate) fn admit(
+        &self,
+        held: &[Outgoing],
+        sender: Sender<'_>,
+        mut msg: Outgoing,
+    ) -> Result<Outgoing, String> {
+        if held.len() >= MAX_OUTBOX_MESSAGES {
+            return Err(format!(
+                "the outbox holds at most {MAX_OUTBOX_MESSAGES} messages"
+            ));
+        }
+        if !self.grant.allows(&msg.queue) {
+            return Err(format!(
+                "this plugin may not send to queue `{}` (its manifest's [outbox] queues must name it)",
+                msg.queue
+            ));
+        }
+        if msg.body.len() > MAX_OUTBOX_BODY {
+            return Err(format!(
+                "a body of {} bytes is over the {MAX_OUTBOX_BODY}-byte limit",
+                msg.body.len()
+            ));
+        }
+        let derived = wire::derived_key(sender.plugin, sender.key, held.len());
+        wire::stamp(&mut msg, &derived, sender.producer);
+        let total = held
+            .iter()
+            .chain(std::iter::once(&msg))
+            .map(|m| message_size(m.body.len(), &m.attributes))
+            .sum::<usize>();
+        if total > self.grant.max_bytes {
+            return Err(format!(
+                "the outbox would hold {total} bytes; this plugin may send {} from one message ([outbox] max-bytes)",
+                self.grant.max_bytes
+            ));
+        }
+        rules::check_as_sent(&msg, &self.shape).map_err(|r| r.0)?;
+        Ok(msg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Attribute;
+
+    const SENDER: Sender<'static> = Sender {
+        plugin: "p",
+        producer: "p@v1",
+        key: "k",
+    };
+
+    fn policy(queues: &[&str], max_bytes: usize) -> OutboxPolicy {
+        OutboxPolicy {
+            grant: OutboxGrant {
+                queues: queues.iter().map(|q| q.to_string()).collect(),
+                max_bytes,
+            },
+            shape: SendShape::default(),
+        }
+    }
+
+    #[test]
+    fn an_admitted_message_is_stamped_with_a_scoped_key() {
+        let held = vec![Outgoing::new("out", "first")];
+        let msg = policy(&["out"], 1 << 20)
+            .admit(&held, SENDER, Outgoing::new("out", "second"))
+            .unwrap();
+        let key = msg
+            .attributes
+            .iter()
+            .find(|a| a.name == wire::IDEMPOTENCY_KEY);
+        assert_eq!(key.and_then(Attribute::text), Some("p:k/1"));
+        assert_eq!(msg.dedup_id.as_deref().map(str::len), Some(64));
+    }
+
+    #[test]
+    fn refusals_say_why() {
+        let p = policy(&["out"], 100);
+        let cases = [
+            (
+                Outgoing::new("elsewhere", "x"),
+                "may not send to queue `elsewhere`",
+            ),
+            (
+                Outgoing::new("out", vec![b'x'; 200]),
+                "may send 100 from one message",
+            ),
+        ];
+        for (msg, says) in cases {
+            let e = p.admit(&[], SENDER, msg).unwrap_err();
+            assert!(e.contains(says), "{e}");
+        }
+        let eight: Vec<_> = (0..8)
+            .map(|i| Attribute::number(format!("n{i}"), i))
+            .collect();
+        let binary = Outgoing {
+            attributes: eight,
+            ..Outgoing::new("out", vec![0xff])
+        };
+        let e = policy(&["*"], 1 << 20)
+            .admit(&[], SENDER, binary)
+            .unwrap_err();
+        assert!(e.contains("11 attributes"), "{e}");
+        let full = vec![Outgoing::new("out", "x"); MAX_OUTBOX_MESSAGES];
+        let e = p
+            .admit(&full, SENDER, Outgoing::new("out", "y"))
+            .unwrap_err();
+        assert!(e.contains("at most 100 messages"), "{e}");
+    }
+}

@@ -1,0 +1,384 @@
+//! Hostile input and permanent failures, against the embedded queue and against the
+//! SQS-compatible server alike: one bad message never stalls its batch, a send that can never
+//! succeed is not retried forever, a dead letter always fits, attempts count handler runs, and
+//! outbox keys name the plugin that made them.
+//!
+//! Each case asserts the outcome, the reason text, and that nothing else was lost, run twice
+//! or put back (a put-back would delay a message by a visibility timeout or more).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
+use qhost::Host;
+use qhost::idempotency::key::scoped;
+use qhost::idempotency::{Acquired, IdempotencyStore, LeaseRequest};
+use qhost::message::{Attribute, AttributeValue, Outgoing, Received};
+use qhost::source::QueueSource;
+use qhost::source::sqs::SqsQueue;
+use qhost_e2e::harness::{TestEnv, attr, contents, run_until_idle};
+use qhost_e2e::sqs_server::{client, create_queue, drain, endpoint, sdk_config, unique};
+
+/// Where the messages live.
+#[derive(Clone, Copy, Debug)]
+enum Backend {
+    Embedded,
+    Sqs,
+}
+
+const BOTH: [Backend; 2] = [Backend::Embedded, Backend::Sqs];
+
+/// One test's queues and host on one backend.
+struct Setup {
+    env: TestEnv,
+    backend: Backend,
+}
+
+impl Setup {
+    fn new(backend: Backend) -> Self {
+        Setup {
+            env: TestEnv::new(),
+            backend,
+        }
+    }
+
+    /// A queue name for this test, created (with its `-dlq`) on SQS.
+    async fn queue(&self, base: &str) -> String {
+        match self.backend {
+            Backend::Embedded => base.to_string(),
+            Backend::Sqs => {
+                let name = unique(base);
+                create_queue(&name, &[]).await;
+                create_queue(&format!("{name}-dlq"), &[]).await;
+                name
+            }
+        }
+    }
+
+    fn source(&self) -> Arc<dyn QueueSource> {
+        match self.backend {
+            Backend::Embedded => Arc::new(self.env.queue()),
+            Backend::Sqs => Arc::new(SqsQueue::from_sdk_config(&sdk_config())),
+        }
+    }
+
+    /// A host consuming `queues` (name, plugin) with a visibility timeout of 5 s.
+    async fn host(&self, queues: &[(&str, &str)]) -> Host {
+        let mut text = String::new();
+        if let Backend::Sqs = self.backend {
+            text.push_str(&format!(
+                "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\n",
+                endpoint()
+            ));
+        }
+        for (name, plugin) in queues {
+            text.push_str(&format!(
+                "[[queue]]\nname = \"{name}\"\nplugin = \"{plugin}\"\nwait-time-secs = 0\nvisibility-timeout-secs = 5\n"
+            ));
+        }
+        let config = self.env.config(&text);
+        match self.backend {
+            Backend::Embedded => self.env.host(config).await,
+            Backend::Sqs => Host::with_source(config, self.source())
+                .await
+                .expect("host starts"),
+        }
+    }
+
+    async fn send(&self, msgs: &[Outgoing]) -> Vec<String> {
+        self.source().send(msgs).await.expect("send")
+    }
+
+    /// Everything now in `queue` (removed from it on SQS).
+    async fn take(&self, queue: &str) -> Vec<Received> {
+        match self.backend {
+            Backend::Embedded => contents(&self.env.queue(), queue).await,
+            Backend::Sqs => drain(queue).await,
+        }
+    }
+
+    /// The dead letters of `queue`, each with its reason.
+    async fn dead_letters(&self, queue: &str) -> Vec<(Received, String)> {
+        self.take(&format!("{queue}-dlq"))
+            .await
+            .into_iter()
+            .map(|m| {
+                let reason = attr(&m, "qhost-dead-letter-reason")
+                    .expect("a reason")
+                    .to_string();
+                (m, reason)
+            })
+            .collect()
+    }
+}
+
+fn binary(name: &str, bytes: &[u8]) -> Attribute {
+    Attribute {
+        name: name.into(),
+        value: AttributeValue::Binary(bytes.to_vec()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_poison_encoding_marker_is_dead_lettered_alone_and_its_batch_runs_at_once() {
+    let setup = Setup::new(Backend::Sqs);
+    setup.env.install("fixture", "fixture", "");
+    let jobs = setup.queue("poison").await;
+    let url = create_queue(&jobs, &[]).await;
+    // Nine good messages and one that claims a base64 body it does not have, in one batch.
+    let marker = MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value("base64")
+        .build()
+        .unwrap();
+    let entries: Vec<_> = (0..10)
+        .map(|i| {
+            let entry = SendMessageBatchRequestEntry::builder().id(i.to_string());
+            let entry = if i == 4 {
+                entry
+                    .message_body("this is *not* base64!")
+                    .message_attributes("qhost-body-encoding", marker.clone())
+            } else {
+                entry.message_body(format!("ack {i}"))
+            };
+            entry.build().unwrap()
+        })
+        .collect();
+    let sent = client()
+        .send_message_batch()
+        .queue_url(url)
+        .set_entries(Some(entries))
+        .send()
+        .await
+        .unwrap();
+    assert!(sent.failed().is_empty(), "{:?}", sent.failed());
+    let host = setup.host(&[(&jobs, "fixture")]).await;
+
+    run_until_idle(&host).await;
+
+    let c = host.stats().total();
+    assert_eq!(
+        (c.invoked, c.acked, c.dead_lettered, c.retried, c.busy),
+        (9, 9, 1, 0, 0),
+        "the nine ran once each, at their first delivery: {c:?}"
+    );
+    let dead = setup.dead_letters(&jobs).await;
+    assert_eq!(dead.len(), 1);
+    let (letter, reason) = &dead[0];
+    assert!(
+        reason.starts_with(
+            "malformed message: the body is marked `qhost-body-encoding = base64` but is not base64: Invalid symbol"
+        ),
+        "{reason}"
+    );
+    assert_eq!(letter.body, b"this is *not* base64!", "kept as it arrived");
+    assert!(setup.take(&jobs).await.is_empty());
+}
+
+/// The outbox refuses, before anything is committed, what SQS would refuse and what the plugin
+/// was not granted; the handler hears why (the fixture rejects with it).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_outbox_refuses_what_sqs_would_and_what_was_not_granted() {
+    for backend in BOTH {
+        let setup = Setup::new(backend);
+        let jobs = setup.queue("outbox-rules").await;
+        let out = setup.queue("granted").await;
+        let other = setup.queue("not-granted").await;
+        let grant = format!("[outbox]\nqueues = [\"{out}\"]\n");
+        setup.env.install("fixture", "fixture", &grant);
+        let host = setup.host(&[(&jobs, "fixture")]).await;
+        let bodies = [
+            format!("attrs:{out}:7"),
+            format!("attrs:{out}:8"),
+            format!("send:{other}:hello"),
+        ];
+        let msgs: Vec<_> = bodies
+            .iter()
+            .map(|b| Outgoing::new(&jobs, b.as_str()))
+            .collect();
+        setup.send(&msgs).await;
+
+        run_until_idle(&host).await;
+
+        let c = host.stats().total();
+        assert_eq!(
+            (c.invoked, c.acked, c.dead_lettered, c.retried),
+            (3, 1, 2, 0),
+            "{backend:?}: {c:?}"
+        );
+        let sent = setup.take(&out).await;
+        assert_eq!(sent.len(), 1, "{backend:?}");
+        assert_eq!(sent[0].body, [0xff, 0x00, 0xfe], "{backend:?}");
+        assert_eq!(
+            sent[0].attributes.len(),
+            9,
+            "{backend:?}: seven of the plugin's and two of qhost's (the base64 marker hidden)"
+        );
+        let mut reasons: Vec<String> = setup
+            .dead_letters(&jobs)
+            .await
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect();
+        reasons.sort();
+        assert_eq!(
+            reasons,
+            vec![
+                format!(
+                    "outbox refused: a message to `{out}` has 11 attributes (one of them the base64 marker a binary body needs); SQS allows 10"
+                ),
+                format!(
+                    "outbox refused: this plugin may not send to queue `{other}` (its manifest's [outbox] queues must name it)"
+                ),
+            ],
+            "{backend:?}"
+        );
+        assert!(setup.take(&other).await.is_empty(), "{backend:?}");
+        assert!(setup.take(&jobs).await.is_empty(), "{backend:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_outbox_to_a_missing_queue_is_dead_lettered_with_sqs_word_not_retried() {
+    let setup = Setup::new(Backend::Sqs);
+    setup.env.install("fixture", "fixture", "");
+    let jobs = setup.queue("to-nowhere").await;
+    let missing = unique("never-created");
+    let host = setup.host(&[(&jobs, "fixture")]).await;
+    let body = format!("send:{missing}:hello");
+    setup.send(&[Outgoing::new(&jobs, body.as_str())]).await;
+
+    run_until_idle(&host).await;
+
+    let c = host.stats().total();
+    assert_eq!((c.invoked, c.dead_lettered, c.retried), (1, 1, 0), "{c:?}");
+    let dead = setup.dead_letters(&jobs).await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        dead[0].1,
+        format!("the outbox could not be sent: queue `{missing}` does not exist")
+    );
+    assert!(setup.take(&jobs).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_letter_with_a_binary_body_and_five_attributes_fits() {
+    for backend in BOTH {
+        let setup = Setup::new(backend);
+        // Keyed by an attribute the message lacks: dead-lettered without running.
+        let manifest = "[idempotency]\nkey = \"attribute:job-id\"\n";
+        setup.env.install("fixture", "fixture", manifest);
+        let jobs = setup.queue("binary-dead").await;
+        let host = setup.host(&[(&jobs, "fixture")]).await;
+        let mut msg = Outgoing::new(&jobs, vec![0xff, 0x00, 0x01, 0x80]);
+        msg.attributes = (0..4)
+            .map(|i| Attribute::string(format!("a{i}"), "v"))
+            .chain([binary("blob", &[0, 1, 2])])
+            .collect();
+        setup.send(&[msg]).await;
+
+        run_until_idle(&host).await;
+
+        let dead = setup.dead_letters(&jobs).await;
+        assert_eq!(dead.len(), 1, "{backend:?}");
+        let (letter, reason) = &dead[0];
+        assert!(
+            reason.starts_with(
+                "idempotency key source `attribute:job-id` is missing from the message"
+            ),
+            "{backend:?}: {reason}"
+        );
+        assert_eq!(letter.body, [0xff, 0x00, 0x01, 0x80], "{backend:?}");
+        let folded = attr(letter, "qhost-original-attributes").expect("folded originals");
+        for name in ["a0", "a3", "blob"] {
+            assert!(
+                folded.contains(&format!("\"{name}\"")),
+                "{backend:?}: {folded}"
+            );
+        }
+        assert_eq!(host.stats().total().invoked, 0, "{backend:?}");
+        assert!(setup.take(&jobs).await.is_empty(), "{backend:?}");
+    }
+}
+
+/// After many put-backs while its key was leased elsewhere, a message whose handler fails once
+/// is retried, not dead-lettered: attempts count handler runs, not deliveries.
+#[tokio::test(flavor = "multi_thread")]
+async fn put_backs_while_busy_use_up_no_attempts() {
+    for backend in BOTH {
+        let setup = Setup::new(backend);
+        // Two attempts: one failure must not be the last.
+        let manifest = "[limits]\nmax-attempts = 2\n";
+        setup.env.install("fixture", "fixture", manifest);
+        let jobs = setup.queue("outage").await;
+        let seen = setup.queue("outage-seen").await;
+        // Fails while its fencing token is below 3, so only at its first run: the test's
+        // own lease below is token 1, the host's first run token 2.
+        let body = format!("fail-below-fence:3;send:{seen}:done");
+        let ids = setup.send(&[Outgoing::new(&jobs, body.as_str())]).await;
+        let store = setup.env.store();
+        let key = scoped("qhost", "fixture", &ids[0]);
+        let request = LeaseRequest {
+            key,
+            ttl: Duration::from_secs(3),
+            window: Duration::from_secs(60),
+        };
+        let held = store.acquire(&[request]).await.unwrap();
+        assert!(matches!(held[0], Acquired::Granted(_)), "{held:?}");
+        let host = setup.host(&[(&jobs, "fixture")]).await;
+
+        run_until_idle(&host).await;
+
+        let c = host.stats().total();
+        assert!(c.busy >= 1, "{backend:?}: put back while leased: {c:?}");
+        assert_eq!(
+            (c.invoked, c.retried, c.acked, c.dead_lettered),
+            (2, 1, 1, 0),
+            "{backend:?}: one failed run, one good one: {c:?}"
+        );
+        assert_eq!(setup.take(&seen).await.len(), 1, "{backend:?}");
+        assert!(setup.dead_letters(&jobs).await.is_empty(), "{backend:?}");
+    }
+}
+
+/// Two plugins that share a business key, both sending to one queue: their messages carry
+/// different derived keys, so the consumer downstream runs both.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_plugins_sharing_a_key_do_not_suppress_each_other_downstream() {
+    for backend in BOTH {
+        let setup = Setup::new(backend);
+        let keyed = "[idempotency]\nkey = \"attribute:job-id\"\n";
+        setup.env.install("billing", "fixture", keyed);
+        setup.env.install("shipping", "fixture", keyed);
+        setup.env.install("audit", "fixture", "");
+        let (a, b) = (
+            setup.queue("billing-in").await,
+            setup.queue("shipping-in").await,
+        );
+        let down = setup.queue("audit-in").await;
+        let host = setup
+            .host(&[(&a, "billing"), (&b, "shipping"), (&down, "audit")])
+            .await;
+        let job = Attribute::string("job-id", "order-7");
+        let body = format!("send:{down}:ack");
+        let msgs: Vec<_> = [&a, &b]
+            .iter()
+            .map(|q| Outgoing::new(q.as_str(), body.as_str()).with_attribute(job.clone()))
+            .collect();
+        setup.send(&msgs).await;
+
+        run_until_idle(&host).await;
+
+        let counts = host.stats().snapshot();
+        let audit = counts
+            .get(&(down.clone(), "audit".to_string()))
+            .expect("audit ran");
+        assert_eq!(
+            (audit.invoked, audit.duplicates),
+            (2, 0),
+            "{backend:?}: both messages ran downstream: {audit:?}"
+        );
+        let c = host.stats().total();
+        assert_eq!((c.acked, c.duplicates), (4, 0), "{backend:?}: {c:?}");
+    }
+}
