@@ -38,7 +38,7 @@ async fn measure(size: usize, n: usize) -> (f64, f64, usize) {
     body.resize(size, b'p');
     let msgs: Vec<Outgoing> = (0..n).map(|_| Outgoing::new(QUEUE, body.clone())).collect();
     let msgs = payloads
-        .offload_all(&config.namespace, msgs)
+        .offload_all(&config.namespace, 0, msgs)
         .await
         .expect("offload");
     let offloaded = msgs

@@ -14,10 +14,13 @@ use qhost::Host;
 use qhost::idempotency::key::scoped;
 use qhost::idempotency::{Acquired, IdempotencyStore, LeaseRequest};
 use qhost::message::{Attribute, AttributeValue, Outgoing, Received};
+use qhost::payload::{Payloads, pointer};
 use qhost::source::QueueSource;
 use qhost::source::sqs::SqsQueue;
 use qhost_e2e::harness::{TestEnv, attr, contents, run_until_idle};
-use qhost_e2e::sqs_server::{client, create_queue, drain, endpoint, sdk_config, unique};
+use qhost_e2e::sqs_server::{
+    client, create_bucket, create_queue, drain, endpoint, s3_payloads, sdk_config, unique,
+};
 
 /// Where the messages live.
 #[derive(Clone, Copy, Debug)]
@@ -64,7 +67,35 @@ impl Setup {
 
     /// A host consuming `queues` (name, plugin) with a visibility timeout of 5 s.
     async fn host(&self, queues: &[(&str, &str)]) -> Host {
-        let mut text = String::new();
+        self.host_with(queues, "").await
+    }
+
+    /// As [`Setup::host`], offloading bodies over 1000 bytes to this backend's payload store:
+    /// the embedded one, or S3 beside SQS.
+    async fn host_with_payloads(&self, queues: &[(&str, &str)]) -> Host {
+        let store = match self.backend {
+            Backend::Embedded => "store = \"local\"".to_string(),
+            Backend::Sqs => format!(
+                "store = \"s3\"\nbucket = \"{}\"",
+                create_bucket("hostile").await
+            ),
+        };
+        let payload = format!("[payload]\n{store}\nthreshold-bytes = 1000\n");
+        let host = self.host_with(queues, &payload).await;
+        match self.backend {
+            Backend::Embedded => host,
+            Backend::Sqs => {
+                let config = self.env.config(&payload);
+                let payloads = Payloads::open_with_s3(&config, Some(s3_payloads()))
+                    .await
+                    .expect("payload stores");
+                host.with_payloads(payloads)
+            }
+        }
+    }
+
+    async fn host_with(&self, queues: &[(&str, &str)], extra: &str) -> Host {
+        let mut text = extra.to_string();
         if let Backend::Sqs = self.backend {
             text.push_str(&format!(
                 "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\n",
@@ -380,5 +411,119 @@ async fn two_plugins_sharing_a_key_do_not_suppress_each_other_downstream() {
         );
         let c = host.stats().total();
         assert_eq!((c.acked, c.duplicates), (4, 0), "{backend:?}: {c:?}");
+    }
+}
+
+/// A fixture body of `len` bytes (offloaded, over the threshold) that sends `seen` to `sink`.
+fn big_body(sink: &str, len: usize) -> Vec<u8> {
+    let mut body = format!("send:{sink}:seen;").into_bytes();
+    body.resize(len, b'x');
+    body
+}
+
+/// A duplicate whose pointer leads to another message's payload acks without running, and
+/// deletes nothing: the other message then runs with its payload.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_duplicate_pointing_at_another_messages_payload_deletes_nothing() {
+    for backend in BOTH {
+        let setup = Setup::new(backend);
+        let keyed = "[idempotency]\nkey = \"attribute:job-id\"\n";
+        setup.env.install("fixture", "fixture", keyed);
+        let jobs = setup.queue("payload-thief").await;
+        let sink = setup.queue("payload-sink").await;
+        let host = setup.host_with_payloads(&[(&jobs, "fixture")]).await;
+        let job = |id: &str| Attribute::string("job-id", id);
+        setup
+            .send(&[Outgoing::new(&jobs, "ack").with_attribute(job("j-1"))])
+            .await;
+        run_until_idle(&host).await;
+
+        let real = Outgoing::new(&jobs, big_body(&sink, 3000)).with_attribute(job("j-2"));
+        let offloaded = host
+            .payloads()
+            .offload_all("qhost", 0, vec![real])
+            .await
+            .expect("offload")
+            .remove(0);
+        assert!(pointer::is_pointer(&offloaded.attributes));
+        // Completed work's key, with the other message's pointer.
+        let mut thief = offloaded.clone();
+        thief.attributes.retain(|a| a.name != "job-id");
+        thief.attributes.push(job("j-1"));
+        setup.send(&[thief]).await;
+        run_until_idle(&host).await;
+        setup.send(&[offloaded]).await;
+        run_until_idle(&host).await;
+
+        let c = host.stats().total();
+        assert_eq!(
+            (c.invoked, c.acked, c.duplicates, c.dead_lettered),
+            (2, 2, 1, 0),
+            "{backend:?}: {c:?}"
+        );
+        let seen = setup.take(&sink).await;
+        assert_eq!(
+            seen.len(),
+            1,
+            "{backend:?}: the real message ran with its payload"
+        );
+        assert_eq!(seen[0].body, b"seen", "{backend:?}");
+    }
+}
+
+/// A plugin keyed by the body is keyed by the payload, not by its pointer: an offloaded copy
+/// of done work is a duplicate. `body-sha256` takes the digest a qhost pointer carries, so the
+/// copy is recognised without fetching (here its payload is already gone).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plugin_keyed_by_the_body_is_keyed_by_the_payload_not_its_pointer() {
+    for backend in BOTH {
+        let setup = Setup::new(backend);
+        setup
+            .env
+            .install("by-id", "fixture", "[idempotency]\nkey = \"json:/id\"\n");
+        setup.env.install(
+            "by-sha",
+            "fixture",
+            "[idempotency]\nkey = \"body-sha256\"\n",
+        );
+        let (ids, shas) = (
+            setup.queue("keyed-json").await,
+            setup.queue("keyed-sha").await,
+        );
+        let host = setup
+            .host_with_payloads(&[(&ids, "by-id"), (&shas, "by-sha")])
+            .await;
+        let json = |pad: usize| format!(r#"{{"id":"order-9","pad":"{}"}}"#, "p".repeat(pad));
+        let sha_body = "x".repeat(3000);
+        setup
+            .send(&[
+                Outgoing::new(&ids, json(10).as_str()),
+                Outgoing::new(&shas, sha_body.as_str()),
+            ])
+            .await;
+        run_until_idle(&host).await;
+
+        let copies = vec![
+            Outgoing::new(&ids, json(3000).as_str()),
+            Outgoing::new(&shas, sha_body.as_str()),
+        ];
+        let copies = host
+            .payloads()
+            .offload_all("qhost", 0, copies)
+            .await
+            .expect("offload");
+        assert!(copies.iter().all(|m| pointer::is_pointer(&m.attributes)));
+        host.payloads()
+            .cleanup(&copies[1].body, &copies[1].attributes)
+            .await;
+        setup.send(&copies).await;
+        run_until_idle(&host).await;
+
+        let c = host.stats().total();
+        assert_eq!(
+            (c.invoked, c.duplicates, c.dead_lettered),
+            (2, 2, 0),
+            "{backend:?}: both copies recognised as done: {c:?}"
+        );
     }
 }

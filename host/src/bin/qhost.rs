@@ -231,7 +231,7 @@ async fn send(config: Config, args: SendArgs) -> anyhow::Result<()> {
     // Large bodies go to the payload store, and a pointer in the message.
     let payloads = qhost::payload::Payloads::open(&config).await?;
     let msg = payloads
-        .offload_all(&config.namespace, vec![msg])
+        .offload_all(&config.namespace, 0, vec![msg])
         .await?
         .remove(0);
     let ids = if args.copies == 1 {

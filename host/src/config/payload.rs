@@ -14,7 +14,11 @@
 //! delete-after-ack = true      # delete qhost-written payloads once their message is done
 //! delete-extended-after-ack = true  # the same for the extended client's (as its default)
 //! allow = ["s3://their-bucket/orders/"]  # more places pointers may lead (besides `store`)
+//! max-bytes = 67108864         # the largest payload a pointer may lead to (64 MiB)
 //! ```
+//!
+//! An S3 prefix in `allow` matches at a `/` boundary (`s3://b/orders` allows `orders/…`, never
+//! `orders-x/…`), and a key with a `.` or `..` segment is never allowed.
 
 use std::time::Duration;
 
@@ -26,6 +30,10 @@ use crate::message::rules::SendShape;
 
 /// SQS's largest message; the threshold cannot be above it.
 const MAX_THRESHOLD: u64 = 1024 * 1024;
+/// The default for `payload.max-bytes`.
+const DEFAULT_MAX_PAYLOAD: u64 = 64 << 20;
+/// The most `payload.max-bytes` may say: a payload is held in memory while its handler runs.
+const MAX_MAX_PAYLOAD: u64 = 2 << 30;
 
 /// A payload store, and for S3 a bucket and key prefix within it: where qhost writes the
 /// payloads it offloads (`payload.store`), and a place payload pointers may lead
@@ -100,6 +108,9 @@ pub struct PayloadConfig {
     pub delete_extended_after_ack: bool,
     /// Where pointers may lead: the store itself, then `allow`.
     pub allow: Vec<PayloadPlace>,
+    /// The largest payload a pointer may lead to, checked against the pointer before fetching
+    /// and while reading.
+    pub max_bytes: u64,
 }
 
 impl PayloadConfig {
@@ -130,6 +141,7 @@ impl Default for PayloadConfig {
             delete_after_ack: true,
             delete_extended_after_ack: true,
             allow: Vec::new(),
+            max_bytes: DEFAULT_MAX_PAYLOAD,
         }
     }
 }
@@ -164,6 +176,7 @@ pub struct RawPayload {
     pub delete_after_ack: Option<bool>,
     pub delete_extended_after_ack: Option<bool>,
     pub allow: Option<Vec<String>>,
+    pub max_bytes: Option<u64>,
 }
 
 /// Checks `[payload]`; `redis_url` and `s3` are the idempotency store's and the source's, the
@@ -197,6 +210,10 @@ pub(crate) fn payload_config(
         allow.push(PayloadPlace::parse(&text)?);
     }
     let default_s3 = s3.cloned().unwrap_or_default();
+    let max_bytes = raw.max_bytes.unwrap_or(DEFAULT_MAX_PAYLOAD);
+    if !(1..=MAX_MAX_PAYLOAD).contains(&max_bytes) {
+        bail!("payload.max-bytes is {max_bytes}; it must be between 1 and {MAX_MAX_PAYLOAD}");
+    }
     Ok(PayloadConfig {
         store,
         threshold: threshold as usize,
@@ -210,6 +227,7 @@ pub(crate) fn payload_config(
         delete_after_ack: raw.delete_after_ack.unwrap_or(true),
         delete_extended_after_ack: raw.delete_extended_after_ack.unwrap_or(true),
         allow,
+        max_bytes,
     })
 }
 

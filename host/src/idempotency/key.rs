@@ -10,7 +10,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::message::{Received, find_attribute};
+use crate::message::{Attribute, Received, find_attribute};
 
 /// Where a plugin's idempotency key comes from.
 #[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -93,23 +93,59 @@ pub struct MissingKey {
     pub detail: String,
 }
 
+/// What a key is derived from: a message's id, and its body and attributes as its handler sees
+/// them (an offloaded payload fetched, not its pointer).
+#[derive(Clone, Copy, Debug)]
+pub struct KeyInput<'a> {
+    /// The message id.
+    pub id: &'a str,
+    /// The body.
+    pub body: &'a [u8],
+    /// The attributes.
+    pub attributes: &'a [Attribute],
+    /// The body's sha256 (hex) when it is known without the body: an offloaded payload's,
+    /// from its pointer, which is verified against the payload before the handler runs.
+    pub sha256: Option<&'a str>,
+}
+
+impl<'a> From<&'a Received> for KeyInput<'a> {
+    fn from(msg: &'a Received) -> Self {
+        KeyInput {
+            id: &msg.id,
+            body: &msg.body,
+            attributes: &msg.attributes,
+            sha256: None,
+        }
+    }
+}
+
 impl KeySource {
+    /// Whether the key comes from the body, so an offloaded message needs its payload (or,
+    /// for `body-sha256`, its pointer's digest) to be keyed.
+    pub fn reads_body(&self) -> bool {
+        matches!(self, KeySource::BodySha256 | KeySource::JsonPointer(_))
+    }
+
     /// The key for `msg`, unscoped.
-    pub fn derive(&self, msg: &Received) -> Result<String, MissingKey> {
+    pub fn derive<'a>(&self, msg: impl Into<KeyInput<'a>>) -> Result<String, MissingKey> {
+        let msg = msg.into();
         let missing = |detail: &str| MissingKey {
             key_source: self.clone(),
             detail: detail.to_string(),
         };
         match self {
-            KeySource::MessageId => Ok(msg.id.clone()),
-            KeySource::BodySha256 => Ok(crate::digest::sha256_hex(&msg.body)),
+            KeySource::MessageId => Ok(msg.id.to_string()),
+            KeySource::BodySha256 => Ok(msg
+                .sha256
+                .map(str::to_ascii_lowercase)
+                .unwrap_or_else(|| crate::digest::sha256_hex(msg.body))),
             KeySource::Attribute(name) => find_attribute(&msg.attributes, name)
                 .and_then(|a| a.text())
                 .filter(|v| !v.is_empty())
                 .map(str::to_string)
                 .ok_or_else(|| missing("no such string or number attribute")),
             KeySource::JsonPointer(pointer) => {
-                let body: serde_json::Value = serde_json::from_slice(&msg.body)
+                let body: serde_json::Value = serde_json::from_slice(msg.body)
                     .map_err(|e| missing(&format!("body is not JSON ({e})")))?;
                 match body.pointer(pointer) {
                     Some(serde_json::Value::String(s)) if !s.is_empty() => Ok(s.clone()),
@@ -122,13 +158,14 @@ impl KeySource {
     }
 
     /// The key for `msg`, falling back to the message id if `on_missing` says so.
-    pub fn derive_or(
+    pub fn derive_or<'a>(
         &self,
-        msg: &Received,
+        msg: impl Into<KeyInput<'a>>,
         on_missing: OnMissingKey,
     ) -> Result<String, MissingKey> {
+        let msg = msg.into();
         match (self.derive(msg), on_missing) {
-            (Err(_), OnMissingKey::MessageId) => Ok(msg.id.clone()),
+            (Err(_), OnMissingKey::MessageId) => Ok(msg.id.to_string()),
             (result, _) => result,
         }
     }
@@ -145,7 +182,6 @@ pub fn scoped(namespace: &str, plugin: &str, key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Attribute;
 
     fn msg(body: &str, attributes: Vec<Attribute>) -> Received {
         Received {

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
+use tokio::io::AsyncReadExt as _;
 
 use super::store::{PayloadError, PayloadStore};
 
@@ -75,17 +76,32 @@ impl PayloadStore for LocalPayloads {
         .map_err(io)
     }
 
-    async fn get(&self, key: &str) -> Result<Vec<u8>, PayloadError> {
+    async fn get(&self, key: &str, max: u64) -> Result<Vec<u8>, PayloadError> {
         let key = checked(key)?;
         let missing = || PayloadError::Missing(format!("local:{key}"));
+        let larger = || PayloadError::Larger(format!("local:{key}"), max);
         let Some(dir) = &self.dir else {
-            return self.memory().get(key).cloned().ok_or_else(missing);
+            let bytes = self.memory().get(key).cloned().ok_or_else(missing)?;
+            return if bytes.len() as u64 > max {
+                Err(larger())
+            } else {
+                Ok(bytes)
+            };
         };
-        match tokio::fs::read(dir.join(key)).await {
-            Ok(bytes) => Ok(bytes),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(missing()),
-            Err(e) => Err(io(e)),
+        let file = match tokio::fs::File::open(dir.join(key)).await {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(missing()),
+            Err(e) => return Err(io(e)),
+        };
+        let mut bytes = Vec::new();
+        file.take(max.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .await
+            .map_err(io)?;
+        if bytes.len() as u64 > max {
+            return Err(larger());
         }
+        Ok(bytes)
     }
 
     async fn delete(&self, key: &str) -> Result<(), PayloadError> {

@@ -129,7 +129,7 @@ impl Payloads {
             (PayloadPlace::Redis, Location::Redis(_))
             | (PayloadPlace::Local, Location::Local(_)) => true,
             (PayloadPlace::S3 { bucket, prefix }, Location::S3 { bucket: b, key }) => {
-                bucket == b && key.starts_with(prefix.as_str())
+                bucket == b && under_prefix(key, prefix)
             }
             _ => false,
         })
@@ -146,6 +146,13 @@ impl Payloads {
             return Ok(None);
         };
         let location = &pointer.location;
+        let max = self.config.max_bytes;
+        if pointer.size > max {
+            return Err(ResolveError::Reject(format!(
+                "payload pointer to {location} declares {} bytes, over the {max}-byte limit (payload.max-bytes)",
+                pointer.size
+            )));
+        }
         if !self.allowed(location) {
             return Err(ResolveError::Reject(format!(
                 "payload pointer to {location} is outside the allowed payload stores ({})",
@@ -155,13 +162,11 @@ impl Payloads {
         let (store, key) = self.store_for(location).ok_or_else(|| {
             ResolveError::Reject(format!("no payload store is open for {location}"))
         })?;
-        let payload = store.get(&key).await.map_err(|e| match e {
-            PayloadError::Missing(what) => ResolveError::Reject(format!(
-                "payload {what} not found (deleted, expired, or never stored)"
-            )),
+        let payload = store.get(&key, pointer.size).await.map_err(|e| match e {
             PayloadError::Unavailable(why) => {
                 ResolveError::Retry(format!("payload store unavailable: {why}"))
             }
+            missing_or_larger => ResolveError::Reject(missing_or_larger.to_string()),
         })?;
         check(&pointer, &payload).map_err(ResolveError::Reject)?;
         Ok(Some(Resolved {
@@ -247,27 +252,47 @@ impl Payloads {
         Ok(out)
     }
 
-    /// Offloads each message that needs it; outbox messages are keyed by their derived key.
+    /// Offloads each message of an outbox produced under fencing token `fence`.
     pub async fn offload_all(
         &self,
         namespace: &str,
+        fence: u64,
         msgs: Vec<Outgoing>,
     ) -> Result<Vec<Outgoing>, OffloadError> {
         let mut out = Vec::with_capacity(msgs.len());
         for msg in msgs {
-            out.push(self.offload(msg, |m| payload_key(namespace, m)).await?);
+            out.push(
+                self.offload(msg, |m| payload_key(namespace, fence, m))
+                    .await?,
+            );
         }
         Ok(out)
     }
 }
 
-/// An outbox message's payload key derives from its derived idempotency key, so a re-send
-/// writes the same key; any other message gets a random one.
-fn payload_key(namespace: &str, msg: &Outgoing) -> String {
+/// An outbox message's payload key: its derived idempotency key and the fencing token of the
+/// run that produced it. A worker whose lease lapsed therefore writes beside the current
+/// owner's payloads, never over them (its own completion is then refused, and what it wrote
+/// expires or is left to the bucket's lifecycle). A committed outbox is re-sent as committed,
+/// pointers included, so nothing is written twice. Any other message gets a random key.
+fn payload_key(namespace: &str, fence: u64, msg: &Outgoing) -> String {
     find_attribute(&msg.attributes, wire::IDEMPOTENCY_KEY)
         .and_then(|a| a.text())
-        .map(|k| sha256_hex(format!("{namespace}/{k}").as_bytes()))
+        .map(|k| sha256_hex(format!("{namespace}/{k}#{fence}").as_bytes()))
         .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
+}
+
+/// Whether S3 object `key` lies under an allow-list `prefix`: at a `/` boundary (`orders`
+/// allows `orders/x`, never `orders-x/y`), and never through a `.` or `..` segment.
+fn under_prefix(key: &str, prefix: &str) -> bool {
+    let dotted = key
+        .split('/')
+        .any(|segment| segment == "." || segment == "..");
+    let boundary = prefix.is_empty()
+        || prefix.ends_with('/')
+        || key.len() == prefix.len()
+        || key.as_bytes().get(prefix.len()) == Some(&b'/');
+    !dotted && key.starts_with(prefix) && boundary
 }
 
 fn find_sha(attributes: &[Attribute]) -> bool {
@@ -298,6 +323,29 @@ fn check(pointer: &Pointer, payload: &[u8]) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn s3_prefixes_match_at_a_slash_and_dotted_keys_never() {
+        use super::under_prefix;
+        for (key, prefix) in [
+            ("orders/1", "orders/"),
+            ("orders/1", "orders"),
+            ("orders", "orders"),
+            ("anything", ""),
+        ] {
+            assert!(under_prefix(key, prefix), "{key} under {prefix}");
+        }
+        for (key, prefix) in [
+            ("orders-x/1", "orders"),
+            ("ordersx", "orders"),
+            ("orders/../secrets/k", "orders/"),
+            ("orders/./k", "orders/"),
+            ("../k", ""),
+            ("other/1", "orders/"),
+        ] {
+            assert!(!under_prefix(key, prefix), "{key} not under {prefix}");
+        }
+    }
+
     use super::*;
 
     fn local_payloads(threshold: usize) -> Payloads {
@@ -341,6 +389,19 @@ mod tests {
         assert!(
             matches!(&gone, ResolveError::Reject(r) if r.contains("not found")),
             "{gone:?}"
+        );
+    }
+
+    #[test]
+    fn an_outbox_payload_key_is_its_derived_key_under_its_runs_fence() {
+        let outbox = Outgoing::new("q", "x")
+            .with_attribute(Attribute::string(wire::IDEMPOTENCY_KEY, "p:k/0"));
+        let (first, again) = (payload_key("ns", 1, &outbox), payload_key("ns", 1, &outbox));
+        assert_eq!(first, again, "a re-send of one run writes one key");
+        assert_ne!(
+            first,
+            payload_key("ns", 2, &outbox),
+            "a later owner's run never writes over an earlier one's, nor the reverse"
         );
     }
 

@@ -64,9 +64,23 @@ impl PayloadStore for RedisPayloads {
             .map_err(unavailable)
     }
 
-    async fn get(&self, key: &str) -> Result<Vec<u8>, PayloadError> {
+    async fn get(&self, key: &str, max: u64) -> Result<Vec<u8>, PayloadError> {
         let mut conn = self.conn.clone();
-        let value: Option<Vec<u8>> = conn.get(self.key(key)).await.map_err(unavailable)?;
+        // The length first, in the same round trip: a value over `max` is never transferred.
+        let full = self.key(key);
+        let (exists, length): (bool, u64) = redis::pipe()
+            .exists(&full)
+            .strlen(&full)
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        if !exists {
+            return Err(PayloadError::Missing(format!("redis:{key}")));
+        }
+        if length > max {
+            return Err(PayloadError::Larger(format!("redis:{key}"), max));
+        }
+        let value: Option<Vec<u8>> = conn.get(full).await.map_err(unavailable)?;
         value.ok_or_else(|| PayloadError::Missing(format!("redis:{key}")))
     }
 

@@ -64,7 +64,7 @@ impl PayloadStore for S3Bucket {
         Ok(())
     }
 
-    async fn get(&self, key: &str) -> Result<Vec<u8>, PayloadError> {
+    async fn get(&self, key: &str, max: u64) -> Result<Vec<u8>, PayloadError> {
         let object = match self
             .client
             .get_object()
@@ -79,8 +79,20 @@ impl PayloadStore for S3Bucket {
             }
             Err(e) => return Err(unavailable(aws_sdk_s3::error::DisplayErrorContext(e))),
         };
-        let bytes = object.body.collect().await.map_err(unavailable)?;
-        Ok(bytes.into_bytes().to_vec())
+        let larger = || PayloadError::Larger(format!("s3://{}/{key}", self.bucket), max);
+        if object.content_length().is_some_and(|n| n as u64 > max) {
+            return Err(larger());
+        }
+        // The declared length is the server's word; the stream is read within the limit too.
+        let mut body = object.body;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = body.try_next().await.map_err(unavailable)? {
+            if (bytes.len() + chunk.len()) as u64 > max {
+                return Err(larger());
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
     }
 
     async fn delete(&self, key: &str) -> Result<(), PayloadError> {

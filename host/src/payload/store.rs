@@ -16,6 +16,9 @@ pub enum PayloadError {
     /// The store could not be reached or failed.
     #[error("payload store unavailable: {0}")]
     Unavailable(String),
+    /// The payload holds more than the reader would take; reading stopped there.
+    #[error("payload {0} holds more than the {1} bytes its pointer declares")]
+    Larger(String, u64),
 }
 
 /// One store's keyspace. Keys are chosen by the caller (qhost's are hex digests).
@@ -23,8 +26,9 @@ pub enum PayloadError {
 pub trait PayloadStore: Send + Sync + std::fmt::Debug {
     /// Stores `bytes` under `key`, replacing what was there.
     async fn put(&self, key: &str, bytes: &[u8]) -> Result<(), PayloadError>;
-    /// The payload under `key`.
-    async fn get(&self, key: &str) -> Result<Vec<u8>, PayloadError>;
+    /// The payload under `key`, if it holds at most `max` bytes: reading stops at `max + 1`,
+    /// so a payload larger than its pointer declares never fills host memory.
+    async fn get(&self, key: &str, max: u64) -> Result<Vec<u8>, PayloadError>;
     /// Deletes `key`; deleting a missing key succeeds.
     async fn delete(&self, key: &str) -> Result<(), PayloadError>;
 }
@@ -35,8 +39,8 @@ impl<T: PayloadStore + ?Sized> PayloadStore for std::sync::Arc<T> {
         (**self).put(key, bytes).await
     }
 
-    async fn get(&self, key: &str) -> Result<Vec<u8>, PayloadError> {
-        (**self).get(key).await
+    async fn get(&self, key: &str, max: u64) -> Result<Vec<u8>, PayloadError> {
+        (**self).get(key, max).await
     }
 
     async fn delete(&self, key: &str) -> Result<(), PayloadError> {

@@ -8,7 +8,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::context::QueueCtx;
 use super::delivery::{Delivery, Fate, PluginRef};
-use super::route::{Routed, route};
+use super::route::{Routed, needs_payload, plugin_ref, route, route_with};
 use super::run;
 use crate::idempotency::{IdempotencyError, LeaseRequest};
 use crate::message::Received;
@@ -28,6 +28,10 @@ pub(crate) async fn dispatch(
         let permit = permits.pop();
         if let Some(reason) = msg.malformed.clone() {
             spawn(queue, malformed(Arc::clone(queue), msg, reason), permit);
+            continue;
+        }
+        if needs_payload(queue, &msg) && msg.group_id.is_none() {
+            spawn(queue, run_one(Arc::clone(queue), msg), permit);
             continue;
         }
         if let Some(group) = msg.group_id.clone() {
@@ -90,9 +94,24 @@ async fn fail_closed(delivery: Delivery, error: &IdempotencyError) -> Fate {
     delivery.back_off().await
 }
 
-/// One message from routing to its fate, leasing it on its own.
-async fn run_one(queue: &Arc<QueueCtx>, msg: Received) -> Fate {
-    let routed = match route(queue, msg) {
+/// One message from routing to its fate, leasing it on its own. A message keyed by a payload
+/// it only points to has the payload fetched first.
+async fn run_one(queue: Arc<QueueCtx>, msg: Received) -> Fate {
+    let routed = if needs_payload(&queue, &msg) {
+        let payloads = Arc::clone(&queue.shared.payloads);
+        match payloads.resolve(&msg.body, &msg.attributes).await {
+            Ok(resolved) => route_with(&queue, msg, resolved),
+            Err(e) => {
+                let plugin = plugin_ref(&queue, &msg);
+                let delivery = Delivery::new(Arc::clone(&queue), msg, plugin);
+                delivery.record(Event::Received);
+                return run::unfetchable(delivery, e).await;
+            }
+        }
+    } else {
+        route(&queue, msg)
+    };
+    let routed = match routed {
         Ok(routed) => routed,
         Err(unroutable) => return (*unroutable).end().await,
     };
@@ -117,7 +136,7 @@ async fn run_one(queue: &Arc<QueueCtx>, msg: Received) -> Fate {
 async fn run_group(queue: Arc<QueueCtx>, chain: Vec<(Received, Permit)>) -> Fate {
     let mut messages = chain.into_iter();
     for (msg, _permit) in messages.by_ref() {
-        if run_one(&queue, msg).await == Fate::Back {
+        if run_one(Arc::clone(&queue), msg).await == Fate::Back {
             for (later, _permit) in messages {
                 let plugin = PluginRef::Named(queue.config.plugin.clone());
                 let delivery = Delivery::new(Arc::clone(&queue), later, plugin);

@@ -106,6 +106,9 @@ pub(crate) struct Delivery {
     key: Option<Key>,
     lease: Option<Lease>,
     heartbeat: Option<Heartbeat>,
+    /// Whether this delivery fetched and verified the payload its pointer names: only then
+    /// may finishing it delete that payload.
+    payload_verified: bool,
 }
 
 impl Delivery {
@@ -118,7 +121,13 @@ impl Delivery {
             key: None,
             lease: None,
             heartbeat: None,
+            payload_verified: false,
         }
+    }
+
+    /// Notes that this delivery fetched and verified its payload.
+    pub(crate) fn payload_verified(&mut self) {
+        self.payload_verified = true;
     }
 
     /// The delivery with its idempotency key.
@@ -252,7 +261,7 @@ impl Delivery {
         // holds pointers, and a re-send after a crash reuses the same payload keys.
         let outbox = match shared
             .payloads
-            .offload_all(&shared.config.namespace, outbox)
+            .offload_all(&shared.config.namespace, lease.fencing_token, outbox)
             .await
         {
             Ok(outbox) => outbox,
@@ -271,6 +280,13 @@ impl Delivery {
             Err(IdempotencyError::LeaseLost(_)) => {
                 let (msg, key) = (&self.msg, self.key.as_ref().map(|k| k.handler.as_str()));
                 tracing::warn!(queue = %msg.queue, message_id = %msg.id, key, "lease lost before completion; discarding this result");
+                // What this run offloaded was written under its own fencing token, beside the
+                // current owner's payloads: nobody will point at it.
+                tokio::spawn(async move {
+                    for m in outbox {
+                        shared.payloads.cleanup(&m.body, &m.attributes).await;
+                    }
+                });
                 self.let_lapse(Event::LostLease).await
             }
             Err(e) => {
@@ -321,11 +337,17 @@ impl Delivery {
                 tracing::warn!(key = %key.scoped, error = %e, "could not record the outbox as sent");
             }
         }
-        let Delivery { queue, msg, .. } = self;
+        let Delivery {
+            queue,
+            msg,
+            payload_verified,
+            ..
+        } = self;
         queue.acker.ack(msg.receipt);
         // The work is recorded complete, so a later copy of this message is acked without its
-        // payload: the payload can go.
-        if crate::payload::pointer::is_pointer(&msg.attributes) {
+        // payload: the payload can go, if this delivery verified it (a duplicate, or a message
+        // pointing at someone else's payload, deletes nothing).
+        if payload_verified {
             let payloads = Arc::clone(&queue.shared.payloads);
             tokio::spawn(async move { payloads.cleanup(&msg.body, &msg.attributes).await });
         }

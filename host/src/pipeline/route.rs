@@ -10,9 +10,10 @@ use super::context::QueueCtx;
 use super::delivery::{Delivery, Fate, Key, PluginRef};
 use crate::handler::Plugin;
 use crate::idempotency::LeaseRequest;
-use crate::idempotency::key::{KeySource, MissingKey, OnMissingKey, scoped};
+use crate::idempotency::key::{KeyInput, KeySource, MissingKey, OnMissingKey, scoped};
 use crate::message::wire::{self, valid_plugin_name};
 use crate::message::{Received, find_attribute};
+use crate::payload::{Resolved, pointer};
 use crate::stats::Event;
 
 /// A delivery ready for a lease.
@@ -24,6 +25,8 @@ pub(crate) struct Routed {
     pub(crate) plugin: Arc<Plugin>,
     /// The lease to ask for.
     pub(crate) request: LeaseRequest,
+    /// The offloaded payload, when it was fetched (and verified) to derive the key.
+    pub(crate) resolved: Option<Resolved>,
 }
 
 /// Why a message cannot be leased.
@@ -66,17 +69,61 @@ impl Unroutable {
     }
 }
 
+/// Whether the message's key is in a payload it only points to: its plugin keys by the body
+/// (`json:/…`, or `body-sha256` with no digest beside the pointer), so the payload is fetched
+/// before the key is derived.
+pub(crate) fn needs_payload(queue: &QueueCtx, msg: &Received) -> bool {
+    if !pointer::is_pointer(&msg.attributes) {
+        return false;
+    }
+    match plugin_for(queue, msg).map(|p| p.manifest.idempotency.key.clone()) {
+        Ok(KeySource::JsonPointer(_)) => true,
+        Ok(KeySource::BodySha256) => pointer_digest(msg).is_none(),
+        _ => false,
+    }
+}
+
+/// The payload digest an offloaded message's pointer carries (qhost's pointers do), which the
+/// payload is verified against before its handler runs.
+fn pointer_digest(msg: &Received) -> Option<String> {
+    pointer::parse(&msg.body, &msg.attributes)
+        .ok()
+        .flatten()
+        .and_then(|p| p.sha256)
+}
+
 /// Routes a message and derives its key; counts it received.
 pub(crate) fn route(queue: &Arc<QueueCtx>, msg: Received) -> Result<Routed, Box<Unroutable>> {
+    route_with(queue, msg, None)
+}
+
+/// Routes a message whose key may come from its fetched payload, `resolved`.
+pub(crate) fn route_with(
+    queue: &Arc<QueueCtx>,
+    msg: Received,
+    resolved: Option<Resolved>,
+) -> Result<Routed, Box<Unroutable>> {
+    let digest = match (&resolved, pointer::is_pointer(&msg.attributes)) {
+        (None, true) => pointer_digest(&msg),
+        _ => None,
+    };
     let keyed = plugin_for(queue, &msg).and_then(|plugin| {
         let policy = &plugin.manifest.idempotency;
-        match derive_key(&policy.key, &msg, policy.on_missing) {
+        let input = key_input(&msg, resolved.as_ref(), digest.as_deref());
+        match derive_key(&policy.key, input, policy.on_missing) {
             Ok(key) => Ok((plugin, key)),
             Err(e) => Err((PluginRef::Loaded(plugin), e)),
         }
     });
     match keyed {
-        Ok((plugin, key)) => Ok(routed(queue, msg, plugin, key)),
+        Ok((plugin, key)) => {
+            let mut routed = routed(queue, msg, plugin, key);
+            if resolved.is_some() {
+                routed.delivery.payload_verified();
+            }
+            routed.resolved = resolved;
+            Ok(routed)
+        }
         Err((plugin, error)) => {
             let delivery = Delivery::new(Arc::clone(queue), msg, plugin);
             delivery.record(Event::Received);
@@ -103,7 +150,34 @@ fn routed(queue: &Arc<QueueCtx>, msg: Received, plugin: Arc<Plugin>, key: String
         delivery: delivery.keyed(key),
         plugin,
         request,
+        resolved: None,
     }
+}
+
+/// What the key is derived from: the fetched payload if there is one, otherwise the message
+/// (with, for a pointer, the payload digest it carries).
+fn key_input<'a>(
+    msg: &'a Received,
+    resolved: Option<&'a Resolved>,
+    digest: Option<&'a str>,
+) -> KeyInput<'a> {
+    match resolved {
+        Some(r) => KeyInput {
+            id: &msg.id,
+            body: &r.body,
+            attributes: &r.attributes,
+            sha256: None,
+        },
+        None => KeyInput {
+            sha256: digest,
+            ..KeyInput::from(msg)
+        },
+    }
+}
+
+/// The plugin a message goes to, loaded or by name, for a delivery that ends before routing.
+pub(crate) fn plugin_ref(queue: &QueueCtx, msg: &Received) -> PluginRef {
+    plugin_for(queue, msg).map_or_else(|(named, _)| named, PluginRef::Loaded)
 }
 
 /// The loaded plugin for a message; the error names the plugin it would have gone to.
@@ -137,12 +211,12 @@ fn route_name<'a>(queue: &'a QueueCtx, msg: &'a Received) -> Result<&'a str, Rou
 /// re-sent after a crash is dropped), otherwise what the plugin's key source says.
 fn derive_key(
     source: &KeySource,
-    msg: &Received,
+    msg: KeyInput<'_>,
     on_missing: OnMissingKey,
 ) -> Result<String, RouteError> {
     if *source == KeySource::MessageId
         && let Some(key) =
-            find_attribute(&msg.attributes, wire::IDEMPOTENCY_KEY).and_then(|a| a.text())
+            find_attribute(msg.attributes, wire::IDEMPOTENCY_KEY).and_then(|a| a.text())
     {
         return Ok(key.to_string());
     }

@@ -28,11 +28,14 @@ fn busy_delay(delivery: &Delivery, lease_left: Duration) -> Duration {
 /// Acts on what acquiring the delivery's key found.
 pub(crate) async fn leased(routed: Routed, acquired: Acquired) -> Fate {
     let Routed {
-        delivery, plugin, ..
+        delivery,
+        plugin,
+        resolved,
+        ..
     } = routed;
     let visibility = delivery.queue().config.visibility;
     match acquired {
-        Acquired::Granted(lease) => run(delivery.leased(lease), plugin).await,
+        Acquired::Granted(lease) => run(delivery.leased(lease), plugin, resolved).await,
         Acquired::Completed {
             pending_outbox,
             pending_for,
@@ -56,21 +59,23 @@ pub(crate) async fn leased(routed: Routed, acquired: Acquired) -> Fate {
     }
 }
 
-/// Resolves the payload, invokes the handler (heartbeat running), and ends the delivery by
-/// the outcome.
-async fn run(delivery: Delivery, plugin: Arc<Plugin>) -> Fate {
+/// Resolves the payload (unless it was, to derive the key), invokes the handler (heartbeat
+/// running), and ends the delivery by the outcome.
+async fn run(mut delivery: Delivery, plugin: Arc<Plugin>, resolved: Option<Resolved>) -> Fate {
     let shared = Arc::clone(&delivery.queue().shared);
-    let msg = delivery.msg();
-    let resolved = match shared.payloads.resolve(&msg.body, &msg.attributes).await {
-        Ok(resolved) => resolved,
-        // A pointer that can never be followed (malformed, disallowed, gone, mismatched).
-        Err(ResolveError::Reject(reason)) => return delivery.dead_letter(reason).await,
-        Err(ResolveError::Retry(reason)) => {
-            // The message is fine and the handler never ran: like an unreachable idempotency
-            // store, an outage of the payload store puts messages back on the backoff
-            // schedule without using up their attempts toward dead-lettering.
-            tracing::warn!(queue = %msg.queue, message_id = %msg.id, %reason, "payload store unavailable; putting the message back");
-            return delivery.back_off().await;
+    let resolved = match resolved {
+        Some(resolved) => Some(resolved),
+        None => {
+            let msg = delivery.msg();
+            match shared.payloads.resolve(&msg.body, &msg.attributes).await {
+                Ok(resolved) => {
+                    if resolved.is_some() {
+                        delivery.payload_verified();
+                    }
+                    resolved
+                }
+                Err(e) => return unfetchable(delivery, e).await,
+            }
         }
     };
     let input = handler_message(&delivery, resolved);
@@ -102,6 +107,21 @@ async fn run(delivery: Delivery, plugin: Arc<Plugin>) -> Fate {
         Err(failure) => {
             delivery.record(Event::Failed);
             delivery.retry(failure.to_string(), 0).await
+        }
+    }
+}
+
+/// Ends a delivery whose payload could not be fetched: a pointer that can never be followed
+/// (malformed, disallowed, gone, too large, mismatched) is dead-lettered; an unreachable store
+/// puts the message back, as an unreachable idempotency store does, without using up an
+/// attempt (the message is fine, and the handler never ran).
+pub(crate) async fn unfetchable(delivery: Delivery, error: ResolveError) -> Fate {
+    match error {
+        ResolveError::Reject(reason) => delivery.dead_letter(reason).await,
+        ResolveError::Retry(reason) => {
+            let msg = delivery.msg();
+            tracing::warn!(queue = %msg.queue, message_id = %msg.id, %reason, "payload store unavailable; putting the message back");
+            delivery.back_off().await
         }
     }
 }
