@@ -139,7 +139,7 @@ impl KeySource {
                 .sha256
                 .map(str::to_ascii_lowercase)
                 .unwrap_or_else(|| crate::digest::sha256_hex(msg.body))),
-            KeySource::Attribute(name) => find_attribute(&msg.attributes, name)
+            KeySource::Attribute(name) => find_attribute(msg.attributes, name)
                 .and_then(|a| a.text())
                 .filter(|v| !v.is_empty())
                 .map(str::to_string)
