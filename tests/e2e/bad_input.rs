@@ -256,3 +256,38 @@ async fn a_message_without_its_key_is_dead_lettered_not_run() {
         "{reason}"
     );
 }
+
+/// A flood of stderr is cut with a marker, never a write error that would make `eprintln!`
+/// trap; and a reused instance's next message reports only its own stderr.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stderr_flood_is_cut_and_a_reused_instance_starts_clean() {
+    let env = TestEnv::new();
+    let manifest = "[limits]\nreuse-instance = 10\nconcurrency = 1\nmax-attempts = 1\n";
+    env.install("fixture", "fixture", manifest);
+    let host = env.host(env.config(&queue_toml("jobs", "fixture"))).await;
+    send_all(&env.queue(), "jobs", &["stderr:100000"], &[]).await;
+    run_until_idle(&host).await;
+    let c = host.stats().total();
+    assert_eq!(
+        (c.acked, c.failures),
+        (1, 0),
+        "the flood did not trap: {c:?}"
+    );
+
+    send_all(&env.queue(), "jobs", &["trap"], &[]).await;
+    run_until_idle(&host).await;
+
+    let reason = only_dead_letter_reason(&env, "jobs").await;
+    assert!(reason.contains("fixture asked to trap"), "{reason}");
+    assert!(
+        !reason.contains("flood"),
+        "the earlier message's stderr is not in this one's report: {reason}"
+    );
+    assert_eq!(
+        host.stats()
+            .invocations_by_version("fixture")
+            .values()
+            .sum::<u64>(),
+        2
+    );
+}

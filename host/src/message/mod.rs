@@ -4,6 +4,7 @@
 //! generated WIT types when it calls a guest. Keeping one set of types in the middle means the
 //! pipeline never depends on aws-sdk or wasmtime types.
 
+mod as_base64;
 pub mod rules;
 pub mod wire;
 
@@ -18,7 +19,7 @@ pub enum AttributeValue {
     /// A number, as decimal text.
     Number(String),
     /// Raw bytes.
-    Binary(Vec<u8>),
+    Binary(#[serde(with = "as_base64")] Vec<u8>),
 }
 
 /// A named message attribute.
@@ -92,6 +93,7 @@ pub struct Outgoing {
     /// Target queue name.
     pub queue: String,
     /// The body bytes.
+    #[serde(with = "as_base64")]
     pub body: Vec<u8>,
     /// Message attributes.
     pub attributes: Vec<Attribute>,

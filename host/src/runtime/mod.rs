@@ -13,6 +13,7 @@ pub mod registry;
 pub mod reload;
 pub(crate) mod state;
 pub mod status;
+mod stderr;
 pub(crate) mod wasm;
 pub mod watch;
 

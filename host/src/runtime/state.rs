@@ -3,19 +3,19 @@
 //! Each message gets a fresh store holding this state. WASI is present because components
 //! built by standard toolchains import it (clocks, random, stdio), but with no preopened
 //! directories, no environment, no arguments, no sockets and no inherited stdio. Stderr is kept
-//! in a small buffer so a panic message can be reported with the trap.
+//! in a small buffer so a panic message can be reported with the trap ([`GuestStderr`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::qhost::handler::{config, log, outbox, types};
 use super::convert;
 use super::outbox::{OutboxPolicy, Sender};
+use super::stderr::GuestStderr;
 use crate::message::Outgoing;
 
 /// Stderr kept per message for trap reports.
@@ -42,7 +42,7 @@ pub(crate) struct CallContext {
 pub(crate) struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
-    stderr: MemoryOutputPipe,
+    stderr: GuestStderr,
     limiter: MemoryLimiter,
     config: Arc<BTreeMap<String, String>>,
     outbox_policy: Arc<OutboxPolicy>,
@@ -59,7 +59,7 @@ impl HostState {
         outbox_policy: Arc<OutboxPolicy>,
         memory_bytes: u64,
     ) -> Self {
-        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+        let stderr = GuestStderr::new(STDERR_CAPACITY);
         let wasi = WasiCtx::builder()
             .stderr(stderr.clone())
             .allow_tcp(false)
@@ -78,10 +78,12 @@ impl HostState {
         }
     }
 
-    /// Starts a new message on a reused instance: its context, and an empty outbox.
+    /// Starts a new message on a reused instance: its context, an empty outbox and an empty
+    /// stderr.
     pub(crate) fn begin(&mut self, ctx: CallContext) {
         self.ctx = ctx;
         self.outbox.clear();
+        self.stderr.clear();
     }
 
     /// The resource limiter to install on the store.
@@ -94,11 +96,9 @@ impl HostState {
         self.limiter.hit
     }
 
-    /// What the guest wrote to stderr, trimmed.
+    /// What the guest wrote to stderr for this message, trimmed (and marked if cut).
     pub(crate) fn stderr_text(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.contents())
-            .trim()
-            .to_string()
+        self.stderr.text()
     }
 }
 

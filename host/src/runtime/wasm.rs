@@ -10,8 +10,8 @@
 //! messages, one at a time, before it is dropped. Each message still gets its own context,
 //! outbox, deadline and memory cap, and an instance that fails in any way is never reused. What
 //! is given up is isolation between messages of the same plugin: globals, caches and anything
-//! else the guest keeps in memory carry over, and what it wrote to stderr accumulates (up to
-//! 8 KiB) into the next trap report. Off by default.
+//! else the guest keeps in memory carry over (its stderr capture does not: it is cleared for each
+//! message). Off by default.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
