@@ -4,6 +4,10 @@
 //! Shutdown is passed in as a token. When it fires, pollers stop receiving; in-flight handlers
 //! get the grace period to finish; whatever is still running then is released (lease given
 //! back, message made visible) so another worker can take it at once; ack batches are flushed.
+//! The release and the flush each have a hard deadline ([`RELEASE_DEADLINE`]), so a call that
+//! hangs (an SDK request, a guest blocked in a host call) cannot keep the process from ending:
+//! what it held comes back when its visibility timeout lapses. A second token
+//! ([`Host::abandon_on`]) skips the rest of the grace period and releases at once.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -31,6 +35,9 @@ use crate::source::sqs::SqsQueue;
 use crate::source::{QueueSource, SourceError};
 use crate::stats::Stats;
 
+/// How long releasing unfinished messages (after the grace period) and flushing the last acks
+/// may take before the host stops waiting for them.
+pub const RELEASE_DEADLINE: Duration = Duration::from_secs(10);
 /// How often `run_until_idle` checks whether all work is done.
 const IDLE_CHECK: Duration = Duration::from_millis(100);
 /// Instances kept free beyond the in-flight cap, for checks, reloads and the idle instances of
@@ -46,6 +53,7 @@ pub struct Host {
     plugins: Option<Arc<PluginDir>>,
     payloads: Arc<Payloads>,
     stats: Arc<Stats>,
+    abandon: CancellationToken,
 }
 
 impl std::fmt::Debug for Host {
@@ -244,7 +252,15 @@ impl Host {
             plugins: None,
             payloads: Arc::new(Payloads::disabled()),
             stats: Arc::new(Stats::default()),
+            abandon: CancellationToken::new(),
         }
+    }
+
+    /// Ends the grace period early when `abandon` fires (a second signal, say): unfinished
+    /// messages are released at once.
+    pub fn abandon_on(mut self, abandon: CancellationToken) -> Self {
+        self.abandon = abandon;
+        self
     }
 
     /// Uses these payload stores (a host from parts has none).
@@ -347,10 +363,19 @@ impl Host {
         pollers.close();
         pollers.wait().await;
         self.drain(&shared).await;
-        for task in ackers {
-            task.await.context("ack task failed")?;
+        let flushed = async {
+            for task in ackers {
+                task.await.context("ack task failed")?;
+            }
+            anyhow::Ok(())
+        };
+        match tokio::time::timeout(RELEASE_DEADLINE, flushed).await {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::error!(deadline = ?RELEASE_DEADLINE, "the last acks did not go out in time; those messages will be delivered again and found completed");
+                Ok(())
+            }
         }
-        Ok(())
     }
 
     /// Runs until every consumed queue is empty and nothing is in flight (or `shutdown`).
@@ -372,22 +397,30 @@ impl Host {
             stats: Arc::clone(&self.stats),
             in_flight: Arc::new(Semaphore::new(self.config.max_in_flight)),
             tasks: TaskTracker::new(),
-            abandon: CancellationToken::new(),
+            abandon: self.abandon.child_token(),
             completer: Completer::spawn(Arc::clone(&self.store)),
             payloads: Arc::clone(&self.payloads),
         }
     }
 
-    /// Waits for in-flight messages for the grace period, then releases the rest.
+    /// Waits for in-flight messages for the grace period (or until abandoned), then releases
+    /// the rest, waiting for that no longer than [`RELEASE_DEADLINE`].
     async fn drain(&self, shared: &Shared) {
         shared.tasks.close();
-        if tokio::time::timeout(self.config.shutdown_grace, shared.tasks.wait())
+        let finished = tokio::select! {
+            r = tokio::time::timeout(self.config.shutdown_grace, shared.tasks.wait()) => r.is_ok(),
+            _ = shared.abandon.cancelled() => false,
+        };
+        if finished {
+            return;
+        }
+        tracing::warn!(grace = ?self.config.shutdown_grace, running = shared.tasks.len(), "releasing unfinished messages");
+        shared.abandon.cancel();
+        if tokio::time::timeout(RELEASE_DEADLINE, shared.tasks.wait())
             .await
             .is_err()
         {
-            tracing::warn!(grace = ?self.config.shutdown_grace, "grace period over; releasing unfinished messages");
-            shared.abandon.cancel();
-            shared.tasks.wait().await;
+            tracing::error!(running = shared.tasks.len(), deadline = ?RELEASE_DEADLINE, "messages still not released; leaving them to their visibility timeout");
         }
     }
 }

@@ -168,7 +168,7 @@ impl Stats {
 
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const HEAD: [&str; 9] = [
+        const HEAD: [&str; 10] = [
             "received",
             "ran",
             "acked",
@@ -178,6 +178,7 @@ impl fmt::Display for Stats {
             "failed",
             "dead",
             "outbox",
+            "released",
         ];
         write!(f, "{:<16} {:<16}", "queue", "plugin")?;
         for h in HEAD {
@@ -196,6 +197,7 @@ impl fmt::Display for Stats {
                 c.failures,
                 c.dead_lettered,
                 c.outbox_sent,
+                c.released,
             ];
             for n in row {
                 write!(f, " {n:>9}")?;

@@ -302,6 +302,9 @@ async fn stopping_mid_stream_and_restarting_loses_nothing() {
     let out = unique("restart-out");
     create_queue(&out, &[]).await;
     let config = queue_toml(&jobs, "fixture", "");
+    // One handler outlives the 5 s grace period: it is released then, and runs again later.
+    let slow = format!("sleep:7000;send:{out}:slow");
+    send(&jobs, &[slow.as_str()], &[]).await;
     let body = format!("sleep:30;send:{out}:done");
     send(&jobs, &vec![body.as_str(); 120], &[]).await;
 
@@ -310,23 +313,77 @@ async fn stopping_mid_stream_and_restarting_loses_nothing() {
         .wait_for(Duration::from_secs(60), |h| h.stats().total().acked >= 20)
         .await;
     let first = running.stop().await;
-    let done_first = first.stats().total().acked;
-    assert!(done_first < 120, "stopped mid-stream");
+    let c = first.stats().total();
+    let done_first = c.acked;
+    assert!(done_first < 121, "stopped mid-stream");
+    assert_eq!(
+        c.released, 1,
+        "the slow one was released at the grace expiry: {c:?}"
+    );
 
     let second = host(&env, &config).await;
     run_until_idle(&second).await;
 
     assert_eq!(
         keys(&drain(&out).await).len(),
-        120,
+        121,
         "every message's effect, exactly one key each"
     );
     let c = second.stats().total();
     assert_eq!(
         done_first + c.acked,
-        120,
+        121,
         "nothing handled twice, nothing lost: {c:?}"
     );
+}
+
+/// A second signal ends the grace period at once: the running handler's message is released
+/// (visible again, not hidden for its visibility timeout) and the process exits.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_signal_releases_at_once_and_exits() {
+    let env = TestEnv::new();
+    env.install("fixture", "fixture", "[limits]\ntimeout-ms = 60000\n");
+    let (jobs, _) = queue_pair("second-signal").await;
+    let config = env.plugins_dir().parent().unwrap().join("host.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "plugins-dir = {:?}\ndata-dir = {:?}\nshutdown-grace-secs = 60\n\
+             [source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\nregion = \"us-east-1\"\n{}",
+            env.plugins_dir(),
+            env.data_dir(),
+            endpoint(),
+            queue_toml(&jobs, "fixture", "").replace(
+                "visibility-timeout-secs = 5",
+                "visibility-timeout-secs = 120"
+            )
+        ),
+    )
+    .unwrap();
+    send(&jobs, &["sleep:50000"], &[]).await;
+    let host = HostProcess::start_consuming(&config);
+    let q = sqs();
+    for _ in 0..100 {
+        let depth = q.depth(&jobs).await.unwrap();
+        if depth.invisible == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let stopped = tokio::task::spawn_blocking(|| host.stop_now(Duration::from_secs(20)))
+        .await
+        .unwrap();
+
+    let (status, summary) = stopped.expect("exited long before its 60 s grace period");
+    assert!(status.success(), "{status}");
+    assert_eq!(summary_column(&summary, &jobs, "released"), 1, "{summary}");
+    let back = q
+        .receive(&jobs, 1, Duration::from_secs(30), Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(back.len(), 1, "visible again, not hidden for 120 s");
+    assert_eq!(back[0].body, b"sleep:50000");
 }
 
 #[tokio::test(flavor = "multi_thread")]

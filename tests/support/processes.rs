@@ -71,6 +71,31 @@ impl HostProcess {
         }
     }
 
+    /// SIGTERM twice, a moment apart (the second skips the rest of the grace period), then
+    /// waits up to `limit`; returns the exit status and what it printed, or `None` if it was
+    /// still running then (it is killed).
+    pub fn stop_now(mut self, limit: Duration) -> Option<(std::process::ExitStatus, String)> {
+        let mut child = self.child.take().expect("running");
+        let pid = child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + limit;
+        while child.try_wait().expect("waiting for qhost").is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().expect("qhost exits");
+        Some((
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        ))
+    }
+
     /// SIGTERM, then waits; returns what it printed (the summary table).
     pub fn stop(mut self) -> String {
         let child = self.child.take().expect("running");

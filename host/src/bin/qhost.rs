@@ -1,6 +1,7 @@
 //! The `qhost` command: parses flags, sets up logging, and calls into the library.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Parser, Subcommand};
@@ -102,6 +103,12 @@ enum PluginsCommand {
     List,
 }
 
+/// How long the process waits, once done, for threads still busy (a guest blocked in a host
+/// call).
+const EXIT_WAIT: Duration = Duration::from_secs(1);
+/// How long a second signal's release may take before the process exits regardless.
+const FORCED_EXIT: Duration = Duration::from_secs(5);
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
@@ -119,7 +126,11 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(dispatch(cli)) {
+    let result = runtime.block_on(dispatch(cli));
+    // A guest blocked in a host call may still hold a blocking-pool thread: the process does not
+    // wait for it (what it held was released, or comes back after its visibility timeout).
+    runtime.shutdown_timeout(EXIT_WAIT);
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -168,11 +179,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
 
 async fn run(config: Config, until_idle: bool) -> anyhow::Result<()> {
     // Listen first: a SIGTERM while plugins compile must still mean "stop cleanly".
-    let shutdown = CancellationToken::new();
+    let (shutdown, abandon) = (CancellationToken::new(), CancellationToken::new());
     let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("listening for SIGTERM")?;
-    tokio::spawn(cancel_on_signal(term, shutdown.clone()));
-    let host = qhost::Host::from_config(config).await?;
+    tokio::spawn(on_signals(term, shutdown.clone(), abandon.clone()));
+    let host = qhost::Host::from_config(config).await?.abandon_on(abandon);
     if until_idle {
         host.run_until_idle(shutdown).await?;
     } else {
@@ -182,13 +193,28 @@ async fn run(config: Config, until_idle: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn cancel_on_signal(mut term: tokio::signal::unix::Signal, shutdown: CancellationToken) {
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-    tracing::info!("shutting down: finishing in-flight messages");
+/// The first SIGINT or SIGTERM starts an orderly shutdown; a second releases unfinished
+/// messages at once and, should even that hang, exits after [`FORCED_EXIT`].
+async fn on_signals(
+    mut term: tokio::signal::unix::Signal,
+    shutdown: CancellationToken,
+    abandon: CancellationToken,
+) {
+    let mut signal = async || {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    };
+    signal().await;
+    tracing::info!("shutting down: finishing in-flight messages (signal again to stop now)");
     shutdown.cancel();
+    signal().await;
+    tracing::warn!("second signal: releasing unfinished messages and exiting");
+    abandon.cancel();
+    tokio::time::sleep(FORCED_EXIT).await;
+    tracing::error!(after = ?FORCED_EXIT, "release did not finish; exiting anyway");
+    std::process::exit(130);
 }
 
 fn parse_attr(text: &str) -> anyhow::Result<Attribute> {
