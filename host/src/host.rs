@@ -138,6 +138,7 @@ pub fn runtime_for(config: &Config) -> anyhow::Result<Runtime> {
         max_instances: config.max_in_flight as u32 + SPARE_INSTANCES,
         max_memory_mib: config.max_plugin_memory_mib,
         send: config.payload.send_shape(),
+        idle_instances: SPARE_INSTANCES / 2,
     })?;
     match &config.compiled_cache {
         Some(dir) => runtime.with_cache(dir),

@@ -291,3 +291,47 @@ async fn a_stderr_flood_is_cut_and_a_reused_instance_starts_clean() {
         2
     );
 }
+
+#[test]
+fn a_component_of_a_later_wit_version_is_refused_naming_both_versions() {
+    assert_refused(
+        &qhost_e2e::plugin_bytes("next-wit"),
+        "it was built against qhost:handler@0.2.0, and this host serves qhost:handler@0.1.0",
+    );
+}
+
+#[test]
+fn a_core_module_is_refused_with_how_to_make_it_a_component() {
+    // The smallest core module: magic and version 1, no sections.
+    assert_refused(b"\0asm\x01\0\0\0", "wasm-tools component new");
+}
+
+/// A plugin that cannot run in this host (its initial memory is over the host's cap) is
+/// refused when it loads, saying so, not at its first message.
+#[test]
+fn a_plugin_that_cannot_be_instantiated_is_refused_at_load() {
+    let env = TestEnv::new();
+    env.install("fixture", "fixture", "[limits]\nmemory-mib = 1\n");
+    let mut config = env.config("");
+    config.max_plugin_memory_mib = 1;
+    let runtime = qhost::host::runtime_for(&config).expect("engine");
+    let err = loader::load_file(&runtime, &env.plugins_dir().join("fixture.wasm"))
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        err.contains("it does not fit this host's limits")
+            && err.contains("memory has a minimum byte size"),
+        "{err}"
+    );
+    // Within the pool, but its manifest asks for more than the host allows.
+    config.max_plugin_memory_mib = 4;
+    let runtime = qhost::host::runtime_for(&config).expect("engine");
+    env.install("fixture", "fixture", "[limits]\nmemory-mib = 8\n");
+    let err = loader::load_file(&runtime, &env.plugins_dir().join("fixture.wasm"))
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        err.contains("limits.memory-mib = 8, above this host's max-plugin-memory-mib = 4"),
+        "{err}"
+    );
+}

@@ -18,7 +18,7 @@ pub fn workspace() -> PathBuf {
 }
 
 /// Builds the Rust plugins for wasm32-wasip2 (once per test process) and returns the directory
-/// holding `email_reminder.wasm`, `fixture.wasm` and `wrong_world.wasm`.
+/// holding `email_reminder.wasm`, `fixture.wasm`, `wrong_world.wasm` and `next_wit.wasm`.
 pub fn built_plugins() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -37,6 +37,7 @@ pub fn built_plugins() -> &'static Path {
             ])
             .arg(&target)
             .args(["-p", "email-reminder", "-p", "fixture", "-p", "wrong-world"])
+            .args(["-p", "next-wit"])
             .status()
             .expect("running cargo to build the plugins");
         assert!(

@@ -6,3 +6,19 @@ wasmtime::component::bindgen!({
 });
 
 pub use self::qhost::handler::types::{Attribute, AttributeValue};
+
+/// The version of the `qhost:handler` package this host serves.
+pub(crate) const WIT_VERSION: &str = "0.1.0";
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_served_version_is_the_wit_files() {
+        let wit = include_str!("../../../wit/handler.wit");
+        let package = format!("package qhost:handler@{};", super::WIT_VERSION);
+        assert!(
+            wit.contains(&package),
+            "wit/handler.wit does not say {package}"
+        );
+    }
+}

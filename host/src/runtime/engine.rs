@@ -18,6 +18,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllo
 
 use super::bindings::Handler;
 use super::cache::{CompileCounters, CompiledCache};
+use super::idle::IdleBudget;
 use super::state::HostState;
 use crate::message::rules::SendShape;
 
@@ -33,6 +34,8 @@ pub struct EngineSettings {
     pub max_memory_mib: u64,
     /// How the host sends what an outbox holds, so each message is checked as it will go.
     pub send: SendShape,
+    /// Instances all plugins together may keep idle for reuse (within the pool's spare).
+    pub idle_instances: u32,
 }
 
 /// The shared engine and linker.
@@ -43,6 +46,8 @@ pub struct Runtime {
     cache: Option<CompiledCache>,
     counters: Arc<CompileCounters>,
     send: SendShape,
+    idle: IdleBudget,
+    max_memory_mib: u64,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -95,6 +100,8 @@ impl Runtime {
             cache: None,
             counters: Arc::default(),
             send: settings.send,
+            idle: IdleBudget::new(settings.idle_instances as usize),
+            max_memory_mib: settings.max_memory_mib,
         })
     }
 
@@ -112,6 +119,16 @@ impl Runtime {
     /// How the host sends what an outbox holds.
     pub(crate) fn send_shape(&self) -> SendShape {
         self.send
+    }
+
+    /// The idle-instance budget all plugins of this engine share.
+    pub(crate) fn idle_budget(&self) -> IdleBudget {
+        self.idle.clone()
+    }
+
+    /// The largest linear memory a plugin may have, in MiB.
+    pub(crate) fn max_memory_mib(&self) -> u64 {
+        self.max_memory_mib
     }
 
     /// The engine.

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use wasmtime::component::Component;
 
-use super::bindings::HandlerPre;
+use super::bindings::{HandlerPre, WIT_VERSION};
 use super::engine::Runtime;
 use super::manifest::Manifest;
 use super::wasm::WasmInvoker;
@@ -46,12 +46,66 @@ pub fn version_of(bytes: &[u8]) -> String {
     v
 }
 
+/// Why a component did not compile: it does not fit this host's instance pool (its memory or
+/// tables are larger than the host allows), or it is not a valid component at all.
+fn compile_error(e: anyhow::Error) -> anyhow::Error {
+    if format!("{e:#}").contains("pooling allocator") {
+        e.context("it does not fit this host's limits (max-plugin-memory-mib, the instance pool)")
+    } else {
+        e.context("it is not a valid WebAssembly component")
+    }
+}
+
+/// A core module is not a component: say how to make one, rather than the parser's words.
+fn check_is_component(bytes: &[u8]) -> anyhow::Result<()> {
+    const CORE_MODULE: [u8; 8] = *b"\0asm\x01\0\0\0";
+    if bytes.starts_with(&CORE_MODULE) {
+        anyhow::bail!(
+            "it is a core WebAssembly module, not a component; wrap it with \
+             `wasm-tools component new MODULE.wasm --adapt wasi_snapshot_preview1.reactor.wasm -o NAME.wasm` \
+             (the WASI adapter comes with each wasmtime release), or build for wasm32-wasip2"
+        );
+    }
+    Ok(())
+}
+
+/// A component built against another `qhost:handler` package version is refused naming both
+/// versions, rather than with the linker's "wrong type" for the first item that differs.
+fn check_version(runtime: &Runtime, component: &Component) -> anyhow::Result<()> {
+    let ty = component.component_type();
+    let built = ty
+        .imports(runtime.engine())
+        .filter_map(|(name, _)| name.strip_prefix("qhost:handler/"))
+        .filter_map(|rest| rest.split_once('@').map(|(_, version)| version))
+        .find(|version| !same_release(version, WIT_VERSION));
+    match built {
+        Some(version) => anyhow::bail!(
+            "it was built against qhost:handler@{version}, and this host serves qhost:handler@{WIT_VERSION}: \
+             rebuild it with this host's wit/handler.wit, or run a host that serves {version}"
+        ),
+        None => Ok(()),
+    }
+}
+
+/// Whether two versions are one release as far as compatibility goes: the same major, and for
+/// 0.x the same minor too (semver's rule).
+fn same_release(a: &str, b: &str) -> bool {
+    let parts = |v: &str| -> Vec<String> { v.split('.').take(2).map(str::to_string).collect() };
+    let (a, b) = (parts(a), parts(b));
+    if a.first().is_some_and(|major| major == "0") {
+        a == b
+    } else {
+        a.first() == b.first()
+    }
+}
+
 /// Checks that a compiled component implements the `qhost:handler` world with what the linker
 /// provides, and returns the pre-instantiated handler.
 pub(crate) fn check_world(
     runtime: &Runtime,
     component: &Component,
 ) -> anyhow::Result<HandlerPre<super::state::HostState>> {
+    check_version(runtime, component)?;
     let pre = runtime
         .linker()
         .instantiate_pre(component)
@@ -88,13 +142,25 @@ pub(crate) fn build(
         path: path.to_path_buf(),
         reason,
     };
-    let component = runtime
-        .compile(bytes)
-        .context("it is not a valid WebAssembly component")
-        .map_err(fail)?;
+    check_is_component(bytes).map_err(fail)?;
+    let component = runtime.compile(bytes).map_err(|e| fail(compile_error(e)))?;
     let pre = check_world(runtime, &component).map_err(fail)?;
+    let most = runtime.max_memory_mib();
+    if manifest.limits.memory_mib > most {
+        return Err(fail(anyhow::anyhow!(
+            "its manifest asks for limits.memory-mib = {}, above this host's max-plugin-memory-mib = {most}",
+            manifest.limits.memory_mib
+        )));
+    }
     let version = version_of(bytes);
-    let invoker = WasmInvoker::new(pre, (&name, &version), &manifest, runtime.send_shape());
+    let invoker = WasmInvoker::new(pre, (&name, &version), &manifest, runtime);
+    // Instantiated once now, so a plugin that compiles but cannot run (an initial memory or
+    // table over the pool's limits, a start function that traps) is refused at load, and the
+    // version it would replace keeps serving.
+    invoker
+        .probe()
+        .context("it cannot be instantiated")
+        .map_err(fail)?;
     Ok(Plugin::new(
         name,
         version,
@@ -134,6 +200,12 @@ mod tests {
     #[test]
     fn versions_are_short_content_hashes() {
         assert_eq!(version_of(b"abc"), "ba7816bf8f01");
+        assert!(same_release("0.1.0", "0.1.3") && !same_release("0.2.0", "0.1.0"));
+        assert!(same_release("1.2.0", "1.0.0") && !same_release("2.0.0", "1.0.0"));
+        let core = check_is_component(b"\0asm\x01\0\0\0")
+            .unwrap_err()
+            .to_string();
+        assert!(core.contains("wasm-tools component new"), "{core}");
         assert_ne!(version_of(b"abc"), version_of(b"abd"));
     }
 }

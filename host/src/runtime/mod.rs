@@ -5,6 +5,7 @@ pub(crate) mod bindings;
 pub(crate) mod cache;
 mod convert;
 pub mod engine;
+mod idle;
 pub mod inspect;
 pub mod loader;
 pub mod manifest;

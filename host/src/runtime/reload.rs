@@ -260,6 +260,7 @@ mod tests {
             max_instances: 2,
             max_memory_mib: 16,
             send: Default::default(),
+            idle_instances: 1,
         })
         .unwrap();
         PluginDir::new(runtime, dir, Arc::default())

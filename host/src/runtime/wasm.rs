@@ -21,12 +21,12 @@ use wasmtime::{Engine, Store, Trap};
 
 use super::bindings::{Handler, HandlerPre};
 use super::convert;
-use super::engine::EPOCH_TICK;
+use super::engine::{EPOCH_TICK, Runtime};
+use super::idle::{IdleBudget, IdleSlot};
 use super::manifest::Manifest;
 use super::outbox::OutboxPolicy;
 use super::state::{CallContext, HostState};
 use crate::handler::{Failure, HandlerMessage, Invocation, Invoke};
-use crate::message::rules::SendShape;
 
 /// Runs one component's `handle`.
 pub(crate) struct WasmInvoker {
@@ -39,10 +39,12 @@ pub(crate) struct WasmInvoker {
     memory_bytes: u64,
     timeout: Duration,
     reuse: u32,
-    idle: Mutex<Vec<Warm>>,
+    idle: Mutex<Vec<(Warm, IdleSlot)>>,
+    budget: IdleBudget,
 }
 
-/// Idle instances a reusing plugin keeps; each holds a slot of the engine's instance pool.
+/// Idle instances one reusing plugin keeps at most; all plugins together keep no more than
+/// the engine's [`IdleBudget`].
 const MAX_IDLE: usize = 4;
 
 /// An instance kept for its next message.
@@ -62,13 +64,13 @@ impl std::fmt::Debug for WasmInvoker {
 }
 
 impl WasmInvoker {
-    /// An invoker for a checked component, under its manifest's limits and grants; `send` is
-    /// how the host sends what the outbox holds.
+    /// An invoker for a checked component of `runtime`, under its manifest's limits and
+    /// grants.
     pub(crate) fn new(
         pre: HandlerPre<HostState>,
         id: (&str, &str),
         manifest: &Manifest,
-        send: SendShape,
+        runtime: &Runtime,
     ) -> Self {
         let (plugin, version) = id;
         WasmInvoker {
@@ -79,20 +81,37 @@ impl WasmInvoker {
             config: Arc::new(manifest.config.clone()),
             outbox: Arc::new(OutboxPolicy {
                 grant: manifest.outbox.clone(),
-                shape: send,
+                shape: runtime.send_shape(),
             }),
             memory_bytes: manifest.limits.memory_mib << 20,
             timeout: manifest.timeout(),
             reuse: manifest.limits.reuse_instance.max(1),
             idle: Mutex::default(),
+            budget: runtime.idle_budget(),
         }
+    }
+
+    /// Instantiates the component once, as a message would, and drops the instance: a
+    /// component that compiles but cannot run is found at load, not at its first message.
+    pub(crate) fn probe(&self) -> anyhow::Result<()> {
+        let ctx = CallContext {
+            plugin: Arc::clone(&self.plugin),
+            version: Arc::clone(&self.version),
+            message_id: "(load check)".into(),
+            queue: String::new(),
+            key: String::new(),
+        };
+        self.instantiate(ctx)
+            .map(drop)
+            .map_err(|e| anyhow::anyhow!("{e}"))
     }
 
     fn take_idle(&self) -> Option<Warm> {
         if self.reuse <= 1 {
             return None;
         }
-        self.idle.lock().ok()?.pop()
+        let (warm, _slot) = self.idle.lock().ok()?.pop()?;
+        Some(warm)
     }
 
     fn keep(&self, warm: Warm) {
@@ -101,8 +120,9 @@ impl WasmInvoker {
         }
         if let Ok(mut idle) = self.idle.lock()
             && idle.len() < MAX_IDLE
+            && let Some(slot) = self.budget.take()
         {
-            idle.push(warm);
+            idle.push((warm, slot));
         }
     }
 
