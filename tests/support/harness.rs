@@ -18,6 +18,8 @@ const RUN_LIMIT: Duration = Duration::from_secs(120);
 #[derive(Debug)]
 pub struct TestEnv {
     dir: tempfile::TempDir,
+    /// The compiled-code cache every test that asks for one shares, if this one does.
+    shared_cache: Option<PathBuf>,
 }
 
 impl Default for TestEnv {
@@ -31,20 +33,22 @@ impl TestEnv {
     pub fn new() -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
         std::fs::create_dir(dir.path().join("plugins")).expect("plugins directory");
-        TestEnv { dir }
+        TestEnv {
+            dir,
+            shared_cache: None,
+        }
     }
 
     /// An environment whose compiled-code cache is shared by every test that asks for it, so
     /// a large (interpreter) plugin is compiled once per run, not once per test. Entries are
     /// keyed by content and engine, so sharing is safe.
     pub fn with_shared_cache() -> Self {
-        let env = Self::new();
         let shared = crate::workspace().join("target/test-compiled-cache");
         std::fs::create_dir_all(&shared).expect("shared cache directory");
-        std::fs::create_dir_all(env.data_dir()).expect("data directory");
-        std::os::unix::fs::symlink(&shared, env.data_dir().join("compiled"))
-            .expect("linking the shared cache");
-        env
+        TestEnv {
+            shared_cache: Some(shared),
+            ..Self::new()
+        }
     }
 
     /// The plugins directory.
@@ -83,7 +87,11 @@ impl TestEnv {
             self.plugins_dir(),
             self.data_dir()
         );
-        Config::parse(&text).expect("test configuration")
+        let mut config = Config::parse(&text).expect("test configuration");
+        if let Some(shared) = &self.shared_cache {
+            config.compiled_cache = Some(shared.clone());
+        }
+        config
     }
 
     /// A host built from `config` the way `qhost run` builds it.

@@ -15,7 +15,10 @@
 //! an incompatible build) is ignored and rewritten.
 //!
 //! Loading an entry runs code wasmtime produced without re-verifying it, so the directory must
-//! be writable only by the user qhost runs as: it lives in qhost's own data directory.
+//! be writable only by the user qhost runs as: it lives in qhost's own data directory, and
+//! [`CompiledCache::open`] refuses one that is a symbolic link, is owned by another user, or is
+//! writable by group or others (qhost then compiles without a cache, and says so once). An
+//! entry that is not a regular file (a symbolic link planted in the directory) is never loaded.
 
 // The only unsafe code in qhost: loading wasmtime's serialized code (see the SAFETY notes).
 #![allow(unsafe_code)]
@@ -87,15 +90,53 @@ fn engine_hash(engine: &Engine) -> String {
     hex::encode(&digest[..8])
 }
 
+/// Why a directory cannot hold code qhost will run, if it cannot.
+fn untrusted(dir: &Path) -> anyhow::Result<Option<String>> {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let meta = std::fs::symlink_metadata(dir)
+        .with_context(|| format!("reading the compiled-code cache {}", dir.display()))?;
+    let mode = meta.permissions().mode();
+    let me = rustix::process::geteuid().as_raw();
+    Ok(if meta.file_type().is_symlink() {
+        Some("a symbolic link".into())
+    } else if !meta.is_dir() {
+        Some("not a directory".into())
+    } else if meta.uid() != me {
+        Some(format!(
+            "owned by user {}, not by {me}, which qhost runs as",
+            meta.uid()
+        ))
+    } else if mode & 0o022 != 0 {
+        Some(format!(
+            "writable by group or others (mode {:o})",
+            mode & 0o777
+        ))
+    } else {
+        None
+    })
+}
+
 impl CompiledCache {
-    /// A cache in `dir` for code compiled by `engine` (the directory is created).
-    pub(crate) fn open(dir: &Path, engine: &Engine) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("creating the compiled-code cache {}", dir.display()))?;
-        Ok(CompiledCache {
+    /// A cache in `dir` for code compiled by `engine` (the directory is created, private to
+    /// this user); `None` if `dir` cannot be trusted with code (see the module docs), which is
+    /// logged.
+    pub(crate) fn open(dir: &Path, engine: &Engine) -> anyhow::Result<Option<Self>> {
+        use std::os::unix::fs::DirBuilderExt as _;
+        if std::fs::symlink_metadata(dir).is_err() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .with_context(|| format!("creating the compiled-code cache {}", dir.display()))?;
+        }
+        if let Some(why) = untrusted(dir)? {
+            tracing::warn!(cache = %dir.display(), "not using the compiled-code cache: it is {why}; plugins are compiled on every load");
+            return Ok(None);
+        }
+        Ok(Some(CompiledCache {
             dir: dir.to_path_buf(),
             engine_hash: engine_hash(engine),
-        })
+        }))
     }
 
     /// The entry for these bytes.
@@ -120,7 +161,9 @@ impl CompiledCache {
             "not a WebAssembly binary (no \\0asm header)"
         );
         let entry = self.entry(bytes);
-        if entry.is_file() {
+        // Not `is_file`, which follows a symbolic link to wherever it leads.
+        let regular = std::fs::symlink_metadata(&entry).is_ok_and(|m| m.file_type().is_file());
+        if regular {
             // SAFETY: entries are written only by `store` below, from wasmtime's own
             // `precompile_component`, into a directory only qhost writes (see the module docs);
             // wasmtime checks the header and engine compatibility before using the code.
@@ -178,7 +221,7 @@ mod tests {
         let engine = Engine::default();
         assert_eq!(engine_hash(&engine), engine_hash(&engine));
         let dir = tempfile::tempdir().unwrap();
-        let cache = CompiledCache::open(dir.path(), &engine).unwrap();
+        let cache = CompiledCache::open(dir.path(), &engine).unwrap().unwrap();
         assert_ne!(cache.entry(b"a"), cache.entry(b"b"));
         assert_eq!(cache.entry(b"a"), cache.entry(b"a"));
     }
@@ -189,7 +232,9 @@ mod tests {
         config.wasm_component_model(true);
         let engine = Engine::new(&config).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let cache = CompiledCache::open(dir.path(), &engine).unwrap();
+        let cache = CompiledCache::open(&dir.path().join("cache"), &engine)
+            .unwrap()
+            .unwrap();
         let counters = Arc::new(CompileCounters::default());
         // The smallest component: the magic number, version 0x0d, layer 1.
         let bytes = b"\0asm\x0d\x00\x01\x00".to_vec();
@@ -201,5 +246,37 @@ mod tests {
         assert_eq!((counters.compiled(), counters.cache_hits()), (2, 1));
         cache.load_or_compile(&engine, &counters, &bytes).unwrap();
         assert_eq!((counters.compiled(), counters.cache_hits()), (2, 2));
+        // A planted link is not followed: the entry is compiled again.
+        let elsewhere = dir.path().join("elsewhere.cwasm");
+        std::fs::rename(cache.entry(&bytes), &elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, cache.entry(&bytes)).unwrap();
+        cache.load_or_compile(&engine, &counters, &bytes).unwrap();
+        assert_eq!((counters.compiled(), counters.cache_hits()), (3, 2));
+    }
+
+    #[test]
+    fn a_directory_others_can_write_or_a_link_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let engine = Engine::default();
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(CompiledCache::open(&shared, &engine).unwrap().is_none());
+        let why = untrusted(&shared).unwrap().unwrap();
+        assert!(
+            why.contains("writable by group or others (mode 777)"),
+            "{why}"
+        );
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+        assert_eq!(
+            untrusted(&link).unwrap().as_deref(),
+            Some("a symbolic link")
+        );
+        let fresh = dir.path().join("fresh");
+        assert!(CompiledCache::open(&fresh, &engine).unwrap().is_some());
+        let mode = std::fs::metadata(&fresh).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "created private");
     }
 }

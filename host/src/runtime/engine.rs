@@ -107,7 +107,7 @@ impl Runtime {
 
     /// Keeps compiled components in `dir`, so unchanged plugins are not compiled again.
     pub fn with_cache(mut self, dir: &Path) -> anyhow::Result<Self> {
-        self.cache = Some(CompiledCache::open(dir, &self.engine)?);
+        self.cache = CompiledCache::open(dir, &self.engine)?;
         Ok(self)
     }
 
