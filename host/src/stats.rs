@@ -32,6 +32,8 @@ pub struct Counts {
     pub lost_leases: u64,
     /// Messages given back unfinished at shutdown.
     pub released: u64,
+    /// Deliveries of a completed key whose body differs from the one that ran.
+    pub conflicts: u64,
 }
 
 /// Something that happened to one message.
@@ -59,6 +61,8 @@ pub enum Event {
     LostLease,
     /// Given back unfinished at shutdown.
     Released,
+    /// A completed key came with another body.
+    Conflict,
 }
 
 impl Counts {
@@ -75,6 +79,7 @@ impl Counts {
             Event::Failed => self.failures += 1,
             Event::LostLease => self.lost_leases += 1,
             Event::Released => self.released += 1,
+            Event::Conflict => self.conflicts += 1,
         }
     }
 
@@ -90,6 +95,7 @@ impl Counts {
         self.failures += o.failures;
         self.lost_leases += o.lost_leases;
         self.released += o.released;
+        self.conflicts += o.conflicts;
     }
 }
 
@@ -168,7 +174,7 @@ impl Stats {
 
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const HEAD: [&str; 10] = [
+        const HEAD: [&str; 11] = [
             "received",
             "ran",
             "acked",
@@ -179,6 +185,7 @@ impl fmt::Display for Stats {
             "dead",
             "outbox",
             "released",
+            "conflict",
         ];
         write!(f, "{:<16} {:<16}", "queue", "plugin")?;
         for h in HEAD {
@@ -198,6 +205,7 @@ impl fmt::Display for Stats {
                 c.dead_lettered,
                 c.outbox_sent,
                 c.released,
+                c.conflicts,
             ];
             for n in row {
                 write!(f, " {n:>9}")?;

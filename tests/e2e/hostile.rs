@@ -527,3 +527,66 @@ async fn a_plugin_keyed_by_the_body_is_keyed_by_the_payload_not_its_pointer() {
         );
     }
 }
+
+/// A completed key that comes again with another body is reported, and dead-lettered when the
+/// plugin says `on-conflict = "reject"`; the same body again is a plain duplicate.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_done_key_with_another_body_is_reported_or_rejected() {
+    for backend in BOTH {
+        let setup = Setup::new(backend);
+        let keyed = "[idempotency]\nkey = \"attribute:job-id\"\n";
+        setup.env.install("lenient", "fixture", keyed);
+        let strict = format!("{keyed}on-conflict = \"reject\"\n");
+        setup.env.install("strict", "fixture", &strict);
+        let (a, b) = (
+            setup.queue("lenient-in").await,
+            setup.queue("strict-in").await,
+        );
+        let host = setup.host(&[(&a, "lenient"), (&b, "strict")]).await;
+        let job = Attribute::string("job-id", "j-1");
+        let first: Vec<_> = [&a, &b]
+            .iter()
+            .map(|q| Outgoing::new(q.as_str(), "ack").with_attribute(job.clone()))
+            .collect();
+        setup.send(&first).await;
+        run_until_idle(&host).await;
+        let again: Vec<_> = [&a, &a, &b]
+            .iter()
+            .zip(["ack", "ack:changed", "ack:changed"])
+            .map(|(q, body)| Outgoing::new(q.as_str(), body).with_attribute(job.clone()))
+            .collect();
+        setup.send(&again).await;
+        run_until_idle(&host).await;
+
+        let counts = host.stats().snapshot();
+        let of = |q: &str, p: &str| counts[&(q.to_string(), p.to_string())];
+        let (lenient, strict) = (of(&a, "lenient"), of(&b, "strict"));
+        assert_eq!(
+            (
+                lenient.invoked,
+                lenient.duplicates,
+                lenient.conflicts,
+                lenient.dead_lettered
+            ),
+            (1, 2, 1, 0),
+            "{backend:?}: {lenient:?}"
+        );
+        assert_eq!(
+            (strict.invoked, strict.conflicts, strict.dead_lettered),
+            (1, 1, 1),
+            "{backend:?}: {strict:?}"
+        );
+        let dead = setup.dead_letters(&b).await;
+        assert_eq!(dead.len(), 1, "{backend:?}");
+        let ran = qhost_e2e::sha256_hex(b"ack");
+        let this = qhost_e2e::sha256_hex(b"ack:changed");
+        assert_eq!(
+            dead[0].1,
+            format!(
+                "key `j-1` was completed on a body with sha256 {ran}, and this one's is {this}"
+            ),
+            "{backend:?}"
+        );
+        assert!(setup.dead_letters(&a).await.is_empty(), "{backend:?}");
+    }
+}

@@ -59,6 +59,7 @@ async fn leases_complete_once_and_a_lapsed_owner_is_refused() {
         lease: first,
         outbox: vec![],
         window: Duration::from_secs(60),
+        digest: None,
     };
     assert_eq!(
         store.complete(&[stale]).await.unwrap(),
@@ -78,6 +79,7 @@ async fn leases_complete_once_and_a_lapsed_owner_is_refused() {
         lease: second,
         outbox: vec![Outgoing::new("next", "x")],
         window: Duration::from_secs(60),
+        digest: None,
     };
     assert_eq!(store.complete(&[done]).await.unwrap(), vec![Ok(())]);
     let again = store
@@ -85,7 +87,7 @@ async fn leases_complete_once_and_a_lapsed_owner_is_refused() {
         .await
         .unwrap();
     assert!(
-        matches!(&again[0], Acquired::Completed { pending_outbox, pending_for } if pending_outbox[0].queue == "next" && *pending_for < Duration::from_secs(5))
+        matches!(&again[0], Acquired::Completed { pending_outbox, pending_for, .. } if pending_outbox[0].queue == "next" && *pending_for < Duration::from_secs(5))
     );
     store.outbox_sent(&key).await.unwrap();
     assert_eq!(
@@ -136,6 +138,7 @@ async fn failed_runs_are_counted_and_the_fencing_counter_outlives_its_record() {
         lease: third,
         outbox: vec![],
         window: Duration::from_secs(3600),
+        digest: None,
     };
     assert_eq!(store.complete(&[done]).await.unwrap(), vec![Ok(())]);
     let (record_ttl, fence_ttl) = (pttl(&mut conn, &key).await, pttl(&mut conn, &fence).await);
@@ -173,6 +176,7 @@ async fn a_batch_is_leased_in_one_round_trip() {
                 lease,
                 outbox: vec![],
                 window: Duration::from_secs(60),
+                digest: None,
             },
             _ => unreachable!(),
         })

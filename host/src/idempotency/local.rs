@@ -26,15 +26,19 @@ CREATE TABLE IF NOT EXISTS idempotency (
     expires_at_ms INTEGER NOT NULL,
     outbox TEXT,
     outbox_at_ms INTEGER,
-    failures INTEGER NOT NULL DEFAULT 0
+    failures INTEGER NOT NULL DEFAULT 0,
+    digest TEXT
 );
 ";
 
 /// Adds what later versions keep to a store written by an earlier one.
-const MIGRATIONS: [(&str, &str); 1] = [(
-    "failures",
-    "ALTER TABLE idempotency ADD COLUMN failures INTEGER NOT NULL DEFAULT 0",
-)];
+const MIGRATIONS: [(&str, &str); 2] = [
+    (
+        "failures",
+        "ALTER TABLE idempotency ADD COLUMN failures INTEGER NOT NULL DEFAULT 0",
+    ),
+    ("digest", "ALTER TABLE idempotency ADD COLUMN digest TEXT"),
+];
 
 /// The embedded idempotency store.
 #[derive(Debug)]
@@ -50,6 +54,7 @@ struct Row {
     outbox: Option<String>,
     outbox_at_ms: Option<i64>,
     failures: u32,
+    digest: Option<String>,
 }
 
 impl LocalStore {
@@ -73,7 +78,7 @@ impl LocalStore {
 fn read(tx: &Transaction<'_>, key: &str) -> anyhow::Result<Option<Row>> {
     Ok(tx
         .prepare_cached(
-            "SELECT state, owner, fencing, expires_at_ms, outbox, outbox_at_ms, failures
+            "SELECT state, owner, fencing, expires_at_ms, outbox, outbox_at_ms, failures, digest
              FROM idempotency WHERE key = ?1",
         )?
         .query_row([key], |r| {
@@ -85,6 +90,7 @@ fn read(tx: &Transaction<'_>, key: &str) -> anyhow::Result<Option<Row>> {
                 outbox: r.get(4)?,
                 outbox_at_ms: r.get(5)?,
                 failures: r.get(6)?,
+                digest: r.get(7)?,
             })
         })
         .optional()?)
@@ -105,6 +111,7 @@ fn acquire_one(tx: &Transaction<'_>, req: &LeaseRequest, now: i64) -> anyhow::Re
             return Ok(Acquired::Completed {
                 pending_outbox,
                 pending_for,
+                digest: live.and_then(|r| r.digest.clone()),
             });
         }
         Some("leased") => {
@@ -168,8 +175,8 @@ fn complete_one(tx: &Transaction<'_>, done: &Completion) -> anyhow::Result<bool>
         tx,
         &done.lease,
         "state = 'completed', owner = NULL, expires_at_ms = ?4, outbox = ?5, outbox_at_ms = ?6,
-         failures = 0",
-        &[&expires, &outbox, &now],
+         failures = 0, digest = ?7",
+        &[&expires, &outbox, &now, &done.digest],
     )
 }
 
@@ -304,6 +311,7 @@ mod tests {
             lease: lease.clone(),
             outbox: vec![Outgoing::new("out", "x")],
             window: Duration::from_secs(60),
+            digest: None,
         };
         assert_eq!(store.complete(&[done]).await.unwrap(), vec![Ok(())]);
         let third = store.acquire(&[req("k", 60_000)]).await.unwrap();
@@ -331,6 +339,7 @@ mod tests {
             lease: old,
             outbox: vec![],
             window: Duration::from_secs(60),
+            digest: None,
         };
         assert_eq!(store.complete(&[stale]).await.unwrap(), vec![lost]);
         assert!(matches!(

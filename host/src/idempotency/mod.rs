@@ -118,6 +118,8 @@ pub enum Acquired {
         pending_outbox: Vec<Outgoing>,
         /// How long ago the outbox was committed (zero when there is none).
         pending_for: Duration,
+        /// The sha256 of the body the completing run handled, when it was recorded.
+        digest: Option<String>,
     },
     /// Another worker holds a live lease; try again after this long.
     Busy {
@@ -135,6 +137,9 @@ pub struct Completion {
     pub outbox: Vec<Outgoing>,
     /// How long to remember the key as completed.
     pub window: Duration,
+    /// The sha256 (hex) of the body the handler ran on, kept so a later delivery of the key
+    /// with another body can be told apart.
+    pub digest: Option<String>,
 }
 
 /// What is known about a key: what the stores' `status` answer, for operators and tests

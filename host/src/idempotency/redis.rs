@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! NS:{PLUGIN:KEY}        hash  state = leased | completed, owner, fence,
-//!                              outbox (JSON) and outbox_at (ms, Redis clock) until sent
+//!                              outbox (JSON) and outbox_at (ms, Redis clock) until sent,
+//!                              digest (sha256 of the body that ran) once completed
 //!                              TTL = the lease while leased, the dedup window once completed
 //! NS:{PLUGIN:KEY}:fence  counter for fencing tokens (INCR); TTL = the record's plus a window
 //! NS:{PLUGIN:KEY}:failed failed handler runs (INCR on a failed release), gone on completion
@@ -171,9 +172,10 @@ fn parse_acquired(
                 .map_err(|e| corrupt(format!("failed runs `{failures}`: {e}")))?,
             window: request.window,
         })),
-        [kind, outbox, age] if kind == "completed" => Ok(Acquired::Completed {
+        [kind, outbox, age, digest] if kind == "completed" => Ok(Acquired::Completed {
             pending_outbox: decode_outbox(outbox)?,
             pending_for: Duration::from_millis(age.parse::<i64>().unwrap_or(0).max(0) as u64),
+            digest: Some(digest.clone()).filter(|d| !d.is_empty()),
         }),
         [kind, pttl] if kind == "busy" => Ok(Acquired::Busy {
             retry_after: Duration::from_millis(pttl.parse::<i64>().unwrap_or(0).max(0) as u64),
@@ -244,7 +246,8 @@ impl IdempotencyStore for RedisStore {
                 .arg(&c.lease.owner)
                 .arg(ms(c.window))
                 .arg(encode_outbox(&c.outbox))
-                .arg(ms(c.window + c.window));
+                .arg(ms(c.window + c.window))
+                .arg(c.digest.as_deref().unwrap_or_default());
             pipe.invoke_script(&invocation);
         }
         let done: Vec<i64> = self.query(&pipe).await?;

@@ -60,6 +60,8 @@ pub struct Resolved {
     pub body: Vec<u8>,
     /// The message's attributes without the pointer's reserved ones.
     pub attributes: Vec<Attribute>,
+    /// The sha256 (hex) of `body`.
+    pub sha256: String,
 }
 
 /// The payload stores and the policy for using them.
@@ -168,8 +170,9 @@ impl Payloads {
             }
             missing_or_larger => ResolveError::Reject(missing_or_larger.to_string()),
         })?;
-        check(&pointer, &payload).map_err(ResolveError::Reject)?;
+        let sha256 = check(&pointer, &payload).map_err(ResolveError::Reject)?;
         Ok(Some(Resolved {
+            sha256,
             body: payload,
             attributes: attributes
                 .iter()
@@ -299,8 +302,8 @@ fn find_sha(attributes: &[Attribute]) -> bool {
     find_attribute(attributes, wire::PAYLOAD_SHA256).is_some()
 }
 
-/// The payload must be what the pointer says.
-fn check(pointer: &Pointer, payload: &[u8]) -> Result<(), String> {
+/// The payload must be what the pointer says; returns its sha256.
+fn check(pointer: &Pointer, payload: &[u8]) -> Result<String, String> {
     if payload.len() as u64 != pointer.size {
         return Err(format!(
             "payload {} is {} bytes but its pointer says {}",
@@ -309,16 +312,16 @@ fn check(pointer: &Pointer, payload: &[u8]) -> Result<(), String> {
             pointer.size
         ));
     }
-    if let Some(want) = &pointer.sha256 {
-        let got = sha256_hex(payload);
-        if !got.eq_ignore_ascii_case(want) {
-            return Err(format!(
-                "payload {} has sha256 {got} but its pointer says {want}",
-                pointer.location
-            ));
-        }
+    let got = sha256_hex(payload);
+    if let Some(want) = &pointer.sha256
+        && !got.eq_ignore_ascii_case(want)
+    {
+        return Err(format!(
+            "payload {} has sha256 {got} but its pointer says {want}",
+            pointer.location
+        ));
     }
-    Ok(())
+    Ok(got)
 }
 
 #[cfg(test)]

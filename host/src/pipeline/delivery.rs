@@ -109,6 +109,8 @@ pub(crate) struct Delivery {
     /// Whether this delivery fetched and verified the payload its pointer names: only then
     /// may finishing it delete that payload.
     payload_verified: bool,
+    /// The sha256 of the body its handler ran on, recorded with the completed key.
+    ran_on: Option<String>,
 }
 
 impl Delivery {
@@ -122,7 +124,13 @@ impl Delivery {
             lease: None,
             heartbeat: None,
             payload_verified: false,
+            ran_on: None,
         }
+    }
+
+    /// Notes the sha256 of the body the handler runs on.
+    pub(crate) fn running_on(&mut self, sha256: String) {
+        self.ran_on = Some(sha256);
     }
 
     /// Notes that this delivery fetched and verified its payload.
@@ -271,6 +279,7 @@ impl Delivery {
             lease,
             outbox: outbox.clone(),
             window,
+            digest: self.ran_on.take(),
         };
         match shared.completer.complete(completion).await {
             Ok(()) => {

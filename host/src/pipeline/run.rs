@@ -7,9 +7,12 @@ use std::time::Duration;
 
 use super::delivery::{Delivery, Fate};
 use super::route::Routed;
+use crate::digest::sha256_hex;
 use crate::handler::{Failure, HandlerMessage, Invocation, Outcome, Plugin};
 use crate::idempotency::Acquired;
-use crate::payload::{ResolveError, Resolved};
+use crate::message::Received;
+use crate::payload::{ResolveError, Resolved, pointer};
+use crate::runtime::manifest::OnConflict;
 use crate::stats::Event;
 
 /// Shortest delay before a message whose key is leased elsewhere comes back.
@@ -34,11 +37,19 @@ pub(crate) async fn leased(routed: Routed, acquired: Acquired) -> Fate {
         ..
     } = routed;
     let visibility = delivery.queue().config.visibility;
+    if let Acquired::Completed {
+        digest: Some(done), ..
+    } = &acquired
+        && let Some(reason) = conflict(&delivery, &plugin, done)
+    {
+        return delivery.dead_letter(reason).await;
+    }
     match acquired {
         Acquired::Granted(lease) => run(delivery.leased(lease), plugin, resolved).await,
         Acquired::Completed {
             pending_outbox,
             pending_for,
+            ..
         } if !pending_outbox.is_empty() && pending_for < visibility => {
             // The worker that completed the key is most likely sending this outbox right now;
             // sending it too would only make copies. Look again once that worker would have
@@ -78,6 +89,10 @@ async fn run(mut delivery: Delivery, plugin: Arc<Plugin>, resolved: Option<Resol
             }
         }
     };
+    delivery.running_on(match &resolved {
+        Some(r) => r.sha256.clone(),
+        None => sha256_hex(&delivery.msg().body),
+    });
     let input = handler_message(&delivery, resolved);
     let finished = tokio::select! {
         result = invoke(&delivery, &plugin, input) => Some(result),
@@ -109,6 +124,36 @@ async fn run(mut delivery: Delivery, plugin: Arc<Plugin>, resolved: Option<Resol
             delivery.retry(failure.to_string(), 0).await
         }
     }
+}
+
+/// The sha256 of a delivery's body, when it is known without fetching: the body's own, or the
+/// digest a qhost pointer carries (`None` for a pointer without one).
+fn body_digest(msg: &Received) -> Option<String> {
+    if pointer::is_pointer(&msg.attributes) {
+        pointer::parse(&msg.body, &msg.attributes)
+            .ok()
+            .flatten()
+            .and_then(|p| p.sha256)
+    } else {
+        Some(sha256_hex(&msg.body))
+    }
+}
+
+/// Whether a delivery of a completed key (whose run handled a body with sha256 `done`) carries
+/// another body. Reported (logged, counted) when it does; the reason to dead-letter it is
+/// returned when the plugin says `on-conflict = "reject"`, and otherwise it goes on as the
+/// duplicate it claims to be.
+fn conflict(delivery: &Delivery, plugin: &Plugin, done: &str) -> Option<String> {
+    let mine = body_digest(delivery.msg()).filter(|mine| !mine.eq_ignore_ascii_case(done))?;
+    let (msg, key) = (delivery.msg(), delivery.key().map(|k| k.handler.as_str()));
+    tracing::warn!(queue = %msg.queue, message_id = %msg.id, key, ran = done, this = %mine, "a completed key came again with a different body");
+    delivery.record(Event::Conflict);
+    (plugin.manifest.idempotency.on_conflict == OnConflict::Reject).then(|| {
+        format!(
+            "key `{}` was completed on a body with sha256 {done}, and this one's is {mine}",
+            key.unwrap_or_default()
+        )
+    })
 }
 
 /// Ends a delivery whose payload could not be fetched: a pointer that can never be followed

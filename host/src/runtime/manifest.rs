@@ -8,6 +8,7 @@
 //! key = "attribute:job-id"      # message-id | body-sha256 | attribute:NAME | json:/POINTER
 //! on-missing = "reject"         # or "message-id"
 //! dedup-window-secs = 86400
+//! on-conflict = "report"        # or "reject": a done key again with another body
 //!
 //! [limits]
 //! timeout-ms = 10000
@@ -104,6 +105,21 @@ pub struct Idempotency {
     /// How long a completed key suppresses duplicates.
     #[serde(default = "default_window")]
     pub dedup_window_secs: u64,
+    /// What to do with a delivery of a completed key whose body differs from the one that ran.
+    #[serde(default)]
+    pub on_conflict: OnConflict,
+}
+
+/// What to do when a completed key comes again with another body: a producer reusing a key for
+/// different work, which idempotency libraries call a payload mismatch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnConflict {
+    /// Log it and count it (`conflict`), and ack it as the duplicate it claims to be.
+    #[default]
+    Report,
+    /// Dead-letter it with the two digests, so somebody looks.
+    Reject,
 }
 
 impl Default for Idempotency {
@@ -112,6 +128,7 @@ impl Default for Idempotency {
             key: KeySource::default(),
             on_missing: OnMissingKey::default(),
             dedup_window_secs: default_window(),
+            on_conflict: OnConflict::default(),
         }
     }
 }

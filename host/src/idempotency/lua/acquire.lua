@@ -7,10 +7,10 @@ local state = redis.call('HGET', KEYS[1], 'state')
 if state == 'completed' then
   -- The outbox, and how many ms ago it was committed (a completer still sending, or one that
   -- crashed before confirming).
-  local f = redis.call('HMGET', KEYS[1], 'outbox', 'outbox_at')
+  local f = redis.call('HMGET', KEYS[1], 'outbox', 'outbox_at', 'digest')
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  return {'completed', f[1] or '', tostring(now - (tonumber(f[2]) or now))}
+  return {'completed', f[1] or '', tostring(now - (tonumber(f[2]) or now)), f[3] or ''}
 elseif state == 'leased' then
   return {'busy', tostring(redis.call('PTTL', KEYS[1]))}
 end

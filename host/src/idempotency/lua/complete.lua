@@ -1,11 +1,15 @@
 -- Mark a leased key completed, with its outbox, if ARGV[1] still owns it.
 -- KEYS[1] the record; KEYS[2] the fencing counter; KEYS[3] the count of failed runs.
--- ARGV[2] dedup window ms; ARGV[3] outbox JSON ('' for none); ARGV[4] counter lifetime ms.
+-- ARGV[2] dedup window ms; ARGV[3] outbox JSON ('' for none); ARGV[4] counter lifetime ms;
+-- ARGV[5] the sha256 of the body that ran ('' if not known).
 local f = redis.call('HMGET', KEYS[1], 'state', 'owner')
 if f[1] ~= 'leased' or f[2] ~= ARGV[1] then
   return 0
 end
 redis.call('HSET', KEYS[1], 'state', 'completed')
+if ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[1], 'digest', ARGV[5])
+end
 redis.call('HDEL', KEYS[1], 'owner')
 if ARGV[3] ~= '' then
   local t = redis.call('TIME')
