@@ -151,6 +151,7 @@ pub fn runtime_for(config: &Config) -> anyhow::Result<Runtime> {
 pub(crate) async fn open_plugins(config: &Config) -> anyhow::Result<Arc<PluginDir>> {
     let plugins = open_plugins_unchecked(config).await?;
     check_routes(config, &config.plugins_dir)?;
+    check_deadlines(config, plugins.registry())?;
     Ok(plugins)
 }
 
@@ -174,6 +175,33 @@ pub async fn open_plugins_unchecked(config: &Config) -> anyhow::Result<Arc<Plugi
         "plugins ready"
     );
     Ok(plugins)
+}
+
+/// Without a heartbeat nothing extends a message's visibility while its handler runs, so a
+/// plugin that may run longer than that would have its message delivered again mid-run:
+/// refused at start.
+fn check_deadlines(config: &Config, registry: &Registry) -> anyhow::Result<()> {
+    for (i, q) in config
+        .queues
+        .iter()
+        .enumerate()
+        .filter(|(_, q)| !q.heartbeat)
+    {
+        for name in std::iter::once(&q.plugin).chain(&q.routes) {
+            let Some(plugin) = registry.get(name) else {
+                continue;
+            };
+            let timeout = plugin.manifest.timeout();
+            if timeout > q.visibility {
+                bail!(
+                    "queue[{i}].heartbeat is false and `{}` hides a message for {:?}, but plugin `{name}` may run for {timeout:?} (limits.timeout-ms): its messages would be delivered again while they run",
+                    q.name,
+                    q.visibility
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A queue naming a plugin with no file is a configuration mistake, refused at start. (A file

@@ -25,7 +25,7 @@ const QUEUE: &str = "bench";
 
 fn config(plugin: &str) -> Config {
     let mut c = Config::parse(&format!(
-        "max-in-flight = 64\n[retry]\nbase-secs = 0\nmax-secs = 0\n\
+        "max-in-flight = 64\n[retry]\nbase-secs = 0.01\nmax-secs = 0.05\n\
          [[queue]]\nname = \"{QUEUE}\"\nplugin = \"{plugin}\"\nwait-time-secs = 0\n"
     ))
     .expect("bench config");

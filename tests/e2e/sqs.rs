@@ -294,6 +294,41 @@ async fn a_fifo_group_is_handled_in_order_even_across_a_retry() {
     assert_eq!(host.stats().total().retried, 1);
 }
 
+/// FIFO messages received behind a long-running one of their group are kept hidden while they
+/// wait. Otherwise their visibility lapses while they wait, and once the first is deleted the
+/// queue hands them out again while this host is running them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fifo_message_waiting_behind_a_long_one_is_kept_hidden() {
+    let env = TestEnv::new();
+    env.install("fixture", "fixture", "[limits]\ntimeout-ms = 20000\n");
+    let jobs = unique("waiting.fifo");
+    create_queue(&jobs, &[]).await;
+    create_queue(&jobs.replace(".fifo", "-dlq.fifo"), &[]).await;
+    let config = queue_toml(&jobs, "fixture", "")
+        .replace("visibility-timeout-secs = 5", "visibility-timeout-secs = 2");
+    let host = host(&env, &config).await;
+    let msgs: Vec<Outgoing> = ["sleep:5000", "sleep:3000", "ack"]
+        .iter()
+        .enumerate()
+        .map(|(i, body)| {
+            let mut m = Outgoing::new(&jobs, *body);
+            m.group_id = Some("g".into());
+            m.dedup_id = Some(format!("m-{i}"));
+            m
+        })
+        .collect();
+    sqs().send(&msgs).await.unwrap();
+
+    run_until_idle(&host).await;
+
+    let c = host.stats().total();
+    assert_eq!(
+        (c.received, c.invoked, c.acked, c.busy, c.duplicates),
+        (3, 3, 3, 0, 0),
+        "each delivered once: {c:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn stopping_mid_stream_and_restarting_loses_nothing() {
     let env = TestEnv::new();
@@ -397,7 +432,7 @@ async fn two_host_processes_share_one_queue() {
     std::fs::write(
         &config,
         format!(
-            "plugins-dir = {:?}\ndata-dir = {:?}\nmax-in-flight = 8\n[retry]\nbase-secs = 0\nmax-secs = 1\n\
+            "plugins-dir = {:?}\ndata-dir = {:?}\nmax-in-flight = 8\n[retry]\nbase-secs = 0.01\nmax-secs = 1\n\
              [source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\nregion = \"us-east-1\"\n{}",
             env.plugins_dir(), env.data_dir(), endpoint(), queue_toml(&jobs, "fixture", "")
         ),

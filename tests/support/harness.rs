@@ -83,7 +83,7 @@ impl TestEnv {
     /// waits, plus `extra` TOML (queues, limits).
     pub fn config(&self, extra: &str) -> Config {
         let text = format!(
-            "plugins-dir = {:?}\ndata-dir = {:?}\nshutdown-grace-secs = 5\n[retry]\nbase-secs = 0\nmax-secs = 0\n{extra}",
+            "plugins-dir = {:?}\ndata-dir = {:?}\nshutdown-grace-secs = 5\n[retry]\nbase-secs = 0.01\nmax-secs = 0.05\n{extra}",
             self.plugins_dir(),
             self.data_dir()
         );

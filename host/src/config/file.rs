@@ -42,8 +42,8 @@ pub struct RawIdempotency {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RawRetry {
-    pub base_secs: Option<u32>,
-    pub max_secs: Option<u32>,
+    pub base_secs: Option<f64>,
+    pub max_secs: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -57,6 +57,7 @@ pub struct RawQueue {
     pub batch_size: Option<u32>,
     pub dead_letter: Option<String>,
     pub route_attribute: Option<String>,
+    pub routes: Option<Vec<String>>,
     pub max_receives: Option<u32>,
     pub heartbeat: Option<bool>,
     pub pollers: Option<u32>,

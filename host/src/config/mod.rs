@@ -37,6 +37,10 @@ pub enum StoreKind {
     },
 }
 
+/// The shortest first retry delay: put-backs that use up no attempt (a store down, a key
+/// busy) must not come straight back.
+const MIN_RETRY_SECS: f64 = 0.01;
+
 /// Retry backoff: `base * 2^(attempt-1)`, capped at `max`, jittered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -65,8 +69,10 @@ pub struct QueueConfig {
     pub pollers: usize,
     /// Where rejected and poison messages go.
     pub dead_letter: String,
-    /// A message attribute that may name another loaded plugin to handle the message.
+    /// A message attribute that may name another plugin to handle the message.
     pub route_attribute: Option<String>,
+    /// The plugins the route attribute may name (besides `plugin`); nothing else.
+    pub routes: Vec<String>,
     /// Queue-level redrive: receives after which the queue itself dead-letters a message (a
     /// safety net for messages that crash the host).
     pub max_receives: Option<u32>,
@@ -130,9 +136,15 @@ impl Config {
             MAX_MEMORY_MIB,
         )?;
         let retry = raw.retry.unwrap_or_default();
-        let base = retry.base_secs.unwrap_or(1);
-        let max = retry.max_secs.unwrap_or(900);
-        in_range("retry.max-secs", max, base, 43_200)?;
+        let base = retry.base_secs.unwrap_or(1.0);
+        let max = retry.max_secs.unwrap_or(900.0);
+        if !(base >= MIN_RETRY_SECS && base <= 43_200.0) {
+            bail!(
+                "retry.base-secs is {base}; it must be between {MIN_RETRY_SECS} and 43200: a message \
+                 put back while a store is down would otherwise come straight back, over and over"
+            );
+        }
+        in_range("retry.max-secs", max, base, 43_200.0)?;
         let namespace = raw
             .idempotency
             .as_ref()
@@ -180,8 +192,8 @@ impl Config {
             payload,
             namespace,
             retry: RetryPolicy {
-                base: Duration::from_secs(base.into()),
-                max: Duration::from_secs(max.into()),
+                base: Duration::from_secs_f64(base),
+                max: Duration::from_secs_f64(max),
             },
             queues,
         })
@@ -253,6 +265,17 @@ fn queue(index: usize, q: RawQueue) -> anyhow::Result<QueueConfig> {
     if let Some(max) = q.max_receives {
         in_range(&field("max-receives"), max, 1, 1000)?;
     }
+    let routes = q.routes.unwrap_or_default();
+    if let Some(bad) = routes.iter().find(|r| !valid_plugin_name(r)) {
+        bail!("{} `{bad}` is not a valid plugin name", field("routes"));
+    }
+    if q.route_attribute.is_some() && routes.is_empty() {
+        bail!(
+            "{} needs {}: the plugins a message may choose (deny by default)",
+            field("route-attribute"),
+            field("routes")
+        );
+    }
     if let Some(url) = &q.url
         && !(url.starts_with("https://") || url.starts_with("http://"))
     {
@@ -268,6 +291,7 @@ fn queue(index: usize, q: RawQueue) -> anyhow::Result<QueueConfig> {
         pollers: pollers as usize,
         dead_letter,
         route_attribute: q.route_attribute,
+        routes,
         max_receives: q.max_receives,
         heartbeat: q.heartbeat.unwrap_or(true),
     })
@@ -347,7 +371,7 @@ mod tests {
     #[test]
     fn a_full_file_parses() {
         let c = Config::parse(
-            "plugins-dir = \"p\"\nmax-in-flight = 4\n[retry]\nbase-secs = 0\nmax-secs = 10\n\
+            "plugins-dir = \"p\"\nmax-in-flight = 4\n[retry]\nbase-secs = 0.05\nmax-secs = 10\n\
              [[queue]]\nname = \"jobs\"\nplugin = \"worker\"\nvisibility-timeout-secs = 5\n\
              wait-time-secs = 1\nbatch-size = 3\ndead-letter = \"dead\"\nmax-receives = 9\n",
         )
@@ -357,7 +381,7 @@ mod tests {
             (q.batch_size, q.dead_letter.as_str(), q.max_receives),
             (3, "dead", Some(9))
         );
-        assert_eq!(c.retry.base, Duration::ZERO);
+        assert_eq!(c.retry.base, Duration::from_millis(50));
         let fifo = Config::parse("[[queue]]\nname = \"orders.fifo\"\nplugin = \"p\"\n").unwrap();
         assert_eq!(fifo.queues[0].dead_letter, "orders-dlq.fifo");
         assert_eq!(c.max_in_flight, 4);
@@ -413,6 +437,18 @@ mod tests {
             ),
             ("[idempotency]\nurl = \"redis://x\"", "idempotency.url"),
             ("[retry]\nbase-secs = 10\nmax-secs = 5", "retry.max-secs"),
+            (
+                "[retry]\nbase-secs = 0",
+                "retry.base-secs is 0; it must be between 0.01",
+            ),
+            (
+                "[[queue]]\nname = \"q\"\nplugin = \"p\"\nroute-attribute = \"to\"",
+                "queue[0].route-attribute needs queue[0].routes",
+            ),
+            (
+                "[[queue]]\nname = \"q\"\nplugin = \"p\"\nroutes = [\"../x\"]",
+                "queue[0].routes",
+            ),
             ("max-in-flite = 3", "unknown field `max-in-flite`"),
             (
                 "[[queue]]\nname = \"q\"\nplugin = \"p\"\nvisiblity = 3",

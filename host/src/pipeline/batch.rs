@@ -8,6 +8,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::context::QueueCtx;
 use super::delivery::{Delivery, Fate, PluginRef};
+use super::heartbeat::Hold;
 use super::route::{Routed, needs_payload, plugin_ref, route, route_with};
 use super::run;
 use crate::idempotency::{IdempotencyError, LeaseRequest};
@@ -131,13 +132,22 @@ async fn run_one(queue: Arc<QueueCtx>, msg: Received) -> Fate {
     }
 }
 
-/// A FIFO group's messages from one batch, in order. Once one is put back (to be retried), the
-/// later ones are put back too, unrun, so the group never overtakes itself.
+/// A FIFO group's messages from one batch, in order. The later ones are kept hidden while they
+/// wait. Once one is put back (to be retried), the later ones are put back too, unrun, so the
+/// group never overtakes itself.
 async fn run_group(queue: Arc<QueueCtx>, chain: Vec<(Received, Permit)>) -> Fate {
+    let waiting = chain
+        .iter()
+        .skip(1)
+        .map(|(m, _)| m.receipt.clone())
+        .collect();
+    let hold = Hold::start(&queue, waiting);
     let mut messages = chain.into_iter();
     for (msg, _permit) in messages.by_ref() {
+        hold.let_go(&msg.receipt).await;
         if run_one(Arc::clone(&queue), msg).await == Fate::Back {
             for (later, _permit) in messages {
+                hold.let_go(&later.receipt).await;
                 let plugin = PluginRef::Named(queue.config.plugin.clone());
                 let delivery = Delivery::new(Arc::clone(&queue), later, plugin);
                 delivery

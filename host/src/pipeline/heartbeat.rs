@@ -7,6 +7,9 @@
 //! late `ChangeMessageVisibility` hiding the message again for a whole timeout. Each extension
 //! runs under a lock that `stop` takes once after cancelling, so an idle heartbeat (the usual
 //! case) is stopped without waiting for its task.
+//!
+//! A [`Hold`] does the same for messages received but not started yet (a FIFO group's later
+//! messages while an earlier one runs), so they are not delivered again while they wait.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,5 +106,72 @@ async fn extend(queue: &QueueCtx, receipt: &str, lease: &Lease) {
         .await
     {
         tracing::warn!(queue = %queue_name, error = %e, "could not extend visibility");
+    }
+}
+
+/// Keeps received messages hidden while they wait their turn: a FIFO group's later messages
+/// behind a running one. Their visibility is extended every third of the timeout until each
+/// is let go (it starts, with a heartbeat of its own) or the hold is dropped.
+#[derive(Debug)]
+pub(crate) struct Hold {
+    waiting: Arc<Mutex<Vec<String>>>,
+    stop: CancellationToken,
+}
+
+impl Hold {
+    /// Holds the deliveries `receipts` of `queue`.
+    pub(crate) fn start(queue: &Arc<QueueCtx>, receipts: Vec<String>) -> Self {
+        let hold = Hold {
+            waiting: Arc::new(Mutex::new(receipts)),
+            stop: CancellationToken::new(),
+        };
+        tokio::spawn(keep_hidden(
+            Arc::clone(queue),
+            Arc::clone(&hold.waiting),
+            hold.stop.clone(),
+        ));
+        hold
+    }
+
+    /// Stops extending `receipt`; an extension under way lands first.
+    pub(crate) async fn let_go(&self, receipt: &str) {
+        self.waiting.lock().await.retain(|r| r != receipt);
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn keep_hidden(
+    queue: Arc<QueueCtx>,
+    waiting: Arc<Mutex<Vec<String>>>,
+    stop: CancellationToken,
+) {
+    let visibility = queue.config.visibility;
+    let period = (visibility / 3).max(MIN_PERIOD);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let waiting = waiting.lock().await;
+        if stop.is_cancelled() || waiting.is_empty() {
+            return;
+        }
+        for receipt in waiting.iter() {
+            let name = &queue.config.name;
+            if let Err(e) = queue
+                .shared
+                .source
+                .change_visibility(name, receipt, visibility)
+                .await
+            {
+                tracing::warn!(queue = %name, error = %e, "could not keep a waiting message hidden");
+            }
+        }
     }
 }

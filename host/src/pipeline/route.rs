@@ -11,7 +11,7 @@ use super::delivery::{Delivery, Fate, Key, PluginRef};
 use crate::handler::Plugin;
 use crate::idempotency::LeaseRequest;
 use crate::idempotency::key::{KeyInput, KeySource, MissingKey, OnMissingKey, scoped};
-use crate::message::wire::{self, valid_plugin_name};
+use crate::message::wire;
 use crate::message::{Received, find_attribute};
 use crate::payload::{Resolved, pointer};
 use crate::stats::Event;
@@ -35,13 +35,17 @@ pub(crate) enum RouteError {
     /// No plugin of that name is loaded (yet): retried, then dead-lettered.
     #[error("no plugin named `{0}` is loaded")]
     NoPlugin(String),
-    /// The route attribute names something that cannot be a plugin: dead-lettered.
-    #[error("route attribute `{attribute}` holds `{value}`, which is not a plugin name")]
+    /// The route attribute names a plugin this queue does not route to: dead-lettered.
+    #[error(
+        "route attribute `{attribute}` holds `{value}`, which is not one of this queue's routes ({routes})"
+    )]
     BadRoute {
         /// The queue's route attribute.
         attribute: String,
         /// What the message put there.
         value: String,
+        /// The plugins it may name.
+        routes: String,
     },
     /// The plugin's key source is missing from the message: dead-lettered.
     #[error(transparent)]
@@ -192,17 +196,20 @@ fn plugin_for(queue: &QueueCtx, msg: &Received) -> Result<Arc<Plugin>, (PluginRe
     })
 }
 
-/// The plugin name for a message: the queue's, or a valid name from its route attribute.
+/// The plugin name for a message: the queue's, or one of the queue's routes named by its route
+/// attribute. A message never chooses a plugin the queue does not list.
 fn route_name<'a>(queue: &'a QueueCtx, msg: &'a Received) -> Result<&'a str, RouteError> {
-    let Some(attribute) = &queue.config.route_attribute else {
-        return Ok(&queue.config.plugin);
+    let config = &queue.config;
+    let Some(attribute) = &config.route_attribute else {
+        return Ok(&config.plugin);
     };
     match find_attribute(&msg.attributes, attribute).and_then(|a| a.text()) {
-        None => Ok(&queue.config.plugin),
-        Some(name) if valid_plugin_name(name) => Ok(name),
+        None => Ok(&config.plugin),
+        Some(name) if name == config.plugin || config.routes.iter().any(|r| r == name) => Ok(name),
         Some(name) => Err(RouteError::BadRoute {
             attribute: attribute.clone(),
             value: name.to_string(),
+            routes: config.routes.join(", "),
         }),
     }
 }
