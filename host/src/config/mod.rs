@@ -138,7 +138,7 @@ impl Config {
         let retry = raw.retry.unwrap_or_default();
         let base = retry.base_secs.unwrap_or(1.0);
         let max = retry.max_secs.unwrap_or(900.0);
-        if !(base >= MIN_RETRY_SECS && base <= 43_200.0) {
+        if !(MIN_RETRY_SECS..=43_200.0).contains(&base) {
             bail!(
                 "retry.base-secs is {base}; it must be between {MIN_RETRY_SECS} and 43200: a message \
                  put back while a store is down would otherwise come straight back, over and over"
