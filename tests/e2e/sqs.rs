@@ -7,8 +7,8 @@ use std::time::Duration;
 use aws_sdk_sqs::types::QueueAttributeName;
 use qhost::Host;
 use qhost::message::{Attribute, AttributeValue, Outgoing, Received};
-use qhost::source::QueueSource;
 use qhost::source::sqs::SqsQueue;
+use qhost::source::{QueueSource, SourceError};
 use qhost_e2e::harness::{Running, TestEnv, attr, run_until_idle, send_all};
 use qhost_e2e::processes::{HostProcess, summary_column};
 use qhost_e2e::sqs_server::{arn, create_queue, drain, endpoint, sdk_config, unique};
@@ -201,11 +201,21 @@ async fn a_retry_delay_hides_the_message_until_it_is_due() {
         .unwrap();
     assert_eq!(later.len(), 1, "visible once it is due");
     assert_eq!(later[0].receive_count, 2);
-    let stale = q
+    let acks = q
         .ack(&jobs, &[got[0].receipt.clone(), later[0].receipt.clone()])
         .await
         .unwrap();
-    assert!(stale[1].is_ok());
+    assert!(
+        acks[1].is_ok(),
+        "the current receipt deletes: {:?}",
+        acks[1]
+    );
+    assert!(
+        matches!(acks[0], Ok(()) | Err(SourceError::ReceiptExpired)),
+        "a superseded receipt is at worst expired, never a backend failure: {:?}",
+        acks[0]
+    );
+    assert_eq!(q.depth(&jobs).await.unwrap().total(), 0, "deleted");
 }
 
 #[tokio::test(flavor = "multi_thread")]
