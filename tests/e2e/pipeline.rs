@@ -203,3 +203,55 @@ async fn a_send_from_another_process_reaches_a_running_host() {
     assert_eq!(host.stats().total().acked, 1);
     assert_eq!(env.queue().depth("jobs").await.unwrap().total(), 0);
 }
+
+/// A route attribute selects only the plugins its queue lists: anything else, even a loaded
+/// plugin, is dead-lettered with the reason.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_can_route_only_to_its_queues_listed_plugins() {
+    let env = TestEnv::new();
+    for name in ["main", "listed", "unlisted"] {
+        env.install(name, "fixture", "");
+    }
+    let queue = format!(
+        "{}route-attribute = \"to\"\nroutes = [\"listed\"]\n",
+        queue_toml("jobs", "main")
+    );
+    let host = env.host(env.config(&queue)).await;
+    for (to, body) in [
+        ("listed", "send:seen:listed"),
+        ("unlisted", "send:seen:unlisted"),
+    ] {
+        send_all(
+            &env.queue(),
+            "jobs",
+            &[body],
+            &[Attribute::string("to", to)],
+        )
+        .await;
+    }
+    send_all(&env.queue(), "jobs", &["send:seen:main"], &[]).await;
+
+    run_until_idle(&host).await;
+
+    let seen: Vec<String> = contents(&env.queue(), "seen")
+        .await
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.body).into_owned())
+        .collect();
+    let mut seen = seen;
+    seen.sort();
+    assert_eq!(seen, ["listed", "main"]);
+    let dead = contents(&env.queue(), "jobs-dlq").await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        attr(&dead[0], "qhost-dead-letter-reason"),
+        Some(
+            "route attribute `to` holds `unlisted`, which is not one of this queue's routes (listed)"
+        )
+    );
+    let invoked = host.stats().invocations_by_version("unlisted");
+    assert!(
+        invoked.is_empty(),
+        "the unlisted plugin never ran: {invoked:?}"
+    );
+}

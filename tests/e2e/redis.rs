@@ -234,13 +234,26 @@ async fn a_handler_that_outlives_its_lease_cannot_complete_over_the_new_owner() 
     let registry = Registry::new(loaded.registry().get("fixture").map(|p| (*p).clone()));
     let store = RedisStore::connect(&shared_url()).await.unwrap();
     let host = Host::new(config, Arc::new(env.queue()), Arc::new(store), registry);
-    let ids = send_all(&env.queue(), "jobs", &["slow-first:2500"], &[]).await;
+    // The second one rejects after its lease lapsed: dropped, not dead-lettered, since the key's
+    // new owner (which acks) decides.
+    let ids = send_all(
+        &env.queue(),
+        "jobs",
+        &["slow-first:2500", "reject-first:2500"],
+        &[],
+    )
+    .await;
 
-    // Returns once the queue is empty and in-flight calls (the slow first one) have returned.
+    // Returns once the queue is empty and in-flight calls (the slow first ones) have returned.
     run_until_idle(&host).await;
 
     let c = host.stats().total();
-    assert_eq!((c.invoked, c.acked, c.lost_leases), (2, 1, 1), "{c:?}");
+    assert_eq!(
+        (c.invoked, c.acked, c.lost_leases, c.dead_lettered),
+        (4, 2, 2, 0),
+        "{c:?}"
+    );
+    assert!(contents(&env.queue(), "jobs-dlq").await.is_empty());
     let fenced = contents(&env.queue(), "fenced").await;
     let bodies: Vec<_> = fenced
         .iter()

@@ -436,6 +436,52 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn what_sqs_would_refuse_is_refused_and_nothing_is_sent() {
+        let q = queue();
+        let attrs = (0..11)
+            .map(|i| Attribute::number(format!("n{i}"), i))
+            .collect();
+        let eleven = Outgoing {
+            attributes: attrs,
+            ..Outgoing::new("q", "x")
+        };
+        let big = Outgoing::new("q", vec![b'a'; crate::message::wire::MAX_MESSAGE_BYTES + 1]);
+        for bad in [eleven, big, Outgoing::new("no/slash", "x")] {
+            let err = q
+                .send(&[Outgoing::new("q", "fine"), bad])
+                .await
+                .unwrap_err();
+            assert!(err.is_permanent(), "{err}");
+        }
+        assert_eq!(
+            q.depth("q").await.unwrap().total(),
+            0,
+            "not even the good one"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_row_whose_attributes_cannot_be_read_comes_back_malformed_alone() {
+        let q = queue();
+        q.send(&[Outgoing::new("q", "good"), Outgoing::new("q", "bad")])
+            .await
+            .unwrap();
+        q.db.call_now(|c| {
+            c.execute(
+                "UPDATE messages SET attributes = 'not json' WHERE body = x'626164'",
+                [],
+            )?;
+            Ok(())
+        })
+        .unwrap();
+        let got = q.receive("q", 10, VIS, NOW).await.unwrap();
+        assert_eq!(got.len(), 2, "the batch is received");
+        assert_eq!(got[0].malformed, None);
+        let why = got[1].malformed.as_deref().unwrap_or_default();
+        assert!(why.starts_with("its attributes cannot be read"), "{why}");
+    }
+
+    #[tokio::test]
     async fn delayed_messages_wait_and_depth_counts_them() {
         let q = queue();
         let mut m = Outgoing::new("q", "later");
