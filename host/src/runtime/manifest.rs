@@ -19,7 +19,7 @@
 //!
 //! [outbox]
 //! queues = ["sent-emails"]      # where it may send; none by default, "*" for any queue
-//! max-bytes = 16777216          # all it may send from one message, bodies and attributes
+//! max-bytes = 8388608           # all it may send from one message, bodies and attributes
 //!
 //! [config]                      # read by the plugin through the `config` import
 //! greeting = "hello"
@@ -79,7 +79,7 @@ impl Default for OutboxGrant {
 }
 
 fn default_outbox_bytes() -> usize {
-    16 << 20
+    8 << 20
 }
 
 /// The most any plugin may send from one message.
