@@ -590,3 +590,72 @@ async fn a_done_key_with_another_body_is_reported_or_rejected() {
         assert!(setup.dead_letters(&a).await.is_empty(), "{backend:?}");
     }
 }
+
+/// On the embedded queue a message whose stored attributes cannot be read (a database written
+/// by something else) is dead-lettered alone; the rest of its batch runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreadable_embedded_row_is_dead_lettered_alone() {
+    let setup = Setup::new(Backend::Embedded);
+    setup.env.install("fixture", "fixture", "");
+    let bodies = ["ack 1", "poison", "ack 2"];
+    let msgs: Vec<_> = bodies.iter().map(|b| Outgoing::new("jobs", *b)).collect();
+    setup.send(&msgs).await;
+    let db = rusqlite::Connection::open(setup.env.data_dir().join("qhost.db")).unwrap();
+    db.execute(
+        "UPDATE messages SET attributes = '{not json' WHERE body = ?1",
+        [b"poison".as_slice()],
+    )
+    .unwrap();
+    let host = setup.host(&[("jobs", "fixture")]).await;
+
+    run_until_idle(&host).await;
+
+    let c = host.stats().total();
+    assert_eq!(
+        (c.invoked, c.acked, c.dead_lettered, c.retried),
+        (2, 2, 1, 0),
+        "{c:?}"
+    );
+    let dead = setup.dead_letters("jobs").await;
+    assert_eq!(dead.len(), 1);
+    assert!(
+        dead[0]
+            .1
+            .starts_with("malformed message: its attributes cannot be read"),
+        "{}",
+        dead[0].1
+    );
+    assert_eq!(dead[0].0.body, b"poison");
+}
+
+/// A pointer declaring more than `payload.max-bytes` is dead-lettered without a fetch.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pointer_declaring_10_gib_is_dead_lettered_without_fetching() {
+    for backend in BOTH {
+        let setup = Setup::new(backend);
+        setup.env.install("fixture", "fixture", "");
+        let jobs = setup.queue("huge-pointer").await;
+        let host = setup.host_with_payloads(&[(&jobs, "fixture")]).await;
+        let size = 10u64 << 30;
+        let sha = "0".repeat(64);
+        let body = format!(
+            r#"["qhost.payload.v1",{{"store":"local","key":"k","size":{size},"sha256":"{sha}"}}]"#
+        );
+        let msg = Outgoing::new(&jobs, body.as_str())
+            .with_attribute(Attribute::number("qhost-payload-size", size));
+        setup.send(&[msg]).await;
+
+        run_until_idle(&host).await;
+
+        let dead = setup.dead_letters(&jobs).await;
+        assert_eq!(dead.len(), 1, "{backend:?}");
+        assert!(
+            dead[0].1.ends_with(
+                "declares 10737418240 bytes, over the 67108864-byte limit (payload.max-bytes)"
+            ),
+            "{backend:?}: {}",
+            dead[0].1
+        );
+        assert_eq!(host.stats().total().invoked, 0, "{backend:?}");
+    }
+}
