@@ -11,7 +11,8 @@
 //! | module          | role                                                                  |
 //! |-----------------|-----------------------------------------------------------------------|
 //! | [`config`]      | the TOML file, checked into a [`config::Config`]                      |
-//! | [`message`]     | the host's message types; [`message::wire`], the wire contract (leaf) |
+//! | [`message`]     | the host's message types; [`message::wire`], the wire contract (leaf); |
+//! |                 | [`message::rules`], SQS's rules for a message to be sent              |
 //! | [`source`]      | the queue boundary ([`source::QueueSource`]); `sqs`, `local` (SQLite)  |
 //! | [`idempotency`] | leases and completed records ([`idempotency::IdempotencyStore`]); keys |
 //! | [`runtime`]     | wasmtime engine, WIT bindings, guest state, plugin loading, registry  |

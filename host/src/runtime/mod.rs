@@ -1,5 +1,6 @@
-//! The WebAssembly runtime: engine, bindings, per-message state, loading, the compiled-code
-//! cache, the registry and hot reload.
+//! The WebAssembly runtime: engine, bindings, per-message state (with what the outbox accepts
+//! and the guest's stderr), loading, the compiled-code cache, the idle-instance budget, the
+//! registry and hot reload.
 
 pub(crate) mod bindings;
 pub(crate) mod cache;

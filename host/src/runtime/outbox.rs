@@ -3,8 +3,10 @@
 //! retry, send something else). Once accepted, a message is what the host will send.
 //!
 //! In order: the message count, the plugin's grant for the target queue (none by default),
-//! the bytes one message may send in all, then SQS's rules for the message as it will travel,
-//! stamped with qhost's attributes and offloaded if it will be ([`rules::check_as_sent`]).
+//! qhost's reserved attribute names (a plugin cannot forge a dead-letter reason, a body
+//! encoding or a derived key), the bytes one message may send in all, then SQS's rules for
+//! the message as it will travel, stamped with qhost's attributes and offloaded if it will be
+//! ([`rules::check_as_sent`]).
 
 use crate::message::Outgoing;
 use crate::message::rules::{self, SendShape};
@@ -53,6 +55,17 @@ impl OutboxPolicy {
             return Err(format!(
                 "this plugin may not send to queue `{}` (its manifest's [outbox] queues must name it)",
                 msg.queue
+            ));
+        }
+        if let Some(a) = msg
+            .attributes
+            .iter()
+            .find(|a| a.name.starts_with(wire::RESERVED_PREFIX))
+        {
+            return Err(format!(
+                "attribute `{}` is reserved: names starting with `{}` are qhost's own",
+                a.name,
+                wire::RESERVED_PREFIX
             ));
         }
         if msg.body.len() > MAX_OUTBOX_BODY {
@@ -142,6 +155,10 @@ mod tests {
             .admit(&[], SENDER, binary)
             .unwrap_err();
         assert!(e.contains("11 attributes"), "{e}");
+        let forged = Outgoing::new("out", "x")
+            .with_attribute(Attribute::string(wire::BODY_ENCODING, "base64"));
+        let e = p.admit(&[], SENDER, forged).unwrap_err();
+        assert!(e.contains("`qhost-body-encoding` is reserved"), "{e}");
         let full = vec![Outgoing::new("out", "x"); MAX_OUTBOX_MESSAGES];
         let e = p
             .admit(&full, SENDER, Outgoing::new("out", "y"))
