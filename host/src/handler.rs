@@ -83,19 +83,32 @@ pub enum Failure {
     Instantiate(String),
 }
 
-/// Runs a handler on one message. Blocking: the pipeline calls it on the blocking pool.
+/// Runs a handler on one message. A wasm plugin's call is cancellable: dropping the future
+/// stops the guest at its next epoch yield (every tick) and drops its instance.
+#[async_trait::async_trait]
 pub trait Invoke: Send + Sync + 'static {
     /// Handles one message (given by value: the pipeline has no further use for it, and the
     /// body may be large).
-    fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure>;
+    async fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure>;
 }
 
+/// A native handler: a function, which may block. On a multi-threaded runtime (the host's) it
+/// runs in place on an async thread that first hands its other work over (tokio's
+/// `block_in_place`), so a slow handler holds one thread, not the executor.
+#[async_trait::async_trait]
 impl<F> Invoke for F
 where
     F: Fn(HandlerMessage) -> Result<Invocation, Failure> + Send + Sync + 'static,
 {
-    fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
-        self(msg)
+    async fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        let threaded =
+            Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+        if threaded {
+            tokio::task::block_in_place(|| self(msg))
+        } else {
+            self(msg)
+        }
     }
 }
 
@@ -156,7 +169,7 @@ impl Plugin {
     }
 
     /// Handles one message.
-    pub fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
-        self.invoker.invoke(msg)
+    pub async fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
+        self.invoker.invoke(msg).await
     }
 }

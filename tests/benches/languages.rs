@@ -45,7 +45,7 @@ fn load(bytes: &[u8], manifest: &str, config: &Config) -> Plugin {
 }
 
 /// Mean microseconds per direct invocation (fresh instance + call), over `n`.
-fn per_message(plugin: &Plugin, n: usize) -> f64 {
+async fn per_message(plugin: &Plugin, n: usize) -> f64 {
     let started = Instant::now();
     for i in 0..n {
         let msg = HandlerMessage {
@@ -59,7 +59,7 @@ fn per_message(plugin: &Plugin, n: usize) -> f64 {
             sent_at_ms: 0,
             group_id: None,
         };
-        let out = plugin.invoke(msg).expect("handled");
+        let out = plugin.invoke(msg).await.expect("handled");
         assert_eq!(out.outcome, Outcome::Ack);
         assert_eq!(out.outbox.len(), 1);
     }
@@ -130,8 +130,8 @@ async fn main() {
     let mut rust_rate = None;
     for (language, mode, bytes, manifest) in builds {
         let plugin = load(&bytes, &manifest, &config);
-        per_message(&plugin, 20); // warm up
-        let micros = per_message(&plugin, n.min(500));
+        per_message(&plugin, 20).await; // warm up
+        let micros = per_message(&plugin, n.min(500)).await;
         let rate = pipeline(plugin, config.clone(), n).await;
         let base = *rust_rate.get_or_insert(rate);
         println!(

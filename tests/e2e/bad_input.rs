@@ -52,6 +52,19 @@ async fn a_trapping_plugin_is_retried_then_dead_lettered_with_the_panic() {
     );
 }
 
+/// `timeout-ms` is a wall-clock deadline: a guest blocked in a host call (a WASI sleep of a
+/// minute) is stopped at it too, and its slot is free again for the next message.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sleeping_plugin_is_stopped_at_its_timeout() {
+    let manifest = "[limits]\ntimeout-ms = 300\nmax-attempts = 2\nconcurrency = 1\n";
+    let (env, _) = poison_then_good(manifest, "sleep:60000", 2).await;
+    let reason = only_dead_letter_reason(&env, "jobs").await;
+    assert_eq!(
+        reason,
+        "gave up after 2 attempts: plugin timed out after 300ms"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_looping_plugin_is_stopped_at_its_timeout() {
     let (env, _) =

@@ -127,8 +127,8 @@ fn main() -> std::process::ExitCode {
         }
     };
     let result = runtime.block_on(dispatch(cli));
-    // A guest blocked in a host call may still hold a blocking-pool thread: the process does not
-    // wait for it (what it held was released, or comes back after its visibility timeout).
+    // A native handler or a store call still blocking a thread does not hold the process (what
+    // it held was released, or comes back after its visibility timeout).
     runtime.shutdown_timeout(EXIT_WAIT);
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

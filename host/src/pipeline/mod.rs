@@ -5,8 +5,8 @@
 //!    completed before -> finish without running (sending any outbox left unsent)
 //!    leased elsewhere -> put back until the lease lapses
 //!    granted          -> run: fetch an offloaded payload (bad pointer: dead-letter; store
-//!                        down: back off), invoke on the blocking pool, heartbeat extending
-//!                        lease + visibility
+//!                        down: back off), invoke (async, under the plugin's deadline),
+//!                        heartbeat extending lease + visibility
 //!                        ack:    commit outbox + completed record, send outbox, delete
 //!                        retry:  release lease, delay by backoff (dead-letter at max attempts)
 //!                        reject: dead-letter with the reason, then delete

@@ -1,6 +1,7 @@
 //! Run: what acquiring the key found decides the delivery's path. A granted lease runs the
-//! handler: resolve an offloaded payload, invoke the plugin on the blocking pool, and end the
-//! delivery by the handler's outcome. Everything else ends without running.
+//! handler: resolve an offloaded payload, invoke the plugin (a task of its own, aborted if the
+//! shutdown grace ends first), and end the delivery by the handler's outcome. Everything else
+//! ends without running.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use crate::message::Received;
 use crate::payload::{ResolveError, Resolved, pointer};
 use crate::runtime::manifest::OnConflict;
 use crate::stats::Event;
+use tracing::Instrument as _;
 
 /// Shortest delay before a message whose key is leased elsewhere comes back.
 const MIN_BUSY_DELAY: Duration = Duration::from_secs(1);
@@ -194,9 +196,11 @@ fn handler_message(delivery: &Delivery, resolved: Option<Resolved>) -> HandlerMe
     }
 }
 
-/// Waits for a slot under the plugin's own concurrency limit (if it has one), then calls it on
-/// the blocking pool, in a span naming the plugin version so that every line logged during the
-/// call says which build ran.
+/// Waits for a slot under the plugin's own concurrency limit (if it has one), then calls it in a
+/// task of its own (so a panicking native handler is a failure, not a lost task), in a span
+/// naming the plugin version so that every line logged during the call says which build ran.
+/// If this future is dropped (the shutdown grace is over), the call is aborted: a wasm guest
+/// stops at its next epoch yield.
 async fn invoke(
     delivery: &Delivery,
     plugin: &Arc<Plugin>,
@@ -213,10 +217,23 @@ async fn invoke(
     stats.record_invocation(&plugin.name, &plugin.version);
     let span = tracing::info_span!("invoke", plugin = %plugin.name, version = %plugin.version, message_id = %input.id);
     let plugin = Arc::clone(plugin);
-    let call = tokio::task::spawn_blocking(move || {
-        let _slot = slot; // held until the call returns, even if the caller stops waiting
-        span.in_scope(|| plugin.invoke(input))
-    });
-    call.await
-        .unwrap_or_else(|e| Err(Failure::Trap(format!("handler panicked: {e}"))))
+    let call = tokio::spawn(
+        async move {
+            let _slot = slot; // held until the call ends, even if the caller stops waiting
+            plugin.invoke(input).await
+        }
+        .instrument(span),
+    );
+    let mut call = AbortOnDrop(call);
+    let ended = (&mut call.0).await;
+    ended.unwrap_or_else(|e| Err(Failure::Trap(format!("handler panicked: {e}"))))
+}
+
+/// Aborts a call's task when whoever waits for it goes away.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

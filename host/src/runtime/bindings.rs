@@ -3,6 +3,9 @@
 wasmtime::component::bindgen!({
     path: "../wit",
     world: "handler",
+    // `handle` is called with `call_async`, so a deadline can cancel it between epoch yields;
+    // qhost's own imports never wait, and stay synchronous.
+    exports: { default: async },
 });
 
 pub use self::qhost::handler::types::{Attribute, AttributeValue};

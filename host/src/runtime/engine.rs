@@ -88,7 +88,7 @@ impl Runtime {
             .context("creating the wasmtime engine")?;
         start_epoch_ticker(&engine);
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(anyhow::Error::from)
             .context("linking WASI")?;
         Handler::add_to_linker::<_, HasSelf<_>>(&mut linker, |state: &mut HostState| state)

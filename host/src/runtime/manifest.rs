@@ -141,7 +141,7 @@ fn default_window() -> u64 {
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Limits {
-    /// Wall-clock budget per message, enforced by epoch interruption.
+    /// Wall-clock deadline per message: instantiation, guest code and host calls together.
     #[serde(default = "default_timeout")]
     pub timeout_ms: u64,
     /// Linear memory cap per instance.

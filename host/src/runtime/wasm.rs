@@ -1,5 +1,11 @@
 //! Invoking a WebAssembly plugin: a fresh instance per message, with a deadline and a cap.
 //!
+//! The call is async (`instantiate_async`, `call_handle` through `call_async`, WASI p2 linked
+//! async), and the guest yields to the executor at every epoch tick. `timeout-ms` is therefore a
+//! wall-clock deadline for the whole call (instantiation, guest code and host calls alike,
+//! such as a WASI sleep): when it passes, the call's future is dropped, which stops the guest at
+//! its next yield and drops its instance. No thread is held for a guest that sleeps.
+//!
 //! A fresh store per message means no state leaks from one message to the next, and a guest
 //! that traps takes nothing down with it. `HandlerPre` has done the import resolution and type
 //! checking once, at load, so instantiation from the pool is cheap for compiled guests (about
@@ -21,7 +27,7 @@ use wasmtime::{Engine, Store, Trap};
 
 use super::bindings::{Handler, HandlerPre};
 use super::convert;
-use super::engine::{EPOCH_TICK, Runtime};
+use super::engine::Runtime;
 use super::idle::{IdleBudget, IdleSlot};
 use super::manifest::Manifest;
 use super::outbox::OutboxPolicy;
@@ -101,7 +107,7 @@ impl WasmInvoker {
             queue: String::new(),
             key: String::new(),
         };
-        self.instantiate(ctx)
+        block_on(self.instantiate(ctx))
             .map(drop)
             .map_err(|e| anyhow::anyhow!("{e}"))
     }
@@ -126,13 +132,15 @@ impl WasmInvoker {
         }
     }
 
-    fn instantiate(&self, ctx: CallContext) -> Result<Warm, Failure> {
+    async fn instantiate(&self, ctx: CallContext) -> Result<Warm, Failure> {
         let config = Arc::clone(&self.config);
         let state = HostState::new(ctx, config, Arc::clone(&self.outbox), self.memory_bytes);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| s.limiter());
-        store.set_epoch_deadline(self.deadline_ticks());
-        match self.pre.instantiate(&mut store) {
+        // Yield to the executor at every tick: the deadline is the caller's timer, not a trap.
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_async_yield_and_update(1);
+        match self.pre.instantiate_async(&mut store).await {
             Ok(handler) => Ok(Warm {
                 store,
                 handler,
@@ -141,11 +149,6 @@ impl WasmInvoker {
             Err(e) if store.data().memory_limit_hit() => Err(self.classify(e, store.data())),
             Err(e) => Err(Failure::Instantiate(format!("{e:#}"))),
         }
-    }
-
-    fn deadline_ticks(&self) -> u64 {
-        // One extra tick: the ticker's phase is arbitrary, so the first tick may come at once.
-        self.timeout.as_millis().div_ceil(EPOCH_TICK.as_millis()) as u64 + 1
     }
 
     fn classify(&self, error: wasmtime::Error, state: &HostState) -> Failure {
@@ -170,8 +173,19 @@ fn with_stderr(reason: String, state: &HostState) -> String {
     }
 }
 
+#[async_trait::async_trait]
 impl Invoke for WasmInvoker {
-    fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
+    async fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
+        match tokio::time::timeout(self.timeout, self.call(msg)).await {
+            Ok(result) => result,
+            Err(_) => Err(Failure::Timeout(self.timeout)),
+        }
+    }
+}
+
+impl WasmInvoker {
+    /// One call, instantiation included, without its deadline.
+    async fn call(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
         let ctx = CallContext {
             plugin: Arc::clone(&self.plugin),
             version: Arc::clone(&self.version),
@@ -183,13 +197,17 @@ impl Invoke for WasmInvoker {
         let mut warm = match self.take_idle() {
             Some(mut warm) => {
                 warm.store.data_mut().begin(ctx);
-                warm.store.set_epoch_deadline(self.deadline_ticks());
+                warm.store.set_epoch_deadline(1);
                 warm
             }
-            None => self.instantiate(ctx)?,
+            None => self.instantiate(ctx).await?,
         };
         warm.used += 1;
-        match warm.handler.call_handle(&mut warm.store, &guest_message) {
+        match warm
+            .handler
+            .call_handle(&mut warm.store, &guest_message)
+            .await
+        {
             Ok(outcome) => {
                 let invocation = Invocation {
                     outcome: convert::outcome_from_guest(outcome),
@@ -201,5 +219,19 @@ impl Invoke for WasmInvoker {
             // A failed instance is dropped, never reused.
             Err(e) => Err(self.classify(e, warm.store.data())),
         }
+    }
+}
+
+/// Runs an instantiation to completion on this thread, for the one check at load, which runs
+/// outside the async executor (on its blocking pool, or in a command). The future only waits on
+/// epoch yields, so polling it again at once is all it needs.
+fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::yield_now();
     }
 }
