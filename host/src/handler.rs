@@ -92,23 +92,16 @@ pub trait Invoke: Send + Sync + 'static {
     async fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure>;
 }
 
-/// A native handler: a function, which may block. On a multi-threaded runtime (the host's) it
-/// runs in place on an async thread that first hands its other work over (tokio's
-/// `block_in_place`), so a slow handler holds one thread, not the executor.
+/// A native handler: a function that returns promptly, called on the async threads. One that
+/// blocks (file or network I/O, a sleep) should implement [`Invoke`] itself and move the work
+/// off them (`tokio::task::spawn_blocking`), or wait asynchronously.
 #[async_trait::async_trait]
 impl<F> Invoke for F
 where
     F: Fn(HandlerMessage) -> Result<Invocation, Failure> + Send + Sync + 'static,
 {
     async fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
-        use tokio::runtime::{Handle, RuntimeFlavor};
-        let threaded =
-            Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
-        if threaded {
-            tokio::task::block_in_place(|| self(msg))
-        } else {
-            self(msg)
-        }
+        self(msg)
     }
 }
 

@@ -135,17 +135,29 @@ async fn peak_concurrency(manifest: &str) -> usize {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let env = TestEnv::new();
     let (now, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let invoker = {
-        let (now, peak) = (Arc::clone(&now), Arc::clone(&peak));
-        move |_msg: qhost::handler::HandlerMessage| {
-            let running = now.fetch_add(1, Ordering::SeqCst) + 1;
-            peak.fetch_max(running, Ordering::SeqCst);
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            now.fetch_sub(1, Ordering::SeqCst);
+    /// A native handler that takes 50 ms, waiting asynchronously, and counts calls at once.
+    struct Slow {
+        now: Arc<AtomicUsize>,
+        peak: Arc<AtomicUsize>,
+    }
+    #[async_trait::async_trait]
+    impl qhost::handler::Invoke for Slow {
+        async fn invoke(
+            &self,
+            _msg: qhost::handler::HandlerMessage,
+        ) -> Result<qhost::handler::Invocation, qhost::handler::Failure> {
+            let running = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.peak.fetch_max(running, Ordering::SeqCst);
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            self.now.fetch_sub(1, Ordering::SeqCst);
             Ok(qhost::handler::Invocation::new(
                 qhost::handler::Outcome::Ack,
             ))
         }
+    }
+    let invoker = Slow {
+        now: Arc::clone(&now),
+        peak: Arc::clone(&peak),
     };
     let manifest = qhost::runtime::manifest::Manifest::parse(manifest).expect("manifest");
     let plugin = qhost::handler::Plugin::new("slow", "native", manifest, Arc::new(invoker));

@@ -197,10 +197,10 @@ fn handler_message(delivery: &Delivery, resolved: Option<Resolved>) -> HandlerMe
 }
 
 /// Waits for a slot under the plugin's own concurrency limit (if it has one), then calls it in a
-/// task of its own (so a panicking native handler is a failure, not a lost task), in a span
-/// naming the plugin version so that every line logged during the call says which build ran.
-/// If this future is dropped (the shutdown grace is over), the call is aborted: a wasm guest
-/// stops at its next epoch yield.
+/// span naming the plugin version, so that every line logged during the call says which build
+/// ran. A panicking native handler is a failure, not a lost task. If this future is dropped
+/// (the shutdown grace is over), the call goes with it: a wasm guest stops at its next epoch
+/// yield.
 async fn invoke(
     delivery: &Delivery,
     plugin: &Arc<Plugin>,
@@ -216,24 +216,34 @@ async fn invoke(
     let stats = &delivery.shared().stats;
     stats.record_invocation(&plugin.name, &plugin.version);
     let span = tracing::info_span!("invoke", plugin = %plugin.name, version = %plugin.version, message_id = %input.id);
-    let plugin = Arc::clone(plugin);
-    let call = tokio::spawn(
-        async move {
-            let _slot = slot; // held until the call ends, even if the caller stops waiting
-            plugin.invoke(input).await
-        }
-        .instrument(span),
-    );
-    let mut call = AbortOnDrop(call);
-    let ended = (&mut call.0).await;
-    ended.unwrap_or_else(|e| Err(Failure::Trap(format!("handler panicked: {e}"))))
+    let call = CatchPanic(Box::pin(plugin.invoke(input).instrument(span)));
+    let ended = call.await;
+    drop(slot);
+    ended.unwrap_or_else(|panic| Err(Failure::Trap(format!("handler panicked: {panic}"))))
 }
 
-/// Aborts a call's task when whoever waits for it goes away.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+/// A call whose panic is caught and reported, so its delivery still ends through a fate.
+struct CatchPanic<F>(std::pin::Pin<Box<F>>);
 
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
+impl<F: Future> Future for CatchPanic<F> {
+    type Output = Result<F::Output, String>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let inner = self.0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(std::task::Poll::Ready(out)) => std::task::Poll::Ready(Ok(out)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(panic) => {
+                let text = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "(no message)".into());
+                std::task::Poll::Ready(Err(text))
+            }
+        }
     }
 }
