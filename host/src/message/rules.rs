@@ -36,28 +36,49 @@ pub fn sqs_char(c: char) -> bool {
     matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
 }
 
-/// Whether `body` travels as it is: UTF-8 made only of characters SQS accepts.
-pub fn is_sqs_text(body: &[u8]) -> bool {
-    std::str::from_utf8(body).is_ok_and(|text| text.chars().all(sqs_char))
+/// `body` as text, if it travels as it is: UTF-8 made only of characters SQS accepts.
+pub fn sqs_text(body: &[u8]) -> Option<&str> {
+    std::str::from_utf8(body)
+        .ok()
+        .filter(|text| text.chars().all(sqs_char))
 }
 
-/// The size and attributes a body travels with: itself, or base64 and the encoding attribute.
-fn as_sent(body: &[u8]) -> (usize, Option<Attribute>) {
-    if is_sqs_text(body) {
-        (body.len(), None)
+/// Whether `body` travels as it is (see [`sqs_text`]).
+pub fn is_sqs_text(body: &[u8]) -> bool {
+    sqs_text(body).is_some()
+}
+
+/// How a body travels, worked out once per check (it reads the whole body).
+#[derive(Clone, Copy, Debug)]
+struct AsSent {
+    /// Whether it goes base64-encoded, with the encoding attribute.
+    encoded: bool,
+    /// Its length on the wire.
+    len: usize,
+}
+
+fn as_sent(body: &[u8]) -> AsSent {
+    let encoded = !is_sqs_text(body);
+    let len = if encoded {
+        body.len().div_ceil(3) * 4
     } else {
-        let encoded = body.len().div_ceil(3) * 4;
-        (
-            encoded,
-            Some(Attribute::string(wire::BODY_ENCODING, "base64")),
-        )
-    }
+        body.len()
+    };
+    AsSent { encoded, len }
 }
 
 /// The size SQS counts for `msg` as it will travel (base64 and its attribute included).
 pub fn size_as_sent(msg: &Outgoing) -> usize {
-    let (body, marker) = as_sent(&msg.body);
-    wire::message_size(body, &msg.attributes) + marker.map_or(0, |m| wire::message_size(0, &[m]))
+    size_with(msg, as_sent(&msg.body))
+}
+
+fn size_with(msg: &Outgoing, sent: AsSent) -> usize {
+    let marker = if sent.encoded {
+        wire::message_size(0, &[Attribute::string(wire::BODY_ENCODING, "base64")])
+    } else {
+        0
+    };
+    wire::message_size(sent.len, &msg.attributes) + marker
 }
 
 /// How the host sends a message a handler asked for: as it is, or its body offloaded to the
@@ -75,17 +96,24 @@ pub struct SendShape {
 impl SendShape {
     /// Whether `msg` travels offloaded.
     pub fn offloads(&self, msg: &Outgoing) -> bool {
+        self.offloads_at(size_as_sent(msg))
+    }
+
+    /// Whether a message of `size` bytes as sent travels offloaded.
+    fn offloads_at(&self, size: usize) -> bool {
         self.offload_above
-            .is_some_and(|above| self.offload_always || size_as_sent(msg) > above)
+            .is_some_and(|above| self.offload_always || size > above)
     }
 }
 
 /// Checks `msg` as the host will send it: offloaded (its attributes beside the pointer's), or
 /// as it is (every rule, size included).
 pub fn check_as_sent(msg: &Outgoing, shape: &SendShape) -> Result<(), Refused> {
-    if !shape.offloads(msg) {
-        return check(msg).map_err(|r| match shape.offload_above {
-            None if size_as_sent(msg) > MAX_MESSAGE_BYTES => {
+    let sent = as_sent(&msg.body);
+    let size = size_with(msg, sent);
+    if !shape.offloads_at(size) {
+        return check_sent(msg, sent).map_err(|r| match shape.offload_above {
+            None if size > MAX_MESSAGE_BYTES => {
                 Refused(format!("{r}, and no payload store is configured"))
             }
             _ => r,
@@ -106,6 +134,10 @@ pub fn check_as_sent(msg: &Outgoing, shape: &SendShape) -> Result<(), Refused> {
 
 /// Checks `msg` as it will travel against every rule SQS applies to a sent message.
 pub fn check(msg: &Outgoing) -> Result<(), Refused> {
+    check_sent(msg, as_sent(&msg.body))
+}
+
+fn check_sent(msg: &Outgoing, sent: AsSent) -> Result<(), Refused> {
     check_queue(msg)?;
     if msg.body.is_empty() {
         return refuse(format!(
@@ -113,13 +145,13 @@ pub fn check(msg: &Outgoing) -> Result<(), Refused> {
             msg.queue
         ));
     }
-    check_attributes(msg)?;
-    let size = size_as_sent(msg);
+    check_attributes(msg, sent.encoded)?;
+    let size = size_with(msg, sent);
     if size > MAX_MESSAGE_BYTES {
-        let how = if is_sqs_text(&msg.body) {
-            ""
-        } else {
+        let how = if sent.encoded {
             " once its body is base64-encoded"
+        } else {
+            ""
         };
         return refuse(format!(
             "a message to `{}` is {size} bytes{how}, over SQS's {MAX_MESSAGE_BYTES}-byte limit",
@@ -172,8 +204,8 @@ fn valid_fifo_id(id: &str) -> bool {
 }
 
 /// Count, names and values of the attributes, the encoding marker included.
-fn check_attributes(msg: &Outgoing) -> Result<(), Refused> {
-    let marker = usize::from(!is_sqs_text(&msg.body));
+fn check_attributes(msg: &Outgoing, encoded: bool) -> Result<(), Refused> {
+    let marker = usize::from(encoded);
     let count = msg.attributes.len() + marker;
     if count > MAX_ATTRIBUTES {
         let marked = if marker == 1 {

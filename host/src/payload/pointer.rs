@@ -65,6 +65,16 @@ pub fn is_pointer(attributes: &[Attribute]) -> bool {
         .any(|name| find_attribute(attributes, name).is_some())
 }
 
+/// The payload digest a message's pointer carries (qhost's pointers do; the extended client's
+/// do not), which the payload is verified against before its handler runs. `None` for a body
+/// that is not a pointer, or a pointer without one.
+pub(crate) fn carried_digest(body: &[u8], attributes: &[Attribute]) -> Option<String> {
+    parse(body, attributes)
+        .ok()
+        .flatten()
+        .and_then(|p| p.sha256)
+}
+
 /// Why a message marked as a pointer cannot be followed: it never will be, so the message is
 /// dead-lettered with this reason.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -403,8 +403,9 @@ impl Delivery {
         };
         let attempt = delivery.attempt();
         if attempt >= delivery.plugin.max_attempts() {
+            // The lease was confirmed just above: no second round trip to confirm it again.
             let reason = format!("gave up after {attempt} attempts: {reason}");
-            return delivery.dead_letter(reason).await;
+            return delivery.send_dead_letter(reason).await;
         }
         let (msg, plugin) = (&delivery.msg, &delivery.plugin);
         tracing::info!(queue = %msg.queue, message_id = %msg.id, plugin = plugin.name(), version = plugin.version(), attempt, %reason, "will retry");
@@ -422,15 +423,15 @@ impl Delivery {
     /// the lease; if the send fails, puts it back. A delivery whose lease was lost meanwhile
     /// is not dead-lettered: the new owner's run decides.
     pub(crate) async fn dead_letter(self, reason: String) -> Fate {
-        let mut delivery = match self.unless_lost().await {
-            Ok(delivery) => delivery,
-            Err(fate) => return fate,
-        };
-        delivery.stop_heartbeat().await;
-        delivery.send_dead_letter(reason).await
+        match self.unless_lost().await {
+            Ok(delivery) => delivery.send_dead_letter(reason).await,
+            Err(fate) => fate,
+        }
     }
 
+    /// Dead-letters a delivery whose lease (if any) was just confirmed.
     async fn send_dead_letter(mut self, reason: String) -> Fate {
+        self.stop_heartbeat().await;
         let (msg, plugin) = (&self.msg, &self.plugin);
         let verdict = Verdict {
             plugin: plugin.name(),

@@ -73,9 +73,7 @@ async fn beat(
     stop: CancellationToken,
     extending: Arc<Mutex<()>>,
 ) {
-    let visibility = queue.config.visibility;
-    let period = (visibility / 3).max(MIN_PERIOD);
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    let mut tick = ticker(&queue);
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -87,6 +85,13 @@ async fn beat(
         }
         extend(&queue, &receipt, &lease).await;
     }
+}
+
+/// Ticks every third of the queue's visibility timeout (never faster than [`MIN_PERIOD`]), the
+/// first tick one period from now.
+fn ticker(queue: &QueueCtx) -> tokio::time::Interval {
+    let period = (queue.config.visibility / 3).max(MIN_PERIOD);
+    tokio::time::interval_at(tokio::time::Instant::now() + period, period)
 }
 
 async fn extend(queue: &QueueCtx, receipt: &str, lease: &Lease) {
@@ -151,8 +156,7 @@ async fn keep_hidden(
     stop: CancellationToken,
 ) {
     let visibility = queue.config.visibility;
-    let period = (visibility / 3).max(MIN_PERIOD);
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    let mut tick = ticker(&queue);
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,

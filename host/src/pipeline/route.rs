@@ -82,18 +82,9 @@ pub(crate) fn needs_payload(queue: &QueueCtx, msg: &Received) -> bool {
     }
     match plugin_for(queue, msg).map(|p| p.manifest.idempotency.key.clone()) {
         Ok(KeySource::JsonPointer(_)) => true,
-        Ok(KeySource::BodySha256) => pointer_digest(msg).is_none(),
+        Ok(KeySource::BodySha256) => pointer::carried_digest(&msg.body, &msg.attributes).is_none(),
         _ => false,
     }
-}
-
-/// The payload digest an offloaded message's pointer carries (qhost's pointers do), which the
-/// payload is verified against before its handler runs.
-fn pointer_digest(msg: &Received) -> Option<String> {
-    pointer::parse(&msg.body, &msg.attributes)
-        .ok()
-        .flatten()
-        .and_then(|p| p.sha256)
 }
 
 /// Routes a message and derives its key; counts it received.
@@ -107,12 +98,14 @@ pub(crate) fn route_with(
     msg: Received,
     resolved: Option<Resolved>,
 ) -> Result<Routed, Box<Unroutable>> {
-    let digest = match (&resolved, pointer::is_pointer(&msg.attributes)) {
-        (None, true) => pointer_digest(&msg),
-        _ => None,
-    };
     let keyed = plugin_for(queue, &msg).and_then(|plugin| {
         let policy = &plugin.manifest.idempotency;
+        // Only `body-sha256` keys take a pointer's digest: no other message pays for the parse.
+        let digest = (resolved.is_none()
+            && policy.key == KeySource::BodySha256
+            && pointer::is_pointer(&msg.attributes))
+        .then(|| pointer::carried_digest(&msg.body, &msg.attributes))
+        .flatten();
         let input = key_input(&msg, resolved.as_ref(), digest.as_deref());
         match derive_key(&policy.key, input, policy.on_missing) {
             Ok(key) => Ok((plugin, key)),

@@ -15,6 +15,8 @@ use crate::message::Received;
 use crate::payload::{ResolveError, Resolved, pointer};
 use crate::runtime::manifest::OnConflict;
 use crate::stats::Event;
+use futures_util::FutureExt as _;
+use std::panic::AssertUnwindSafe;
 use tracing::Instrument as _;
 
 /// Shortest delay before a message whose key is leased elsewhere comes back.
@@ -132,10 +134,7 @@ async fn run(mut delivery: Delivery, plugin: Arc<Plugin>, resolved: Option<Resol
 /// digest a qhost pointer carries (`None` for a pointer without one).
 fn body_digest(msg: &Received) -> Option<String> {
     if pointer::is_pointer(&msg.attributes) {
-        pointer::parse(&msg.body, &msg.attributes)
-            .ok()
-            .flatten()
-            .and_then(|p| p.sha256)
+        pointer::carried_digest(&msg.body, &msg.attributes)
     } else {
         Some(sha256_hex(&msg.body))
     }
@@ -216,34 +215,15 @@ async fn invoke(
     let stats = &delivery.shared().stats;
     stats.record_invocation(&plugin.name, &plugin.version);
     let span = tracing::info_span!("invoke", plugin = %plugin.name, version = %plugin.version, message_id = %input.id);
-    let call = CatchPanic(Box::pin(plugin.invoke(input).instrument(span)));
+    let call = AssertUnwindSafe(plugin.invoke(input).instrument(span)).catch_unwind();
     let ended = call.await;
     drop(slot);
-    ended.unwrap_or_else(|panic| Err(Failure::Trap(format!("handler panicked: {panic}"))))
-}
-
-/// A call whose panic is caught and reported, so its delivery still ends through a fate.
-struct CatchPanic<F>(std::pin::Pin<Box<F>>);
-
-impl<F: Future> Future for CatchPanic<F> {
-    type Output = Result<F::Output, String>;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        let inner = self.0.as_mut();
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.poll(cx))) {
-            Ok(std::task::Poll::Ready(out)) => std::task::Poll::Ready(Ok(out)),
-            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
-            Err(panic) => {
-                let text = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "(no message)".into());
-                std::task::Poll::Ready(Err(text))
-            }
-        }
-    }
+    ended.unwrap_or_else(|panic| {
+        let text = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(no message)".into());
+        Err(Failure::Trap(format!("handler panicked: {text}")))
+    })
 }

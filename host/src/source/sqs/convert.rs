@@ -13,15 +13,15 @@ use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeN
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
-use crate::message::rules::is_sqs_text;
+use crate::message::rules::sqs_text;
 use crate::message::wire::BODY_ENCODING;
 use crate::message::{Attribute, AttributeValue, Received};
 
 /// The body as SQS will carry it, and whether it had to be encoded.
 pub(crate) fn encode_body(body: &[u8]) -> (String, bool) {
-    match std::str::from_utf8(body) {
-        Ok(text) if is_sqs_text(body) => (text.to_string(), false),
-        _ => (STANDARD.encode(body), true),
+    match sqs_text(body) {
+        Some(text) => (text.to_string(), false),
+        None => (STANDARD.encode(body), true),
     }
 }
 
