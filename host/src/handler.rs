@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use crate::message::{Attribute, Outgoing};
+use crate::runtime::Costs;
 use crate::runtime::manifest::Manifest;
 
 /// The message a handler sees: the queue's message plus what the host decided about it.
@@ -90,6 +91,11 @@ pub trait Invoke: Send + Sync + 'static {
     /// Handles one message (given by value: the pipeline has no further use for it, and the
     /// body may be large).
     async fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure>;
+
+    /// Where the invoker's time went so far, for those that count it (wasm plugins).
+    fn costs(&self) -> Option<Costs> {
+        None
+    }
 }
 
 /// A native handler: a function that returns promptly, called on the async threads. One that
@@ -164,5 +170,10 @@ impl Plugin {
     /// Handles one message.
     pub async fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
         self.invoker.invoke(msg).await
+    }
+
+    /// Time spent instantiating and calling this plugin so far (`None` for native handlers).
+    pub fn costs(&self) -> Option<Costs> {
+        self.invoker.costs()
     }
 }

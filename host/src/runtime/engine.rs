@@ -2,7 +2,8 @@
 //!
 //! - Component model on, Cranelift at speed.
 //! - Pooling allocator: instance slots are reserved once, so a fresh instance per message costs
-//!   a few microseconds, and the pool is a hard cap on live instances.
+//!   a few microseconds, and the pool is a hard cap on live instances (sizes and the reset
+//!   between messages: `pool`).
 //! - Epoch interruption: a background thread ticks the engine's epoch; each store gets a
 //!   deadline in ticks, so a guest that loops is trapped at its timeout without fuel's cost.
 //! - The linker has WASI p2 (with an empty context: see `state`) and the qhost imports.
@@ -14,11 +15,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel};
 
 use super::bindings::Handler;
 use super::cache::{CompileCounters, CompiledCache};
 use super::idle::IdleBudget;
+use super::pool;
 use super::state::HostState;
 use crate::message::rules::SendShape;
 
@@ -56,24 +58,6 @@ impl std::fmt::Debug for Runtime {
     }
 }
 
-fn pool(settings: EngineSettings) -> PoolingAllocationConfig {
-    let instances = settings.max_instances.max(1);
-    let mut pool = PoolingAllocationConfig::default();
-    // Components built by language toolchains hold several core modules (the program, WASI
-    // adapters, shims); interpreter guests more than compiled ones.
-    pool.total_component_instances(instances)
-        .total_core_instances(instances * 16)
-        .total_memories(instances * 4)
-        .total_tables(instances * 8)
-        .max_memories_per_module(1)
-        .max_tables_per_module(4)
-        .table_elements(100_000)
-        .max_component_instance_size(4 << 20)
-        .max_core_instance_size(4 << 20)
-        .max_memory_size((settings.max_memory_mib as usize) << 20);
-    pool
-}
-
 impl Runtime {
     /// Builds the engine, starts its epoch ticker, and prepares the linker.
     pub fn new(settings: EngineSettings) -> anyhow::Result<Self> {
@@ -82,7 +66,10 @@ impl Runtime {
             .wasm_component_model(true)
             .epoch_interruption(true)
             .cranelift_opt_level(OptLevel::Speed)
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool(settings)));
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool::config(
+                settings.max_instances,
+                settings.max_memory_mib,
+            )));
         let engine = Engine::new(&config)
             .map_err(anyhow::Error::from)
             .context("creating the wasmtime engine")?;

@@ -1,16 +1,18 @@
-//! The WebAssembly runtime: engine, bindings, per-message state (with what the outbox accepts
-//! and the guest's stderr), loading, the compiled-code cache, the idle-instance budget, the
-//! registry and hot reload.
+//! The WebAssembly runtime: engine and instance pool, bindings, per-message state (with what the
+//! outbox accepts and the guest's stderr), loading, the compiled-code cache, the idle-instance
+//! budget, per-plugin costs, the registry and hot reload.
 
 pub(crate) mod bindings;
 pub(crate) mod cache;
 mod convert;
+pub mod costs;
 pub mod engine;
 mod idle;
 pub mod inspect;
 pub mod loader;
 pub mod manifest;
 mod outbox;
+mod pool;
 pub mod registry;
 pub mod reload;
 pub(crate) mod state;
@@ -20,3 +22,4 @@ pub(crate) mod wasm;
 pub mod watch;
 
 pub use cache::CompileCounters;
+pub use costs::Costs;

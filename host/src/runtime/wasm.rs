@@ -21,12 +21,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use wasmtime::{Engine, Store, Trap};
+use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
 use super::bindings::{Handler, HandlerPre};
 use super::convert;
+use super::costs::{CostCounters, Costs};
 use super::engine::Runtime;
 use super::idle::{IdleBudget, IdleSlot};
 use super::manifest::Manifest;
@@ -47,6 +48,7 @@ pub(crate) struct WasmInvoker {
     reuse: u32,
     idle: Mutex<Vec<(Warm, IdleSlot)>>,
     budget: IdleBudget,
+    costs: CostCounters,
 }
 
 /// Idle instances one reusing plugin keeps at most; all plugins together keep no more than
@@ -94,6 +96,7 @@ impl WasmInvoker {
             reuse: manifest.limits.reuse_instance.max(1),
             idle: Mutex::default(),
             budget: runtime.idle_budget(),
+            costs: CostCounters::default(),
         }
     }
 
@@ -120,16 +123,25 @@ impl WasmInvoker {
         Some(warm)
     }
 
+    /// Keeps an instance that may serve more messages, or drops it.
     fn keep(&self, warm: Warm) {
         if warm.used >= self.reuse {
-            return;
+            return self.drop_instance(warm);
         }
         if let Ok(mut idle) = self.idle.lock()
             && idle.len() < MAX_IDLE
             && let Some(slot) = self.budget.take()
         {
-            idle.push((warm, slot));
+            return idle.push((warm, slot));
         }
+        self.drop_instance(warm);
+    }
+
+    /// Drops an instance, which returns its slot to the pool and resets it there.
+    fn drop_instance(&self, warm: Warm) {
+        let started = Instant::now();
+        drop(warm);
+        self.costs.dropped(started);
     }
 
     async fn instantiate(&self, ctx: CallContext) -> Result<Warm, Failure> {
@@ -138,9 +150,21 @@ impl WasmInvoker {
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| s.limiter());
         // Yield to the executor at every tick: the deadline is the caller's timer, not a trap.
+        // Tokio's `yield_now` lets the runtime poll its timers and I/O before this task runs
+        // again; a bare yield would put the task straight back, and with every worker running
+        // guests that spin, timers (this call's deadline among them) would fire hundreds of
+        // milliseconds late.
         store.set_epoch_deadline(1);
-        store.epoch_deadline_async_yield_and_update(1);
-        match self.pre.instantiate_async(&mut store).await {
+        store.epoch_deadline_callback(|_| {
+            Ok(UpdateDeadline::YieldCustom(
+                1,
+                Box::pin(tokio::task::yield_now()),
+            ))
+        });
+        let started = Instant::now();
+        let instance = self.pre.instantiate_async(&mut store).await;
+        self.costs.instantiated(started);
+        match instance {
             Ok(handler) => Ok(Warm {
                 store,
                 handler,
@@ -177,10 +201,17 @@ fn with_stderr(reason: String, state: &HostState) -> String {
 #[async_trait::async_trait]
 impl Invoke for WasmInvoker {
     async fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
-        match tokio::time::timeout(self.timeout, self.call(msg)).await {
-            Ok(result) => result,
-            Err(_) => Err(Failure::Timeout(self.timeout)),
+        // The deadline is checked first whenever the task wakes: once it has passed, the guest
+        // is not given another slice.
+        tokio::select! {
+            biased;
+            () = tokio::time::sleep(self.timeout) => Err(Failure::Timeout(self.timeout)),
+            result = self.call(msg) => result,
         }
+    }
+
+    fn costs(&self) -> Option<Costs> {
+        Some(self.costs.snapshot())
     }
 }
 
@@ -204,11 +235,13 @@ impl WasmInvoker {
             None => self.instantiate(ctx).await?,
         };
         warm.used += 1;
-        match warm
+        let started = Instant::now();
+        let result = warm
             .handler
             .call_handle(&mut warm.store, &guest_message)
-            .await
-        {
+            .await;
+        self.costs.called(started);
+        match result {
             Ok(outcome) => {
                 let invocation = Invocation {
                     outcome: convert::outcome_from_guest(outcome),
@@ -218,7 +251,11 @@ impl WasmInvoker {
                 Ok(invocation)
             }
             // A failed instance is dropped, never reused.
-            Err(e) => Err(self.classify(e, warm.store.data())),
+            Err(e) => {
+                let failure = self.classify(e, warm.store.data());
+                self.drop_instance(warm);
+                Err(failure)
+            }
         }
     }
 }
