@@ -1,5 +1,7 @@
 //! Per-message cost of the `email-reminder` handler in Rust, Python and JavaScript, in one run:
-//! instantiate + call, timed directly on the invoker, and messages/second through the whole
+//! instantiate + call, timed directly on the invoker and split into its stages (instantiation,
+//! the guest's call, dropping the instance, which resets its pool slot, and the host's other
+//! work around them), and messages/second through the whole
 //! pipeline on the in-memory local queue; with a fresh instance per message, and for the
 //! interpreter guests also with an instance reused for up to 100 messages.
 //!
@@ -44,8 +46,17 @@ fn load(bytes: &[u8], manifest: &str, config: &Config) -> Plugin {
     qhost::runtime::loader::load_file(&runtime, &path).expect("loads")
 }
 
+/// Mean microseconds per direct invocation, over `n`: in all, instantiating, in the call.
+struct PerMessage {
+    total: f64,
+    instantiate: f64,
+    call: f64,
+    drop: f64,
+}
+
 /// Mean microseconds per direct invocation (fresh instance + call), over `n`.
-async fn per_message(plugin: &Plugin, n: usize) -> f64 {
+async fn per_message(plugin: &Plugin, n: usize) -> PerMessage {
+    let before = plugin.costs().expect("a wasm plugin counts its costs");
     let started = Instant::now();
     for i in 0..n {
         let msg = HandlerMessage {
@@ -63,7 +74,15 @@ async fn per_message(plugin: &Plugin, n: usize) -> f64 {
         assert_eq!(out.outcome, Outcome::Ack);
         assert_eq!(out.outbox.len(), 1);
     }
-    started.elapsed().as_secs_f64() * 1e6 / n as f64
+    let total = started.elapsed().as_secs_f64() * 1e6 / n as f64;
+    let after = plugin.costs().expect("a wasm plugin counts its costs");
+    let micros = |d: std::time::Duration| d.as_secs_f64() * 1e6 / n as f64;
+    PerMessage {
+        total,
+        instantiate: micros(after.instantiate - before.instantiate),
+        call: micros(after.call - before.call),
+        drop: micros(after.drop - before.drop),
+    }
 }
 
 /// Messages per second through the pipeline.
@@ -124,19 +143,28 @@ async fn main() {
     ];
     println!("email-reminder; {n} messages each, max-in-flight 32");
     println!(
-        "{:<12} {:<10} {:>9} {:>12} {:>10} {:>8}",
-        "language", "instance", "size KiB", "µs/message", "msg/s", "vs Rust"
+        "{:<12} {:<10} {:>9} {:>11} {:>12} {:>6} {:>6} {:>6} {:>10} {:>8}",
+        "", "", "", "µs/message", "instantiate", "call", "drop", "other", "pipeline", ""
+    );
+    println!(
+        "{:<12} {:<10} {:>9} {:>11} {:>12} {:>6} {:>6} {:>6} {:>10} {:>8}",
+        "language", "instance", "size KiB", "in all", "", "", "", "", "msg/s", "vs Rust"
     );
     let mut rust_rate = None;
     for (language, mode, bytes, manifest) in builds {
         let plugin = load(&bytes, &manifest, &config);
         per_message(&plugin, 20).await; // warm up
-        let micros = per_message(&plugin, n.min(500)).await;
+        let cost = per_message(&plugin, n.min(500)).await;
         let rate = pipeline(plugin, config.clone(), n).await;
         let base = *rust_rate.get_or_insert(rate);
         println!(
-            "{language:<12} {mode:<10} {:>9} {micros:>12.0} {rate:>10.0} {:>8.2}",
+            "{language:<12} {mode:<10} {:>9} {:>11.1} {:>12.1} {:>6.1} {:>6.1} {:>6.1} {rate:>10.0} {:>8.2}",
             bytes.len() / 1024,
+            cost.total,
+            cost.instantiate,
+            cost.call,
+            cost.drop,
+            cost.total - cost.instantiate - cost.call - cost.drop,
             rate / base
         );
     }

@@ -1,8 +1,9 @@
 //! Pipeline throughput on the local queue (in-memory SQLite), in one process: a native Rust
 //! handler as the baseline, the same work through a trivial WebAssembly plugin, and the wasm
 //! plugin with the Redis idempotency store (the shared server at 127.0.0.1:6379, or
-//! `QHOST_TEST_REDIS_URL`), printing messages/second, the ratio to the baseline, and Redis
-//! round trips per message.
+//! `QHOST_TEST_REDIS_URL`), printing messages/second and CPU per message (with the kernel's
+//! share), each with its ratio to the baseline, and Redis round trips per message. The cases
+//! run interleaved in three rounds and each figure is its median round.
 //!
 //! `cargo bench -p qhost-e2e --bench pipeline` (QHOST_BENCH_MESSAGES overrides the 50,000).
 
@@ -19,6 +20,7 @@ use qhost::runtime::registry::Registry;
 use qhost::source::QueueSource;
 use qhost::source::local::LocalQueue;
 use qhost::{Config, Host};
+use qhost_e2e::cpu::CpuTime;
 use tokio_util::sync::CancellationToken;
 
 const QUEUE: &str = "bench";
@@ -43,24 +45,42 @@ async fn fill(source: &LocalQueue, n: usize) {
     }
 }
 
-/// Messages per second for `n` messages through `plugin` with `store`.
-async fn measure(plugin: Plugin, store: Arc<dyn IdempotencyStore>, n: usize) -> f64 {
+/// One run's figures: messages per second, and CPU per message (user and kernel).
+#[derive(Clone, Copy)]
+struct Run {
+    rate: f64,
+    cpu: CpuTime,
+}
+
+/// Runs `n` messages through `plugin` with `store`.
+async fn measure(plugin: Plugin, store: Arc<dyn IdempotencyStore>, n: usize) -> Run {
     let config = config(&plugin.name);
     let source = Arc::new(LocalQueue::open(None, Default::default()).expect("queue"));
     fill(&source, n).await;
     let host = Host::new(config, source, store, Registry::new([plugin]));
+    let cpu = CpuTime::now();
     let started = Instant::now();
     host.run_until_idle(CancellationToken::new())
         .await
         .expect("run");
     let elapsed = started.elapsed();
+    let cpu = cpu.elapsed();
     let c = host.stats().total();
     assert_eq!(
         (c.invoked, c.acked),
         (n as u64, n as u64),
         "every message handled once"
     );
-    n as f64 / elapsed.as_secs_f64()
+    Run {
+        rate: n as f64 / elapsed.as_secs_f64(),
+        cpu,
+    }
+}
+
+/// The run with the median rate of `runs`.
+fn median(mut runs: Vec<Run>) -> Run {
+    runs.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+    runs[runs.len() / 2]
 }
 
 fn wasm_plugin() -> Plugin {
@@ -76,34 +96,57 @@ fn local_store() -> Arc<dyn IdempotencyStore> {
     Arc::new(LocalStore::open(None).expect("store"))
 }
 
-fn row(label: &str, rate: f64, baseline: f64, extra: &str) {
-    println!("{label:<34} {rate:>9.0} {:>10.2}  {extra}", rate / baseline);
+fn row(label: &str, run: Run, baseline: Run, n: usize, extra: &str) {
+    let cpu = run.cpu.micros_per(n);
+    println!(
+        "{label:<28} {:>8.0} {:>6.2} {cpu:>10.1} {:>6.2} {:>7.0}%  {extra}",
+        run.rate,
+        run.rate / baseline.rate,
+        baseline.cpu.micros_per(n) / cpu,
+        run.cpu.kernel_share() * 100.0,
+    );
 }
 
 #[tokio::main]
 async fn main() {
     let n = qhost_e2e::bench_messages(50_000);
+    let rounds = 3;
     qhost_e2e::built_plugins(); // build before printing, so cargo's output stays out of the table
-    println!("pipeline, {n} messages, max-in-flight 64, local queue in memory");
-    println!("{:<34} {:>9} {:>10}", "", "msg/s", "vs native");
-    let native = measure(native_plugin(), local_store(), n).await;
-    row("native handler, local store", native, native, "");
-    let wasm = measure(wasm_plugin(), local_store(), n).await;
+    let redis = RedisStore::connect(&qhost_e2e::redis_server::shared_url()).await;
+    // Rounds interleave the cases, so a machine that drifts moves them all alike; each figure is
+    // the round with the median rate.
+    let (mut native, mut wasm, mut with_redis) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        native.push(measure(native_plugin(), local_store(), n).await);
+        wasm.push(measure(wasm_plugin(), local_store(), n).await);
+        if let Ok(redis) = &redis {
+            with_redis.push(measure(wasm_plugin(), Arc::new(redis.clone()), n).await);
+        }
+    }
+    println!(
+        "pipeline, {n} messages, max-in-flight 64, local queue in memory, median of {rounds} rounds"
+    );
+    println!(
+        "{:<28} {:>8} {:>6} {:>10} {:>6} {:>8}",
+        "", "msg/s", "ratio", "CPU µs/msg", "ratio", "kernel"
+    );
+    let native = median(native);
+    row("native handler, local store", native, native, n, "");
     row(
         "wasm plugin, local store",
-        wasm,
+        median(wasm),
         native,
+        n,
         "(fresh instance per message)",
     );
-    let url = qhost_e2e::redis_server::shared_url();
-    match RedisStore::connect(&url).await {
+    match redis {
         Ok(redis) => {
-            let rate = measure(wasm_plugin(), Arc::new(redis.clone()), n).await;
-            let per_message = redis.round_trips() as f64 / n as f64;
+            let per_message = redis.round_trips() as f64 / (n * rounds) as f64;
             row(
                 "wasm plugin, Redis store",
-                rate,
+                median(with_redis),
                 native,
+                n,
                 &format!("({per_message:.3} Redis round trips per message)"),
             );
         }

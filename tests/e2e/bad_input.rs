@@ -65,6 +65,19 @@ async fn a_sleeping_plugin_is_stopped_at_its_timeout() {
     );
 }
 
+/// A guest forever in and out of a host call (a 1 ms timer, polled again and again) never
+/// finishes and never spins long in guest code: the deadline stops it all the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plugin_that_polls_forever_is_stopped_at_its_timeout() {
+    let manifest = "[limits]\ntimeout-ms = 300\nmax-attempts = 2\nconcurrency = 1\n";
+    let (env, _) = poison_then_good(manifest, "poll", 2).await;
+    let reason = only_dead_letter_reason(&env, "jobs").await;
+    assert_eq!(
+        reason,
+        "gave up after 2 attempts: plugin timed out after 300ms"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_looping_plugin_is_stopped_at_its_timeout() {
     let (env, _) =

@@ -2,7 +2,7 @@
 //! aws-sdk-sqs: the same code qhost runs against Amazon SQS.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::QueueAttributeName;
 use qhost::Host;
@@ -382,39 +382,64 @@ async fn stopping_mid_stream_and_restarting_loses_nothing() {
     );
 }
 
-/// A second signal ends the grace period at once: the running handler's message is released
-/// (visible again, not hidden for its visibility timeout) and the process exits.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_second_signal_releases_at_once_and_exits() {
-    let env = TestEnv::new();
-    env.install("fixture", "fixture", "[limits]\ntimeout-ms = 60000\n");
-    let (jobs, _) = queue_pair("second-signal").await;
-    let config = env.plugins_dir().parent().unwrap().join("host.toml");
+/// A `qhost run` process on `jobs` with a shutdown grace of `grace_secs` and a 120 s visibility
+/// timeout, once its fixture guest (deadline two minutes) is running `body`, and a client.
+async fn a_host_with_a_guest_asleep(
+    env: &TestEnv,
+    jobs: &str,
+    grace_secs: u64,
+    body: &str,
+) -> (HostProcess, SqsQueue) {
+    env.install("fixture", "fixture", "[limits]\ntimeout-ms = 120000\n");
+    let config = env
+        .plugins_dir()
+        .parent()
+        .expect("the test directory")
+        .join("host.toml");
     std::fs::write(
         &config,
         format!(
-            "plugins-dir = {:?}\ndata-dir = {:?}\nshutdown-grace-secs = 60\n\
+            "plugins-dir = {:?}\ndata-dir = {:?}\nshutdown-grace-secs = {grace_secs}\n\
              [source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\nregion = \"us-east-1\"\n{}",
             env.plugins_dir(),
             env.data_dir(),
             endpoint(),
-            queue_toml(&jobs, "fixture", "").replace(
+            queue_toml(jobs, "fixture", "").replace(
                 "visibility-timeout-secs = 5",
                 "visibility-timeout-secs = 120"
             )
         ),
     )
-    .unwrap();
-    send(&jobs, &["sleep:50000"], &[]).await;
+    .expect("writing the host's configuration");
+    send(jobs, &[body], &[]).await;
     let host = HostProcess::start_consuming(&config);
     let q = sqs();
     for _ in 0..100 {
-        let depth = q.depth(&jobs).await.unwrap();
-        if depth.invisible == 1 {
+        if q.depth(jobs).await.expect("queue depth").invisible == 1 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    (host, q)
+}
+
+/// The one message on `jobs` is `body`, receivable at once (not hidden for its 120 s visibility).
+async fn assert_visible_again(q: &SqsQueue, jobs: &str, body: &str) {
+    let back = q
+        .receive(jobs, 1, Duration::from_secs(30), Duration::from_secs(2))
+        .await
+        .expect("receive");
+    assert_eq!(back.len(), 1, "visible again, not hidden for 120 s");
+    assert_eq!(back[0].body, body.as_bytes());
+}
+
+/// A second signal ends the grace period at once: the running handler's message is released
+/// (visible again, not hidden for its visibility timeout) and the process exits.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_signal_releases_at_once_and_exits() {
+    let env = TestEnv::new();
+    let (jobs, _) = queue_pair("second-signal").await;
+    let (host, q) = a_host_with_a_guest_asleep(&env, &jobs, 60, "sleep:50000").await;
 
     let stopped = tokio::task::spawn_blocking(|| host.stop_now(Duration::from_secs(20)))
         .await
@@ -423,12 +448,32 @@ async fn a_second_signal_releases_at_once_and_exits() {
     let (status, summary) = stopped.expect("exited long before its 60 s grace period");
     assert!(status.success(), "{status}");
     assert_eq!(summary_column(&summary, &jobs, "released"), 1, "{summary}");
-    let back = q
-        .receive(&jobs, 1, Duration::from_secs(30), Duration::from_secs(2))
+    assert_visible_again(&q, &jobs, "sleep:50000").await;
+}
+
+/// One SIGTERM with a guest asleep in a host call (a WASI sleep far longer than the grace
+/// period, under a deadline longer still): at the end of the grace period the call is cancelled,
+/// its message released, visible again at once, and the process exits.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_with_a_guest_asleep_in_a_host_call_exits_at_the_grace_period() {
+    let env = TestEnv::new();
+    let (jobs, _) = queue_pair("asleep").await;
+    let (host, q) = a_host_with_a_guest_asleep(&env, &jobs, 2, "sleep:100000").await;
+
+    let started = Instant::now();
+    let stopped = tokio::task::spawn_blocking(|| host.terminate_within(Duration::from_secs(20)))
         .await
         .unwrap();
-    assert_eq!(back.len(), 1, "visible again, not hidden for 120 s");
-    assert_eq!(back[0].body, b"sleep:50000");
+    let took = started.elapsed();
+
+    let (status, summary) = stopped.expect("exited long before the guest would wake");
+    assert!(status.success(), "{status}");
+    assert!(
+        took >= Duration::from_secs(2),
+        "waited out the grace period first: {took:?}"
+    );
+    assert_eq!(summary_column(&summary, &jobs, "released"), 1, "{summary}");
+    assert_visible_again(&q, &jobs, "sleep:100000").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

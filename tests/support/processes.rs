@@ -74,12 +74,29 @@ impl HostProcess {
     /// SIGTERM twice, a moment apart (the second skips the rest of the grace period), then
     /// waits up to `limit`; returns the exit status and what it printed, or `None` if it was
     /// still running then (it is killed).
-    pub fn stop_now(mut self, limit: Duration) -> Option<(std::process::ExitStatus, String)> {
+    pub fn stop_now(self, limit: Duration) -> Option<(std::process::ExitStatus, String)> {
+        self.signal_and_wait(2, limit)
+    }
+
+    /// One SIGTERM, then waits up to `limit` for the exit: the exit status and what it printed,
+    /// or `None` if it did not exit in time (it is killed then).
+    pub fn terminate_within(self, limit: Duration) -> Option<(std::process::ExitStatus, String)> {
+        self.signal_and_wait(1, limit)
+    }
+
+    fn signal_and_wait(
+        mut self,
+        signals: usize,
+        limit: Duration,
+    ) -> Option<(std::process::ExitStatus, String)> {
         let mut child = self.child.take().expect("running");
         let pid = child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        std::thread::sleep(Duration::from_millis(300));
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        for i in 0..signals {
+            if i > 0 {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        }
         let deadline = Instant::now() + limit;
         while child.try_wait().expect("waiting for qhost").is_none() {
             if Instant::now() > deadline {
