@@ -16,6 +16,11 @@
 //! 63 → 21 µs, JavaScript 1,225 → 555 µs; and the pipeline bench's wasm plugin went from 0.55
 //! to about 0.95 of the native handler.
 //!
+//! The price is memory: a slot that has served a message keeps up to 4 MiB of memory and 4 MiB
+//! of table resident while idle, so a host at `max-in-flight = 64` whose guests dirty that much
+//! (interpreters do; the Rust examples dirty a few hundred KiB) holds up to about 512 MiB more
+//! than with wasmtime's default.
+//!
 //! Without the ioctl, keeping memory resident means `memset`-ing the whole kept range on every
 //! reset, which measured no better than wasmtime's default, so older kernels keep the default.
 //! A batched decommit and copy-on-write off measured within noise, and are left at wasmtime's
