@@ -128,7 +128,7 @@ pub(crate) async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Idempo
             let path = config.data_dir.as_ref().map(|d| d.join("qhost.db"));
             Ok(Arc::new(LocalStore::open(path.as_deref())?))
         }
-        StoreKind::Redis { url } => Ok(Arc::new(RedisStore::connect(url).await?)),
+        StoreKind::Redis(target) => Ok(Arc::new(RedisStore::connect_to(target).await?)),
     }
 }
 

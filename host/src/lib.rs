@@ -40,6 +40,7 @@ pub mod idempotency;
 pub mod message;
 pub mod payload;
 mod pipeline;
+pub mod redis_link;
 pub mod runtime;
 pub mod source;
 mod sqlite;

@@ -37,6 +37,8 @@ pub struct RawIdempotency {
     pub kind: Option<String>,
     pub namespace: Option<String>,
     pub url: Option<String>,
+    pub urls: Option<Vec<String>>,
+    pub cluster: Option<bool>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 
 use crate::message::wire::{valid_plugin_name, valid_queue_name};
+use crate::redis_link::{RedisTarget, redacted};
 use crate::runtime::manifest::MAX_MEMORY_MIB;
 use file::{RawConfig, RawQueue};
 pub use payload::{PayloadConfig, PayloadPlace};
@@ -30,11 +31,8 @@ pub enum SourceKind {
 pub enum StoreKind {
     /// The embedded store in the data directory.
     Local,
-    /// A Redis server.
-    Redis {
-        /// `redis://host:port/db`.
-        url: String,
-    },
+    /// A Redis server, or a Redis Cluster.
+    Redis(RedisTarget),
 }
 
 /// The shortest first retry delay: put-backs that use up no attempt (a store down, a key
@@ -168,7 +166,7 @@ impl Config {
         let payload = payload::payload_config(
             raw.payload.unwrap_or_default(),
             match &store {
-                StoreKind::Redis { url } => Some(url.as_str()),
+                StoreKind::Redis(target) => Some(target),
                 StoreKind::Local => None,
             },
             match &source {
@@ -337,20 +335,44 @@ fn source_kind(raw: file::RawSource) -> anyhow::Result<SourceKind> {
 }
 
 fn store_kind(raw: file::RawIdempotency) -> anyhow::Result<StoreKind> {
-    match (raw.kind.as_deref().unwrap_or("local"), raw.url) {
-        ("local", None) => Ok(StoreKind::Local),
-        ("local", Some(_)) => bail!("idempotency.url is only for kind = \"redis\""),
-        ("redis", url) => {
-            let url = url.unwrap_or_else(|| "redis://127.0.0.1:6379/".into());
-            if !url.starts_with("redis://") && !url.starts_with("rediss://") {
-                bail!("idempotency.url `{url}` must start with redis:// or rediss://");
-            }
-            Ok(StoreKind::Redis { url })
+    let kind = raw.kind.as_deref().unwrap_or("local");
+    match kind {
+        "local" if raw.url.is_some() || raw.urls.is_some() || raw.cluster.is_some() => {
+            bail!("idempotency.url, urls and cluster are only for kind = \"redis\"")
         }
-        (other, _) => {
-            bail!("idempotency.kind `{other}` is not supported; expected `local` or `redis`")
+        "local" => Ok(StoreKind::Local),
+        "redis" => Ok(StoreKind::Redis(redis_target(raw)?)),
+        other => bail!("idempotency.kind `{other}` is not supported; expected `local` or `redis`"),
+    }
+}
+
+/// `url` for one server; `cluster = true` with `url` or `urls` (seed nodes) for a cluster.
+fn redis_target(raw: file::RawIdempotency) -> anyhow::Result<RedisTarget> {
+    let cluster = raw.cluster.unwrap_or(false);
+    let urls = match (raw.url, raw.urls) {
+        (Some(_), Some(_)) => bail!("idempotency: set url or urls, not both"),
+        (None, Some(_)) if !cluster => {
+            bail!("idempotency.urls lists a cluster's seed nodes: set cluster = true, or use url")
+        }
+        (None, Some(urls)) if urls.is_empty() => bail!("idempotency.urls is empty"),
+        (None, Some(urls)) => urls,
+        (Some(url), None) => vec![url],
+        (None, None) => vec!["redis://127.0.0.1:6379/".into()],
+    };
+    let field = if urls.len() > 1 || cluster {
+        "urls"
+    } else {
+        "url"
+    };
+    for url in &urls {
+        if !url.starts_with("redis://") && !url.starts_with("rediss://") {
+            bail!(
+                "idempotency.{field}: `{}` must start with redis:// or rediss://",
+                redacted(url)
+            );
         }
     }
+    Ok(RedisTarget { urls, cluster })
 }
 
 #[cfg(test)]
@@ -436,6 +458,19 @@ mod tests {
                 "idempotency.url",
             ),
             ("[idempotency]\nurl = \"redis://x\"", "idempotency.url"),
+            (
+                "[idempotency]\nkind = \"redis\"\nurls = [\"redis://a:1\"]",
+                "set cluster = true",
+            ),
+            (
+                "[idempotency]\nkind = \"redis\"\ncluster = true\nurl = \"redis://a:1\"\nurls = [\"redis://b:1\"]",
+                "url or urls, not both",
+            ),
+            (
+                "[idempotency]\nkind = \"redis\"\ncluster = true\nurls = [\"redis://:pw@a:1\", \"http://:pw@b:1\"]",
+                "idempotency.urls: `http://b:1` must start",
+            ),
+            ("[idempotency]\ncluster = true", "only for kind = \"redis\""),
             ("[retry]\nbase-secs = 10\nmax-secs = 5", "retry.max-secs"),
             (
                 "[retry]\nbase-secs = 0",

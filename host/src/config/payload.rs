@@ -27,6 +27,7 @@ use serde::Deserialize;
 
 use crate::aws::AwsSettings;
 use crate::message::rules::SendShape;
+use crate::redis_link::RedisTarget;
 
 /// SQS's largest message; the threshold cannot be above it.
 const MAX_THRESHOLD: u64 = 1024 * 1024;
@@ -98,8 +99,8 @@ pub struct PayloadConfig {
     pub always: bool,
     /// How long Redis keeps a payload.
     pub ttl: Duration,
-    /// The Redis payload store's URL.
-    pub redis_url: Option<String>,
+    /// The Redis payload store's server or cluster.
+    pub redis: Option<RedisTarget>,
     /// S3 region and endpoint.
     pub s3: AwsSettings,
     /// Delete payloads qhost wrote once their message is done.
@@ -136,7 +137,7 @@ impl Default for PayloadConfig {
             threshold: 262_144,
             always: false,
             ttl: Duration::from_secs(14 * 86_400),
-            redis_url: None,
+            redis: None,
             s3: AwsSettings::default(),
             delete_after_ack: true,
             delete_extended_after_ack: true,
@@ -179,11 +180,11 @@ pub struct RawPayload {
     pub max_bytes: Option<u64>,
 }
 
-/// Checks `[payload]`; `redis_url` and `s3` are the idempotency store's and the source's, the
-/// defaults for the payload stores.
+/// Checks `[payload]`; `redis` and `s3` are the idempotency store's and the source's, the
+/// defaults for the payload stores (`payload.url` names one Redis server instead).
 pub(crate) fn payload_config(
     raw: RawPayload,
-    redis_url: Option<&str>,
+    redis: Option<&RedisTarget>,
     s3: Option<&AwsSettings>,
 ) -> anyhow::Result<PayloadConfig> {
     let d = PayloadConfig::default();
@@ -219,7 +220,7 @@ pub(crate) fn payload_config(
         threshold: threshold as usize,
         always: raw.always.unwrap_or(false),
         ttl: Duration::from_secs(raw.ttl_secs.unwrap_or(d.ttl.as_secs()).max(1)),
-        redis_url: raw.url.or_else(|| redis_url.map(str::to_string)),
+        redis: raw.url.map(RedisTarget::single).or_else(|| redis.cloned()),
         s3: AwsSettings {
             region: raw.region.or(default_s3.region),
             endpoint_url: raw.endpoint_url.or(default_s3.endpoint_url),
@@ -244,9 +245,9 @@ mod tests {
             allow: Some(vec!["s3://theirs".into(), "redis".into()]),
             ..RawPayload::default()
         };
-        let c = payload_config(raw, Some("redis://x/"), None).unwrap();
+        let c = payload_config(raw, Some(&RedisTarget::single("redis://x/")), None).unwrap();
         assert_eq!(c.allow_list_text(), "s3://mine/q/, s3://theirs/, redis");
-        assert_eq!(c.redis_url.as_deref(), Some("redis://x/"));
+        assert_eq!(c.redis, Some(RedisTarget::single("redis://x/")));
     }
 
     #[test]

@@ -16,23 +16,24 @@
 //! worker's key acquirable again. Every pipeline also sends `SCRIPT LOAD`, so a Redis that
 //! restarted (and forgot its script cache) never answers `NOSCRIPT`.
 //!
-//! The connection manager reconnects by itself. While Redis is unreachable every call fails,
-//! and the pipeline fails closed: nothing runs without a lease.
+//! On a Redis Cluster (see `redis_link`) a batch is one pipeline per slot it touches, sent at
+//! once; on one server it is one pipeline. The client reconnects by itself. While Redis (or
+//! the shard holding a key) is unreachable every call for it fails, and the pipeline fails
+//! closed: nothing runs without a lease.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use anyhow::Context as _;
 use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Script, Value};
+use redis::{Script, ScriptInvocation, Value};
 
 use super::{
     Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
     Released, StoreResult,
 };
 use crate::message::Outgoing;
+use crate::redis_link::{RedisLink, RedisTarget, Timeouts, slot};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
@@ -57,7 +58,7 @@ pub(crate) fn failures_key(key: &str) -> String {
 /// The Redis idempotency store.
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: ConnectionManager,
+    link: RedisLink,
     round_trips: Arc<AtomicU64>,
 }
 
@@ -74,22 +75,20 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl RedisStore {
-    /// Connects to `url` (`redis://host:port/db`). An unreachable server is an error here, at
-    /// start; later outages are survived.
+    /// Connects to one server at `url` (`redis://host:port/db`). An unreachable server is an
+    /// error here, at start; later outages are survived.
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
-        let client =
-            redis::Client::open(url).with_context(|| format!("invalid Redis URL {url}"))?;
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            .set_connection_timeout(Some(RESPONSE_TIMEOUT))
-            .set_max_delay(Duration::from_secs(2))
-            .set_number_of_retries(2);
-        let conn = client
-            .get_connection_manager_with_config(config)
-            .await
-            .with_context(|| format!("cannot connect to Redis at {url}"))?;
+        Self::connect_to(&RedisTarget::single(url)).await
+    }
+
+    /// Connects to `target`, one server or a cluster.
+    pub async fn connect_to(target: &RedisTarget) -> anyhow::Result<Self> {
+        let timeouts = Timeouts {
+            connect: RESPONSE_TIMEOUT,
+            response: RESPONSE_TIMEOUT,
+        };
         Ok(RedisStore {
-            conn,
+            link: RedisLink::connect(target, timeouts).await?,
             round_trips: Arc::new(AtomicU64::new(0)),
         })
     }
@@ -125,10 +124,50 @@ impl RedisStore {
 
     async fn query<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> StoreResult<T> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
-        let mut conn = self.conn.clone();
-        pipe.query_async(&mut conn)
+        let mut link = self.link.clone();
+        pipe.query_async(&mut link)
             .await
             .map_err(|e| IdempotencyError::Unavailable(format!("Redis call failed: {e}")))
+    }
+
+    /// Runs `script` once per invocation, each on the record key it names, and returns the
+    /// replies in order: one pipeline on a single server, one per slot on a cluster (sent
+    /// together).
+    async fn run_all(
+        &self,
+        script: &Script,
+        invocations: Vec<(&str, ScriptInvocation<'_>)>,
+    ) -> StoreResult<Vec<Value>> {
+        let groups = slot_groups(
+            self.link.is_cluster(),
+            invocations.iter().map(|(key, _)| *key),
+        );
+        let pipes = groups.iter().map(|indices| {
+            let mut pipe = redis::pipe();
+            pipe.load_script(script).ignore();
+            for &i in indices {
+                pipe.invoke_script(&invocations[i].1);
+            }
+            pipe
+        });
+        let replies: Vec<Vec<Value>> = futures_util::future::try_join_all(
+            pipes.map(|pipe| async move { self.query::<Vec<Value>>(&pipe).await }),
+        )
+        .await?;
+        let mut ordered = vec![Value::Nil; invocations.len()];
+        for (indices, values) in groups.iter().zip(replies) {
+            if values.len() != indices.len() {
+                return Err(corrupt(format!(
+                    "{} replies to a pipeline of {} scripts",
+                    values.len(),
+                    indices.len()
+                )));
+            }
+            for (&i, value) in indices.iter().zip(values) {
+                ordered[i] = value;
+            }
+        }
+        Ok(ordered)
     }
 
     /// One owner-checked script on one lease, with its record's `sibling` key.
@@ -201,6 +240,20 @@ fn encode_outbox(outbox: &[Outgoing]) -> String {
     serde_json::to_string(outbox).unwrap_or_default()
 }
 
+/// The indices of `keys` grouped so that each group is one pipeline: all of them on a single
+/// server, one group per slot on a cluster (in order of first appearance).
+fn slot_groups<'a>(cluster: bool, keys: impl Iterator<Item = &'a str>) -> Vec<Vec<usize>> {
+    let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+    for (i, key) in keys.enumerate() {
+        let slot = if cluster { slot(key) } else { 0 };
+        match groups.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, indices)) => indices.push(i),
+            None => groups.push((slot, vec![i])),
+        }
+    }
+    groups.into_iter().map(|(_, indices)| indices).collect()
+}
+
 #[async_trait]
 impl IdempotencyStore for RedisStore {
     async fn acquire(&self, requests: &[LeaseRequest]) -> StoreResult<Vec<Acquired>> {
@@ -208,24 +261,30 @@ impl IdempotencyStore for RedisStore {
             .iter()
             .map(|_| uuid::Uuid::new_v4().to_string())
             .collect();
-        let mut pipe = redis::pipe();
-        pipe.load_script(&ACQUIRE).ignore();
-        for (r, owner) in requests.iter().zip(&owners) {
-            let mut invocation = ACQUIRE.key(&r.key);
-            invocation
-                .key(fence_key(&r.key))
-                .key(failures_key(&r.key))
-                .arg(owner)
-                .arg(ms(r.ttl))
-                .arg(ms(r.window + r.ttl));
-            pipe.invoke_script(&invocation);
-        }
-        let replies: Vec<Vec<String>> = self.query(&pipe).await?;
+        let invocations = requests
+            .iter()
+            .zip(&owners)
+            .map(|(r, owner)| {
+                let mut invocation = ACQUIRE.key(&r.key);
+                invocation
+                    .key(fence_key(&r.key))
+                    .key(failures_key(&r.key))
+                    .arg(owner)
+                    .arg(ms(r.ttl))
+                    .arg(ms(r.window + r.ttl));
+                (r.key.as_str(), invocation)
+            })
+            .collect();
+        let replies = self.run_all(&ACQUIRE, invocations).await?;
         requests
             .iter()
             .zip(owners)
             .zip(replies)
-            .map(|((r, owner), reply)| parse_acquired(r, owner, reply))
+            .map(|((r, owner), reply)| {
+                let reply: Vec<String> = redis::from_redis_value(reply)
+                    .map_err(|e| corrupt(format!("a reply from the acquire script: {e}")))?;
+                parse_acquired(r, owner, reply)
+            })
             .collect()
     }
 
@@ -236,25 +295,31 @@ impl IdempotencyStore for RedisStore {
     }
 
     async fn complete(&self, completions: &[Completion]) -> StoreResult<Vec<StoreResult<()>>> {
-        let mut pipe = redis::pipe();
-        pipe.load_script(&COMPLETE).ignore();
-        for c in completions {
-            let mut invocation = COMPLETE.key(&c.lease.key);
-            invocation
-                .key(fence_key(&c.lease.key))
-                .key(failures_key(&c.lease.key))
-                .arg(&c.lease.owner)
-                .arg(ms(c.window))
-                .arg(encode_outbox(&c.outbox))
-                .arg(ms(c.window + c.window))
-                .arg(c.digest.as_deref().unwrap_or_default());
-            pipe.invoke_script(&invocation);
-        }
-        let done: Vec<i64> = self.query(&pipe).await?;
+        let outboxes: Vec<String> = completions
+            .iter()
+            .map(|c| encode_outbox(&c.outbox))
+            .collect();
+        let invocations = completions
+            .iter()
+            .zip(&outboxes)
+            .map(|(c, outbox)| {
+                let mut invocation = COMPLETE.key(&c.lease.key);
+                invocation
+                    .key(fence_key(&c.lease.key))
+                    .key(failures_key(&c.lease.key))
+                    .arg(&c.lease.owner)
+                    .arg(ms(c.window))
+                    .arg(outbox)
+                    .arg(ms(c.window + c.window))
+                    .arg(c.digest.as_deref().unwrap_or_default());
+                (c.lease.key.as_str(), invocation)
+            })
+            .collect();
+        let done = self.run_all(&COMPLETE, invocations).await?;
         Ok(completions
             .iter()
             .zip(done)
-            .map(|(c, d)| IdempotencyError::owned(&c.lease, d == 1))
+            .map(|(c, d)| IdempotencyError::owned(&c.lease, d == Value::Int(1)))
             .collect())
     }
 
@@ -282,44 +347,23 @@ impl IdempotencyStore for RedisStore {
 
 #[cfg(test)]
 mod tests {
-    use super::{failures_key, fence_key};
+    use super::{failures_key, fence_key, slot_groups};
     use crate::idempotency::key::scoped;
-
-    /// CRC16/XMODEM, as Redis Cluster uses for key slots.
-    fn crc16(bytes: &[u8]) -> u16 {
-        let mut crc: u16 = 0;
-        for &b in bytes {
-            crc ^= u16::from(b) << 8;
-            for _ in 0..8 {
-                crc = if crc & 0x8000 != 0 {
-                    (crc << 1) ^ 0x1021
-                } else {
-                    crc << 1
-                };
-            }
-        }
-        crc
-    }
-
-    /// The cluster slot of a key: the hash of its first non-empty `{…}` tag, or of all of it.
-    fn slot(key: &str) -> u16 {
-        let tagged = key
-            .find('{')
-            .and_then(|open| {
-                key[open + 1..]
-                    .find('}')
-                    .map(|len| &key[open + 1..open + 1 + len])
-            })
-            .filter(|tag| !tag.is_empty());
-        crc16(tagged.unwrap_or(key).as_bytes()) % 16384
-    }
+    use crate::redis_link::slot;
 
     #[test]
-    fn slots_follow_the_redis_cluster_rule() {
-        // Reference values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
-        assert_eq!(crc16(b"123456789"), 0x31C3);
-        assert_eq!(slot("foo"), 12182);
-        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+    fn a_batch_is_one_pipeline_on_a_server_and_one_per_slot_on_a_cluster() {
+        let keys = ["q:{p:a}", "q:{p:b}", "q:{p:a}:fence", "q:{p:c}"];
+        assert_eq!(
+            slot_groups(false, keys.iter().copied()),
+            vec![vec![0, 1, 2, 3]]
+        );
+        let groups = slot_groups(true, keys.iter().copied());
+        assert!(groups.contains(&vec![0, 2]), "{groups:?}");
+        assert_eq!(groups.iter().map(Vec::len).sum::<usize>(), 4);
+        for group in &groups {
+            assert!(group.iter().all(|&i| slot(keys[i]) == slot(keys[group[0]])));
+        }
     }
 
     #[test]

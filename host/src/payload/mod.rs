@@ -88,9 +88,9 @@ impl Payloads {
     pub async fn open_with_s3(config: &Config, s3: Option<S3Payloads>) -> anyhow::Result<Self> {
         let pc = config.payload.clone();
         let wants = |is: fn(&PayloadPlace) -> bool| pc.store.iter().chain(&pc.allow).any(is);
-        let redis = match (&pc.redis_url, wants(|p| matches!(p, PayloadPlace::Redis))) {
-            (Some(url), true) => {
-                Some(RedisPayloads::connect(url, &config.namespace, pc.ttl).await?)
+        let redis = match (&pc.redis, wants(|p| matches!(p, PayloadPlace::Redis))) {
+            (Some(target), true) => {
+                Some(RedisPayloads::connect(target, &config.namespace, pc.ttl).await?)
             }
             (None, true) => anyhow::bail!(
                 "payload: the Redis payload store needs payload.url or a Redis idempotency store"

@@ -5,14 +5,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::AsyncCommands as _;
-use redis::aio::ConnectionManager;
 
 use super::store::{PayloadError, PayloadStore};
+use crate::redis_link::{RedisLink, RedisTarget, Timeouts};
 
 /// A Redis payload store.
 #[derive(Clone)]
 pub struct RedisPayloads {
-    conn: ConnectionManager,
+    conn: RedisLink,
     prefix: String,
     ttl: Duration,
 }
@@ -30,17 +30,20 @@ fn unavailable(e: redis::RedisError) -> PayloadError {
 }
 
 impl RedisPayloads {
-    /// Connects to `url`; keys are `PREFIX:payload:KEY` and live for `ttl`.
-    pub async fn connect(url: &str, prefix: &str, ttl: Duration) -> anyhow::Result<Self> {
-        let client = redis::Client::open(url)
-            .map_err(|e| anyhow::anyhow!("payload.url `{url}` is not a Redis URL: {e}"))?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(10)))
-            .set_number_of_retries(1);
-        let conn = ConnectionManager::new_with_config(client, config)
+    /// Connects to `target` (a server or a cluster); keys are `PREFIX:payload:KEY` and live
+    /// for `ttl`.
+    pub async fn connect(
+        target: &RedisTarget,
+        prefix: &str,
+        ttl: Duration,
+    ) -> anyhow::Result<Self> {
+        let timeouts = Timeouts {
+            connect: Duration::from_secs(2),
+            response: Duration::from_secs(10),
+        };
+        let conn = RedisLink::connect(target, timeouts)
             .await
-            .map_err(|e| anyhow::anyhow!("cannot reach the Redis payload store at {url}: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("the Redis payload store: {e:#}"))?;
         Ok(RedisPayloads {
             conn,
             prefix: format!("{prefix}:payload:"),
