@@ -8,6 +8,7 @@
 
 mod bad_input;
 mod cli;
+mod cluster;
 mod hostile;
 mod languages;
 mod payload;

@@ -1,0 +1,119 @@
+//! The Redis idempotency store on a real Redis Cluster (three primaries, one replica each,
+//! started by the test): batches that span slots and shards, and a host whose duplicates meet
+//! on different shards.
+
+use std::time::Duration;
+
+use qhost::idempotency::redis::RedisStore;
+use qhost::idempotency::{Acquired, Completion, IdempotencyStore, LeaseRequest};
+use qhost::redis_link::RedisTarget;
+use qhost_e2e::harness::{TestEnv, contents, queue_toml, run_until_idle, send_all};
+use qhost_e2e::redis_cluster::RedisCluster;
+use qhost_e2e::redis_server::unique_namespace;
+
+fn requests(ns: &str, n: usize) -> Vec<LeaseRequest> {
+    (0..n)
+        .map(|i| LeaseRequest {
+            key: qhost::idempotency::key::scoped(ns, "p", &format!("job-{i}")),
+            ttl: Duration::from_secs(30),
+            window: Duration::from_secs(60),
+        })
+        .collect()
+}
+
+/// One acquire and one complete for 60 keys, which land on every shard: each key is granted,
+/// completed and then seen as completed, and the keys are spread over all three primaries.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_across_slots_and_shards_is_acquired_and_completed() {
+    let cluster = RedisCluster::start(3);
+    let target = RedisTarget {
+        urls: cluster.urls(),
+        cluster: true,
+    };
+    let store = RedisStore::connect_to(&target)
+        .await
+        .expect("cluster store");
+    let ns = unique_namespace("cluster-batch");
+    let batch = requests(&ns, 60);
+
+    let granted = store.acquire(&batch).await.expect("acquire");
+    let leases: Vec<_> = granted
+        .into_iter()
+        .map(|a| match a {
+            Acquired::Granted(lease) => lease,
+            other => panic!("expected a grant, got {other:?}"),
+        })
+        .collect();
+    assert!(leases.iter().all(|l| l.fencing_token == 1));
+    let trips = store.round_trips();
+    assert!(
+        trips > 1,
+        "keys in different slots went in one pipeline ({trips} round trips)"
+    );
+
+    let completions: Vec<Completion> = leases
+        .into_iter()
+        .map(|lease| Completion {
+            lease,
+            outbox: vec![],
+            window: Duration::from_secs(60),
+            digest: None,
+        })
+        .collect();
+    let done = store.complete(&completions).await.expect("complete");
+    assert!(done.iter().all(Result::is_ok), "{done:?}");
+
+    let again = store.acquire(&batch).await.expect("acquire again");
+    assert!(
+        again
+            .iter()
+            .all(|a| matches!(a, Acquired::Completed { .. })),
+        "{again:?}"
+    );
+    let primaries = cluster.primaries();
+    assert_eq!(primaries.len(), 3);
+    for port in primaries {
+        assert!(
+            cluster.keys_on(port) > 0,
+            "no key landed on the primary at {port}"
+        );
+    }
+}
+
+/// A host configured with `cluster = true` and seed URLs: 40 jobs each sent twice run once each,
+/// and each job's effect arrives once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_on_a_cluster_runs_each_job_once() {
+    let cluster = RedisCluster::start(3);
+    let env = TestEnv::new();
+    env.install(
+        "fixture",
+        "fixture",
+        "[idempotency]\nkey = \"body-sha256\"\n",
+    );
+    let seeds: Vec<String> = cluster.urls().iter().map(|u| format!("{u:?}")).collect();
+    let config = env.config(&format!(
+        "[idempotency]\nkind = \"redis\"\ncluster = true\nurls = [{}]\nnamespace = \"{}\"\n{}",
+        seeds.join(", "),
+        unique_namespace("cluster-host"),
+        queue_toml("jobs", "fixture")
+    ));
+    let host = env.host(config).await;
+    let bodies: Vec<String> = (0..40).map(|i| format!("send:out:job-{i}")).collect();
+    let twice: Vec<&str> = bodies.iter().chain(&bodies).map(String::as_str).collect();
+    send_all(&env.queue(), "jobs", &twice, &[]).await;
+
+    run_until_idle(&host).await;
+
+    let c = host.stats().total();
+    assert_eq!((c.invoked, c.acked, c.duplicates), (40, 40, 40), "{c:?}");
+    let mut out: Vec<String> = contents(&env.queue(), "out")
+        .await
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.body).into_owned())
+        .collect();
+    out.sort();
+    let mut expected: Vec<String> = (0..40).map(|i| format!("job-{i}")).collect();
+    expected.sort();
+    assert_eq!(out, expected, "each job's effect exactly once");
+}

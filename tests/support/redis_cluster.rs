@@ -1,0 +1,159 @@
+//! A real Redis Cluster for the tests: `redis-server --cluster-enabled yes` on free loopback
+//! ports (each with its cluster bus port free too), joined by `redis-cli --cluster create` with
+//! one replica per primary, nothing kept on disk past the test, every node killed on drop.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running cluster of this test's own.
+#[derive(Debug)]
+pub struct RedisCluster {
+    ports: Vec<u16>,
+    children: Vec<Option<Child>>,
+    _dir: tempfile::TempDir,
+}
+
+/// A port that is free, and whose cluster bus port (+10,000) is free as well.
+fn free_cluster_port(taken: &[u16]) -> u16 {
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        let bus_free = port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok();
+        if bus_free && !taken.contains(&port) {
+            return port;
+        }
+    }
+}
+
+fn start_node(dir: &Path, port: u16) -> Child {
+    Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            &dir.join(format!("nodes-{port}.conf")).display().to_string(),
+            "--cluster-node-timeout",
+            "2000",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            &dir.display().to_string(),
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server is installed (scripts/install-test-tools installs it)")
+}
+
+fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli is installed (scripts/install-test-tools installs it)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+impl RedisCluster {
+    /// Starts `primaries` primaries with one replica each and waits until the cluster serves
+    /// every slot.
+    pub fn start(primaries: usize) -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let mut ports = Vec::new();
+        for _ in 0..primaries * 2 {
+            let port = free_cluster_port(&ports);
+            ports.push(port);
+        }
+        let children = ports
+            .iter()
+            .map(|&port| Some(start_node(dir.path(), port)))
+            .collect();
+        let cluster = RedisCluster {
+            ports,
+            children,
+            _dir: dir,
+        };
+        for &port in &cluster.ports {
+            wait_for(|| cli(port, &["PING"]).trim() == "PONG", "a node to start");
+        }
+        let nodes: Vec<String> = cluster
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&nodes)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "creating the cluster: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        for &port in &cluster.ports {
+            wait_for(
+                || cli(port, &["CLUSTER", "INFO"]).contains("cluster_state:ok"),
+                "the cluster to serve every slot",
+            );
+        }
+        cluster
+    }
+
+    /// Every node's URL, as seeds for a client.
+    pub fn urls(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}/"))
+            .collect()
+    }
+
+    /// The ports of the nodes that are primaries now.
+    pub fn primaries(&self) -> Vec<u16> {
+        self.ports
+            .iter()
+            .copied()
+            .filter(|&p| cli(p, &["ROLE"]).starts_with("master"))
+            .collect()
+    }
+
+    /// Keys stored on the node at `port`.
+    pub fn keys_on(&self, port: u16) -> u64 {
+        cli(port, &["DBSIZE"]).trim().parse().unwrap_or(0)
+    }
+
+    /// `MEMORY USAGE key` on whichever node holds it (asked of every primary).
+    pub fn memory_usage(&self, key: &str) -> Option<u64> {
+        self.primaries()
+            .into_iter()
+            .find_map(|p| cli(p, &["MEMORY", "USAGE", key]).trim().parse().ok())
+    }
+}
+
+fn wait_for(mut ready: impl FnMut() -> bool, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for child in self.children.iter_mut().filter_map(Option::take) {
+            let mut child = child;
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
