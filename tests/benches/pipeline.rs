@@ -32,7 +32,9 @@ fn config(plugin: &str) -> Config {
     ))
     .expect("bench config");
     c.data_dir = None;
-    c.namespace = format!("qhost-bench-{}", uuid::Uuid::new_v4().simple());
+    // As short as the default `qhost`, give or take three characters, so the memory a key
+    // costs below is what a deployment's keys cost.
+    c.namespace = format!("qb{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
     c
 }
 
@@ -46,8 +48,9 @@ async fn fill(source: &LocalQueue, n: usize) {
 }
 
 /// One run's figures: messages per second, and CPU per message (user and kernel).
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Run {
+    namespace: String,
     rate: f64,
     cpu: CpuTime,
 }
@@ -55,6 +58,7 @@ struct Run {
 /// Runs `n` messages through `plugin` with `store`.
 async fn measure(plugin: Plugin, store: Arc<dyn IdempotencyStore>, n: usize) -> Run {
     let config = config(&plugin.name);
+    let namespace = config.namespace.clone();
     let source = Arc::new(LocalQueue::open(None, Default::default()).expect("queue"));
     fill(&source, n).await;
     let host = Host::new(config, source, store, Registry::new([plugin]));
@@ -72,6 +76,7 @@ async fn measure(plugin: Plugin, store: Arc<dyn IdempotencyStore>, n: usize) -> 
         "every message handled once"
     );
     Run {
+        namespace,
         rate: n as f64 / elapsed.as_secs_f64(),
         cpu,
     }
@@ -80,7 +85,7 @@ async fn measure(plugin: Plugin, store: Arc<dyn IdempotencyStore>, n: usize) -> 
 /// The run with the median rate of `runs`.
 fn median(mut runs: Vec<Run>) -> Run {
     runs.sort_by(|a, b| a.rate.total_cmp(&b.rate));
-    runs[runs.len() / 2]
+    runs.swap_remove(runs.len() / 2)
 }
 
 fn wasm_plugin() -> Plugin {
@@ -96,7 +101,7 @@ fn local_store() -> Arc<dyn IdempotencyStore> {
     Arc::new(LocalStore::open(None).expect("store"))
 }
 
-fn row(label: &str, run: Run, baseline: Run, n: usize, extra: &str) {
+fn row(label: &str, run: &Run, baseline: &Run, n: usize, extra: &str) {
     let cpu = run.cpu.micros_per(n);
     println!(
         "{label:<28} {:>8.0} {:>6.2} {cpu:>10.1} {:>6.2} {:>7.0}%  {extra}",
@@ -105,6 +110,46 @@ fn row(label: &str, run: Run, baseline: Run, n: usize, extra: &str) {
         baseline.cpu.micros_per(n) / cpu,
         run.cpu.kernel_share() * 100.0,
     );
+}
+
+/// Mean `MEMORY USAGE` of up to 200 completed keys in `namespace`, and their mean length.
+async fn memory_per_key(namespace: &str) -> (f64, usize) {
+    let url = qhost_e2e::redis_server::shared_url();
+    let mut conn = qhost_e2e::redis_server::connect(&url).await;
+    let mut keys: Vec<String> = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{namespace}:*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .expect("SCAN");
+        keys.extend(batch);
+        cursor = next;
+        if cursor == 0 || keys.len() >= 200 {
+            break;
+        }
+    }
+    keys.truncate(200);
+    let mut total = 0u64;
+    for key in &keys {
+        let bytes: u64 = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .expect("MEMORY USAGE");
+        total += bytes;
+    }
+    let n = keys.len().max(1);
+    (
+        total as f64 / n as f64,
+        keys.iter().map(String::len).sum::<usize>() / n,
+    )
 }
 
 #[tokio::main]
@@ -131,23 +176,30 @@ async fn main() {
         "", "msg/s", "ratio", "CPU µs/msg", "ratio", "kernel"
     );
     let native = median(native);
-    row("native handler, local store", native, native, n, "");
+    row("native handler, local store", &native, &native, n, "");
     row(
         "wasm plugin, local store",
-        median(wasm),
-        native,
+        &median(wasm),
+        &native,
         n,
         "(fresh instance per message)",
     );
     match redis {
         Ok(redis) => {
             let per_message = redis.round_trips() as f64 / (n * rounds) as f64;
+            let run = median(with_redis);
             row(
                 "wasm plugin, Redis store",
-                median(with_redis),
-                native,
+                &run,
+                &native,
                 n,
                 &format!("({per_message:.3} Redis round trips per message)"),
+            );
+            let (bytes, key_len) = memory_per_key(&run.namespace).await;
+            println!(
+                "Redis memory per completed key: {bytes:.0} bytes (MEMORY USAGE over 200 keys \
+                 of {key_len} characters, such as `{}:{{trivial:MESSAGE-ID}}`)",
+                run.namespace
             );
         }
         Err(e) => println!("wasm plugin, Redis store: skipped ({e:#})"),

@@ -1,11 +1,13 @@
-//! The Redis idempotency store on a real Redis Cluster (three primaries, one replica each,
-//! started by the test): batches that span slots and shards, and a host whose duplicates meet
-//! on different shards.
+//! The Redis idempotency and payload stores on a real Redis Cluster (three primaries, one
+//! replica each, started by the test): batches that span slots and shards, a host whose
+//! duplicates meet on different shards, and payloads spread over every shard.
 
 use std::time::Duration;
 
 use qhost::idempotency::redis::RedisStore;
 use qhost::idempotency::{Acquired, Completion, IdempotencyStore, LeaseRequest};
+use qhost::payload::redis::RedisPayloads;
+use qhost::payload::store::{PayloadError, PayloadStore};
 use qhost::redis_link::RedisTarget;
 use qhost_e2e::harness::{TestEnv, contents, queue_toml, run_until_idle, send_all};
 use qhost_e2e::redis_cluster::RedisCluster;
@@ -116,4 +118,39 @@ async fn a_host_on_a_cluster_runs_each_job_once() {
     let mut expected: Vec<String> = (0..40).map(|i| format!("job-{i}")).collect();
     expected.sort();
     assert_eq!(out, expected, "each job's effect exactly once");
+}
+
+/// The Redis payload store on the cluster: payloads under keys that land on every shard are
+/// stored, read back within their bound, refused past it, and deleted.
+#[tokio::test(flavor = "multi_thread")]
+async fn payloads_are_stored_and_bounded_across_shards() {
+    let cluster = RedisCluster::start(3);
+    let target = RedisTarget {
+        urls: cluster.urls(),
+        cluster: true,
+    };
+    let ns = unique_namespace("cluster-payloads");
+    let store = RedisPayloads::connect(&target, &ns, Duration::from_secs(60))
+        .await
+        .expect("cluster payload store");
+    for i in 0..30 {
+        let body = vec![b'x'; 1000 + i];
+        store.put(&format!("p-{i}"), &body).await.expect("put");
+        assert_eq!(store.get(&format!("p-{i}"), 4096).await.expect("get"), body);
+    }
+    assert!(matches!(
+        store.get("p-0", 999).await,
+        Err(PayloadError::Larger(..))
+    ));
+    store.delete("p-0").await.expect("delete");
+    assert!(matches!(
+        store.get("p-0", 4096).await,
+        Err(PayloadError::Missing(_))
+    ));
+    for port in cluster.primaries() {
+        assert!(
+            cluster.keys_on(port) > 0,
+            "no payload on the primary at {port}"
+        );
+    }
 }

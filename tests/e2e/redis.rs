@@ -106,53 +106,80 @@ async fn pttl(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
         .expect("PTTL")
 }
 
+/// One record per key holds the fencing token through release and lapse, counts failed runs,
+/// lives as long as its lease plus the window, then the window once completed.
 #[tokio::test]
-async fn failed_runs_are_counted_and_the_fencing_counter_outlives_its_record() {
+async fn one_record_per_key_keeps_its_token_and_counts_failed_runs() {
     let store = RedisStore::connect(&shared_url()).await.unwrap();
     let mut conn = connect(&shared_url()).await;
-    let key = qhost::idempotency::key::scoped(&unique_namespace("failures"), "p", "k");
-    let fence = format!("{key}:fence");
+    let ns = unique_namespace("failures");
+    let key = qhost::idempotency::key::scoped(&ns, "p", "k");
     let ttl = Duration::from_secs(30);
 
     let first = grant(&store, &key, ttl).await;
-    assert_eq!(first.failures, 0);
+    assert_eq!((first.fencing_token, first.failures), (1, 0));
     store.release(&first, Released::Failed).await.unwrap();
-    let second = grant(&store, &key, ttl).await;
-    assert_eq!(second.failures, 1, "a failed run is counted");
-    store.release(&second, Released::NotRun).await.unwrap();
-    let third = grant(&store, &key, ttl).await;
     assert_eq!(
-        third.failures, 1,
+        record(&mut conn, &key).await,
+        (Some("released".into()), Some(1))
+    );
+    let second = grant(&store, &key, ttl).await;
+    assert_eq!(
+        (second.fencing_token, second.failures),
+        (2, 1),
+        "a failed run is counted, and the token rises past the released record's"
+    );
+    store.release(&second, Released::NotRun).await.unwrap();
+    let third = grant(&store, &key, Duration::from_millis(200)).await;
+    assert_eq!(
+        (third.fencing_token, third.failures),
+        (3, 1),
         "a put-back without a run uses up nothing"
     );
+    tokio::time::sleep(Duration::from_millis(300)).await; // the third lease lapses
+    let fourth = grant(&store, &key, ttl).await;
+    assert_eq!(
+        fourth.fencing_token, 4,
+        "a lapsed lease leaves its token behind"
+    );
 
-    // A heartbeat that keeps a lease far past the counter's first lifetime (window + ttl).
+    // A heartbeat that keeps a lease far past its first lifetime keeps the record with it.
     store
-        .extend(&third, Duration::from_secs(600))
+        .extend(&fourth, Duration::from_secs(600))
         .await
         .unwrap();
-    let (record_ttl, fence_ttl) = (pttl(&mut conn, &key).await, pttl(&mut conn, &fence).await);
-    assert!(
-        fence_ttl >= record_ttl + 59_000,
-        "extended with the lease: counter {fence_ttl} ms, record {record_ttl} ms"
-    );
+    assert!(pttl(&mut conn, &key).await > 600_000 + 59_000);
     let done = Completion {
-        lease: third,
+        lease: fourth,
         outbox: vec![],
         window: Duration::from_secs(3600),
         digest: None,
     };
     assert_eq!(store.complete(&[done]).await.unwrap(), vec![Ok(())]);
-    let (record_ttl, fence_ttl) = (pttl(&mut conn, &key).await, pttl(&mut conn, &fence).await);
+    let record_ttl = pttl(&mut conn, &key).await;
     assert!(
-        fence_ttl > record_ttl && record_ttl > 3_500_000,
-        "extended with the completed record: counter {fence_ttl} ms, record {record_ttl} ms"
+        (3_500_000..=3_600_000).contains(&record_ttl),
+        "the completed record lives its window: {record_ttl} ms"
     );
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut fields = fields;
+    fields.sort();
     assert_eq!(
-        pttl(&mut conn, &format!("{key}:failed")).await,
-        -2,
-        "completion forgets the failures"
+        fields,
+        vec!["f", "s"],
+        "completion forgets the owner, the lease's end and the failures"
     );
+    let siblings: u64 = redis::cmd("EXISTS")
+        .arg(format!("{key}:fence"))
+        .arg(format!("{key}:failed"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(siblings, 0, "one key per message, no counters beside it");
 }
 
 #[tokio::test]

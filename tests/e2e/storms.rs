@@ -13,7 +13,7 @@ use qhost::source::QueueSource;
 use qhost::source::local::LocalQueue;
 use qhost_e2e::harness::{TestEnv, attr, contents};
 use qhost_e2e::processes::{HostProcess, summary_column};
-use qhost_e2e::redis_server::{connect, shared_url, unique_namespace};
+use qhost_e2e::redis_server::{connect, shared_url, state_word, unique_namespace};
 
 const JOBS: usize = 2000;
 
@@ -89,7 +89,7 @@ async fn wait_until_drained(q: &LocalQueue, limit: Duration) {
     }
 }
 
-/// (state, fencing counter) for each key, read in pipelines.
+/// (state, fencing token) for each key, read in pipelines.
 async fn records(ns: &str, plugin: &str, keys: &[String]) -> Vec<(Option<String>, Option<u64>)> {
     let mut conn = connect(&shared_url()).await;
     let mut out = Vec::with_capacity(keys.len());
@@ -97,18 +97,14 @@ async fn records(ns: &str, plugin: &str, keys: &[String]) -> Vec<(Option<String>
         let mut pipe = redis::pipe();
         for k in chunk {
             let record = qhost::idempotency::key::scoped(ns, plugin, k);
-            pipe.cmd("HGET")
-                .arg(&record)
-                .arg("state")
-                .cmd("GET")
-                .arg(format!("{record}:fence"));
+            pipe.cmd("HMGET").arg(&record).arg("s").arg("f");
         }
-        let flat: Vec<redis::Value> = pipe.query_async(&mut conn).await.expect("pipeline");
-        for pair in flat.chunks(2) {
-            let state: Option<String> = redis::from_redis_value(pair[0].clone()).expect("state");
-            let fence: Option<u64> = redis::from_redis_value(pair[1].clone()).expect("fence");
-            out.push((state, fence));
-        }
+        let rows: Vec<(Option<String>, Option<u64>)> =
+            pipe.query_async(&mut conn).await.expect("pipeline");
+        out.extend(
+            rows.into_iter()
+                .map(|(state, fence)| (state.as_deref().map(state_word), fence)),
+        );
     }
     out
 }

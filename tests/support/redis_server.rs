@@ -25,23 +25,31 @@ pub async fn connect(url: &str) -> redis::aio::MultiplexedConnection {
         .expect("Redis is reachable")
 }
 
-/// Fields of a key record: (state, fencing counter).
+/// A record's state as a word: `leased`, `completed` or `released` (the store keeps one
+/// letter).
+pub fn state_word(letter: &str) -> String {
+    match letter {
+        "l" => "leased",
+        "c" => "completed",
+        "r" => "released",
+        other => other,
+    }
+    .to_string()
+}
+
+/// Fields of a key record: (state, fencing token).
 pub async fn record(
     conn: &mut redis::aio::MultiplexedConnection,
     key: &str,
 ) -> (Option<String>, Option<u64>) {
-    let state: Option<String> = redis::cmd("HGET")
+    let (state, fence): (Option<String>, Option<u64>) = redis::cmd("HMGET")
         .arg(key)
-        .arg("state")
+        .arg("s")
+        .arg("f")
         .query_async(conn)
         .await
-        .expect("HGET");
-    let fence: Option<u64> = redis::cmd("GET")
-        .arg(format!("{key}:fence"))
-        .query_async(conn)
-        .await
-        .expect("GET");
-    (state, fence)
+        .expect("HMGET");
+    (state.as_deref().map(state_word), fence)
 }
 
 /// A `redis-server` of this test's own, killed on drop.

@@ -27,6 +27,15 @@ pub enum KeySource {
     BodySha256,
 }
 
+impl KeySource {
+    /// Whether two bodies can share a key: only when a producer names the key (an attribute,
+    /// a JSON field). A message id names one send (redeliveries carry its body), and a body
+    /// hash is the body; for those, remembering which body ran would only cost memory.
+    pub fn may_name_other_bodies(&self) -> bool {
+        matches!(self, KeySource::Attribute(_) | KeySource::JsonPointer(_))
+    }
+}
+
 /// What to do with a message whose configured key source is absent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -182,6 +191,14 @@ pub fn scoped(namespace: &str, plugin: &str, key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_producer_named_keys_can_name_other_bodies() {
+        assert!(KeySource::Attribute("job-id".into()).may_name_other_bodies());
+        assert!(KeySource::JsonPointer("/id".into()).may_name_other_bodies());
+        assert!(!KeySource::MessageId.may_name_other_bodies());
+        assert!(!KeySource::BodySha256.may_name_other_bodies());
+    }
 
     fn msg(body: &str, attributes: Vec<Attribute>) -> Received {
         Received {

@@ -1,20 +1,26 @@
 //! The Redis idempotency store: each state change is one Lua script, so it is atomic, and a
 //! batch of acquisitions is one pipelined round trip.
 //!
-//! Layout per key (the braces are a Redis Cluster hash tag, so both live in one slot):
+//! One hash per key, `NS:{PLUGIN:KEY}` (the braces are a Redis Cluster hash tag), with
+//! one-letter fields, since a store holds one record per message of its dedup window:
 //!
 //! ```text
-//! NS:{PLUGIN:KEY}        hash  state = leased | completed, owner, fence,
-//!                              outbox (JSON) and outbox_at (ms, Redis clock) until sent,
-//!                              digest (sha256 of the body that ran) once completed
-//!                              TTL = the lease while leased, the dedup window once completed
-//! NS:{PLUGIN:KEY}:fence  counter for fencing tokens (INCR); TTL = the record's plus a window
-//! NS:{PLUGIN:KEY}:failed failed handler runs (INCR on a failed release), gone on completion
+//! s  state: l (leased), c (completed), r (released: free, remembered for its token)
+//! f  the fencing token of the last grant (HINCRBY on each grant, so it only rises)
+//! o  the owner, and u the lease's end (ms, Redis clock), while leased
+//! n  failed handler runs, counted on a failed release, gone on completion
+//! b  the outbox (JSON) and t when it was committed (ms), until it is sent
+//! d  the sha256 of the body that ran, once completed (body-keyed plugins)
 //! ```
 //!
-//! A lease that lapses is simply gone (its TTL ran out), which is what makes a crashed
-//! worker's key acquirable again. Every pipeline also sends `SCRIPT LOAD`, so a Redis that
-//! restarted (and forgot its script cache) never answers `NOSCRIPT`.
+//! TTL: the lease plus the window while leased (a lease that lapses leaves the record, and its
+//! token, behind; `u` says it lapsed), the window once completed, twice the window after a
+//! failed run. A completed key costs one small hash for its window: measured by the pipeline
+//! bench (`MEMORY USAGE`). A key forgotten after its window starts its tokens at 1 again, like a
+//! key never seen; no lease can outlive the window, so no older holder is left to fence out.
+//!
+//! Every pipeline also sends `SCRIPT LOAD`, so a Redis that restarted (and forgot its script
+//! cache) never answers `NOSCRIPT`.
 //!
 //! On a Redis Cluster (see `redis_link`) a batch is one pipeline per slot it touches, sent at
 //! once; on one server it is one pipeline. The client reconnects by itself. While Redis (or
@@ -41,19 +47,10 @@ static COMPLETE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("l
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
 static OUTBOX_SENT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/outbox_sent.lua")));
+static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/status.lua")));
 
 /// How long one call may wait for Redis before it counts as down.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The fencing counter's key for a record key.
-pub(crate) fn fence_key(key: &str) -> String {
-    format!("{key}:fence")
-}
-
-/// The failed-runs counter's key for a record key.
-pub(crate) fn failures_key(key: &str) -> String {
-    format!("{key}:failed")
-}
 
 /// The Redis idempotency store.
 #[derive(Clone)]
@@ -101,22 +98,17 @@ impl RedisStore {
     /// What the store holds for `key` (a scoped key).
     pub async fn status(&self, key: &str) -> StoreResult<KeyStatus> {
         let mut pipe = redis::pipe();
-        pipe.cmd("HMGET")
-            .arg(key)
-            .arg("state")
-            .arg("owner")
-            .arg("fence")
-            .arg("outbox");
-        let (fields,): (Vec<Value>,) = self.query(&pipe).await?;
-        let text =
-            |i: usize| -> Option<String> { redis::from_redis_value(fields.get(i)?.clone()).ok() };
-        Ok(match text(0).as_deref() {
-            Some("leased") => KeyStatus::InProgress {
-                owner: text(1).unwrap_or_default(),
-                fencing_token: text(2).and_then(|f| f.parse().ok()).unwrap_or(0),
+        pipe.load_script(&STATUS)
+            .ignore()
+            .invoke_script(&STATUS.key(key));
+        let (fields,): (Vec<String>,) = self.query(&pipe).await?;
+        Ok(match fields.as_slice() {
+            [state, owner, fence, _] if state == "l" => KeyStatus::InProgress {
+                owner: owner.clone(),
+                fencing_token: fence.parse().unwrap_or(0),
             },
-            Some("completed") => KeyStatus::Completed {
-                pending_outbox: decode_outbox(&text(3).unwrap_or_default())?.len(),
+            [state, _, _, outbox] if state == "c" => KeyStatus::Completed {
+                pending_outbox: decode_outbox(outbox)?.len(),
             },
             _ => KeyStatus::Unknown,
         })
@@ -170,16 +162,10 @@ impl RedisStore {
         Ok(ordered)
     }
 
-    /// One owner-checked script on one lease, with its record's `sibling` key.
-    async fn owned(
-        &self,
-        script: &Script,
-        lease: &Lease,
-        sibling: String,
-        args: &[String],
-    ) -> StoreResult<()> {
+    /// One owner-checked script on one lease.
+    async fn owned(&self, script: &Script, lease: &Lease, args: &[String]) -> StoreResult<()> {
         let mut invocation = script.key(&lease.key);
-        invocation.key(sibling).arg(&lease.owner);
+        invocation.arg(&lease.owner);
         for a in args {
             invocation.arg(a);
         }
@@ -267,8 +253,6 @@ impl IdempotencyStore for RedisStore {
             .map(|(r, owner)| {
                 let mut invocation = ACQUIRE.key(&r.key);
                 invocation
-                    .key(fence_key(&r.key))
-                    .key(failures_key(&r.key))
                     .arg(owner)
                     .arg(ms(r.ttl))
                     .arg(ms(r.window + r.ttl));
@@ -290,8 +274,7 @@ impl IdempotencyStore for RedisStore {
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> StoreResult<()> {
         let args = [ms(ttl).to_string(), ms(ttl + lease.window).to_string()];
-        self.owned(&EXTEND, lease, fence_key(&lease.key), &args)
-            .await
+        self.owned(&EXTEND, lease, &args).await
     }
 
     async fn complete(&self, completions: &[Completion]) -> StoreResult<Vec<StoreResult<()>>> {
@@ -305,12 +288,9 @@ impl IdempotencyStore for RedisStore {
             .map(|(c, outbox)| {
                 let mut invocation = COMPLETE.key(&c.lease.key);
                 invocation
-                    .key(fence_key(&c.lease.key))
-                    .key(failures_key(&c.lease.key))
                     .arg(&c.lease.owner)
                     .arg(ms(c.window))
                     .arg(outbox)
-                    .arg(ms(c.window + c.window))
                     .arg(c.digest.as_deref().unwrap_or_default());
                 (c.lease.key.as_str(), invocation)
             })
@@ -338,16 +318,15 @@ impl IdempotencyStore for RedisStore {
             Released::Failed => "failed",
             Released::GaveUp => "gave-up",
         };
-        // The count lives as long as the fencing counter would for a fresh lease.
+        // After a failed run the record (its count and token) lives two windows.
         let args = [how.to_string(), ms(lease.window * 2).to_string()];
-        self.owned(&RELEASE, lease, failures_key(&lease.key), &args)
-            .await
+        self.owned(&RELEASE, lease, &args).await
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{failures_key, fence_key, slot_groups};
+    use super::slot_groups;
     use crate::idempotency::key::scoped;
     use crate::redis_link::slot;
 
@@ -367,11 +346,9 @@ mod tests {
     }
 
     #[test]
-    fn every_key_a_script_touches_shares_one_slot() {
+    fn a_record_is_in_its_business_keys_slot() {
         for (plugin, key) in [("mail", "k1"), ("orders", "a/b/0"), ("x", "}{"), ("p", "")] {
             let record = scoped("qhost", plugin, key);
-            assert_eq!(slot(&record), slot(&fence_key(&record)), "{record}");
-            assert_eq!(slot(&record), slot(&failures_key(&record)), "{record}");
             assert_eq!(
                 slot(&record),
                 slot(&format!("{{{plugin}:{key}}}")),

@@ -93,10 +93,12 @@ async fn run(mut delivery: Delivery, plugin: Arc<Plugin>, resolved: Option<Resol
             }
         }
     };
-    delivery.running_on(match &resolved {
-        Some(r) => r.sha256.clone(),
-        None => sha256_hex(&delivery.msg().body),
-    });
+    if plugin.manifest.idempotency.key.may_name_other_bodies() {
+        delivery.running_on(match &resolved {
+            Some(r) => r.sha256.clone(),
+            None => sha256_hex(&delivery.msg().body),
+        });
+    }
     let input = handler_message(&delivery, resolved);
     let finished = tokio::select! {
         result = invoke(&delivery, &plugin, input) => Some(result),

@@ -1,23 +1,20 @@
--- Mark a leased key completed, with its outbox, if ARGV[1] still owns it.
--- KEYS[1] the record; KEYS[2] the fencing counter; KEYS[3] the count of failed runs.
--- ARGV[2] dedup window ms; ARGV[3] outbox JSON ('' for none); ARGV[4] counter lifetime ms;
--- ARGV[5] the sha256 of the body that ran ('' if not known).
-local f = redis.call('HMGET', KEYS[1], 'state', 'owner')
-if f[1] ~= 'leased' or f[2] ~= ARGV[1] then
+-- Mark a leased key completed, with its outbox, if ARGV[1] still owns it and it has not lapsed.
+-- KEYS[1] the record. ARGV[2] dedup window ms; ARGV[3] outbox JSON ('' for none);
+-- ARGV[4] the sha256 of the body that ran ('' if not known).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local f = redis.call('HMGET', KEYS[1], 's', 'o', 'u')
+if f[1] ~= 'l' or f[2] ~= ARGV[1] or tonumber(f[3]) <= now then
   return 0
 end
-redis.call('HSET', KEYS[1], 'state', 'completed')
-if ARGV[5] ~= '' then
-  redis.call('HSET', KEYS[1], 'digest', ARGV[5])
+-- The fencing token stays: a key is remembered, tokens and all, for its window.
+redis.call('HDEL', KEYS[1], 'o', 'u', 'n')
+redis.call('HSET', KEYS[1], 's', 'c')
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[1], 'd', ARGV[4])
 end
-redis.call('HDEL', KEYS[1], 'owner')
 if ARGV[3] ~= '' then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('HSET', KEYS[1], 'outbox', ARGV[3], 'outbox_at', now)
+  redis.call('HSET', KEYS[1], 'b', ARGV[3], 't', now)
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
--- The counter outlives the record, so the next grant's token is still higher.
-redis.call('PEXPIRE', KEYS[2], ARGV[4])
-redis.call('DEL', KEYS[3])
 return 1
