@@ -182,6 +182,71 @@ async fn one_record_per_key_keeps_its_token_and_counts_failed_runs() {
     assert_eq!(siblings, 0, "one key per message, no counters beside it");
 }
 
+/// Records written by the earlier layout (long field names, a separate fencing counter) are
+/// honoured after an upgrade: completed work is not run again, a live lease is busy, and the
+/// next token follows the old counter.
+#[tokio::test]
+async fn records_of_the_earlier_layout_are_honoured() {
+    let store = RedisStore::connect(&shared_url()).await.unwrap();
+    let mut conn = connect(&shared_url()).await;
+    let ns = unique_namespace("layout");
+    let [done, leased, released] =
+        ["done", "leased", "released"].map(|k| qhost::idempotency::key::scoped(&ns, "p", k));
+    let mut pipe = redis::pipe();
+    pipe.cmd("HSET")
+        .arg(&done)
+        .arg("state")
+        .arg("completed")
+        .arg("fence")
+        .arg(3)
+        .cmd("PEXPIRE")
+        .arg(&done)
+        .arg(60_000)
+        .cmd("HSET")
+        .arg(&leased)
+        .arg("state")
+        .arg("leased")
+        .arg("owner")
+        .arg("old")
+        .arg("fence")
+        .arg(5)
+        .cmd("PEXPIRE")
+        .arg(&leased)
+        .arg(60_000)
+        .cmd("SET")
+        .arg(format!("{released}:fence"))
+        .arg(7)
+        .arg("PX")
+        .arg(60_000);
+    let () = pipe.query_async(&mut conn).await.unwrap();
+
+    let got = store
+        .acquire(&[
+            request(&done, Duration::from_secs(5)),
+            request(&leased, Duration::from_secs(5)),
+            request(&released, Duration::from_secs(5)),
+        ])
+        .await
+        .unwrap();
+    assert!(matches!(got[0], Acquired::Completed { .. }), "{:?}", got[0]);
+    assert!(
+        matches!(got[1], Acquired::Busy { retry_after } if retry_after > Duration::from_secs(50)),
+        "{:?}",
+        got[1]
+    );
+    assert!(
+        matches!(&got[2], Acquired::Granted(lease) if lease.fencing_token == 8),
+        "{:?}",
+        got[2]
+    );
+    let old_counter: u64 = redis::cmd("EXISTS")
+        .arg(format!("{released}:fence"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(old_counter, 0, "the old counter is folded into the record");
+}
+
 #[tokio::test]
 async fn a_batch_is_leased_in_one_round_trip() {
     let store = RedisStore::connect(&shared_url()).await.unwrap();

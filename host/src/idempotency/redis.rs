@@ -19,6 +19,11 @@
 //! bench (`MEMORY USAGE`). A key forgotten after its window starts its tokens at 1 again, like a
 //! key never seen; no lease can outlive the window, so no older holder is left to fence out.
 //!
+//! Records of the earlier layout (long field names, the lease as the key's TTL, the fencing
+//! counter in `NS:{PLUGIN:KEY}:fence`) are honoured by `acquire`: completed is completed, leased
+//! is busy, and the next token follows the old counter's, so a host upgraded after the old ones
+//! stopped runs nothing twice. Old and new hosts must not share a store at once.
+//!
 //! Every pipeline also sends `SCRIPT LOAD`, so a Redis that restarted (and forgot its script
 //! cache) never answers `NOSCRIPT`.
 //!
@@ -253,6 +258,7 @@ impl IdempotencyStore for RedisStore {
             .map(|(r, owner)| {
                 let mut invocation = ACQUIRE.key(&r.key);
                 invocation
+                    .key(format!("{}:fence", r.key))
                     .arg(owner)
                     .arg(ms(r.ttl))
                     .arg(ms(r.window + r.ttl));
