@@ -2,8 +2,10 @@
 //! handler as the baseline, the same work through a trivial WebAssembly plugin, and the wasm
 //! plugin with the Redis idempotency store (the shared server at 127.0.0.1:6379, or
 //! `QHOST_TEST_REDIS_URL`), printing messages/second and CPU per message (with the kernel's
-//! share), each with its ratio to the baseline, and Redis round trips per message. The cases
-//! run interleaved in three rounds and each figure is its median round.
+//! share), each with its ratio to the baseline, and Redis round trips per message; the same
+//! plugin on a local Redis Cluster (three primaries with a replica each, started here when
+//! redis-cli is installed); and the memory a completed key costs in Redis. The cases run
+//! interleaved in three rounds and each figure is its median round.
 //!
 //! `cargo bench -p qhost-e2e --bench pipeline` (QHOST_BENCH_MESSAGES overrides the 50,000).
 
@@ -15,12 +17,14 @@ use qhost::idempotency::IdempotencyStore;
 use qhost::idempotency::local::LocalStore;
 use qhost::idempotency::redis::RedisStore;
 use qhost::message::Outgoing;
+use qhost::redis_link::RedisTarget;
 use qhost::runtime::manifest::Manifest;
 use qhost::runtime::registry::Registry;
 use qhost::source::QueueSource;
 use qhost::source::local::LocalQueue;
 use qhost::{Config, Host};
 use qhost_e2e::cpu::CpuTime;
+use qhost_e2e::redis_cluster::RedisCluster;
 use tokio_util::sync::CancellationToken;
 
 const QUEUE: &str = "bench";
@@ -158,14 +162,31 @@ async fn main() {
     let rounds = 3;
     qhost_e2e::built_plugins(); // build before printing, so cargo's output stays out of the table
     let redis = RedisStore::connect(&qhost_e2e::redis_server::shared_url()).await;
+    // A local cluster when redis-server and redis-cli are installed (scripts/install-test-tools).
+    let cluster = which("redis-cli").then(|| RedisCluster::start(3));
+    let cluster_store = match &cluster {
+        Some(c) => Some(
+            RedisStore::connect_to(&RedisTarget {
+                urls: c.urls(),
+                cluster: true,
+            })
+            .await
+            .expect("the local cluster"),
+        ),
+        None => None,
+    };
     // Rounds interleave the cases, so a machine that drifts moves them all alike; each figure is
     // the round with the median rate.
-    let (mut native, mut wasm, mut with_redis) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut native, mut wasm, mut with_redis, mut on_cluster) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
         native.push(measure(native_plugin(), local_store(), n).await);
         wasm.push(measure(wasm_plugin(), local_store(), n).await);
         if let Ok(redis) = &redis {
             with_redis.push(measure(wasm_plugin(), Arc::new(redis.clone()), n).await);
+        }
+        if let Some(store) = &cluster_store {
+            on_cluster.push(measure(wasm_plugin(), Arc::new(store.clone()), n).await);
         }
     }
     println!(
@@ -184,10 +205,12 @@ async fn main() {
         n,
         "(fresh instance per message)",
     );
-    match redis {
+    let mut single_rate = None;
+    match &redis {
         Ok(redis) => {
             let per_message = redis.round_trips() as f64 / (n * rounds) as f64;
             let run = median(with_redis);
+            single_rate = Some(run.rate);
             row(
                 "wasm plugin, Redis store",
                 &run,
@@ -204,4 +227,28 @@ async fn main() {
         }
         Err(e) => println!("wasm plugin, Redis store: skipped ({e:#})"),
     }
+    match (cluster_store, single_rate) {
+        (Some(store), Some(single)) => {
+            let per_message = store.round_trips() as f64 / (n * rounds) as f64;
+            let run = median(on_cluster);
+            row(
+                "wasm plugin, Redis Cluster",
+                &run,
+                &native,
+                n,
+                &format!(
+                    "(3 primaries; {:.2} of the single server's rate; {per_message:.3} round \
+                     trips per message, one per slot)",
+                    run.rate / single
+                ),
+            );
+        }
+        _ => println!("wasm plugin, Redis Cluster: skipped (no redis-cli, or no Redis)"),
+    }
+}
+
+/// Whether `program` is on the PATH.
+fn which(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
 }

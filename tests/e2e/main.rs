@@ -9,6 +9,7 @@
 mod bad_input;
 mod cli;
 mod cluster;
+mod fleet;
 mod hostile;
 mod languages;
 mod payload;

@@ -127,6 +127,32 @@ impl RedisCluster {
             .collect()
     }
 
+    /// Kills the node at `port` (as a crash would) and waits until the others serve every slot
+    /// again, its replica promoted in its place.
+    pub fn kill_node(&mut self, port: u16) {
+        let i = self
+            .ports
+            .iter()
+            .position(|&p| p == port)
+            .expect("a node of this cluster");
+        if let Some(mut child) = self.children[i].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let primaries = self.ports.len() / 2;
+        wait_for(
+            || {
+                self.primaries().len() == primaries
+                    && self
+                        .ports
+                        .iter()
+                        .filter(|&&p| p != port)
+                        .all(|&p| cli(p, &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+            },
+            "a replica to take over the killed primary's slots",
+        );
+    }
+
     /// Keys stored on the node at `port`.
     pub fn keys_on(&self, port: u16) -> u64 {
         cli(port, &["DBSIZE"]).trim().parse().unwrap_or(0)

@@ -1,0 +1,173 @@
+//! A fleet: four `qhost` processes on one queue of the SQS-compatible server, their leases and
+//! records on a real Redis Cluster (three primaries, one replica each). Producer duplicates
+//! and redeliveries, one host SIGKILLed and restarted mid-run, one primary killed mid-run.
+//!
+//! Redis replicates asynchronously, so a lease or completion written to the killed primary
+//! just before it died may be lost with it, and that job may run again. What the fleet must
+//! still show: every job's effect reaches the sink under its one derived key, nothing is lost,
+//! nothing is left on the queue, and every job's record on the cluster is completed.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use qhost::message::{Attribute, Outgoing};
+use qhost::source::QueueSource;
+use qhost::source::sqs::SqsQueue;
+use qhost_e2e::harness::{TestEnv, attr};
+use qhost_e2e::processes::HostProcess;
+use qhost_e2e::redis_cluster::RedisCluster;
+use qhost_e2e::redis_server::{state_word, unique_namespace};
+use qhost_e2e::sqs_server::{create_queue, drain, endpoint, sdk_config, unique};
+
+const JOBS: usize = 120;
+
+fn config_file(env: &TestEnv, file: &str, ns: &str, seeds: &[String], jobs: &str) -> PathBuf {
+    let seeds: Vec<String> = seeds.iter().map(|u| format!("{u:?}")).collect();
+    let text = format!(
+        "plugins-dir = {:?}\ndata-dir = {:?}\nmax-in-flight = 8\nshutdown-grace-secs = 5\n\
+         [source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\nregion = \"us-east-1\"\n\
+         [idempotency]\nkind = \"redis\"\ncluster = true\nurls = [{}]\nnamespace = \"{ns}\"\n\
+         [retry]\nbase-secs = 0.05\nmax-secs = 1\n\
+         [[queue]]\nname = \"{jobs}\"\nplugin = \"fixture\"\nwait-time-secs = 1\n\
+         visibility-timeout-secs = 3\n",
+        env.plugins_dir(),
+        env.data_dir().join(file),
+        endpoint(),
+        seeds.join(", "),
+    );
+    let path = env
+        .plugins_dir()
+        .parent()
+        .expect("the test directory")
+        .join(format!("{file}.toml"));
+    std::fs::write(&path, text).expect("config file");
+    path
+}
+
+/// Sends every job once, and every fifth job a second time (a producer retry: another message,
+/// the same job id).
+async fn produce(sqs: &SqsQueue, jobs: &str, sink: &str) {
+    let mut batch = Vec::new();
+    for i in 0..JOBS {
+        let msg = Outgoing::new(jobs, format!("send:{sink}:done"))
+            .with_attribute(Attribute::string("job-id", format!("j-{i}")));
+        if i % 5 == 0 {
+            batch.push(msg.clone());
+        }
+        batch.push(msg);
+    }
+    for chunk in batch.chunks(10) {
+        sqs.send(chunk).await.expect("send");
+    }
+}
+
+/// Derived keys on the sink so far (the sink is drained as it goes).
+async fn collect(sink: &str, seen: &mut Vec<String>) {
+    for m in drain(sink).await {
+        seen.push(
+            attr(&m, "qhost-idempotency-key")
+                .expect("derived key")
+                .to_string(),
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fleet_on_a_cluster_survives_a_killed_host_and_a_killed_primary() {
+    let mut cluster = RedisCluster::start(3);
+    let env = TestEnv::new();
+    env.install(
+        "fixture",
+        "fixture",
+        "[idempotency]\nkey = \"attribute:job-id\"\n",
+    );
+    let (jobs, sink) = (unique("fleet"), unique("fleet-sink"));
+    create_queue(&jobs, &[]).await;
+    create_queue(&format!("{jobs}-dlq"), &[]).await;
+    create_queue(&sink, &[]).await;
+    let ns = unique_namespace("fleet");
+    let seeds = cluster.urls();
+    let configs: Vec<PathBuf> = (0..4)
+        .map(|i| config_file(&env, &format!("host-{i}"), &ns, &seeds, &jobs))
+        .collect();
+    let sqs = SqsQueue::from_sdk_config(&sdk_config());
+    produce(&sqs, &jobs, &sink).await;
+
+    let mut hosts: Vec<Option<HostProcess>> = configs
+        .iter()
+        .map(|c| Some(HostProcess::start_consuming(c)))
+        .collect();
+    let mut seen = Vec::new();
+    let (mut host_killed, mut primary_killed) = (false, false);
+    let started = Instant::now();
+    loop {
+        collect(&sink, &mut seen).await;
+        let distinct: BTreeSet<&String> = seen.iter().collect();
+        if !host_killed && distinct.len() >= JOBS / 4 {
+            hosts[0].take().expect("host 0").kill();
+            hosts[0] = Some(HostProcess::start_consuming(&configs[0]));
+            host_killed = true;
+        }
+        if !primary_killed && distinct.len() >= JOBS / 2 {
+            let victim = cluster.primaries()[0];
+            tokio::task::block_in_place(|| cluster.kill_node(victim));
+            primary_killed = true;
+        }
+        let depth = sqs.depth(&jobs).await.expect("depth");
+        if distinct.len() == JOBS && depth.total() == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(240),
+            "not done: {} of {JOBS} jobs' effects, {depth:?} on the queue",
+            distinct.len()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    for host in hosts.iter_mut().filter_map(Option::take) {
+        host.stop();
+    }
+    collect(&sink, &mut seen).await;
+
+    assert!(
+        host_killed && primary_killed,
+        "both failures happened mid-run"
+    );
+    let distinct: BTreeSet<String> = seen.iter().cloned().collect();
+    let expected: BTreeSet<String> = (0..JOBS).map(|i| format!("fixture:j-{i}/0")).collect();
+    assert_eq!(distinct, expected, "every job's effect, under its one key");
+    assert!(
+        drain(&format!("{jobs}-dlq")).await.is_empty(),
+        "no dead letter"
+    );
+    assert_eq!(sqs.depth(&jobs).await.expect("depth").total(), 0);
+    println!(
+        "fleet: {JOBS} jobs, {} effects delivered ({} repeats of a key), {:.1}s",
+        seen.len(),
+        seen.len() - JOBS,
+        started.elapsed().as_secs_f64()
+    );
+
+    let client = redis::cluster::ClusterClient::new(cluster.urls()).expect("cluster client");
+    let mut conn = client
+        .get_async_connection()
+        .await
+        .expect("cluster connection");
+    for i in 0..JOBS {
+        let key = qhost::idempotency::key::scoped(&ns, "fixture", &format!("j-{i}"));
+        let (state, fence): (Option<String>, Option<u64>) = redis::cmd("HMGET")
+            .arg(&key)
+            .arg("s")
+            .arg("f")
+            .query_async(&mut conn)
+            .await
+            .expect("HMGET");
+        assert_eq!(
+            state.as_deref().map(state_word).as_deref(),
+            Some("completed"),
+            "{key}"
+        );
+        assert!(fence.is_some_and(|f| f >= 1), "{key}: token {fence:?}");
+    }
+}
