@@ -9,13 +9,14 @@
 //! URLs are never put in errors whole: a password in one (`redis://:secret@host`) must not reach
 //! a log line.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, Pipeline, RedisFuture, TlsCertificates, Value};
 
 /// Which Redis to use.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +25,9 @@ pub struct RedisTarget {
     pub urls: Vec<String>,
     /// Whether `urls` are nodes of a Redis Cluster.
     pub cluster: bool,
+    /// A PEM file of the certificate authorities to trust for `rediss://`, in place of the
+    /// platform's (a private CA, as managed services and self-run clusters often use).
+    pub ca_file: Option<PathBuf>,
 }
 
 impl RedisTarget {
@@ -32,6 +36,7 @@ impl RedisTarget {
         RedisTarget {
             urls: vec![url.into()],
             cluster: false,
+            ca_file: None,
         }
     }
 
@@ -94,11 +99,24 @@ impl RedisLink {
             redis::parse_redis_url(url)
                 .with_context(|| format!("`{}` is not a Redis URL", redacted(url)))?;
         }
+        let certificates = match &target.ca_file {
+            Some(path) => Some(TlsCertificates {
+                client_tls: None,
+                root_cert: Some(std::fs::read(path).with_context(|| {
+                    format!("cannot read the Redis CA file {}", path.display())
+                })?),
+            }),
+            None => None,
+        };
         if target.cluster {
-            let client = ClusterClient::builder(target.urls.clone())
+            let mut builder = ClusterClient::builder(target.urls.clone())
                 .connection_timeout(timeouts.connect)
                 .response_timeout(timeouts.response)
-                .retries(2)
+                .retries(2);
+            if let Some(certificates) = certificates {
+                builder = builder.certs(certificates);
+            }
+            let client = builder
                 .build()
                 .with_context(|| format!("cannot use {shown}"))?;
             let conn = client
@@ -108,8 +126,11 @@ impl RedisLink {
             return Ok(RedisLink::Cluster(conn));
         }
         let url = target.urls.first().context("no Redis URL")?;
-        let client = redis::Client::open(url.as_str())
-            .with_context(|| format!("`{}` is not a Redis URL", redacted(url)))?;
+        let client = match certificates {
+            Some(certificates) => redis::Client::build_with_tls(url.as_str(), certificates),
+            None => redis::Client::open(url.as_str()),
+        }
+        .with_context(|| format!("`{}` is not a usable Redis URL", redacted(url)))?;
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(timeouts.response))
             .set_connection_timeout(Some(timeouts.connect))
@@ -205,6 +226,7 @@ mod tests {
         let target = RedisTarget {
             urls: vec!["rediss://user:s3cret@cache.internal:6380/0".into()],
             cluster: true,
+            ca_file: None,
         };
         let shown = target.display();
         assert_eq!(shown, "the Redis Cluster at rediss://cache.internal:6380/0");

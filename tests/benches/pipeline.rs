@@ -169,6 +169,7 @@ async fn main() {
             RedisStore::connect_to(&RedisTarget {
                 urls: c.urls(),
                 cluster: true,
+                ca_file: None,
             })
             .await
             .expect("the local cluster"),

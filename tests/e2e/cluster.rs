@@ -31,6 +31,7 @@ async fn a_batch_across_slots_and_shards_is_acquired_and_completed() {
     let target = RedisTarget {
         urls: cluster.urls(),
         cluster: true,
+        ca_file: None,
     };
     let store = RedisStore::connect_to(&target)
         .await
@@ -128,6 +129,7 @@ async fn payloads_are_stored_and_bounded_across_shards() {
     let target = RedisTarget {
         urls: cluster.urls(),
         cluster: true,
+        ca_file: None,
     };
     let ns = unique_namespace("cluster-payloads");
     let store = RedisPayloads::connect(&target, &ns, Duration::from_secs(60))

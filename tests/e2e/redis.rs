@@ -15,6 +15,7 @@ use qhost::runtime::registry::Registry;
 use qhost::source::QueueSource;
 use qhost_e2e::harness::{Running, TestEnv, contents, queue_toml, run_until_idle, send_all};
 use qhost_e2e::redis_server::{RedisServer, connect, record, shared_url, unique_namespace};
+use qhost_e2e::redis_tls::{PASSWORD, TlsRedis};
 
 fn request(key: &str, ttl: Duration) -> LeaseRequest {
     LeaseRequest {
@@ -440,4 +441,52 @@ async fn a_redis_crash_mid_stream_runs_nothing_unleased_and_loses_nothing() {
         c.retried > 0,
         "messages received during the outage were put back: {c:?}"
     );
+}
+
+/// `rediss://` with a password and a private certificate authority: the host connects when
+/// told which CA to trust and runs each job once; it refuses to start when not told, or with
+/// the wrong password, and no error shows the password.
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_with_a_password_and_a_private_ca() {
+    let tls = TlsRedis::start();
+    let env = TestEnv::new();
+    env.install(
+        "fixture",
+        "fixture",
+        "[idempotency]\nkey = \"body-sha256\"\n",
+    );
+    let config = |url: &str, ca: Option<&std::path::Path>| {
+        let ca = ca.map_or(String::new(), |p| format!("ca-file = {p:?}\n"));
+        env.config(&format!(
+            "[idempotency]\nkind = \"redis\"\nurl = \"{url}\"\n{ca}{}",
+            queue_toml("jobs", "fixture")
+        ))
+    };
+
+    let untrusted = Host::from_config(config(&tls.url(), None))
+        .await
+        .unwrap_err();
+    let wrong = tls.url().replace(PASSWORD, "not-the-password");
+    let refused = Host::from_config(config(&wrong, Some(&tls.ca_file())))
+        .await
+        .unwrap_err();
+    for err in [format!("{untrusted:#}"), format!("{refused:#}")] {
+        assert!(
+            err.contains("cannot connect to Redis at rediss://127.0.0.1:"),
+            "{err}"
+        );
+        assert!(
+            !err.contains(PASSWORD) && !err.contains("not-the-password"),
+            "a password in an error: {err}"
+        );
+    }
+
+    let host = env.host(config(&tls.url(), Some(&tls.ca_file()))).await;
+    let bodies: Vec<String> = (0..10).map(|i| format!("send:out:job-{i}")).collect();
+    let twice: Vec<&str> = bodies.iter().chain(&bodies).map(String::as_str).collect();
+    send_all(&env.queue(), "jobs", &twice, &[]).await;
+    run_until_idle(&host).await;
+    let c = host.stats().total();
+    assert_eq!((c.invoked, c.acked, c.duplicates), (10, 10, 10), "{c:?}");
+    assert_eq!(contents(&env.queue(), "out").await.len(), 10);
 }

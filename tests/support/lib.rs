@@ -12,6 +12,7 @@ pub mod harness;
 pub mod processes;
 pub mod redis_cluster;
 pub mod redis_server;
+pub mod redis_tls;
 pub mod sqs_server;
 
 /// The workspace root.

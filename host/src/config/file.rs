@@ -39,6 +39,7 @@ pub struct RawIdempotency {
     pub url: Option<String>,
     pub urls: Option<Vec<String>>,
     pub cluster: Option<bool>,
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

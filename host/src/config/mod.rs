@@ -337,8 +337,13 @@ fn source_kind(raw: file::RawSource) -> anyhow::Result<SourceKind> {
 fn store_kind(raw: file::RawIdempotency) -> anyhow::Result<StoreKind> {
     let kind = raw.kind.as_deref().unwrap_or("local");
     match kind {
-        "local" if raw.url.is_some() || raw.urls.is_some() || raw.cluster.is_some() => {
-            bail!("idempotency.url, urls and cluster are only for kind = \"redis\"")
+        "local"
+            if raw.url.is_some()
+                || raw.urls.is_some()
+                || raw.cluster.is_some()
+                || raw.ca_file.is_some() =>
+        {
+            bail!("idempotency.url, urls, cluster and ca-file are only for kind = \"redis\"")
         }
         "local" => Ok(StoreKind::Local),
         "redis" => Ok(StoreKind::Redis(redis_target(raw)?)),
@@ -372,7 +377,15 @@ fn redis_target(raw: file::RawIdempotency) -> anyhow::Result<RedisTarget> {
             );
         }
     }
-    Ok(RedisTarget { urls, cluster })
+    let ca_file = raw.ca_file;
+    if ca_file.is_some() && !urls.iter().all(|u| u.starts_with("rediss://")) {
+        bail!("idempotency.ca-file is for rediss:// (TLS) URLs");
+    }
+    Ok(RedisTarget {
+        urls,
+        cluster,
+        ca_file,
+    })
 }
 
 #[cfg(test)]
@@ -471,6 +484,10 @@ mod tests {
                 "idempotency.urls: `http://b:1` must start",
             ),
             ("[idempotency]\ncluster = true", "only for kind = \"redis\""),
+            (
+                "[idempotency]\nkind = \"redis\"\nurl = \"redis://a:1\"\nca-file = \"ca.pem\"",
+                "ca-file is for rediss://",
+            ),
             ("[retry]\nbase-secs = 10\nmax-secs = 5", "retry.max-secs"),
             (
                 "[retry]\nbase-secs = 0",
