@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// The server's password.
 pub const PASSWORD: &str = "tls-test-s3cret";
@@ -96,10 +95,7 @@ impl TlsRedis {
     pub fn start() -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
         certificates(dir.path());
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port");
+        let port = crate::redis_server::free_port();
         let child = Command::new("redis-server")
             .current_dir(dir.path())
             .args([
@@ -128,14 +124,7 @@ impl TlsRedis {
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server is installed (scripts/install-test-tools installs it)");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server (TLS) did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::redis_server::wait_until_listening(port, "redis-server (TLS)");
         TlsRedis { port, child, dir }
     }
 
