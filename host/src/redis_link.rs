@@ -4,7 +4,7 @@
 //! In a cluster, MOVED and ASK redirections, topology refreshes and reconnection are the
 //! client's job. What stays qhost's is keeping every key a script touches in one slot (the hash
 //! tags of `idempotency::key::scoped`), and sending each pipeline to one slot only: the cluster
-//! client refuses a pipeline whose commands span slots, so callers group commands by [`slot`].
+//! client refuses a pipeline whose commands span slots, so callers group commands by `slot`.
 //!
 //! URLs are never put in errors whole: a password in one (`redis://:secret@host`) must not reach
 //! a log line.
