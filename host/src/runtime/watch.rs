@@ -2,7 +2,7 @@
 //!
 //! File events are only a trigger. A debouncer waits until the directory has been quiet for
 //! [`DEBOUNCE`] (a copy in progress produces a stream of events), then one [`PluginDir::sync`]
-//! runs on the blocking pool and compares content. A sync also runs every [`RESCAN`], so an
+//! runs on the blocking pool and compares content. A sync also runs every `RESCAN`, so an
 //! event lost by the kernel (an inotify queue overflow, a network filesystem) delays a reload
 //! instead of missing it.
 
