@@ -37,6 +37,7 @@ mod digest;
 pub mod handler;
 pub mod host;
 pub mod idempotency;
+pub mod logging;
 pub mod message;
 pub mod payload;
 mod pipeline;

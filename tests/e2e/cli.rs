@@ -94,3 +94,74 @@ fn send_then_peek_shows_the_message_with_its_attributes() {
         .unwrap();
     assert!(String::from_utf8_lossy(&bad.stderr).contains("`seven` is not a number"));
 }
+
+/// `QHOST_LOG_FORMAT=json`: every line on stderr is a JSON object, and what a handler logs
+/// carries its plugin, version and message id, and the `invoke` span it ran in. An unknown
+/// format is refused before anything runs.
+#[test]
+fn json_logs_are_one_object_per_line_with_the_handlers_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::write(
+        plugins.join("email-reminder.wasm"),
+        qhost_e2e::plugin_bytes("email-reminder"),
+    )
+    .unwrap();
+    std::fs::copy(
+        qhost_e2e::workspace().join("plugins/email-reminder/qhost.toml"),
+        plugins.join("email-reminder.toml"),
+    )
+    .unwrap();
+    let body = r#"{"reminder-id":"r1","email":"a@example.com","customer":"A","month":"2026-12"}"#;
+    let sent = qhost(dir.path())
+        .args(["send", "--queue", "reminders", "--body", body])
+        .output()
+        .unwrap();
+    assert!(
+        sent.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
+
+    let bad = qhost(dir.path())
+        .env("QHOST_LOG_FORMAT", "yaml")
+        .args(["run", "--until-idle"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("QHOST_LOG_FORMAT is `yaml`"));
+
+    let ran = qhost(dir.path())
+        .env("QHOST_LOG_FORMAT", "json")
+        .env("QHOST_LOG", "info")
+        .args(["run", "--until-idle"])
+        .output()
+        .unwrap();
+    assert!(ran.status.success());
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&ran.stderr)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    let from_handler = lines
+        .iter()
+        .find(|l| l["target"] == "qhost::plugin")
+        .unwrap_or_else(|| panic!("no handler line in {lines:?}"));
+    assert_eq!(from_handler["plugin"], "email-reminder", "{from_handler}");
+    assert_eq!(from_handler["queue"], "reminders", "{from_handler}");
+    assert!(
+        from_handler["version"]
+            .as_str()
+            .is_some_and(|v| v.len() == 12)
+    );
+    assert!(
+        from_handler["message_id"]
+            .as_str()
+            .is_some_and(|id| !id.is_empty())
+    );
+    assert_eq!(from_handler["span"]["name"], "invoke", "{from_handler}");
+    assert_eq!(
+        from_handler["span"]["message_id"], from_handler["message_id"],
+        "{from_handler}"
+    );
+}
