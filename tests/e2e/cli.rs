@@ -9,6 +9,24 @@ fn qhost(dir: &std::path::Path) -> Command {
     c
 }
 
+/// Runs `qhost send ARGS` in `dir`, checks it succeeded, and returns the message id it printed.
+fn send(dir: &std::path::Path, args: &[&str]) -> String {
+    let sent = qhost(dir)
+        .arg("send")
+        .args(args)
+        .output()
+        .expect("running qhost send");
+    assert!(
+        sent.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
+    String::from_utf8(sent.stdout)
+        .expect("a message id")
+        .trim()
+        .to_string()
+}
+
 #[test]
 fn a_malformed_config_file_names_the_field_and_exits_nonzero() {
     let dir = tempfile::tempdir().unwrap();
@@ -54,9 +72,9 @@ fn a_missing_plugins_directory_is_a_clear_error() {
 #[test]
 fn send_then_peek_shows_the_message_with_its_attributes() {
     let dir = tempfile::tempdir().unwrap();
-    let sent = qhost(dir.path())
-        .args([
-            "send",
+    let id = send(
+        dir.path(),
+        &[
             "--queue",
             "jobs",
             "--body",
@@ -65,15 +83,8 @@ fn send_then_peek_shows_the_message_with_its_attributes() {
             "k=v",
             "--attr",
             "n:number=7",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        sent.status.success(),
-        "{}",
-        String::from_utf8_lossy(&sent.stderr)
+        ],
     );
-    let id = String::from_utf8(sent.stdout).unwrap().trim().to_string();
     let peek = qhost(dir.path()).args(["peek", "jobs"]).output().unwrap();
     let shown = String::from_utf8(peek.stdout).unwrap();
     assert!(
@@ -114,15 +125,7 @@ fn json_logs_are_one_object_per_line_with_the_handlers_fields() {
     )
     .unwrap();
     let body = r#"{"reminder-id":"r1","email":"a@example.com","customer":"A","month":"2026-12"}"#;
-    let sent = qhost(dir.path())
-        .args(["send", "--queue", "reminders", "--body", body])
-        .output()
-        .unwrap();
-    assert!(
-        sent.status.success(),
-        "{}",
-        String::from_utf8_lossy(&sent.stderr)
-    );
+    send(dir.path(), &["--queue", "reminders", "--body", body]);
 
     let bad = qhost(dir.path())
         .env("QHOST_LOG_FORMAT", "yaml")
