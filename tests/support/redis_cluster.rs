@@ -153,6 +153,29 @@ impl RedisCluster {
         );
     }
 
+    /// The slot ranges the node at `port` serves (as `CLUSTER NODES` says of itself).
+    pub fn slots_of(&self, port: u16) -> Vec<(u16, u16)> {
+        let nodes = cli(port, &["CLUSTER", "NODES"]);
+        let Some(me) = nodes.lines().find(|l| l.contains("myself")) else {
+            return Vec::new();
+        };
+        me.split_whitespace()
+            .skip(8)
+            .filter_map(|range| {
+                let (a, b) = range.split_once('-').unwrap_or((range, range));
+                Some((a.parse().ok()?, b.parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// The slot of `key` (`CLUSTER KEYSLOT`, asked of a live node).
+    pub fn slot_of(&self, key: &str) -> u16 {
+        self.primaries()
+            .into_iter()
+            .find_map(|p| cli(p, &["CLUSTER", "KEYSLOT", key]).trim().parse().ok())
+            .expect("a live node answers CLUSTER KEYSLOT")
+    }
+
     /// Keys stored on the node at `port`.
     pub fn keys_on(&self, port: u16) -> u64 {
         cli(port, &["DBSIZE"]).trim().parse().unwrap_or(0)
