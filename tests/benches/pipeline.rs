@@ -17,7 +17,6 @@ use qhost::idempotency::IdempotencyStore;
 use qhost::idempotency::local::LocalStore;
 use qhost::idempotency::redis::RedisStore;
 use qhost::message::Outgoing;
-use qhost::redis_link::RedisTarget;
 use qhost::runtime::manifest::Manifest;
 use qhost::runtime::registry::Registry;
 use qhost::source::QueueSource;
@@ -166,13 +165,9 @@ async fn main() {
     let cluster = which("redis-cli").then(|| RedisCluster::start(3));
     let cluster_store = match &cluster {
         Some(c) => Some(
-            RedisStore::connect_to(&RedisTarget {
-                urls: c.urls(),
-                cluster: true,
-                ca_file: None,
-            })
-            .await
-            .expect("the local cluster"),
+            RedisStore::connect_to(&c.target())
+                .await
+                .expect("the local cluster"),
         ),
         None => None,
     };

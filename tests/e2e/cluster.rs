@@ -8,7 +8,6 @@ use qhost::idempotency::redis::RedisStore;
 use qhost::idempotency::{Acquired, Completion, IdempotencyStore, LeaseRequest};
 use qhost::payload::redis::RedisPayloads;
 use qhost::payload::store::{PayloadError, PayloadStore};
-use qhost::redis_link::RedisTarget;
 use qhost_e2e::harness::{TestEnv, contents, queue_toml, run_until_idle, send_all};
 use qhost_e2e::redis_cluster::RedisCluster;
 use qhost_e2e::redis_server::unique_namespace;
@@ -28,11 +27,7 @@ fn requests(ns: &str, n: usize) -> Vec<LeaseRequest> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_batch_across_slots_and_shards_is_acquired_and_completed() {
     let cluster = RedisCluster::start(3);
-    let target = RedisTarget {
-        urls: cluster.urls(),
-        cluster: true,
-        ca_file: None,
-    };
+    let target = cluster.target();
     let store = RedisStore::connect_to(&target)
         .await
         .expect("cluster store");
@@ -126,11 +121,7 @@ async fn a_host_on_a_cluster_runs_each_job_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn payloads_are_stored_and_bounded_across_shards() {
     let cluster = RedisCluster::start(3);
-    let target = RedisTarget {
-        urls: cluster.urls(),
-        cluster: true,
-        ca_file: None,
-    };
+    let target = cluster.target();
     let ns = unique_namespace("cluster-payloads");
     let store = RedisPayloads::connect(&target, &ns, Duration::from_secs(60))
         .await

@@ -4,7 +4,7 @@
 
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// A running cluster of this test's own.
@@ -18,10 +18,7 @@ pub struct RedisCluster {
 /// A port that is free, and whose cluster bus port (+10,000) is free as well.
 fn free_cluster_port(taken: &[u16]) -> u16 {
     loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port");
+        let port = crate::redis_server::free_port();
         let bus_free = port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok();
         if bus_free && !taken.contains(&port) {
             return port;
@@ -30,28 +27,20 @@ fn free_cluster_port(taken: &[u16]) -> u16 {
 }
 
 fn start_node(dir: &Path, port: u16) -> Child {
-    Command::new("redis-server")
-        .args([
+    let config_file = dir.join(format!("nodes-{port}.conf")).display().to_string();
+    crate::redis_server::spawn_redis_server(
+        Some(dir),
+        &[
             "--port",
             &port.to_string(),
-            "--bind",
-            "127.0.0.1",
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
-            &dir.join(format!("nodes-{port}.conf")).display().to_string(),
+            &config_file,
             "--cluster-node-timeout",
             "2000",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            &dir.display().to_string(),
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server is installed (scripts/install-test-tools installs it)")
+        ],
+    )
 }
 
 fn cli(port: u16, args: &[&str]) -> String {
@@ -108,6 +97,15 @@ impl RedisCluster {
             );
         }
         cluster
+    }
+
+    /// The cluster as a store target, every node a seed.
+    pub fn target(&self) -> qhost::redis_link::RedisTarget {
+        qhost::redis_link::RedisTarget {
+            urls: self.urls(),
+            cluster: true,
+            ca_file: None,
+        }
     }
 
     /// Every node's URL, as seeds for a client.

@@ -94,23 +94,25 @@ impl RedisServer {
     /// Starts (again) on the same port and waits until it answers.
     pub fn restart(&mut self) {
         self.kill();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed (scripts/test installs it)");
+        let child = spawn_redis_server(None, &["--port", &self.port.to_string()]);
         self.child = Some(child);
         wait_until_listening(self.port, "redis-server");
     }
+}
+
+/// Starts `redis-server ARGS` on loopback, keeping nothing on disk, in `dir` if given: the one
+/// way the tests start a server of their own (plain, TLS, or a cluster node).
+pub(crate) fn spawn_redis_server(dir: Option<&std::path::Path>, args: &[&str]) -> Child {
+    let mut command = Command::new("redis-server");
+    if let Some(dir) = dir {
+        command.current_dir(dir);
+    }
+    command
+        .args(args)
+        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server is installed (scripts/install-test-tools installs it)")
 }
 
 /// Waits (up to 10 s) until something accepts connections on loopback `port`.

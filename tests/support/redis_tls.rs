@@ -2,7 +2,7 @@
 //! certificate authority made for the test (by `openssl`), so nothing trusts it by default.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
 /// The server's password.
 pub const PASSWORD: &str = "tls-test-s3cret";
@@ -96,34 +96,26 @@ impl TlsRedis {
         let dir = tempfile::tempdir().expect("temporary directory");
         certificates(dir.path());
         let port = crate::redis_server::free_port();
-        let child = Command::new("redis-server")
-            .current_dir(dir.path())
-            .args([
+        let tls_port = port.to_string();
+        let child = crate::redis_server::spawn_redis_server(
+            Some(dir.path()),
+            &[
                 "--port",
                 "0",
                 "--tls-port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-            ])
-            .args([
+                &tls_port,
                 "--tls-cert-file",
                 "server.crt",
                 "--tls-key-file",
                 "server.key",
-            ])
-            .args(["--tls-ca-cert-file", "ca.crt", "--tls-auth-clients", "no"])
-            .args([
+                "--tls-ca-cert-file",
+                "ca.crt",
+                "--tls-auth-clients",
+                "no",
                 "--requirepass",
                 PASSWORD,
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed (scripts/install-test-tools installs it)");
+            ],
+        );
         crate::redis_server::wait_until_listening(port, "redis-server (TLS)");
         TlsRedis { port, child, dir }
     }

@@ -354,6 +354,8 @@ fn store_kind(raw: file::RawIdempotency) -> anyhow::Result<StoreKind> {
 /// `url` for one server; `cluster = true` with `url` or `urls` (seed nodes) for a cluster.
 fn redis_target(raw: file::RawIdempotency) -> anyhow::Result<RedisTarget> {
     let cluster = raw.cluster.unwrap_or(false);
+    // The error names the field the user wrote.
+    let field = if raw.urls.is_some() { "urls" } else { "url" };
     let urls = match (raw.url, raw.urls) {
         (Some(_), Some(_)) => bail!("idempotency: set url or urls, not both"),
         (None, Some(_)) if !cluster => {
@@ -363,11 +365,6 @@ fn redis_target(raw: file::RawIdempotency) -> anyhow::Result<RedisTarget> {
         (None, Some(urls)) => urls,
         (Some(url), None) => vec![url],
         (None, None) => vec!["redis://127.0.0.1:6379/".into()],
-    };
-    let field = if urls.len() > 1 || cluster {
-        "urls"
-    } else {
-        "url"
     };
     for url in &urls {
         if !url.starts_with("redis://") && !url.starts_with("rediss://") {
@@ -487,6 +484,10 @@ mod tests {
             (
                 "[idempotency]\nkind = \"redis\"\nurl = \"redis://a:1\"\nca-file = \"ca.pem\"",
                 "ca-file is for rediss://",
+            ),
+            (
+                "[idempotency]\nkind = \"redis\"\ncluster = true\nurl = \"http://a:1\"",
+                "idempotency.url: `http://a:1` must start",
             ),
             ("[retry]\nbase-secs = 10\nmax-secs = 5", "retry.max-secs"),
             (
