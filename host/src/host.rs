@@ -19,10 +19,12 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::admin::{Health, HostView, health};
 use crate::config::{Config, SourceKind, StoreKind};
 use crate::idempotency::IdempotencyStore;
 use crate::idempotency::local::LocalStore;
 use crate::idempotency::redis::RedisStore;
+use crate::metrics::Metrics;
 use crate::payload::Payloads;
 use crate::pipeline::{Acker, Completer, QueueCtx, Shared, run_poller};
 use crate::runtime::engine::{EngineSettings, Runtime};
@@ -53,6 +55,8 @@ pub struct Host {
     plugins: Option<Arc<PluginDir>>,
     payloads: Arc<Payloads>,
     stats: Arc<Stats>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
     abandon: CancellationToken,
 }
 
@@ -258,8 +262,7 @@ impl Host {
         let payloads = Payloads::open(&config)
             .await
             .context("opening the payload stores")?;
-        let mut host = Host::new(config, source, store, Registry::default());
-        host.registry = Arc::clone(plugins.registry());
+        let mut host = Host::assemble(config, source, store, Arc::clone(plugins.registry()));
         host.plugins = Some(plugins);
         host.payloads = Arc::new(payloads);
         Ok(host)
@@ -273,14 +276,27 @@ impl Host {
         store: Arc<dyn IdempotencyStore>,
         registry: Registry,
     ) -> Self {
+        Host::assemble(config, source, store, Arc::new(registry))
+    }
+
+    fn assemble(
+        config: Config,
+        source: Arc<dyn QueueSource>,
+        store: Arc<dyn IdempotencyStore>,
+        registry: Arc<Registry>,
+    ) -> Self {
+        let stats = Arc::new(Stats::default());
+        let metrics = Metrics::new(&config, Arc::clone(&stats), Arc::clone(&registry));
         Host {
             config: Arc::new(config),
             source,
             store,
-            registry: Arc::new(registry),
+            registry,
             plugins: None,
             payloads: Arc::new(Payloads::disabled()),
-            stats: Arc::new(Stats::default()),
+            stats,
+            metrics: Arc::new(metrics),
+            health: Arc::default(),
             abandon: CancellationToken::new(),
         }
     }
@@ -313,6 +329,21 @@ impl Host {
         Arc::clone(&self.stats)
     }
 
+    /// The metrics.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.metrics)
+    }
+
+    /// What the admin listener serves for this host.
+    pub fn admin_view(&self) -> HostView {
+        HostView {
+            metrics: Arc::clone(&self.metrics),
+            health: Arc::clone(&self.health),
+            config: Arc::clone(&self.config),
+            plugins: Arc::clone(&self.registry),
+        }
+    }
+
     /// The queue backend.
     pub fn source(&self) -> Arc<dyn QueueSource> {
         Arc::clone(&self.source)
@@ -328,10 +359,13 @@ impl Host {
         Arc::clone(&self.registry)
     }
 
-    /// Runs until `shutdown` is cancelled, then drains.
+    /// Runs until `shutdown` is cancelled, then drains. Meanwhile the queues and the store are
+    /// checked for readiness, which ends with `shutdown`.
     pub async fn run(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let watcher = self.watch_plugins()?;
+        let checks = self.watch_health(&shutdown);
         let result = self.consume(shutdown).await;
+        checks.cancel();
         if let Some(stop) = watcher {
             stop.cancel();
         }
@@ -339,6 +373,27 @@ impl Host {
             let _ = std::fs::remove_file(file);
         }
         result
+    }
+
+    /// Starts the readiness checks, and marks the host draining once `shutdown` fires.
+    fn watch_health(&self, shutdown: &CancellationToken) -> CancellationToken {
+        let stop = CancellationToken::new();
+        let parts = health::Checked {
+            config: Arc::clone(&self.config),
+            source: Arc::clone(&self.source),
+            store: Arc::clone(&self.store),
+            metrics: Arc::clone(&self.metrics),
+            stats: Arc::clone(&self.stats),
+        };
+        tokio::spawn(health::watch(Arc::clone(&self.health), parts, stop.clone()));
+        let (health, shutdown, ended) = (Arc::clone(&self.health), shutdown.clone(), stop.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = shutdown.cancelled() => health.set_draining(),
+                _ = ended.cancelled() => {}
+            }
+        });
+        stop
     }
 
     /// The file where this host reports its plugins, if it has a data directory.
@@ -424,6 +479,7 @@ impl Host {
             store: Arc::clone(&self.store),
             registry: Arc::clone(&self.registry),
             stats: Arc::clone(&self.stats),
+            metrics: Arc::clone(&self.metrics),
             in_flight: Arc::new(Semaphore::new(self.config.max_in_flight)),
             tasks: TaskTracker::new(),
             abandon: self.abandon.child_token(),

@@ -22,6 +22,8 @@
 //! | [`host`]        | wiring: backends by configuration, pollers, shutdown                  |
 //! | [`aws`]         | the AWS configuration chain shared by the SQS and S3 backends         |
 //! | [`stats`]       | counters per queue and plugin                                         |
+//! | [`metrics`]     | Prometheus metrics, reading the counters at scrape time               |
+//! | [`admin`]       | the admin listener: `/metrics`, `/healthz`, `/readyz`; readiness      |
 //! | `sqlite`        | the embedded database behind the local backends                       |
 //! | `digest`        | sha256 as hex, the one digest form qhost writes                       |
 //!
@@ -31,6 +33,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod admin;
 pub mod aws;
 pub mod config;
 mod digest;
@@ -39,6 +42,7 @@ pub mod host;
 pub mod idempotency;
 pub mod logging;
 pub mod message;
+pub mod metrics;
 pub mod payload;
 mod pipeline;
 pub mod redis_link;

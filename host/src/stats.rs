@@ -1,11 +1,14 @@
 //! Counters per queue and plugin: what the host did with the messages it received.
 //!
-//! They feed the summary `qhost run --until-idle` prints, and tests read them to assert what
-//! happened (how often a handler ran, how many duplicates were suppressed).
+//! They feed the summary `qhost run --until-idle` prints and the admin listener's `/metrics`,
+//! and tests read them to assert what happened (how often a handler ran, how many duplicates
+//! were suppressed). Beside the per-message counts: backend errors by backend, and payload bytes
+//! moved through the claim-check stores.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What happened to messages of one queue and plugin.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -99,6 +102,40 @@ impl Counts {
     }
 }
 
+/// A backend whose call failed (a network error, a server error, a timeout).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The queue service: receive, delete, visibility, send.
+    Queue,
+    /// The idempotency store.
+    Idempotency,
+    /// A payload store.
+    Payload,
+}
+
+impl Backend {
+    /// Every backend, in the order [`Stats::backend_errors`] reports them.
+    pub const ALL: [Backend; 3] = [Backend::Queue, Backend::Idempotency, Backend::Payload];
+
+    /// Its name in metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Queue => "queue",
+            Backend::Idempotency => "idempotency",
+            Backend::Payload => "payload",
+        }
+    }
+}
+
+/// Which way payload bytes moved through a claim-check store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PayloadFlow {
+    /// Fetched for a handler, through a pointer.
+    Fetched,
+    /// Stored for an outgoing message too large to send as it is.
+    Stored,
+}
+
 /// Counters by queue, then plugin: nested so that recording (several times per message) looks
 /// up by `&str` and allocates only the first time a pair is seen.
 #[derive(Debug, Default)]
@@ -106,6 +143,11 @@ pub struct Stats {
     counts: Mutex<BTreeMap<String, BTreeMap<String, Counts>>>,
     /// Invocations by plugin, then version: which build handled how much, across reloads.
     versions: Mutex<BTreeMap<String, BTreeMap<String, u64>>>,
+    /// Failed backend calls, indexed as [`Backend::ALL`].
+    backend_errors: [AtomicU64; 3],
+    /// Payload bytes fetched and stored.
+    payload_fetched: AtomicU64,
+    payload_stored: AtomicU64,
 }
 
 impl Stats {
@@ -137,6 +179,33 @@ impl Stats {
             .or_default()
             .entry(version.to_string())
             .or_default() += 1;
+    }
+
+    /// Counts a failed call to `backend`.
+    pub fn record_backend_error(&self, backend: Backend) {
+        self.backend_errors[backend as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Failed calls to each backend, as [`Backend::ALL`].
+    pub fn backend_errors(&self) -> [(Backend, u64); 3] {
+        Backend::ALL.map(|b| (b, self.backend_errors[b as usize].load(Ordering::Relaxed)))
+    }
+
+    /// Counts payload bytes that moved through a payload store.
+    pub fn record_payload(&self, flow: PayloadFlow, bytes: u64) {
+        let counter = match flow {
+            PayloadFlow::Fetched => &self.payload_fetched,
+            PayloadFlow::Stored => &self.payload_stored,
+        };
+        counter.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Payload bytes moved so far that way.
+    pub fn payload_bytes(&self, flow: PayloadFlow) -> u64 {
+        match flow {
+            PayloadFlow::Fetched => self.payload_fetched.load(Ordering::Relaxed),
+            PayloadFlow::Stored => self.payload_stored.load(Ordering::Relaxed),
+        }
     }
 
     /// Invocations of each version of `plugin`.
@@ -256,5 +325,26 @@ mod tests {
             (total.received, total.duplicates, total.dead_lettered),
             (1, 1, 1)
         );
+    }
+
+    #[test]
+    fn backend_errors_and_payload_bytes_are_counted_apart() {
+        let stats = Stats::default();
+        stats.record_backend_error(Backend::Idempotency);
+        stats.record_backend_error(Backend::Idempotency);
+        stats.record_backend_error(Backend::Payload);
+        stats.record_payload(PayloadFlow::Fetched, 300_000);
+        stats.record_payload(PayloadFlow::Stored, 5);
+        stats.record_payload(PayloadFlow::Stored, 7);
+        assert_eq!(
+            stats.backend_errors(),
+            [
+                (Backend::Queue, 0),
+                (Backend::Idempotency, 2),
+                (Backend::Payload, 1)
+            ]
+        );
+        assert_eq!(stats.payload_bytes(PayloadFlow::Fetched), 300_000);
+        assert_eq!(stats.payload_bytes(PayloadFlow::Stored), 12);
     }
 }

@@ -5,7 +5,9 @@ use std::process::Command;
 
 fn qhost(dir: &std::path::Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_qhost-under-test"));
-    c.current_dir(dir).env_remove("QHOST_CONFIG");
+    c.current_dir(dir)
+        .env_remove("QHOST_CONFIG")
+        .envs(qhost_e2e::processes::ADMIN_ENV);
     c
 }
 
@@ -167,4 +169,43 @@ fn json_logs_are_one_object_per_line_with_the_handlers_fields() {
         from_handler["span"]["message_id"], from_handler["message_id"],
         "{from_handler}"
     );
+}
+
+#[test]
+fn an_admin_port_in_use_or_a_bad_address_is_one_error_naming_the_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let cases = [
+        (
+            addr.as_str(),
+            format!("admin.listen (--admin-listen): cannot listen on {addr}: "),
+        ),
+        (
+            "localhost:9464",
+            "admin.listen `localhost:9464` is not an address: IP:PORT".to_string(),
+        ),
+    ];
+    for (listen, expected) in cases {
+        let out = qhost(dir.path())
+            .args(["run", "--until-idle", "--admin-listen", listen])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{listen}: {stderr}");
+        assert!(
+            stderr.contains(&expected),
+            "expected `{expected}` in: {stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "one error: {stderr}");
+    }
+    std::fs::write(dir.path().join("q.toml"), "[admin]\nlisten = \"\"\n").unwrap();
+    let off = qhost(dir.path())
+        .env("QHOST_LOG", "info")
+        .env_remove("QHOST_ADMIN_LISTEN")
+        .args(["--config", "q.toml", "run", "--until-idle"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&off.stderr);
+    assert!(!stderr.contains("admin listener"), "turned off: {stderr}");
 }

@@ -6,6 +6,7 @@
 //! linking them ten times cost more than running every test. Run a part with a filter:
 //! `cargo test -p qhost-e2e --test e2e redis::`.
 
+mod admin;
 mod bad_input;
 mod cli;
 mod cluster;

@@ -551,6 +551,7 @@ fn a_missing_queue_or_an_unreachable_endpoint_is_one_clear_error_at_start() {
             .arg(&config)
             .arg("run")
             .envs(qhost_e2e::sqs_server::TEST_ENV)
+            .envs(qhost_e2e::processes::ADMIN_ENV)
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);

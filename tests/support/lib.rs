@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+pub mod admin;
 pub mod cpu;
 pub mod deploy;
 pub mod faults;

@@ -21,46 +21,88 @@ pub fn qhost_binary() -> PathBuf {
     bin
 }
 
+/// Every `qhost run` a test starts serves its admin listener on a free loopback port, so tests
+/// running at once never contend for the default one.
+pub const ADMIN_ENV: [(&str, &str); 1] = [("QHOST_ADMIN_LISTEN", "127.0.0.1:0")];
+
 /// A running `qhost --config FILE run`, its stdout captured (the summary it prints on exit).
 #[derive(Debug)]
 pub struct HostProcess {
     child: Option<Child>,
+    /// Where its log goes, when it is kept.
+    log: Option<PathBuf>,
 }
 
 impl HostProcess {
     /// Starts `qhost run` with this configuration file.
     pub fn start(config: &Path) -> Self {
-        Self::spawn(config, Stdio::null())
+        Self::spawn(config, Stdio::null(), &[])
     }
 
     /// Starts `qhost run` and waits until it logs that it is consuming its queues.
     pub fn start_consuming(config: &Path) -> Self {
+        Self::start_consuming_with(config, &[])
+    }
+
+    /// As [`HostProcess::start_consuming`], with extra arguments to `qhost run`.
+    pub fn start_consuming_with(config: &Path, run_args: &[&str]) -> Self {
         let log = config.with_extension(format!("{}.log", uuid::Uuid::new_v4().simple()));
         let file = std::fs::File::create(&log).expect("log file");
-        let host = Self::spawn(config, Stdio::from(file));
+        let mut host = Self::spawn(config, Stdio::from(file), run_args);
+        host.log = Some(log);
         let deadline = Instant::now() + Duration::from_secs(60);
-        while !std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("consuming")
-        {
+        while !host.log().contains("consuming") {
             assert!(Instant::now() < deadline, "qhost did not start consuming");
             std::thread::sleep(Duration::from_millis(20));
         }
         host
     }
 
-    fn spawn(config: &Path, stderr: Stdio) -> Self {
+    /// What it has logged so far (empty unless started with a kept log).
+    pub fn log(&self) -> String {
+        (self.log.as_ref())
+            .and_then(|path| std::fs::read_to_string(path).ok())
+            .unwrap_or_default()
+    }
+
+    /// The address its admin listener logged it serves on.
+    pub fn admin_addr(&self) -> std::net::SocketAddr {
+        let log = self.log();
+        let line = (log.lines())
+            .find(|l| l.contains("admin listener serving"))
+            .unwrap_or_else(|| panic!("no admin listener in the log:\n{log}"));
+        let addr = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("address="))
+            .unwrap_or_else(|| panic!("no address in `{line}`"));
+        addr.parse().expect("an IP:PORT")
+    }
+
+    fn spawn(config: &Path, stderr: Stdio, run_args: &[&str]) -> Self {
         let child = Command::new(qhost_binary())
             .arg("--config")
             .arg(config)
             .arg("run")
+            .args(run_args)
             .env("QHOST_LOG", "info")
             .envs(crate::sqs_server::TEST_ENV)
+            .envs(ADMIN_ENV)
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()
             .expect("starting qhost");
-        HostProcess { child: Some(child) }
+        HostProcess {
+            child: Some(child),
+            log: None,
+        }
+    }
+
+    /// One SIGTERM, without waiting: the host starts draining.
+    pub fn terminate(&self) {
+        if let Some(child) = &self.child {
+            let pid = child.id().to_string();
+            let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        }
     }
 
     /// SIGKILL: no drain, no release, leases left to lapse.

@@ -44,6 +44,10 @@ enum Command {
         /// Exit once every consumed queue is empty and nothing is in flight, printing a summary.
         #[arg(long)]
         until_idle: bool,
+        /// Where to serve /metrics, /healthz and /readyz (IP:PORT; port 0 picks a free port;
+        /// "" serves nothing). Overrides `[admin] listen`; default 127.0.0.1:9464.
+        #[arg(long, env = "QHOST_ADMIN_LISTEN", value_name = "IP:PORT")]
+        admin_listen: Option<String>,
     },
     /// Send a message to a queue.
     Send(SendArgs),
@@ -164,7 +168,16 @@ fn load_config(global: &Global) -> anyhow::Result<Config> {
 async fn dispatch(cli: Cli) -> anyhow::Result<()> {
     let config = load_config(&cli.global)?;
     match cli.command {
-        Command::Run { until_idle } => run(config, until_idle).await,
+        Command::Run {
+            until_idle,
+            admin_listen,
+        } => {
+            let mut config = config;
+            if let Some(text) = admin_listen {
+                config.admin_listen = config::admin_listen(&text)?;
+            }
+            run(config, until_idle).await
+        }
         Command::Send(args) => send(config, args).await,
         Command::Peek { queue, limit } => peek(config, &queue, limit).await,
         Command::Plugins {
@@ -182,7 +195,16 @@ async fn run(config: Config, until_idle: bool) -> anyhow::Result<()> {
     let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("listening for SIGTERM")?;
     tokio::spawn(on_signals(term, shutdown.clone(), abandon.clone()));
+    // Bound before the plugins load: a port in use fails at once, and probes get answers
+    // (live, not ready) while plugins compile.
+    let admin = match config.admin_listen {
+        Some(addr) => Some(qhost::admin::AdminServer::start(addr).await?),
+        None => None,
+    };
     let host = qhost::Host::from_config(config).await?.abandon_on(abandon);
+    if let Some(admin) = &admin {
+        admin.serve_host(host.admin_view());
+    }
     if until_idle {
         host.run_until_idle(shutdown).await?;
     } else {
@@ -311,12 +333,13 @@ fn check(config: &Config, file: &std::path::Path) -> anyhow::Result<()> {
     println!("exports:  {}", report.exports.join(", "));
     match report.problem {
         None => {
-            println!("world:    implements qhost:handler@0.1.0");
+            println!("world:    implements {}", qhost::runtime::WIT_PACKAGE);
             Ok(())
         }
         Some(problem) => bail!(
-            "{} does not implement qhost:handler@0.1.0: {problem}",
-            file.display()
+            "{} does not implement {}: {problem}",
+            file.display(),
+            qhost::runtime::WIT_PACKAGE
         ),
     }
 }

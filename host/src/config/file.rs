@@ -19,6 +19,7 @@ pub struct RawConfig {
     pub idempotency: Option<RawIdempotency>,
     pub retry: Option<RawRetry>,
     pub payload: Option<super::payload::RawPayload>,
+    pub admin: Option<RawAdmin>,
     #[serde(rename = "queue")]
     pub queues: Option<Vec<RawQueue>>,
 }
@@ -40,6 +41,12 @@ pub struct RawIdempotency {
     pub urls: Option<Vec<String>>,
     pub cluster: Option<bool>,
     pub ca_file: Option<std::path::PathBuf>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawAdmin {
+    pub listen: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -6,6 +6,7 @@
 pub mod file;
 pub mod payload;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -108,6 +109,25 @@ pub struct Config {
     pub queues: Vec<QueueConfig>,
     /// Payload offload (claim check).
     pub payload: PayloadConfig,
+    /// Where `qhost run` serves `/metrics`, `/healthz` and `/readyz`; `None` serves nothing.
+    pub admin_listen: Option<SocketAddr>,
+}
+
+/// Where the admin listener binds unless told otherwise: loopback, Prometheus's exporter port
+/// range.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
+
+/// The admin listener's address as written: `HOST:PORT` with a literal IP (port 0 picks a free
+/// one), or `""` for none.
+pub fn admin_listen(text: &str) -> anyhow::Result<Option<SocketAddr>> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse().map(Some).map_err(|_| {
+        anyhow::anyhow!(
+            "admin.listen `{text}` is not an address: IP:PORT, e.g. {DEFAULT_ADMIN_LISTEN} (port 0 picks a free port; \"\" turns the listener off)"
+        )
+    })
 }
 
 impl Default for Config {
@@ -174,7 +194,10 @@ impl Config {
                 SourceKind::Local => None,
             },
         )?;
+        let admin = raw.admin.unwrap_or_default();
+        let admin_listen = admin_listen(admin.listen.as_deref().unwrap_or(DEFAULT_ADMIN_LISTEN))?;
         Ok(Config {
+            admin_listen,
             plugins_dir: raw.plugins_dir.unwrap_or_else(|| "plugins".into()),
             compiled_cache: raw
                 .compiled_cache

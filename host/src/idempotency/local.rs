@@ -221,6 +221,10 @@ impl LocalStore {
 
 #[async_trait]
 impl IdempotencyStore for LocalStore {
+    async fn ping(&self) -> StoreResult<()> {
+        self.write(|_| Ok(())).await
+    }
+
     async fn acquire(&self, requests: &[LeaseRequest]) -> StoreResult<Vec<Acquired>> {
         let requests = requests.to_vec();
         self.write(move |tx| {

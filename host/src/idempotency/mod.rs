@@ -181,4 +181,7 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
     /// Gives a lease up so the key can be acquired at once, counting the run by `why`;
     /// [`IdempotencyError::LeaseLost`] when not the owner.
     async fn release(&self, lease: &Lease, why: Released) -> StoreResult<()>;
+
+    /// Checks that the store answers (for readiness): one cheap round trip.
+    async fn ping(&self) -> StoreResult<()>;
 }

@@ -247,6 +247,15 @@ fn slot_groups<'a>(cluster: bool, keys: impl Iterator<Item = &'a str>) -> Vec<Ve
 
 #[async_trait]
 impl IdempotencyStore for RedisStore {
+    async fn ping(&self) -> StoreResult<()> {
+        let mut link = self.link.clone();
+        redis::cmd("PING")
+            .query_async::<String>(&mut link)
+            .await
+            .map(drop)
+            .map_err(|e| IdempotencyError::Unavailable(format!("Redis call failed: {e}")))
+    }
+
     async fn acquire(&self, requests: &[LeaseRequest]) -> StoreResult<Vec<Acquired>> {
         let owners: Vec<String> = requests
             .iter()

@@ -13,7 +13,7 @@ use super::route::{Routed, needs_payload, plugin_ref, route, route_with};
 use super::run;
 use crate::idempotency::{IdempotencyError, LeaseRequest};
 use crate::message::Received;
-use crate::stats::Event;
+use crate::stats::{Backend, Event, PayloadFlow};
 
 type Permit = Option<OwnedSemaphorePermit>;
 
@@ -90,6 +90,7 @@ async fn lease_and_spawn(queue: &Arc<QueueCtx>, ready: Vec<(Routed, Permit)>) {
 /// No lease, no run: with the store unreachable the message goes back to the queue, without
 /// using up an attempt.
 async fn fail_closed(delivery: Delivery, error: &IdempotencyError) -> Fate {
+    delivery.backend_error(Backend::Idempotency);
     let msg = delivery.msg();
     tracing::error!(queue = %msg.queue, message_id = %msg.id, %error, "idempotency store unavailable; putting the message back");
     delivery.back_off().await
@@ -101,7 +102,16 @@ async fn run_one(queue: Arc<QueueCtx>, msg: Received) -> Fate {
     let routed = if needs_payload(&queue, &msg) {
         let payloads = Arc::clone(&queue.shared.payloads);
         match payloads.resolve(&msg.body, &msg.attributes).await {
-            Ok(resolved) => route_with(&queue, msg, resolved),
+            Ok(resolved) => {
+                if let Some(r) = &resolved {
+                    let bytes = r.body.len() as u64;
+                    queue
+                        .shared
+                        .stats
+                        .record_payload(PayloadFlow::Fetched, bytes);
+                }
+                route_with(&queue, msg, resolved)
+            }
             Err(e) => {
                 let plugin = plugin_ref(&queue, &msg);
                 let delivery = Delivery::new(Arc::clone(&queue), msg, plugin);

@@ -12,6 +12,7 @@ use super::acker::Acker;
 use super::completer::Completer;
 use crate::config::{Config, QueueConfig};
 use crate::idempotency::IdempotencyStore;
+use crate::metrics::Metrics;
 use crate::payload::Payloads;
 use crate::runtime::registry::Registry;
 use crate::source::QueueSource;
@@ -29,6 +30,8 @@ pub(crate) struct Shared {
     pub(crate) registry: Arc<Registry>,
     /// Counters.
     pub(crate) stats: Arc<Stats>,
+    /// Metrics only the pipeline can take (durations, in flight).
+    pub(crate) metrics: Arc<Metrics>,
     /// Caps messages in flight.
     pub(crate) in_flight: Arc<Semaphore>,
     /// Tracks message tasks, so shutdown can wait for them.

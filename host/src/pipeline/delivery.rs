@@ -37,8 +37,9 @@ use super::outbox;
 use crate::handler::Plugin;
 use crate::idempotency::{Completion, IdempotencyError, Lease, Released};
 use crate::message::{Outgoing, Received};
-use crate::payload::OffloadError;
-use crate::stats::Event;
+use crate::metrics::InFlight;
+use crate::payload::{OffloadError, pointer};
+use crate::stats::{Backend, Event, PayloadFlow};
 
 /// Where a message stands once the host is done with this delivery.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,12 +112,16 @@ pub(crate) struct Delivery {
     payload_verified: bool,
     /// The sha256 of the body its handler ran on, recorded with the completed key.
     ran_on: Option<String>,
+    /// Counts it in flight until it ends.
+    _in_flight: InFlight,
 }
 
 impl Delivery {
     /// A delivery of `msg` from `queue`, for `plugin`.
     pub(crate) fn new(queue: Arc<QueueCtx>, msg: Received, plugin: PluginRef) -> Self {
+        let in_flight = queue.shared.metrics.in_flight();
         Delivery {
+            _in_flight: in_flight,
             queue,
             msg,
             plugin,
@@ -181,6 +186,11 @@ impl Delivery {
         self.queue.record(self.plugin.name(), event);
     }
 
+    /// Counts a failed call to `backend`.
+    pub(crate) fn backend_error(&self, backend: Backend) {
+        self.shared().stats.record_backend_error(backend);
+    }
+
     /// The retry schedule's delay for this delivery, never less than `asked_secs`.
     pub(crate) fn backoff_delay(&self, asked_secs: u32) -> Duration {
         let policy = &self.shared().config.retry;
@@ -207,6 +217,10 @@ impl Delivery {
                 tracing::warn!(plugin, %key, "lease had already passed to another worker")
             }
             Err(e) => {
+                self.queue
+                    .shared
+                    .stats
+                    .record_backend_error(Backend::Idempotency);
                 tracing::warn!(plugin, key = %lease.key, error = %e, "could not release lease; it will lapse")
             }
         }
@@ -242,6 +256,7 @@ impl Delivery {
                 Err(self.let_lapse(Event::LostLease).await)
             }
             Err(e) => {
+                self.backend_error(Backend::Idempotency);
                 let msg = &self.msg;
                 tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, "cannot confirm the lease; putting the message back");
                 Err(self.back_off().await)
@@ -267,6 +282,9 @@ impl Delivery {
         let shared = Arc::clone(&self.queue.shared);
         // Large messages are offloaded before the outbox is recorded, so the completed record
         // holds pointers, and a re-send after a crash reuses the same payload keys.
+        let before: Vec<(usize, bool)> = (outbox.iter())
+            .map(|m| (m.body.len(), pointer::is_pointer(&m.attributes)))
+            .collect();
         let outbox = match shared
             .payloads
             .offload_all(&shared.config.namespace, lease.fencing_token, outbox)
@@ -275,6 +293,15 @@ impl Delivery {
             Ok(outbox) => outbox,
             Err(e) => return self.unsendable(lease, e).await,
         };
+        let stored: usize = (outbox.iter().zip(before))
+            .filter(|(m, (_, was))| !was && pointer::is_pointer(&m.attributes))
+            .map(|(_, (size, _))| size)
+            .sum();
+        if stored > 0 {
+            shared
+                .stats
+                .record_payload(PayloadFlow::Stored, stored as u64);
+        }
         let completion = Completion {
             lease,
             outbox: outbox.clone(),
@@ -299,6 +326,7 @@ impl Delivery {
                 self.let_lapse(Event::LostLease).await
             }
             Err(e) => {
+                self.backend_error(Backend::Idempotency);
                 let msg = &self.msg;
                 tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, "could not record completion; the message will come back");
                 self.back_off().await
@@ -313,6 +341,7 @@ impl Delivery {
         match error {
             OffloadError::TooLarge(reason) => self.dead_letter(format!("outbox: {reason}")).await,
             OffloadError::Unavailable(reason) => {
+                self.backend_error(Backend::Payload);
                 let msg = &self.msg;
                 tracing::warn!(queue = %msg.queue, message_id = %msg.id, %reason, "outbox payload not stored; putting the message back");
                 self.back_off().await
@@ -334,6 +363,7 @@ impl Delivery {
                     let reason = format!("the outbox could not be sent: {e}");
                     return self.dead_letter(reason).await;
                 }
+                self.backend_error(Backend::Queue);
                 let msg = &self.msg;
                 tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, "outbox send failed; will resend on redelivery");
                 return self.back_off().await;
@@ -342,6 +372,7 @@ impl Delivery {
             if let Some(key) = &self.key
                 && let Err(e) = shared.store.outbox_sent(&key.scoped).await
             {
+                shared.stats.record_backend_error(Backend::Idempotency);
                 // Harmless: a redelivery would send again, and downstream drops the copy by key.
                 tracing::warn!(key = %key.scoped, error = %e, "could not record the outbox as sent");
             }
@@ -381,6 +412,7 @@ impl Delivery {
             .await
         {
             // It comes back anyway when its visibility timeout lapses.
+            queue.shared.stats.record_backend_error(Backend::Queue);
             tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, "could not set the retry delay");
         }
         Fate::Back
@@ -453,6 +485,7 @@ impl Delivery {
                 let delay = shared.config.retry.max;
                 return self.put_back(delay, Event::Retried).await;
             }
+            shared.stats.record_backend_error(Backend::Queue);
             tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, "dead-letter send failed; keeping the message");
             return self.back_off().await;
         }

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::context::QueueCtx;
 use crate::idempotency::{IdempotencyError, Lease};
+use crate::stats::Backend;
 
 /// Shortest period between beats, however short the visibility timeout.
 const MIN_PERIOD: Duration = Duration::from_millis(100);
@@ -102,7 +103,10 @@ async fn extend(queue: &QueueCtx, receipt: &str, lease: &Lease) {
         Err(IdempotencyError::LeaseLost(key)) => {
             tracing::warn!(%key, "lease lost while the handler runs; its result will be discarded")
         }
-        Err(e) => tracing::warn!(key = %lease.key, error = %e, "could not extend lease"),
+        Err(e) => {
+            shared.stats.record_backend_error(Backend::Idempotency);
+            tracing::warn!(key = %lease.key, error = %e, "could not extend lease")
+        }
     }
     let queue_name = &queue.config.name;
     if let Err(e) = shared
@@ -110,6 +114,7 @@ async fn extend(queue: &QueueCtx, receipt: &str, lease: &Lease) {
         .change_visibility(queue_name, receipt, visibility)
         .await
     {
+        shared.stats.record_backend_error(Backend::Queue);
         tracing::warn!(queue = %queue_name, error = %e, "could not extend visibility");
     }
 }
@@ -174,6 +179,7 @@ async fn keep_hidden(
                 .change_visibility(name, receipt, visibility)
                 .await
             {
+                queue.shared.stats.record_backend_error(Backend::Queue);
                 tracing::warn!(queue = %name, error = %e, "could not keep a waiting message hidden");
             }
         }

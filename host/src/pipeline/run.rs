@@ -14,7 +14,7 @@ use crate::idempotency::Acquired;
 use crate::message::Received;
 use crate::payload::{ResolveError, Resolved, pointer};
 use crate::runtime::manifest::OnConflict;
-use crate::stats::Event;
+use crate::stats::{Backend, Event, PayloadFlow};
 use futures_util::FutureExt as _;
 use std::panic::AssertUnwindSafe;
 use tracing::Instrument as _;
@@ -84,7 +84,10 @@ async fn run(mut delivery: Delivery, plugin: Arc<Plugin>, resolved: Option<Resol
             let msg = delivery.msg();
             match shared.payloads.resolve(&msg.body, &msg.attributes).await {
                 Ok(resolved) => {
-                    if resolved.is_some() {
+                    if let Some(r) = &resolved {
+                        shared
+                            .stats
+                            .record_payload(PayloadFlow::Fetched, r.body.len() as u64);
                         delivery.payload_verified();
                     }
                     resolved
@@ -167,6 +170,7 @@ pub(crate) async fn unfetchable(delivery: Delivery, error: ResolveError) -> Fate
     match error {
         ResolveError::Reject(reason) => delivery.dead_letter(reason).await,
         ResolveError::Retry(reason) => {
+            delivery.backend_error(Backend::Payload);
             let msg = delivery.msg();
             tracing::warn!(queue = %msg.queue, message_id = %msg.id, %reason, "payload store unavailable; putting the message back");
             delivery.back_off().await
@@ -218,7 +222,15 @@ async fn invoke(
     stats.record_invocation(&plugin.name, &plugin.version);
     let span = tracing::info_span!("invoke", plugin = %plugin.name, version = %plugin.version, message_id = %input.id);
     let call = AssertUnwindSafe(plugin.invoke(input).instrument(span)).catch_unwind();
+    let started = std::time::Instant::now();
     let ended = call.await;
+    let queue = &delivery.queue().config.name;
+    (delivery.shared().metrics).observe_process(
+        queue,
+        &plugin.name,
+        &plugin.version,
+        started.elapsed(),
+    );
     drop(slot);
     ended.unwrap_or_else(|panic| {
         let text = panic

@@ -23,5 +23,9 @@ mod tests {
             wit.contains(&package),
             "wit/handler.wit does not say {package}"
         );
+        assert_eq!(
+            crate::runtime::WIT_PACKAGE,
+            format!("qhost:handler@{}", super::WIT_VERSION)
+        );
     }
 }

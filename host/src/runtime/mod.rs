@@ -23,3 +23,9 @@ pub mod watch;
 
 pub use cache::CompileCounters;
 pub use costs::Costs;
+
+/// The WIT package this host serves, as `qhost plugins check` and `qhost --version` name it.
+pub const WIT_PACKAGE: &str = "qhost:handler@0.1.0";
+
+/// The wasmtime release this host embeds (plugins are compiled by it).
+pub const WASMTIME_VERSION: &str = wasmtime_environ::VERSION;

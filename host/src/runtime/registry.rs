@@ -5,7 +5,8 @@
 //! work finishes on the old version.
 //!
 //! Beside the plugins it keeps the last load error of each name, so an operator can see why a
-//! dropped file is not serving (the previous version keeps serving meanwhile).
+//! dropped file is not serving (the previous version keeps serving meanwhile), and counts the
+//! loads of each name by result, for the metrics.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,29 @@ use crate::handler::Plugin;
 pub struct Registry {
     plugins: ArcSwap<BTreeMap<String, Arc<Plugin>>>,
     errors: Mutex<BTreeMap<String, String>>,
+    loads: Mutex<BTreeMap<(String, LoadResult), u64>>,
+}
+
+/// How a load of a plugin's files ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LoadResult {
+    /// A version was loaded and serves (first load or reload).
+    Loaded,
+    /// The file or its manifest was refused; the previous version, if any, still serves.
+    Failed,
+    /// The file was deleted and the plugin unloaded.
+    Removed,
+}
+
+impl LoadResult {
+    /// Its name in metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            LoadResult::Loaded => "loaded",
+            LoadResult::Failed => "failed",
+            LoadResult::Removed => "removed",
+        }
+    }
 }
 
 /// One plugin as an operator sees it: what serves, and what last failed to load.
@@ -42,6 +66,7 @@ impl Registry {
         Registry {
             plugins: ArcSwap::from_pointee(map),
             errors: Mutex::default(),
+            loads: Mutex::default(),
         }
     }
 
@@ -52,6 +77,7 @@ impl Registry {
 
     /// Adds or replaces a plugin.
     pub fn insert(&self, plugin: Plugin) {
+        self.count(&plugin.name, LoadResult::Loaded);
         let plugin = Arc::new(plugin);
         self.plugins.rcu(|map| {
             let mut map = BTreeMap::clone(map);
@@ -62,6 +88,7 @@ impl Registry {
 
     /// Removes a plugin; calls in flight finish.
     pub fn remove(&self, name: &str) {
+        self.count(name, LoadResult::Removed);
         self.plugins.rcu(|map| {
             let mut map = BTreeMap::clone(map);
             map.remove(name);
@@ -71,12 +98,24 @@ impl Registry {
 
     /// Records why the latest file under `name` did not load.
     pub fn set_error(&self, name: &str, reason: String) {
+        self.count(name, LoadResult::Failed);
         self.errors_mut().insert(name.to_string(), reason);
     }
 
     /// Forgets the load error of `name` (its latest file loaded, or is gone).
     pub fn clear_error(&self, name: &str) {
         self.errors_mut().remove(name);
+    }
+
+    fn count(&self, name: &str, result: LoadResult) {
+        // Plain counters: a panic while the lock was held left nothing half-done.
+        let mut loads = self.loads.lock().unwrap_or_else(|e| e.into_inner());
+        *loads.entry((name.to_string(), result)).or_default() += 1;
+    }
+
+    /// Loads of each plugin name by result, since the host started.
+    pub fn loads(&self) -> BTreeMap<(String, LoadResult), u64> {
+        self.loads.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn errors_mut(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {

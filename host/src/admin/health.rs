@@ -1,0 +1,242 @@
+//! Liveness and readiness, as an orchestrator asks for them.
+//!
+//! A checker task ([`watch`]) asks every consumed queue for its depth (which also feeds the
+//! depth gauge an autoscaler reads) and pings the idempotency store, every
+//! [`CHECK_INTERVAL`], each call under [`CHECK_TIMEOUT`]. Readiness is then a pure function of
+//! what it last saw, the plugin registry and whether the host is draining, so `/readyz` never
+//! waits on a backend itself: a probe answers at once even while Redis hangs.
+//!
+//! - Live (`/healthz`): the checker ran within [`STALLED_AFTER`]. It runs on the same async
+//!   runtime as the handlers, so a runtime that stopped scheduling fails this, and a
+//!   restart is the cure.
+//! - Ready (`/readyz`): not draining; every consumed queue's plugin serves; every queue and
+//!   the store answered their last check, within [`STALE_AFTER`]. A restart cures none of
+//!   these, so they stop traffic (and scale-in decisions) rather than kill the process.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::idempotency::IdempotencyStore;
+use crate::metrics::Metrics;
+use crate::runtime::registry::Registry;
+use crate::source::QueueSource;
+use crate::stats::{Backend, Stats};
+
+/// How often the checker asks the queues and the store.
+pub const CHECK_INTERVAL: Duration = Duration::from_secs(2);
+/// How long one check may take before it counts as failed.
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+/// How old a check's last answer may be before it no longer counts.
+pub const STALE_AFTER: Duration = Duration::from_secs(15);
+/// How long the checker may go without running before the process is reported not live.
+pub const STALLED_AFTER: Duration = Duration::from_secs(60);
+
+/// The last answer of one checked backend.
+#[derive(Clone, Debug)]
+struct Answer {
+    at: Instant,
+    result: Result<(), String>,
+}
+
+/// What the checker saw, and whether the host is draining.
+#[derive(Debug, Default)]
+pub struct Health {
+    draining: AtomicBool,
+    answers: Mutex<BTreeMap<String, Answer>>,
+    ticked: Mutex<Option<Instant>>,
+}
+
+impl Health {
+    /// Marks the host as draining: not ready from now on.
+    pub fn set_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    fn record(&self, what: String, result: Result<(), String>) {
+        let answer = Answer {
+            at: Instant::now(),
+            result,
+        };
+        self.answers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(what, answer);
+    }
+
+    fn tick(&self) {
+        *self.ticked.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+
+    /// `Ok` when live, or why not.
+    pub fn liveness(&self) -> Result<(), String> {
+        match *self.ticked.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(at) if at.elapsed() > STALLED_AFTER => Err(format!(
+                "the health checker has not run for {}s: the async runtime is stalled",
+                at.elapsed().as_secs()
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// `Ok` when ready to take messages, or every reason it is not.
+    pub fn readiness(&self, config: &Config, plugins: &Registry) -> Result<(), Vec<String>> {
+        let mut reasons = Vec::new();
+        if self.draining.load(Ordering::Relaxed) {
+            reasons.push("draining: shutting down after a signal".to_string());
+        }
+        for q in &config.queues {
+            if plugins.get(&q.plugin).is_none() {
+                let why = (plugins.status().into_iter())
+                    .find(|s| s.name == q.plugin)
+                    .and_then(|s| s.last_error)
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default();
+                reasons.push(format!(
+                    "queue `{}`: plugin `{}` is not serving{why}",
+                    q.name, q.plugin
+                ));
+            }
+        }
+        let answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        for what in checked(config) {
+            match answers.get(&what) {
+                None => reasons.push(format!("{what}: not checked yet")),
+                Some(Answer { result: Err(e), .. }) => reasons.push(format!("{what}: {e}")),
+                Some(Answer { at, .. }) if at.elapsed() > STALE_AFTER => {
+                    reasons.push(format!("{what}: no answer for {}s", at.elapsed().as_secs()))
+                }
+                Some(_) => {}
+            }
+        }
+        if reasons.is_empty() {
+            Ok(())
+        } else {
+            Err(reasons)
+        }
+    }
+}
+
+/// What the checker asks, by the name readiness reports it under.
+fn checked(config: &Config) -> impl Iterator<Item = String> + '_ {
+    (config.queues.iter())
+        .map(|q| queue_check(&q.name))
+        .chain(std::iter::once(STORE_CHECK.to_string()))
+}
+
+const STORE_CHECK: &str = "idempotency store";
+
+fn queue_check(name: &str) -> String {
+    format!("queue `{name}`")
+}
+
+/// What the checker needs.
+#[derive(Debug)]
+pub(crate) struct Checked {
+    pub(crate) config: Arc<Config>,
+    pub(crate) source: Arc<dyn QueueSource>,
+    pub(crate) store: Arc<dyn IdempotencyStore>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) stats: Arc<Stats>,
+}
+
+/// Checks the queues and the store every [`CHECK_INTERVAL`] until `stop`.
+pub(crate) async fn watch(health: Arc<Health>, parts: Checked, stop: CancellationToken) {
+    let mut ticker = tokio::time::interval(CHECK_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        check_once(&health, &parts).await;
+        health.tick();
+    }
+}
+
+async fn check_once(health: &Health, parts: &Checked) {
+    for q in &parts.config.queues {
+        let result = match tokio::time::timeout(CHECK_TIMEOUT, parts.source.depth(&q.name)).await {
+            Ok(Ok(depth)) => {
+                parts.metrics.set_depth(&q.name, depth);
+                Ok(())
+            }
+            Ok(Err(e)) => Err(format!("depth check failed: {e}")),
+            Err(_) => Err(format!("no answer within {}s", CHECK_TIMEOUT.as_secs())),
+        };
+        if result.is_err() {
+            parts.stats.record_backend_error(Backend::Queue);
+        }
+        health.record(queue_check(&q.name), result);
+    }
+    let result = match tokio::time::timeout(CHECK_TIMEOUT, parts.store.ping()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("ping failed: {e}")),
+        Err(_) => Err(format!("no answer within {}s", CHECK_TIMEOUT.as_secs())),
+    };
+    if result.is_err() {
+        parts.stats.record_backend_error(Backend::Idempotency);
+    }
+    health.record(STORE_CHECK.to_string(), result);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Config {
+        Config::parse("[[queue]]\nname = \"a\"\nplugin = \"pa\"\n").unwrap()
+    }
+
+    #[test]
+    fn readiness_lists_every_reason_and_clears_when_all_answer() {
+        let (health, config, plugins) = (Health::default(), config(), Registry::default());
+        plugins.set_error("pa", "bad magic number".into());
+        let reasons = health.readiness(&config, &plugins).unwrap_err();
+        assert_eq!(
+            reasons,
+            [
+                "queue `a`: plugin `pa` is not serving: bad magic number",
+                "queue `a`: not checked yet",
+                "idempotency store: not checked yet",
+            ]
+        );
+        health.record(queue_check("a"), Ok(()));
+        health.record(STORE_CHECK.into(), Err("ping failed: refused".into()));
+        let reasons = health.readiness(&config, &plugins).unwrap_err();
+        assert_eq!(reasons[1..], ["idempotency store: ping failed: refused"]);
+        health.set_draining();
+        let reasons = health.readiness(&config, &plugins).unwrap_err();
+        assert_eq!(reasons[0], "draining: shutting down after a signal");
+    }
+
+    #[test]
+    fn an_old_answer_does_not_count_and_a_stalled_checker_is_not_live() {
+        let (health, config, plugins) = (Health::default(), config(), Registry::default());
+        let long_ago = Instant::now() - STALE_AFTER - Duration::from_secs(1);
+        for what in checked(&config) {
+            health.answers.lock().unwrap().insert(
+                what,
+                Answer {
+                    at: long_ago,
+                    result: Ok(()),
+                },
+            );
+        }
+        let reasons = health.readiness(&config, &plugins).unwrap_err();
+        assert!(
+            reasons[1..].iter().all(|r| r.contains("no answer for 16s")),
+            "{reasons:?}"
+        );
+        assert_eq!(health.liveness(), Ok(()), "live before the first check");
+        *health.ticked.lock().unwrap() = Some(Instant::now() - STALLED_AFTER * 2);
+        assert!(health.liveness().unwrap_err().contains("stalled"));
+        health.tick();
+        assert_eq!(health.liveness(), Ok(()));
+    }
+}

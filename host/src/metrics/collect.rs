@@ -1,0 +1,256 @@
+//! The counts qhost keeps anyway ([`Stats`], plugin loads), written as metric families at
+//! scrape time.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Unit;
+
+use crate::runtime::registry::Registry;
+use crate::stats::{Counts, PayloadFlow, Stats};
+
+/// Reads the host's counters and plugins on each scrape.
+#[derive(Debug)]
+pub(super) struct HostCollector {
+    system: &'static str,
+    stats: Arc<Stats>,
+    plugins: Arc<Registry>,
+}
+
+impl HostCollector {
+    pub(super) fn new(system: &'static str, stats: Arc<Stats>, plugins: Arc<Registry>) -> Self {
+        HostCollector {
+            system,
+            stats,
+            plugins,
+        }
+    }
+}
+
+/// One metric family: name, help, unit and type.
+struct Descriptor<'a> {
+    name: &'a str,
+    help: &'a str,
+    unit: Option<Unit>,
+    kind: MetricType,
+}
+
+impl Descriptor<'_> {
+    /// Writes the family with one sample per row (no sample when `rows` is empty).
+    fn write<const N: usize>(
+        &self,
+        encoder: &mut DescriptorEncoder,
+        rows: impl IntoIterator<Item = ([(&'static str, String); N], u64)>,
+    ) -> fmt::Result {
+        let mut family =
+            encoder.encode_descriptor(self.name, self.help, self.unit.as_ref(), self.kind)?;
+        for (labels, value) in rows {
+            let sample = family.encode_family(&labels)?;
+            match self.kind {
+                MetricType::Counter => ConstCounter::new(value).encode(sample)?,
+                _ => ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(sample)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+const fn counter<'a>(name: &'a str, help: &'a str) -> Descriptor<'a> {
+    Descriptor {
+        name,
+        help,
+        unit: None,
+        kind: MetricType::Counter,
+    }
+}
+
+/// Reads one count.
+type Read = fn(&Counts) -> u64;
+
+/// What a delivery's outcome is called in `qhost_messages_handled_total`.
+const OUTCOMES: [(&str, Read); 6] = [
+    ("acked", |c| c.acked),
+    ("duplicate", |c| c.duplicates),
+    ("busy", |c| c.busy),
+    ("retried", |c| c.retried),
+    ("dead_lettered", |c| c.dead_lettered),
+    ("released", |c| c.released),
+];
+
+/// Per queue and plugin counts that are not outcomes, each its own family.
+const PER_PLUGIN: [(&str, &str, Read); 5] = [
+    (
+        "qhost_handler_invocations",
+        "Handler calls (wasm or native), by queue and plugin",
+        |c| c.invoked,
+    ),
+    (
+        "qhost_handler_failures",
+        "Handler calls that trapped, timed out or hit the memory limit",
+        |c| c.failures,
+    ),
+    (
+        "qhost_leases_lost",
+        "Results discarded because the lease had passed to another worker",
+        |c| c.lost_leases,
+    ),
+    (
+        "qhost_outbox_messages_sent",
+        "Outbox messages sent on behalf of handlers",
+        |c| c.outbox_sent,
+    ),
+    (
+        "qhost_conflicts",
+        "Deliveries of a completed key whose body differs from the one that ran",
+        |c| c.conflicts,
+    ),
+];
+
+impl Collector for HostCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let counts = self.stats.snapshot();
+        self.messages(&mut encoder, &counts)?;
+        self.backends(&mut encoder)?;
+        self.plugins(&mut encoder)?;
+        build_info(&mut encoder)
+    }
+}
+
+impl HostCollector {
+    fn messages(
+        &self,
+        encoder: &mut DescriptorEncoder,
+        counts: &BTreeMap<(String, String), Counts>,
+    ) -> fmt::Result {
+        let mut received: BTreeMap<&str, u64> = BTreeMap::new();
+        for ((queue, _), c) in counts {
+            *received.entry(queue).or_default() += c.received;
+        }
+        counter(
+            "messaging_client_consumed_messages",
+            "Messages received from a queue (OpenTelemetry messaging.client.consumed.messages)",
+        )
+        .write(
+            encoder,
+            received.into_iter().map(|(queue, n)| {
+                let labels = [
+                    ("messaging_system", self.system.to_string()),
+                    ("messaging_destination_name", queue.to_string()),
+                ];
+                (labels, n)
+            }),
+        )?;
+        counter(
+            "qhost_messages_handled",
+            "Deliveries ended, by queue, plugin and outcome: acked (ran and completed), duplicate (completed before, acked without running), busy (leased elsewhere, put back), retried, dead_lettered, released (given back at shutdown)",
+        )
+        .write(
+            encoder,
+            counts.iter().flat_map(|((queue, plugin), c)| {
+                OUTCOMES.iter().map(move |(outcome, of)| {
+                    let labels = [
+                        ("queue", queue.clone()),
+                        ("plugin", plugin.clone()),
+                        ("outcome", outcome.to_string()),
+                    ];
+                    (labels, of(c))
+                })
+            }),
+        )?;
+        for (name, help, of) in PER_PLUGIN {
+            counter(name, help).write(
+                encoder,
+                counts.iter().map(|((queue, plugin), c)| {
+                    (
+                        [("queue", queue.clone()), ("plugin", plugin.clone())],
+                        of(c),
+                    )
+                }),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn backends(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        counter(
+            "qhost_backend_errors",
+            "Failed calls to a backend: queue (SQS or the local queue), idempotency (the lease store), payload (a claim-check store)",
+        )
+        .write(
+            encoder,
+            (self.stats.backend_errors().into_iter())
+                .map(|(backend, n)| ([("backend", backend.name().to_string())], n)),
+        )?;
+        for (flow, name, help) in [
+            (
+                PayloadFlow::Fetched,
+                "qhost_payload_fetched",
+                "Payload bytes fetched from claim-check stores for handlers",
+            ),
+            (
+                PayloadFlow::Stored,
+                "qhost_payload_stored",
+                "Payload bytes of outgoing messages stored in claim-check stores",
+            ),
+        ] {
+            let descriptor = Descriptor {
+                unit: Some(Unit::Bytes),
+                ..counter(name, help)
+            };
+            descriptor.write(encoder, [([], self.stats.payload_bytes(flow))])?;
+        }
+        Ok(())
+    }
+
+    fn plugins(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let serving: Vec<_> = (self.plugins.status().into_iter())
+            .filter_map(|s| s.serving)
+            .collect();
+        Descriptor {
+            kind: MetricType::Gauge,
+            ..counter(
+                "qhost_plugin_info",
+                "The plugin versions serving now (value 1)",
+            )
+        }
+        .write(
+            encoder,
+            serving.iter().map(|p| {
+                let labels = [("plugin", p.name.clone()), ("version", p.version.clone())];
+                (labels, 1)
+            }),
+        )?;
+        counter(
+            "qhost_plugin_loads",
+            "Loads of a plugin's files, first load and hot reloads, by result: loaded, failed (refused; the previous version keeps serving), removed",
+        )
+        .write(
+            encoder,
+            self.plugins.loads().into_iter().map(|((plugin, result), n)| {
+                ([("plugin", plugin), ("result", result.name().to_string())], n)
+            }),
+        )
+    }
+}
+
+fn build_info(encoder: &mut DescriptorEncoder) -> fmt::Result {
+    let labels = [
+        ("version", env!("CARGO_PKG_VERSION").to_string()),
+        ("wit", crate::runtime::WIT_PACKAGE.to_string()),
+        ("wasmtime", crate::runtime::WASMTIME_VERSION.to_string()),
+    ];
+    Descriptor {
+        kind: MetricType::Gauge,
+        ..counter(
+            "qhost_build_info",
+            "The qhost build: its version, the WIT package it serves and the wasmtime it embeds (value 1)",
+        )
+    }
+    .write(encoder, [(labels, 1)])
+}

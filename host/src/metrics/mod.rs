@@ -1,0 +1,167 @@
+//! Prometheus metrics: what the host did, how long handlers took, what is in flight, and how
+//! deep its queues are, in one registry per host, served by the admin listener's `/metrics`.
+//!
+//! Two kinds of figures. Counts qhost keeps anyway (per-message outcomes in [`Stats`], plugin
+//! loads in the plugin [`Registry`]) are read at scrape time by a collector ([`collect`]), so
+//! there is one source of truth and nothing is counted twice on the hot path. Figures that
+//! exist only for metrics (the handler-duration histogram, the in-flight gauge, the polled
+//! queue depth) are prometheus-client metrics held here.
+//!
+//! Names follow Prometheus conventions (`_total`, `_seconds`, base units). Where the
+//! OpenTelemetry messaging conventions define a metric (consumed messages, process duration),
+//! its name and attribute labels are used as an OpenTelemetry-to-Prometheus exporter would
+//! write them, so dashboards built for those conventions work; the rest are `qhost_`.
+
+mod collect;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry as PromRegistry, Unit};
+
+use crate::config::{Config, SourceKind};
+use crate::runtime::registry::Registry;
+use crate::source::QueueDepth;
+use crate::stats::Stats;
+
+/// Upper bounds of the handler-duration buckets, in seconds: 1 ms to 5 min.
+const DURATION_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 300.0,
+];
+
+/// Labels of `messaging_process_duration_seconds`: the OpenTelemetry attributes, as labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProcessLabels {
+    messaging_system: &'static str,
+    messaging_destination_name: String,
+    qhost_plugin: String,
+    qhost_plugin_version: String,
+}
+
+/// Labels of `qhost_queue_messages`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DepthLabels {
+    queue: String,
+    state: &'static str,
+}
+
+/// One host's metrics.
+pub struct Metrics {
+    registry: PromRegistry,
+    system: &'static str,
+    process: Family<ProcessLabels, Histogram>,
+    in_flight: Gauge,
+    depth: Family<DepthLabels, Gauge>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// The `messaging.system` value for the configured queue backend: OpenTelemetry's well-known
+/// `aws_sqs`, or `qhost_local` for the embedded queue.
+fn messaging_system(config: &Config) -> &'static str {
+    match config.source {
+        SourceKind::Sqs(_) => "aws_sqs",
+        SourceKind::Local => "qhost_local",
+    }
+}
+
+impl Metrics {
+    /// Metrics for a host with this configuration, reading `stats` and `plugins` at scrape time.
+    pub fn new(config: &Config, stats: Arc<Stats>, plugins: Arc<Registry>) -> Self {
+        let system = messaging_system(config);
+        let mut registry = PromRegistry::default();
+        let process = Family::<ProcessLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(DURATION_BUCKETS)
+        });
+        registry.register_with_unit(
+            "messaging_process_duration",
+            "Time a handler took to process a message (OpenTelemetry messaging.process.duration)",
+            Unit::Seconds,
+            process.clone(),
+        );
+        let in_flight = Gauge::default();
+        registry.register(
+            "qhost_messages_in_flight",
+            "Messages received and not yet finished (acked, put back or dead-lettered)",
+            in_flight.clone(),
+        );
+        let depth = Family::<DepthLabels, Gauge>::default();
+        registry.register(
+            "qhost_queue_messages",
+            "Approximate messages in a consumed queue, by state (visible, or invisible: in flight or delayed), polled every few seconds",
+            depth.clone(),
+        );
+        registry.register_collector(Box::new(collect::HostCollector::new(
+            system, stats, plugins,
+        )));
+        Metrics {
+            registry,
+            system,
+            process,
+            in_flight,
+            depth,
+        }
+    }
+
+    /// The exposition in the Prometheus text format (version 0.0.4).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail; an encoder error would be a bug in a collector.
+        if let Err(e) =
+            prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+        {
+            tracing::error!(error = %e, "could not encode the metrics");
+        }
+        out
+    }
+
+    /// Records how long a handler call took.
+    pub(crate) fn observe_process(&self, queue: &str, plugin: &str, version: &str, took: Duration) {
+        let labels = ProcessLabels {
+            messaging_system: self.system,
+            messaging_destination_name: queue.to_string(),
+            qhost_plugin: plugin.to_string(),
+            qhost_plugin_version: version.to_string(),
+        };
+        self.process
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
+    /// Counts a message in flight until the returned guard is dropped.
+    pub(crate) fn in_flight(&self) -> InFlight {
+        self.in_flight.inc();
+        InFlight(self.in_flight.clone())
+    }
+
+    /// Records a queue's depth as last read.
+    pub(crate) fn set_depth(&self, queue: &str, depth: QueueDepth) {
+        for (state, n) in [("visible", depth.visible), ("invisible", depth.invisible)] {
+            let labels = DepthLabels {
+                queue: queue.to_string(),
+                state,
+            };
+            self.depth
+                .get_or_create(&labels)
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+}
+
+/// One message counted in `qhost_messages_in_flight` while this lives.
+#[derive(Debug)]
+pub(crate) struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
