@@ -90,6 +90,23 @@ fn redrives(config: &Config) -> HashMap<String, Redrive> {
 /// dead-letter queue must exist: a missing one (or an unreachable endpoint) is one clear error
 /// here, not a stream of failures later.
 pub async fn open_source(config: &Config) -> anyhow::Result<Arc<dyn QueueSource>> {
+    open_source_checking(config, None).await
+}
+
+/// Opens the queue backend for a one-off command that uses only `queues`: for SQS those must
+/// exist, and the configured consumed queues need not (sending to one queue works on a
+/// configuration whose other queues are not created yet).
+pub async fn open_source_for(
+    config: &Config,
+    queues: &[&str],
+) -> anyhow::Result<Arc<dyn QueueSource>> {
+    open_source_checking(config, Some(queues)).await
+}
+
+async fn open_source_checking(
+    config: &Config,
+    only: Option<&[&str]>,
+) -> anyhow::Result<Arc<dyn QueueSource>> {
     match &config.source {
         SourceKind::Local => {
             let path = config.data_dir.as_ref().map(|d| d.join("qhost.db"));
@@ -105,10 +122,24 @@ pub async fn open_source(config: &Config) -> anyhow::Result<Arc<dyn QueueSource>
                     sqs.set_url(&q.name, url);
                 }
             }
-            check_queues(&sqs, config).await?;
+            match only {
+                None => check_queues(&sqs, config).await?,
+                Some(names) => {
+                    for name in names {
+                        check_queue(&sqs, name).await?;
+                    }
+                }
+            }
             Ok(Arc::new(sqs))
         }
     }
+}
+
+async fn check_queue(sqs: &SqsQueue, name: &str) -> anyhow::Result<()> {
+    sqs.url(name).await.map(drop).map_err(|e| match e {
+        SourceError::UnknownQueue(_) => anyhow::anyhow!("SQS queue `{name}` does not exist"),
+        other => anyhow::anyhow!("cannot reach SQS to resolve queue `{name}`: {other:#}"),
+    })
 }
 
 async fn check_queues(sqs: &SqsQueue, config: &Config) -> anyhow::Result<()> {

@@ -209,3 +209,22 @@ fn an_admin_port_in_use_or_a_bad_address_is_one_error_naming_the_setting() {
     let stderr = String::from_utf8_lossy(&off.stderr);
     assert!(!stderr.contains("admin listener"), "turned off: {stderr}");
 }
+
+#[test]
+fn version_names_the_wit_package_and_the_embedded_wasmtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = qhost(dir.path()).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lock = std::fs::read_to_string(qhost_e2e::workspace().join("Cargo.lock")).unwrap();
+    let wasmtime = lock
+        .split("[[package]]")
+        .find(|p| p.contains("name = \"wasmtime\"\n"))
+        .and_then(|p| p.lines().find_map(|l| l.strip_prefix("version = ")))
+        .unwrap()
+        .trim_matches('"');
+    assert_eq!(
+        text.trim(),
+        format!("qhost 0.1.0 (serves qhost:handler@0.1.0, wasmtime {wasmtime})")
+    );
+}

@@ -562,3 +562,53 @@ fn a_missing_queue_or_an_unreachable_endpoint_is_one_clear_error_at_start() {
         );
     }
 }
+
+/// `qhost send` checks only the queue it sends to: the default consumed queue (`reminders`)
+/// and a configured queue whose plugin file is missing do not stand in its way.
+#[tokio::test(flavor = "multi_thread")]
+async fn send_needs_only_the_queue_it_names() {
+    let env = TestEnv::new();
+    let target = unique("send-only");
+    create_queue(&target, &[]).await;
+    let dir = env.plugins_dir().parent().unwrap().to_path_buf();
+    let send = |queue: &str, queues: &str| {
+        let config = dir.join("send.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "plugins-dir = {:?}\ndata-dir = {:?}\n[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\n{queues}",
+                env.plugins_dir(),
+                env.data_dir(),
+                endpoint()
+            ),
+        )
+        .unwrap();
+        std::process::Command::new(qhost_e2e::processes::qhost_binary())
+            .arg("--config")
+            .arg(&config)
+            .args(["send", "--queue", queue, "--body", "hello"])
+            .envs(qhost_e2e::sqs_server::TEST_ENV)
+            .output()
+            .unwrap()
+    };
+    let unconfigured = send(&target, "");
+    let with_a_missing_plugin = send(&target, &queue_toml("not-created", "not-installed", ""));
+    for out in [&unconfigured, &with_a_missing_plugin] {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let received = drain(&target).await;
+    assert_eq!(received.len(), 2);
+    assert!(received.iter().all(|m| m.body == b"hello"));
+
+    let missing = send("no-such-queue", "");
+    assert!(!missing.status.success());
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(
+        stderr.trim(),
+        "error: SQS queue `no-such-queue` does not exist"
+    );
+}

@@ -10,10 +10,21 @@ use tokio_util::sync::CancellationToken;
 use qhost::config::{self, Config};
 use qhost::message::{Attribute, AttributeValue, Outgoing};
 
+/// `qhost --version`: the release, the WIT package it serves and the wasmtime it embeds (which
+/// decide what plugins it runs, and whether its compiled-code cache carries over).
+static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{} (serves {}, wasmtime {})",
+        env!("CARGO_PKG_VERSION"),
+        qhost::runtime::WIT_PACKAGE,
+        qhost::runtime::WASMTIME_VERSION
+    )
+});
+
 #[derive(Parser)]
 #[command(
     name = "qhost",
-    version,
+    version = VERSION.as_str(),
     about = "Runs queue message handlers compiled to WebAssembly components"
 )]
 struct Cli {
@@ -267,6 +278,7 @@ async fn send(config: Config, args: SendArgs) -> anyhow::Result<()> {
         }
         (None, None) => bail!("give --body or --body-file"),
     };
+    let source = qhost::host::open_source_for(&config, &[&args.queue]).await?;
     let mut msg = Outgoing::new(args.queue, body);
     msg.attributes = args
         .attrs
@@ -282,10 +294,7 @@ async fn send(config: Config, args: SendArgs) -> anyhow::Result<()> {
         .await?
         .remove(0);
     let ids = if args.copies == 1 {
-        qhost::host::open_source(&config)
-            .await?
-            .send(&[msg])
-            .await?
+        source.send(&[msg]).await?
     } else {
         local_queue(&config)?
             .send_copies(&[msg], args.copies)
