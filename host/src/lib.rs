@@ -20,6 +20,7 @@
 //! | [`payload`]     | claim check: payload stores (Redis, S3, local), pointers, allow-list  |
 //! | `pipeline`      | the data path: receive, route, lease, run, one fate per delivery      |
 //! | [`host`]        | wiring: backends by configuration, pollers, shutdown                  |
+//! | [`oneshot`]     | one message through one plugin file, no queue or store (`invoke`)     |
 //! | [`aws`]         | the AWS configuration chain shared by the SQS and S3 backends         |
 //! | [`stats`]       | counters per queue and plugin                                         |
 //! | [`metrics`]     | Prometheus metrics, reading the counters at scrape time               |
@@ -43,6 +44,7 @@ pub mod idempotency;
 pub mod logging;
 pub mod message;
 pub mod metrics;
+pub mod oneshot;
 pub mod payload;
 mod pipeline;
 pub mod redis_link;

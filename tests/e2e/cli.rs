@@ -228,3 +228,64 @@ fn version_names_the_wit_package_and_the_embedded_wasmtime() {
         format!("qhost 0.1.0 (serves qhost:handler@0.1.0, wasmtime {wasmtime})")
     );
 }
+
+#[test]
+fn invoke_runs_one_message_and_says_the_outcome_in_its_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let reminder = plugins.join("email-reminder.wasm");
+    std::fs::write(&reminder, qhost_e2e::plugin_bytes("email-reminder")).unwrap();
+    std::fs::copy(
+        qhost_e2e::workspace().join("plugins/email-reminder/qhost.toml"),
+        plugins.join("email-reminder.toml"),
+    )
+    .unwrap();
+    let fixture = plugins.join("fixture.wasm");
+    std::fs::write(&fixture, qhost_e2e::plugin_bytes("fixture")).unwrap();
+    std::fs::write(plugins.join("fixture.toml"), "[limits]\ntimeout-ms = 300\n").unwrap();
+    let invoke = |file: &std::path::Path, args: &[&str]| {
+        let out = qhost(dir.path())
+            .arg("invoke")
+            .arg(file)
+            .args(args)
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let body = r#"{"reminder-id":"r1","email":"a@example.com","customer":"A","month":"2026-12"}"#;
+
+    let (code, out, err) = invoke(&reminder, &["--body", body]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("key:      r1\n"), "{out}");
+    assert!(out.contains("outcome:  ack\n"), "{out}");
+    assert!(
+        out.contains("outbox:   1 message(s) it would send"),
+        "{out}"
+    );
+    assert!(out.contains("  -> sent-emails  "), "{out}");
+    assert!(out.contains("cost:     "), "{out}");
+
+    let (code, out, err) = invoke(&reminder, &["--body", body, "--set", "sent-queue=other"]);
+    assert_eq!(code, Some(3), "{out}{err}");
+    assert!(
+        err.contains("this plugin may not send to queue `other`"),
+        "its log line: {err}"
+    );
+
+    let (code, out, _) = invoke(&reminder, &["--body", "not a reminder"]);
+    assert_eq!(code, Some(4), "{out}");
+    assert!(out.contains("outcome:  reject: not a reminder"), "{out}");
+
+    let (code, out, _) = invoke(&fixture, &["--body", "sleep:10000"]);
+    assert_eq!(code, Some(5), "{out}");
+    assert!(
+        out.contains("failed: plugin timed out after 300ms"),
+        "{out}"
+    );
+
+    let (code, out, err) = invoke(&plugins.join("absent.wasm"), &["--body", "x"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(err.contains("absent.wasm was not loaded"), "{err}");
+}

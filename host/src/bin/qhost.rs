@@ -70,6 +70,10 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         limit: usize,
     },
+    /// Run one message through a plugin file, with no queue or store, and print what it
+    /// decided, what it would send and what it cost. Exit code: 0 ack, 3 retry, 4 reject (or
+    /// no idempotency key), 5 trap, timeout or memory limit.
+    Invoke(InvokeArgs),
     /// Inspect plugin files.
     Plugins {
         #[command(subcommand)]
@@ -77,11 +81,9 @@ enum Command {
     },
 }
 
+/// A message given on the command line.
 #[derive(Args)]
-struct SendArgs {
-    /// Target queue.
-    #[arg(long, short)]
-    queue: String,
+struct MessageArgs {
     /// Message body.
     #[arg(
         long,
@@ -95,6 +97,32 @@ struct SendArgs {
     /// A string attribute NAME=VALUE, or a number attribute NAME:number=VALUE. Repeatable.
     #[arg(long = "attr", value_name = "NAME=VALUE")]
     attrs: Vec<String>,
+}
+
+impl MessageArgs {
+    /// The body (read from `--body-file` if given so) and the parsed attributes.
+    fn read(self) -> anyhow::Result<(Vec<u8>, Vec<Attribute>)> {
+        let body = match (self.body, self.body_file) {
+            (Some(b), _) => b.into_bytes(),
+            (None, Some(path)) => {
+                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?
+            }
+            (None, None) => bail!("give --body or --body-file"),
+        };
+        let attributes = (self.attrs.iter())
+            .map(|a| parse_attr(a))
+            .collect::<anyhow::Result<_>>()?;
+        Ok((body, attributes))
+    }
+}
+
+#[derive(Args)]
+struct SendArgs {
+    /// Target queue.
+    #[arg(long, short)]
+    queue: String,
+    #[command(flatten)]
+    message: MessageArgs,
     /// Delay before the message is visible, in seconds.
     #[arg(long, default_value_t = 0)]
     delay: u32,
@@ -105,6 +133,18 @@ struct SendArgs {
     /// sometimes does (local queue only): a way to watch duplicate suppression work.
     #[arg(long, default_value_t = 1)]
     copies: usize,
+}
+
+#[derive(Args)]
+struct InvokeArgs {
+    /// The plugin (its manifest, NAME.toml, is read from beside it).
+    file: PathBuf,
+    #[command(flatten)]
+    message: MessageArgs,
+    /// Set a `[config]` entry KEY=VALUE over the manifest's. Repeatable. (`--config` names
+    /// qhost's own configuration file.)
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    settings: Vec<String>,
 }
 
 #[derive(Subcommand)]
@@ -145,7 +185,7 @@ fn main() -> std::process::ExitCode {
     // it held was released, or comes back after its visibility timeout).
     runtime.shutdown_timeout(EXIT_WAIT);
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
@@ -176,7 +216,7 @@ fn load_config(global: &Global) -> anyhow::Result<Config> {
     Config::from_raw(raw).with_context(|| context.unwrap_or_else(|| "in the configuration".into()))
 }
 
-async fn dispatch(cli: Cli) -> anyhow::Result<()> {
+async fn dispatch(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     let config = load_config(&cli.global)?;
     match cli.command {
         Command::Run {
@@ -191,6 +231,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Send(args) => send(config, args).await,
         Command::Peek { queue, limit } => peek(config, &queue, limit).await,
+        Command::Invoke(args) => return invoke(config, args).await,
         Command::Plugins {
             command: PluginsCommand::Check { file },
         } => check(&config, &file),
@@ -198,6 +239,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             command: PluginsCommand::List,
         } => list(&config).await,
     }
+    .map(|()| std::process::ExitCode::SUCCESS)
 }
 
 async fn run(config: Config, until_idle: bool) -> anyhow::Result<()> {
@@ -270,21 +312,75 @@ fn parse_attr(text: &str) -> anyhow::Result<Attribute> {
     })
 }
 
-async fn send(config: Config, args: SendArgs) -> anyhow::Result<()> {
-    let body = match (args.body, args.body_file) {
-        (Some(b), _) => b.into_bytes(),
-        (None, Some(path)) => {
-            std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?
-        }
-        (None, None) => bail!("give --body or --body-file"),
+async fn invoke(config: Config, args: InvokeArgs) -> anyhow::Result<std::process::ExitCode> {
+    use qhost::handler::Outcome;
+    let (body, attributes) = args.message.read()?;
+    let request = qhost::oneshot::Request {
+        body,
+        attributes,
+        config: (args.settings.iter())
+            .map(|s| {
+                s.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .with_context(|| format!("--set `{s}` must be KEY=VALUE"))
+            })
+            .collect::<anyhow::Result<_>>()?,
     };
+    let report = qhost::oneshot::invoke_file(&config, &args.file, request).await?;
+    println!("plugin:   {} {}", report.plugin, report.version);
+    let (outcome, code) = match (&report.key, &report.result) {
+        (Err(e), _) => (format!("reject (not run): {e}"), 4),
+        (_, None) => ("not run".to_string(), 4),
+        (_, Some(Ok(invocation))) => match &invocation.outcome {
+            Outcome::Ack => ("ack".to_string(), 0),
+            Outcome::Retry(secs) => (format!("retry (after at least {secs} s)"), 3),
+            Outcome::Reject(reason) => (format!("reject: {reason}"), 4),
+        },
+        (_, Some(Err(failure))) => (
+            format!("failed: {failure} (retried, then dead-lettered, by a host)"),
+            5,
+        ),
+    };
+    if let Ok(key) = &report.key {
+        println!("key:      {key}");
+    }
+    println!("outcome:  {outcome}");
+    if let Some(Ok(invocation)) = &report.result {
+        let sent = if invocation.outcome == Outcome::Ack {
+            "would send"
+        } else {
+            "would discard"
+        };
+        println!("outbox:   {} message(s) it {sent}", invocation.outbox.len());
+        for m in &invocation.outbox {
+            let attrs: Vec<String> = (m.attributes.iter())
+                .map(|a| format!("{}={}", a.name, a.text().unwrap_or("<binary>")))
+                .collect();
+            println!(
+                "  -> {}  {}  [{}]",
+                m.queue,
+                String::from_utf8_lossy(&m.body),
+                attrs.join(", ")
+            );
+        }
+    }
+    if let Some(c) = report.costs {
+        println!(
+            "cost:     {:.3} ms in all: instantiate {:.3} ms, call {:.3} ms, drop {:.3} ms",
+            report.took.as_secs_f64() * 1e3,
+            c.instantiate.as_secs_f64() * 1e3,
+            c.call.as_secs_f64() * 1e3,
+            c.drop.as_secs_f64() * 1e3,
+        );
+    }
+    Ok(std::process::ExitCode::from(code))
+}
+
+async fn send(config: Config, args: SendArgs) -> anyhow::Result<()> {
+    let (body, attributes) = args.message.read()?;
     let source = qhost::host::open_source_for(&config, &[&args.queue]).await?;
     let mut msg = Outgoing::new(args.queue, body);
-    msg.attributes = args
-        .attrs
-        .iter()
-        .map(|a| parse_attr(a))
-        .collect::<anyhow::Result<_>>()?;
+    msg.attributes = attributes;
     msg.delay_seconds = args.delay;
     msg.group_id = args.group;
     // Large bodies go to the payload store, and a pointer in the message.

@@ -118,13 +118,23 @@ pub(crate) fn check_world(
 
 /// Loads the plugin at `path` (blocking: compiles).
 pub fn load_file(runtime: &Runtime, path: &Path) -> Result<Plugin, LoadError> {
+    load_file_with(runtime, path, |_| {})
+}
+
+/// As [`load_file`], with its manifest changed by `edit` first (`qhost invoke --config`).
+pub fn load_file_with(
+    runtime: &Runtime,
+    path: &Path,
+    edit: impl FnOnce(&mut Manifest),
+) -> Result<Plugin, LoadError> {
     let fail = |reason: anyhow::Error| LoadError {
         path: path.to_path_buf(),
         reason,
     };
     let name = plugin_name(path)
         .ok_or_else(|| fail(anyhow::anyhow!("the file name is not a valid plugin name")))?;
-    let manifest = Manifest::load_or_default(&path.with_extension("toml")).map_err(fail)?;
+    let mut manifest = Manifest::load_or_default(&path.with_extension("toml")).map_err(fail)?;
+    edit(&mut manifest);
     let bytes = std::fs::read(path).context("reading it").map_err(fail)?;
     build(runtime, path, name, &bytes, manifest)
 }

@@ -1,0 +1,120 @@
+//! One message through one plugin file, with no queue and no store: `qhost invoke`, the handler
+//! author's inner loop.
+//!
+//! The plugin is loaded as the host loads it (its manifest beside it, the same engine limits
+//! and compiled-code cache), the key is derived by its manifest, and the call runs under its
+//! deadline and memory limit. What it would send is reported, not sent; nothing is leased or
+//! remembered, so the same message can be tried again and again.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+
+use crate::config::Config;
+use crate::handler::{Failure, HandlerMessage, Invocation};
+use crate::idempotency::key::KeyInput;
+use crate::message::Attribute;
+use crate::runtime::Costs;
+
+/// The message to run, and settings to change in the plugin's `[config]`.
+#[derive(Clone, Debug, Default)]
+pub struct Request {
+    /// The body.
+    pub body: Vec<u8>,
+    /// Its attributes.
+    pub attributes: Vec<Attribute>,
+    /// `[config]` entries set over the manifest's.
+    pub config: Vec<(String, String)>,
+}
+
+/// What happened.
+#[derive(Debug)]
+pub struct Report {
+    /// The plugin name (the file stem).
+    pub plugin: String,
+    /// Its version (content hash).
+    pub version: String,
+    /// The key its manifest derives, or why there is none (then it did not run).
+    pub key: Result<String, String>,
+    /// The handler's answer, or how it failed; `None` when it did not run.
+    pub result: Option<Result<Invocation, Failure>>,
+    /// Instantiate, call and drop time of this one call.
+    pub costs: Option<Costs>,
+    /// Wall-clock time of the whole invocation.
+    pub took: Duration,
+}
+
+/// The queue name the handler is told its message came from.
+pub const QUEUE: &str = "invoke";
+
+/// Loads `path` and runs `request` through it once.
+pub async fn invoke_file(config: &Config, path: &Path, request: Request) -> anyhow::Result<Report> {
+    let runtime = crate::host::runtime_for(config)?;
+    let overrides = request.config.clone();
+    let file = path.to_path_buf();
+    let plugin = tokio::task::spawn_blocking(move || {
+        crate::runtime::loader::load_file_with(&runtime, &file, |manifest| {
+            manifest.config.extend(overrides);
+        })
+    })
+    .await
+    .context("the loader stopped")?
+    .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let id = uuid::Uuid::new_v4().to_string();
+    let idempotency = &plugin.manifest.idempotency;
+    let input = KeyInput {
+        id: &id,
+        body: &request.body,
+        attributes: &request.attributes,
+        sha256: None,
+    };
+    let key = (idempotency.key)
+        .derive_or(input, idempotency.on_missing)
+        .map_err(|e| e.to_string());
+    // Loading may have run an instance already (a check): only this call's costs count.
+    let before = plugin.costs().unwrap_or_default();
+    let started = Instant::now();
+    let result = match &key {
+        Ok(key) => Some(
+            plugin
+                .invoke(HandlerMessage {
+                    id,
+                    idempotency_key: key.clone(),
+                    fencing_token: 1,
+                    queue: QUEUE.into(),
+                    body: request.body,
+                    attributes: request.attributes,
+                    receive_count: 1,
+                    sent_at_ms: now_ms(),
+                    group_id: None,
+                })
+                .await,
+        ),
+        Err(_) => None,
+    };
+    Ok(Report {
+        took: started.elapsed(),
+        plugin: plugin.name.clone(),
+        version: plugin.version.clone(),
+        key,
+        result,
+        costs: plugin.costs().map(|after| since(&before, after)),
+    })
+}
+
+fn since(before: &Costs, after: Costs) -> Costs {
+    Costs {
+        instances: after.instances - before.instances,
+        instantiate: after.instantiate.saturating_sub(before.instantiate),
+        calls: after.calls - before.calls,
+        call: after.call.saturating_sub(before.call),
+        drop: after.drop.saturating_sub(before.drop),
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
