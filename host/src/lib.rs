@@ -20,6 +20,7 @@
 //! | [`payload`]     | claim check: payload stores (Redis, S3, local), pointers, allow-list  |
 //! | `pipeline`      | the data path: receive, route, lease, run, one fate per delivery      |
 //! | [`host`]        | wiring: backends by configuration, pollers, shutdown                  |
+//! | [`dlq`]         | dead letters read and redriven (`qhost dlq`)                          |
 //! | [`oneshot`]     | one message through one plugin file, no queue or store (`invoke`)     |
 //! | [`aws`]         | the AWS configuration chain shared by the SQS and S3 backends         |
 //! | [`stats`]       | counters per queue and plugin                                         |
@@ -38,6 +39,7 @@ pub mod admin;
 pub mod aws;
 pub mod config;
 mod digest;
+pub mod dlq;
 pub mod handler;
 pub mod host;
 pub mod idempotency;

@@ -10,6 +10,7 @@ mod admin;
 mod bad_input;
 mod cli;
 mod cluster;
+mod dlq;
 mod fleet;
 mod hostile;
 mod languages;

@@ -74,6 +74,11 @@ enum Command {
     /// decided, what it would send and what it cost. Exit code: 0 ack, 3 retry, 4 reject (or
     /// no idempotency key), 5 trap, timeout or memory limit.
     Invoke(InvokeArgs),
+    /// Read and redrive dead-letter queues.
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+    },
     /// Inspect plugin files.
     Plugins {
         #[command(subcommand)]
@@ -145,6 +150,30 @@ struct InvokeArgs {
     /// qhost's own configuration file.)
     #[arg(long = "set", value_name = "KEY=VALUE")]
     settings: Vec<String>,
+}
+
+#[derive(Subcommand)]
+enum DlqCommand {
+    /// Show dead letters with why they were dead-lettered, leaving them in place.
+    Peek {
+        /// The dead-letter queue.
+        queue: String,
+        /// At most this many.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// Send dead letters back to the queue each came from (or `--to`), so they run again;
+    /// each is deleted only once its copy is sent.
+    Redrive {
+        /// The dead-letter queue.
+        queue: String,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// Send them here instead of their source queue.
+        #[arg(long)]
+        to: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -232,6 +261,12 @@ async fn dispatch(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Send(args) => send(config, args).await,
         Command::Peek { queue, limit } => peek(config, &queue, limit).await,
         Command::Invoke(args) => return invoke(config, args).await,
+        Command::Dlq {
+            command: DlqCommand::Peek { queue, limit },
+        } => dlq_peek(config, &queue, limit).await,
+        Command::Dlq {
+            command: DlqCommand::Redrive { queue, limit, to },
+        } => dlq_redrive(config, &queue, limit, to.as_deref()).await,
         Command::Plugins {
             command: PluginsCommand::Check { file },
         } => check(&config, &file),
@@ -424,6 +459,60 @@ async fn peek(config: Config, queue: &str, limit: usize) -> anyhow::Result<()> {
             String::from_utf8_lossy(&m.body),
             attrs.join(", ")
         );
+    }
+    Ok(())
+}
+
+async fn dlq_peek(config: Config, queue: &str, limit: usize) -> anyhow::Result<()> {
+    let letters = match config.source {
+        qhost::config::SourceKind::Local => local_queue(&config)?.peek(queue, limit).await?,
+        _ => {
+            let source = qhost::host::open_source_for(&config, &[queue]).await?;
+            qhost::dlq::peek(source.as_ref(), queue, limit).await?
+        }
+    };
+    for m in &letters {
+        let v = qhost::dlq::verdict(m);
+        let body = String::from_utf8_lossy(&m.body);
+        let preview: String = body.chars().take(200).collect();
+        let more = if body.chars().count() > 200 {
+            "…"
+        } else {
+            ""
+        };
+        println!("{}", m.id);
+        println!(
+            "  from {} by {}@{} after {} attempt(s)",
+            v.source_queue.as_deref().unwrap_or("?"),
+            v.plugin,
+            v.version,
+            v.attempts
+        );
+        println!("  reason: {}", v.reason);
+        println!("  body:   {preview}{more}");
+    }
+    println!("{} dead letter(s) shown", letters.len());
+    Ok(())
+}
+
+async fn dlq_redrive(
+    config: Config,
+    queue: &str,
+    limit: usize,
+    to: Option<&str>,
+) -> anyhow::Result<()> {
+    let queues: Vec<&str> = std::iter::once(queue).chain(to).collect();
+    let source = qhost::host::open_source_for(&config, &queues).await?;
+    let done = qhost::dlq::redrive(source.as_ref(), queue, to, limit).await?;
+    for (id, target) in &done.moved {
+        println!("{id} -> {target}");
+    }
+    for (id, why) in &done.left {
+        eprintln!("{id} left in {queue}: {why}");
+    }
+    println!("{} redriven, {} left", done.moved.len(), done.left.len());
+    if !done.left.is_empty() {
+        bail!("{} dead letter(s) could not be redriven", done.left.len());
     }
     Ok(())
 }
