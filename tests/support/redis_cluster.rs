@@ -39,6 +39,9 @@ fn start_node(dir: &Path, port: u16) -> Child {
             &config_file,
             "--cluster-node-timeout",
             "2000",
+            // A replica's first sync starts at once, not after the default 5 s wait for others.
+            "--repl-diskless-sync-delay",
+            "0",
         ],
     )
 }
@@ -72,7 +75,11 @@ impl RedisCluster {
             _dir: dir,
         };
         for &port in &cluster.ports {
-            wait_for(|| cli(port, &["PING"]).trim() == "PONG", "a node to start");
+            wait_for(
+                || cli(port, &["PING"]).trim() == "PONG",
+                "a node to start",
+                String::new,
+            );
         }
         let nodes: Vec<String> = cluster
             .ports
@@ -94,6 +101,20 @@ impl RedisCluster {
             wait_for(
                 || cli(port, &["CLUSTER", "INFO"]).contains("cluster_state:ok"),
                 "the cluster to serve every slot",
+                || cli(port, &["CLUSTER", "NODES"]),
+            );
+        }
+        // A replica that has never synced with its primary refuses to take over from it (its
+        // data is "too old"), so a test that kills a primary must start from synced replicas.
+        for &port in &cluster.ports {
+            wait_for(
+                || {
+                    let replication = cli(port, &["INFO", "replication"]);
+                    replication.contains("role:master")
+                        || replication.contains("master_link_status:up")
+                },
+                "every replica to sync with its primary",
+                || cli(port, &["INFO", "replication"]),
             );
         }
         cluster
@@ -148,6 +169,17 @@ impl RedisCluster {
                         .all(|&p| cli(p, &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
             },
             "a replica to take over the killed primary's slots",
+            || {
+                let live: Vec<u16> = self.ports.iter().copied().filter(|&p| p != port).collect();
+                live.iter()
+                    .map(|&p| {
+                        let nodes = cli(p, &["CLUSTER", "NODES"]);
+                        let replication = cli(p, &["INFO", "replication"]);
+                        format!("node {p}: {nodes}{replication}")
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            },
         );
     }
 
@@ -187,10 +219,14 @@ impl RedisCluster {
     }
 }
 
-fn wait_for(mut ready: impl FnMut() -> bool, what: &str) {
+fn wait_for(mut ready: impl FnMut() -> bool, what: &str, state: impl Fn() -> String) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !ready() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; the cluster:\n{}",
+            state()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
