@@ -295,8 +295,7 @@ impl Host {
             .context("opening the payload stores")?;
         let mut host = Host::assemble(config, source, store, Arc::clone(plugins.registry()));
         host.plugins = Some(plugins);
-        host.payloads = Arc::new(payloads);
-        Ok(host)
+        Ok(host.with_payloads(payloads))
     }
 
     /// A host from parts (for embedding, tests and benchmarks). Its plugins are the ones given;
@@ -340,7 +339,8 @@ impl Host {
     }
 
     /// Uses these payload stores (a host from parts has none).
-    pub fn with_payloads(mut self, payloads: Payloads) -> Self {
+    pub fn with_payloads(mut self, mut payloads: Payloads) -> Self {
+        payloads.count_into(Arc::clone(&self.stats));
         self.payloads = Arc::new(payloads);
         self
     }

@@ -388,15 +388,7 @@ async fn invoke(config: Config, args: InvokeArgs) -> anyhow::Result<std::process
         };
         println!("outbox:   {} message(s) it {sent}", invocation.outbox.len());
         for m in &invocation.outbox {
-            let attrs: Vec<String> = (m.attributes.iter())
-                .map(|a| format!("{}={}", a.name, a.text().unwrap_or("<binary>")))
-                .collect();
-            println!(
-                "  -> {}  {}  [{}]",
-                m.queue,
-                String::from_utf8_lossy(&m.body),
-                attrs.join(", ")
-            );
+            println!("  -> {}  {}", m.queue, shown(&m.body, &m.attributes));
         }
     }
     if let Some(c) = report.costs {
@@ -448,17 +440,7 @@ fn local_queue(config: &Config) -> anyhow::Result<qhost::source::local::LocalQue
 
 async fn peek(config: Config, queue: &str, limit: usize) -> anyhow::Result<()> {
     for m in local_queue(&config)?.peek(queue, limit).await? {
-        let attrs: Vec<String> = m
-            .attributes
-            .iter()
-            .map(|a| format!("{}={}", a.name, a.text().unwrap_or("<binary>")))
-            .collect();
-        println!(
-            "{}  {}  [{}]",
-            m.id,
-            String::from_utf8_lossy(&m.body),
-            attrs.join(", ")
-        );
+        println!("{}  {}", m.id, shown(&m.body, &m.attributes));
     }
     Ok(())
 }
@@ -515,6 +497,14 @@ async fn dlq_redrive(
         bail!("{} dead letter(s) could not be redriven", done.left.len());
     }
     Ok(())
+}
+
+/// A message as the commands print it: `BODY  [NAME=VALUE, …]`.
+fn shown(body: &[u8], attributes: &[Attribute]) -> String {
+    let attrs: Vec<String> = (attributes.iter())
+        .map(|a| format!("{}={}", a.name, a.text().unwrap_or("<binary>")))
+        .collect();
+    format!("{}  [{}]", String::from_utf8_lossy(body), attrs.join(", "))
 }
 
 fn check(config: &Config, file: &std::path::Path) -> anyhow::Result<()> {

@@ -12,6 +12,9 @@
 //! - **Clean-up** ([`Payloads::cleanup`]): once the message's work is recorded complete, its
 //!   payload is deleted (configurable, separately for qhost's pointers and the extended
 //!   client's). A later copy of the message is then acked as a duplicate without fetching.
+//!
+//! The bytes fetched and stored are counted here, where they move, into the host's [`Stats`]
+//! once a host owns the stores ([`Payloads::count_into`]).
 
 pub mod local;
 pub mod pointer;
@@ -25,6 +28,7 @@ use crate::config::{Config, PayloadConfig, PayloadPlace};
 use crate::digest::sha256_hex;
 use crate::message::wire::{self, MAX_MESSAGE_BYTES, POINTER_ATTRIBUTES};
 use crate::message::{Attribute, Outgoing, find_attribute, rules};
+use crate::stats::{PayloadFlow, Stats};
 use local::LocalPayloads;
 use pointer::{Location, Pointer};
 use redis::RedisPayloads;
@@ -71,6 +75,8 @@ pub struct Payloads {
     redis: Option<RedisPayloads>,
     local: Option<Arc<LocalPayloads>>,
     s3: Option<S3Payloads>,
+    /// Where bytes moved are counted, once a host owns these stores.
+    stats: Option<Arc<Stats>>,
 }
 
 impl Payloads {
@@ -113,7 +119,19 @@ impl Payloads {
             redis,
             local,
             s3,
+            stats: None,
         })
+    }
+
+    /// Counts the bytes fetched and stored from now on in `stats`.
+    pub(crate) fn count_into(&mut self, stats: Arc<Stats>) {
+        self.stats = Some(stats);
+    }
+
+    fn count(&self, flow: PayloadFlow, bytes: usize) {
+        if let Some(stats) = &self.stats {
+            stats.record_payload(flow, bytes as u64);
+        }
     }
 
     fn store_for(&self, location: &Location) -> Option<(Box<dyn PayloadStore>, String)> {
@@ -171,6 +189,7 @@ impl Payloads {
             missing_or_larger => ResolveError::Reject(missing_or_larger.to_string()),
         })?;
         let sha256 = check(&pointer, &payload).map_err(ResolveError::Reject)?;
+        self.count(PayloadFlow::Fetched, payload.len());
         Ok(Some(Resolved {
             sha256,
             body: payload,
@@ -241,6 +260,7 @@ impl Payloads {
             .put(&store_key, &msg.body)
             .await
             .map_err(|e| OffloadError::Unavailable(e.to_string()))?;
+        self.count(PayloadFlow::Stored, msg.body.len());
         let pointer = Pointer {
             location,
             size: msg.body.len() as u64,

@@ -13,7 +13,7 @@ use super::route::{Routed, needs_payload, plugin_ref, route, route_with};
 use super::run;
 use crate::idempotency::{IdempotencyError, LeaseRequest};
 use crate::message::Received;
-use crate::stats::{Backend, Event, PayloadFlow};
+use crate::stats::{Backend, Event};
 
 type Permit = Option<OwnedSemaphorePermit>;
 
@@ -102,16 +102,7 @@ async fn run_one(queue: Arc<QueueCtx>, msg: Received) -> Fate {
     let routed = if needs_payload(&queue, &msg) {
         let payloads = Arc::clone(&queue.shared.payloads);
         match payloads.resolve(&msg.body, &msg.attributes).await {
-            Ok(resolved) => {
-                if let Some(r) = &resolved {
-                    let bytes = r.body.len() as u64;
-                    queue
-                        .shared
-                        .stats
-                        .record_payload(PayloadFlow::Fetched, bytes);
-                }
-                route_with(&queue, msg, resolved)
-            }
+            Ok(resolved) => route_with(&queue, msg, resolved),
             Err(e) => {
                 let plugin = plugin_ref(&queue, &msg);
                 let delivery = Delivery::new(Arc::clone(&queue), msg, plugin);

@@ -38,8 +38,8 @@ use crate::handler::Plugin;
 use crate::idempotency::{Completion, IdempotencyError, Lease, Released};
 use crate::message::{Outgoing, Received};
 use crate::metrics::InFlight;
-use crate::payload::{OffloadError, pointer};
-use crate::stats::{Backend, Event, PayloadFlow};
+use crate::payload::OffloadError;
+use crate::stats::{Backend, Event};
 
 /// Where a message stands once the host is done with this delivery.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,10 +217,7 @@ impl Delivery {
                 tracing::warn!(plugin, %key, "lease had already passed to another worker")
             }
             Err(e) => {
-                self.queue
-                    .shared
-                    .stats
-                    .record_backend_error(Backend::Idempotency);
+                self.backend_error(Backend::Idempotency);
                 tracing::warn!(plugin, key = %lease.key, error = %e, "could not release lease; it will lapse")
             }
         }
@@ -282,9 +279,6 @@ impl Delivery {
         let shared = Arc::clone(&self.queue.shared);
         // Large messages are offloaded before the outbox is recorded, so the completed record
         // holds pointers, and a re-send after a crash reuses the same payload keys.
-        let before: Vec<(usize, bool)> = (outbox.iter())
-            .map(|m| (m.body.len(), pointer::is_pointer(&m.attributes)))
-            .collect();
         let outbox = match shared
             .payloads
             .offload_all(&shared.config.namespace, lease.fencing_token, outbox)
@@ -293,15 +287,6 @@ impl Delivery {
             Ok(outbox) => outbox,
             Err(e) => return self.unsendable(lease, e).await,
         };
-        let stored: usize = (outbox.iter().zip(before))
-            .filter(|(m, (_, was))| !was && pointer::is_pointer(&m.attributes))
-            .map(|(_, (size, _))| size)
-            .sum();
-        if stored > 0 {
-            shared
-                .stats
-                .record_payload(PayloadFlow::Stored, stored as u64);
-        }
         let completion = Completion {
             lease,
             outbox: outbox.clone(),
@@ -372,7 +357,7 @@ impl Delivery {
             if let Some(key) = &self.key
                 && let Err(e) = shared.store.outbox_sent(&key.scoped).await
             {
-                shared.stats.record_backend_error(Backend::Idempotency);
+                self.backend_error(Backend::Idempotency);
                 // Harmless: a redelivery would send again, and downstream drops the copy by key.
                 tracing::warn!(key = %key.scoped, error = %e, "could not record the outbox as sent");
             }
@@ -412,7 +397,7 @@ impl Delivery {
             .await
         {
             // It comes back anyway when its visibility timeout lapses.
-            queue.shared.stats.record_backend_error(Backend::Queue);
+            self.backend_error(Backend::Queue);
             tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, "could not set the retry delay");
         }
         Fate::Back
@@ -485,7 +470,7 @@ impl Delivery {
                 let delay = shared.config.retry.max;
                 return self.put_back(delay, Event::Retried).await;
             }
-            shared.stats.record_backend_error(Backend::Queue);
+            self.backend_error(Backend::Queue);
             tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, "dead-letter send failed; keeping the message");
             return self.back_off().await;
         }

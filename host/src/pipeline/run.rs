@@ -14,7 +14,7 @@ use crate::idempotency::Acquired;
 use crate::message::Received;
 use crate::payload::{ResolveError, Resolved, pointer};
 use crate::runtime::manifest::OnConflict;
-use crate::stats::{Backend, Event, PayloadFlow};
+use crate::stats::{Backend, Event};
 use futures_util::FutureExt as _;
 use std::panic::AssertUnwindSafe;
 use tracing::Instrument as _;
@@ -84,10 +84,7 @@ async fn run(mut delivery: Delivery, plugin: Arc<Plugin>, resolved: Option<Resol
             let msg = delivery.msg();
             match shared.payloads.resolve(&msg.body, &msg.attributes).await {
                 Ok(resolved) => {
-                    if let Some(r) = &resolved {
-                        shared
-                            .stats
-                            .record_payload(PayloadFlow::Fetched, r.body.len() as u64);
+                    if resolved.is_some() {
                         delivery.payload_verified();
                     }
                     resolved
