@@ -84,6 +84,18 @@ pub enum Failure {
     Instantiate(String),
 }
 
+impl Failure {
+    /// A short name for the kind of failure, as traces record it in `error.type`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Failure::Trap(_) => "trap",
+            Failure::Timeout(_) => "timeout",
+            Failure::MemoryLimit(_) => "memory_limit",
+            Failure::Instantiate(_) => "instantiate",
+        }
+    }
+}
+
 /// Runs a handler on one message. A wasm plugin's call is cancellable: dropping the future
 /// stops the guest at its next epoch yield (every tick) and drops its instance.
 #[async_trait::async_trait]

@@ -26,6 +26,7 @@
 //! | [`stats`]       | counters per queue and plugin                                         |
 //! | [`metrics`]     | Prometheus metrics, reading the counters at scrape time               |
 //! | [`admin`]       | the admin listener: `/metrics`, `/healthz`, `/readyz`; readiness      |
+//! | [`traces`]      | OpenTelemetry spans per message, OTLP export, W3C context on messages |
 //! | `sqlite`        | the embedded database behind the local backends                       |
 //! | `digest`        | sha256 as hex, the one digest form qhost writes                       |
 //!
@@ -54,6 +55,7 @@ pub mod runtime;
 pub mod source;
 mod sqlite;
 pub mod stats;
+pub mod traces;
 
 pub use config::Config;
 pub use host::Host;

@@ -68,6 +68,27 @@ pub enum Event {
     Conflict,
 }
 
+impl Event {
+    /// The outcome this event ends a delivery with, as metrics and traces name it; `None` for
+    /// events along the way.
+    pub fn outcome(self) -> Option<&'static str> {
+        match self {
+            Event::Acked => Some("acked"),
+            Event::Duplicate => Some("duplicate"),
+            Event::Busy => Some("busy"),
+            Event::Retried => Some("retried"),
+            Event::DeadLettered => Some("dead_lettered"),
+            Event::Released => Some("released"),
+            Event::LostLease => Some("lease_lost"),
+            Event::Received
+            | Event::Invoked
+            | Event::OutboxSent(_)
+            | Event::Failed
+            | Event::Conflict => None,
+        }
+    }
+}
+
 impl Counts {
     fn apply(&mut self, event: Event) {
         match event {
@@ -123,6 +144,15 @@ impl Backend {
             Backend::Queue => "queue",
             Backend::Idempotency => "idempotency",
             Backend::Payload => "payload",
+        }
+    }
+
+    /// The `error.type` a trace records for a failed call to it.
+    pub fn error_type(self) -> &'static str {
+        match self {
+            Backend::Queue => "queue_error",
+            Backend::Idempotency => "idempotency_store_error",
+            Backend::Payload => "payload_store_error",
         }
     }
 }

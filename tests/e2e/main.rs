@@ -20,3 +20,4 @@ mod redis;
 mod reload;
 mod sqs;
 mod storms;
+mod traces;

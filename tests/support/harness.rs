@@ -82,16 +82,26 @@ impl TestEnv {
     /// A configuration for this environment: its directories, retries without delay, short
     /// waits, plus `extra` TOML (queues, limits).
     pub fn config(&self, extra: &str) -> Config {
-        let text = format!(
-            "plugins-dir = {:?}\ndata-dir = {:?}\nshutdown-grace-secs = 5\n[retry]\nbase-secs = 0.01\nmax-secs = 0.05\n{extra}",
-            self.plugins_dir(),
-            self.data_dir()
-        );
-        let mut config = Config::parse(&text).expect("test configuration");
+        let mut config = Config::parse(&self.config_text(extra)).expect("test configuration");
         if let Some(shared) = &self.shared_cache {
             config.compiled_cache = Some(shared.clone());
         }
         config
+    }
+
+    /// The same configuration as [`TestEnv::config`], written to a file for `qhost --config`.
+    pub fn config_file(&self, extra: &str) -> PathBuf {
+        let path = self.dir.path().join("qhost.toml");
+        std::fs::write(&path, self.config_text(extra)).expect("writing the configuration");
+        path
+    }
+
+    fn config_text(&self, extra: &str) -> String {
+        format!(
+            "plugins-dir = {:?}\ndata-dir = {:?}\nshutdown-grace-secs = 5\n[retry]\nbase-secs = 0.01\nmax-secs = 0.05\n{extra}",
+            self.plugins_dir(),
+            self.data_dir()
+        )
     }
 
     /// A host built from `config` the way `qhost run` builds it.

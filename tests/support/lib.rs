@@ -10,6 +10,7 @@ pub mod cpu;
 pub mod deploy;
 pub mod faults;
 pub mod harness;
+pub mod otlp;
 pub mod processes;
 pub mod redis_cluster;
 pub mod redis_server;

@@ -289,15 +289,24 @@ async fn run(config: Config, until_idle: bool) -> anyhow::Result<()> {
         Some(addr) => Some(qhost::admin::AdminServer::start(addr).await?),
         None => None,
     };
+    let traces = qhost::traces::Traces::from_env()?;
+    if let Some(traces) = &traces {
+        tracing::info!(endpoint = traces.endpoint(), "exporting traces over OTLP");
+    }
     let host = qhost::Host::from_config(config).await?.abandon_on(abandon);
     if let Some(admin) = &admin {
         admin.serve_host(host.admin_view());
     }
-    if until_idle {
-        host.run_until_idle(shutdown).await?;
+    let ran = if until_idle {
+        host.run_until_idle(shutdown).await
     } else {
-        host.run(shutdown).await?;
+        host.run(shutdown).await
+    };
+    // The last spans go out even when the run failed: they are what explains it.
+    if let Some(traces) = traces {
+        traces.shutdown().await;
     }
+    ran?;
     println!("{}", host.stats());
     Ok(())
 }

@@ -27,6 +27,17 @@ pub enum SourceKind {
     Sqs(crate::aws::AwsSettings),
 }
 
+impl SourceKind {
+    /// The `messaging.system` value metrics and traces carry: OpenTelemetry's well-known
+    /// `aws_sqs`, or `qhost_local` for the embedded queue.
+    pub fn messaging_system(&self) -> &'static str {
+        match self {
+            SourceKind::Sqs(_) => "aws_sqs",
+            SourceKind::Local => "qhost_local",
+        }
+    }
+}
+
 /// Where leases and completed records live.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreKind {

@@ -23,7 +23,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry as PromRegistry, Unit};
 
-use crate::config::{Config, SourceKind};
+use crate::config::Config;
 use crate::runtime::registry::Registry;
 use crate::source::QueueDepth;
 use crate::stats::Stats;
@@ -64,19 +64,10 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
-/// The `messaging.system` value for the configured queue backend: OpenTelemetry's well-known
-/// `aws_sqs`, or `qhost_local` for the embedded queue.
-fn messaging_system(config: &Config) -> &'static str {
-    match config.source {
-        SourceKind::Sqs(_) => "aws_sqs",
-        SourceKind::Local => "qhost_local",
-    }
-}
-
 impl Metrics {
     /// Metrics for a host with this configuration, reading `stats` and `plugins` at scrape time.
     pub fn new(config: &Config, stats: Arc<Stats>, plugins: Arc<Registry>) -> Self {
-        let system = messaging_system(config);
+        let system = config.source.messaging_system();
         let mut registry = PromRegistry::default();
         let process = Family::<ProcessLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(DURATION_BUCKETS)

@@ -46,6 +46,16 @@ pub enum ResolveError {
     Retry(String),
 }
 
+impl ResolveError {
+    /// A short name for it, as traces record it in `error.type`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ResolveError::Reject(_) => "bad_pointer",
+            ResolveError::Retry(_) => "payload_store_error",
+        }
+    }
+}
+
 /// Why an outgoing message could not be sent as it is.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum OffloadError {

@@ -11,9 +11,11 @@ use super::delivery::{Delivery, Fate, PluginRef};
 use super::heartbeat::Hold;
 use super::route::{Routed, needs_payload, plugin_ref, route, route_with};
 use super::run;
-use crate::idempotency::{IdempotencyError, LeaseRequest};
+use crate::idempotency::{Acquired, IdempotencyError, LeaseRequest};
 use crate::message::Received;
 use crate::stats::{Backend, Event};
+use crate::traces::StepSpan;
+use opentelemetry::KeyValue;
 
 type Permit = Option<OwnedSemaphorePermit>;
 
@@ -73,18 +75,46 @@ async fn lease_and_spawn(queue: &Arc<QueueCtx>, ready: Vec<(Routed, Permit)>) {
         return;
     }
     let requests: Vec<LeaseRequest> = ready.iter().map(|(r, _)| r.request.clone()).collect();
-    match queue.shared.store.acquire(&requests).await {
+    let mut steps: Vec<StepSpan> = ready
+        .iter()
+        .map(|(r, _)| lease_step(r, ready.len()))
+        .collect();
+    let answer = queue.shared.store.acquire(&requests).await;
+    match answer {
         Ok(acquired) => {
-            for ((routed, permit), a) in ready.into_iter().zip(acquired) {
+            for (((routed, permit), a), mut step) in ready.into_iter().zip(acquired).zip(steps) {
+                lease_found(&mut step, &a);
+                drop(step);
                 spawn(queue, run::leased(routed, a), permit);
             }
         }
         Err(e) => {
+            for step in &mut steps {
+                step.error(Backend::Idempotency.error_type(), &e.to_string());
+            }
+            drop(steps);
             for (routed, _permit) in ready {
                 fail_closed(routed.delivery, &e).await;
             }
         }
     }
+}
+
+/// The span of leasing `routed`'s key, in a store call for `batch` keys.
+fn lease_step(routed: &Routed, batch: usize) -> StepSpan {
+    let mut step = routed.delivery.span().step("lease");
+    step.set(|| vec![KeyValue::new("qhost.lease.batch_size", batch as i64)]);
+    step
+}
+
+/// Records on a lease step what the store found.
+fn lease_found(step: &mut StepSpan, acquired: &Acquired) {
+    let found = match acquired {
+        Acquired::Granted(_) => "granted",
+        Acquired::Completed { .. } => "completed",
+        Acquired::Busy { .. } => "busy",
+    };
+    step.set(|| vec![KeyValue::new("qhost.lease.result", found)]);
 }
 
 /// No lease, no run: with the store unreachable the message goes back to the queue, without
@@ -117,12 +147,16 @@ async fn run_one(queue: Arc<QueueCtx>, msg: Received) -> Fate {
         Ok(routed) => routed,
         Err(unroutable) => return (*unroutable).end().await,
     };
-    match queue
-        .shared
-        .store
+    let mut step = lease_step(&routed, 1);
+    let answer = (queue.shared.store)
         .acquire(std::slice::from_ref(&routed.request))
-        .await
-    {
+        .await;
+    match &answer {
+        Ok(acquired) => acquired.iter().for_each(|a| lease_found(&mut step, a)),
+        Err(e) => step.error(Backend::Idempotency.error_type(), &e.to_string()),
+    }
+    drop(step);
+    match answer {
         Ok(mut acquired) if acquired.len() == 1 => run::leased(routed, acquired.remove(0)).await,
         Ok(answers) => {
             let error =

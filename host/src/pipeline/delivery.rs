@@ -40,6 +40,8 @@ use crate::message::{Outgoing, Received};
 use crate::metrics::InFlight;
 use crate::payload::OffloadError;
 use crate::stats::{Backend, Event};
+use crate::traces::MessageSpan;
+use opentelemetry::KeyValue;
 
 /// Where a message stands once the host is done with this delivery.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,13 +116,23 @@ pub(crate) struct Delivery {
     ran_on: Option<String>,
     /// Counts it in flight until it ends.
     _in_flight: InFlight,
+    /// Its trace span, ended with it.
+    span: MessageSpan,
 }
 
 impl Delivery {
     /// A delivery of `msg` from `queue`, for `plugin`.
     pub(crate) fn new(queue: Arc<QueueCtx>, msg: Received, plugin: PluginRef) -> Self {
         let in_flight = queue.shared.metrics.in_flight();
+        let span = MessageSpan::start(queue.shared.config.source.messaging_system(), &msg);
+        span.set(|| {
+            vec![
+                KeyValue::new("qhost.plugin", plugin.name().to_string()),
+                KeyValue::new("qhost.plugin.version", plugin.version().to_string()),
+            ]
+        });
         Delivery {
+            span,
             _in_flight: in_flight,
             queue,
             msg,
@@ -145,6 +157,8 @@ impl Delivery {
 
     /// The delivery with its idempotency key.
     pub(crate) fn keyed(mut self, key: Key) -> Self {
+        let handler = &key.handler;
+        (self.span).set(|| vec![KeyValue::new("qhost.idempotency_key", handler.clone())]);
         self.key = Some(key);
         self
     }
@@ -152,6 +166,8 @@ impl Delivery {
     /// The delivery under `lease`, with its heartbeat running.
     pub(crate) fn leased(mut self, lease: Lease) -> Self {
         self.heartbeat = Heartbeat::start(&self.queue, &self.msg.receipt, &lease);
+        let token = lease.fencing_token;
+        (self.span).set(|| vec![KeyValue::new("qhost.fencing_token", token as i64)]);
         self.lease = Some(lease);
         self
     }
@@ -181,14 +197,31 @@ impl Delivery {
         self.lease.as_ref().map_or(0, |l| l.fencing_token)
     }
 
-    /// Counts `event` for this delivery's queue and plugin.
-    pub(crate) fn record(&self, event: Event) {
-        self.queue.record(self.plugin.name(), event);
+    /// Its trace span.
+    pub(crate) fn span(&self) -> &MessageSpan {
+        &self.span
     }
 
-    /// Counts a failed call to `backend`.
+    /// Counts `event` for this delivery's queue and plugin (and, for an event that ends it,
+    /// records it as the span's outcome).
+    pub(crate) fn record(&self, event: Event) {
+        self.queue.record(self.plugin.name(), event);
+        if let Some(outcome) = event.outcome() {
+            self.span.outcome(outcome);
+            if event == Event::LostLease {
+                (self.span).error("lease_lost", "the lease passed to another worker");
+            }
+        }
+    }
+
+    /// Counts a failed call to `backend`, and marks the span failed by it.
     pub(crate) fn backend_error(&self, backend: Backend) {
         self.shared().stats.record_backend_error(backend);
+        let kind = backend.error_type();
+        (self.span).error(
+            kind,
+            &format!("a call to the {} backend failed", backend.name()),
+        );
     }
 
     /// The retry schedule's delay for this delivery, never less than `asked_secs`.
@@ -266,10 +299,12 @@ impl Delivery {
     pub(crate) async fn ack(mut self, outbox: Vec<Outgoing>) -> Fate {
         self.stop_heartbeat().await;
         let stamped = match (&self.plugin, &self.key) {
-            (PluginRef::Loaded(plugin), Some(key)) => Some((
-                outbox::stamp(&key.handler, plugin, outbox),
-                plugin.manifest.dedup_window(),
-            )),
+            (PluginRef::Loaded(plugin), Some(key)) => {
+                let mut outbox = outbox::stamp(&key.handler, plugin, outbox);
+                let shape = self.shared().config.payload.send_shape();
+                self.span.propagate(&mut outbox, &shape);
+                Some((outbox, plugin.manifest.dedup_window()))
+            }
             _ => None,
         };
         let (Some(lease), Some((outbox, window))) = (self.lease.take(), stamped) else {
@@ -293,7 +328,10 @@ impl Delivery {
             window,
             digest: self.ran_on.take(),
         };
-        match shared.completer.complete(completion).await {
+        let step = self.span.step("complete");
+        let completed = shared.completer.complete(completion).await;
+        drop(step);
+        match completed {
             Ok(()) => {
                 self.record(Event::Acked);
                 self.finish(outbox).await
@@ -341,7 +379,15 @@ impl Delivery {
         self.stop_heartbeat().await;
         if !outbox.is_empty() {
             let shared = Arc::clone(&self.queue.shared);
-            if let Err(e) = shared.source.send(&outbox).await {
+            let mut step = self.span.step("outbox send");
+            let count = outbox.len() as i64;
+            step.set(|| vec![KeyValue::new("messaging.batch.message_count", count)]);
+            let sent = shared.source.send(&outbox).await;
+            if let Err(e) = &sent {
+                step.error("queue_send", &e.to_string());
+            }
+            drop(step);
+            if let Err(e) = sent {
                 if e.is_permanent() {
                     // Sent again, it would be refused again: the message goes to the
                     // dead-letter queue with SQS's word, the outbox stays recorded unsent.
@@ -461,8 +507,15 @@ impl Delivery {
             queue = %msg.queue, message_id = %msg.id, plugin = verdict.plugin, version = verdict.version,
             attempts = verdict.attempts, reason = %reason, "dead-lettering"
         );
+        self.span.error("dead_lettered", &reason);
         let shared = Arc::clone(&self.queue.shared);
-        if let Err(e) = shared.source.send(&[letter]).await {
+        let mut step = self.span.step("dead letter send");
+        let sent = shared.source.send(&[letter]).await;
+        if let Err(e) = &sent {
+            step.error("queue_send", &e.to_string());
+        }
+        drop(step);
+        if let Err(e) = sent {
             if e.is_permanent() {
                 // Nothing qhost can send will be taken: leave the message to the queue's own
                 // redrive policy, looking again only at the longest retry delay.

@@ -82,7 +82,14 @@ async fn run(mut delivery: Delivery, plugin: Arc<Plugin>, resolved: Option<Resol
         Some(resolved) => Some(resolved),
         None => {
             let msg = delivery.msg();
-            match shared.payloads.resolve(&msg.body, &msg.attributes).await {
+            let mut step =
+                pointer::is_pointer(&msg.attributes).then(|| delivery.span().step("payload fetch"));
+            let fetched = shared.payloads.resolve(&msg.body, &msg.attributes).await;
+            if let (Some(step), Err(e)) = (&mut step, &fetched) {
+                step.error(e.kind(), &e.to_string());
+            }
+            drop(step);
+            match fetched {
                 Ok(resolved) => {
                     if resolved.is_some() {
                         delivery.payload_verified();
@@ -124,8 +131,12 @@ async fn run(mut delivery: Delivery, plugin: Arc<Plugin>, resolved: Option<Resol
         Ok(Invocation {
             outcome: Outcome::Reject(reason),
             ..
-        }) => delivery.dead_letter(reason).await,
+        }) => {
+            delivery.span().error("rejected", &reason);
+            delivery.dead_letter(reason).await
+        }
         Err(failure) => {
+            delivery.span().error(failure.kind(), &failure.to_string());
             delivery.record(Event::Failed);
             delivery.retry(failure.to_string(), 0).await
         }
@@ -198,6 +209,19 @@ fn handler_message(delivery: &Delivery, resolved: Option<Resolved>) -> HandlerMe
     }
 }
 
+/// What a step span says of a finished call: the handler's verdict and its outbox size.
+fn invocation_attributes(invocation: &Invocation) -> Vec<opentelemetry::KeyValue> {
+    let verdict = match invocation.outcome {
+        Outcome::Ack => "ack",
+        Outcome::Retry(_) => "retry",
+        Outcome::Reject(_) => "reject",
+    };
+    vec![
+        opentelemetry::KeyValue::new("qhost.handler.verdict", verdict),
+        opentelemetry::KeyValue::new("qhost.outbox.count", invocation.outbox.len() as i64),
+    ]
+}
+
 /// Waits for a slot under the plugin's own concurrency limit (if it has one), then calls it in a
 /// span naming the plugin version, so that every line logged during the call says which build
 /// ran. A panicking native handler is a failure, not a lost task. If this future is dropped
@@ -220,7 +244,14 @@ async fn invoke(
     let span = tracing::info_span!("invoke", plugin = %plugin.name, version = %plugin.version, message_id = %input.id);
     let call = AssertUnwindSafe(plugin.invoke(input).instrument(span)).catch_unwind();
     let started = std::time::Instant::now();
+    let mut step = delivery.span().step("invoke");
     let ended = call.await;
+    match &ended {
+        Ok(Ok(invocation)) => step.set(|| invocation_attributes(invocation)),
+        Ok(Err(failure)) => step.error(failure.kind(), &failure.to_string()),
+        Err(_) => step.error("trap", "the handler panicked"),
+    }
+    drop(step);
     let queue = &delivery.queue().config.name;
     (delivery.shared().metrics).observe_process(
         queue,
