@@ -36,6 +36,7 @@ use crate::source::local::{LocalQueue, Redrive};
 use crate::source::sqs::SqsQueue;
 use crate::source::{QueueSource, SourceError};
 use crate::stats::Stats;
+use crate::traces::Tracer;
 
 /// How long releasing unfinished messages (after the grace period) and flushing the last acks
 /// may take before the host stops waiting for them.
@@ -58,6 +59,8 @@ pub struct Host {
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     abandon: CancellationToken,
+    /// Starts each delivery's span, when traces are on.
+    tracer: Option<Tracer>,
 }
 
 impl std::fmt::Debug for Host {
@@ -328,6 +331,7 @@ impl Host {
             metrics: Arc::new(metrics),
             health: Arc::default(),
             abandon: CancellationToken::new(),
+            tracer: None,
         }
     }
 
@@ -335,6 +339,12 @@ impl Host {
     /// messages are released at once.
     pub fn abandon_on(mut self, abandon: CancellationToken) -> Self {
         self.abandon = abandon;
+        self
+    }
+
+    /// Traces each delivery with `tracer` (see [`crate::traces`]).
+    pub fn traced_by(mut self, tracer: Tracer) -> Self {
+        self.tracer = Some(tracer);
         self
     }
 
@@ -516,6 +526,7 @@ impl Host {
             abandon: self.abandon.child_token(),
             completer: Completer::spawn(Arc::clone(&self.store)),
             payloads: Arc::clone(&self.payloads),
+            tracer: self.tracer.clone(),
         }
     }
 

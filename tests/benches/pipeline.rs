@@ -7,6 +7,9 @@
 //! redis-cli is installed); and the memory a completed key costs in Redis. The cases run
 //! interleaved in three rounds and each figure is its median round.
 //!
+//! The wasm case also runs traced, exporting every span over OTLP/HTTP to a receiver on
+//! loopback, with the spans and bytes exported per message.
+//!
 //! `cargo bench -p qhost-e2e --bench pipeline` (QHOST_BENCH_MESSAGES overrides the 50,000).
 
 use std::sync::Arc;
@@ -21,8 +24,10 @@ use qhost::runtime::manifest::Manifest;
 use qhost::runtime::registry::Registry;
 use qhost::source::QueueSource;
 use qhost::source::local::LocalQueue;
+use qhost::traces::{Tracer, Traces};
 use qhost::{Config, Host};
 use qhost_e2e::cpu::CpuTime;
+use qhost_e2e::otlp::Receiver;
 use qhost_e2e::redis_cluster::RedisCluster;
 use tokio_util::sync::CancellationToken;
 
@@ -60,11 +65,24 @@ struct Run {
 
 /// Runs `n` messages through `plugin` with `store`.
 async fn measure(plugin: Plugin, store: Arc<dyn IdempotencyStore>, n: usize) -> Run {
+    measure_traced(plugin, store, n, None).await
+}
+
+/// Runs `n` messages through `plugin` with `store`, traced by `tracer` if given.
+async fn measure_traced(
+    plugin: Plugin,
+    store: Arc<dyn IdempotencyStore>,
+    n: usize,
+    tracer: Option<Tracer>,
+) -> Run {
     let config = config(&plugin.name);
     let namespace = config.namespace.clone();
     let source = Arc::new(LocalQueue::open(None, Default::default()).expect("queue"));
     fill(&source, n).await;
-    let host = Host::new(config, source, store, Registry::new([plugin]));
+    let mut host = Host::new(config, source, store, Registry::new([plugin]));
+    if let Some(tracer) = tracer {
+        host = host.traced_by(tracer);
+    }
     let cpu = CpuTime::now();
     let started = Instant::now();
     host.run_until_idle(CancellationToken::new())
@@ -171,13 +189,19 @@ async fn main() {
         ),
         None => None,
     };
+    // Traces exported over OTLP/HTTP to a receiver on loopback that keeps the bytes.
+    let receiver = Receiver::start().await;
+    let traces = Traces::exporting_to(format!("{}/v1/traces", receiver.endpoint()))
+        .expect("the trace exporter");
     // Rounds interleave the cases, so a machine that drifts moves them all alike; each figure is
     // the round with the median rate.
-    let (mut native, mut wasm, mut with_redis, mut on_cluster) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut native, mut wasm, mut traced, mut with_redis, mut on_cluster) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
         native.push(measure(native_plugin(), local_store(), n).await);
         wasm.push(measure(wasm_plugin(), local_store(), n).await);
+        let tracer = Some(traces.tracer());
+        traced.push(measure_traced(wasm_plugin(), local_store(), n, tracer).await);
         if let Ok(redis) = &redis {
             with_redis.push(measure(wasm_plugin(), Arc::new(redis.clone()), n).await);
         }
@@ -194,12 +218,30 @@ async fn main() {
     );
     let native = median(native);
     row("native handler, local store", &native, &native, n, "");
+    let wasm = median(wasm);
     row(
         "wasm plugin, local store",
-        &median(wasm),
+        &wasm,
         &native,
         n,
         "(fresh instance per message)",
+    );
+    traces.shutdown().await;
+    let spans = receiver.spans();
+    let traced = median(traced);
+    row(
+        "  and traced (OTLP/HTTP)",
+        &traced,
+        &native,
+        n,
+        &format!(
+            "({:.2} of the untraced rate, {:.2}x its CPU; {:.1} spans and {:.0} bytes exported \
+             per message)",
+            traced.rate / wasm.rate,
+            traced.cpu.micros_per(n) / wasm.cpu.micros_per(n),
+            spans.len() as f64 / (n * rounds) as f64,
+            receiver.bytes() as f64 / (n * rounds) as f64,
+        ),
     );
     let mut single_rate = None;
     match &redis {

@@ -84,7 +84,7 @@ async fn a_messages_trace_runs_from_its_producer_through_the_handler_to_its_outb
     let traceparent = format!("00-{TRACE_ID}-{PRODUCER_SPAN}-01");
     let ids = queue
         .send(&[
-            message("send:next:hello", Some(&traceparent)),
+            message("stderr:100;send:next:hello", Some(&traceparent)),
             message("reject:not for us", None),
             message("trap", None),
         ])
@@ -96,6 +96,7 @@ async fn a_messages_trace_runs_from_its_producer_through_the_handler_to_its_outb
         let vars = [
             ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
             ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("QHOST_LOG_FORMAT", "json"),
         ];
         run_until_idle(&config, &vars)
     })
@@ -140,6 +141,14 @@ async fn a_messages_trace_runs_from_its_producer_through_the_handler_to_its_outb
         .expect("the invoke span");
     assert_eq!(invoke.attr("qhost.handler.verdict"), Some("ack"));
     assert_eq!(invoke.attr("qhost.outbox.count"), Some("1"));
+
+    // What the handler logged carries the trace id.
+    let logged = log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|line| line["target"] == "qhost::plugin")
+        .unwrap_or_else(|| panic!("no handler line in {log}"));
+    assert_eq!(logged["span"]["trace_id"], TRACE_ID, "{logged}");
 
     // What the handler sent carries the trace on, as the process span's child.
     let expected = format!("00-{TRACE_ID}-{}-01", sent.span_id);

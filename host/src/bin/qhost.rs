@@ -293,7 +293,10 @@ async fn run(config: Config, until_idle: bool) -> anyhow::Result<()> {
     if let Some(traces) = &traces {
         tracing::info!(endpoint = traces.endpoint(), "exporting traces over OTLP");
     }
-    let host = qhost::Host::from_config(config).await?.abandon_on(abandon);
+    let mut host = qhost::Host::from_config(config).await?.abandon_on(abandon);
+    if let Some(traces) = &traces {
+        host = host.traced_by(traces.tracer());
+    }
     if let Some(admin) = &admin {
         admin.serve_host(host.admin_view());
     }

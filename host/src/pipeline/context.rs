@@ -17,6 +17,7 @@ use crate::payload::Payloads;
 use crate::runtime::registry::Registry;
 use crate::source::QueueSource;
 use crate::stats::{Event, Stats};
+use crate::traces::Tracer;
 
 /// What every part of the pipeline shares.
 pub(crate) struct Shared {
@@ -42,6 +43,8 @@ pub(crate) struct Shared {
     pub(crate) completer: Completer,
     /// Payload stores: pointers in, large outbox messages out.
     pub(crate) payloads: Arc<Payloads>,
+    /// Starts each delivery's span, when traces are on.
+    pub(crate) tracer: Option<Tracer>,
 }
 
 impl std::fmt::Debug for Shared {

@@ -124,7 +124,9 @@ impl Delivery {
     /// A delivery of `msg` from `queue`, for `plugin`.
     pub(crate) fn new(queue: Arc<QueueCtx>, msg: Received, plugin: PluginRef) -> Self {
         let in_flight = queue.shared.metrics.in_flight();
-        let span = MessageSpan::start(queue.shared.config.source.messaging_system(), &msg);
+        let shared = &queue.shared;
+        let system = shared.config.source.messaging_system();
+        let span = MessageSpan::start(shared.tracer.as_ref(), system, &msg);
         span.set(|| {
             vec![
                 KeyValue::new("qhost.plugin", plugin.name().to_string()),

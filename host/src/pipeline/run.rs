@@ -241,7 +241,10 @@ async fn invoke(
     delivery.record(Event::Invoked);
     let stats = &delivery.shared().stats;
     stats.record_invocation(&plugin.name, &plugin.version);
-    let span = tracing::info_span!("invoke", plugin = %plugin.name, version = %plugin.version, message_id = %input.id);
+    let span = tracing::info_span!("invoke", plugin = %plugin.name, version = %plugin.version, message_id = %input.id, trace_id = tracing::field::Empty);
+    if let Some(trace_id) = delivery.span().trace_id() {
+        span.record("trace_id", trace_id);
+    }
     let call = AssertUnwindSafe(plugin.invoke(input).instrument(span)).catch_unwind();
     let started = std::time::Instant::now();
     let mut step = delivery.span().step("invoke");

@@ -17,6 +17,7 @@ use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 
+use super::Tracer;
 use super::client::OnRuntime;
 
 /// How long one export may take.
@@ -55,9 +56,15 @@ impl Traces {
     /// Traces as the environment configures them: `None` when off. Call within the tokio
     /// runtime the host runs on (exports run on it).
     pub fn from_env() -> Result<Option<Traces>, TraceError> {
-        let Some(endpoint) = endpoint(|name| std::env::var(name).ok())? else {
-            return Ok(None);
-        };
+        match endpoint(|name| std::env::var(name).ok())? {
+            Some(endpoint) => Self::exporting_to(endpoint).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Traces exported to `endpoint`, the full URL of an OTLP/HTTP traces receiver
+    /// (`…/v1/traces`). Call within the tokio runtime the host runs on.
+    pub fn exporting_to(endpoint: String) -> Result<Traces, TraceError> {
         let client = OnRuntime::new(tokio::runtime::Handle::current(), EXPORT_TIMEOUT)
             .map_err(|e| TraceError::Exporter(format!("loading the platform's CA roots: {e}")))?;
         let exporter = opentelemetry_otlp::SpanExporter::builder()
@@ -72,14 +79,16 @@ impl Traces {
             .with_batch_exporter(exporter)
             .with_resource(resource())
             .build();
+        Ok(Traces { provider, endpoint })
+    }
+
+    /// The tracer for a host whose spans go to this exporter.
+    pub fn tracer(&self) -> Tracer {
         let scope = opentelemetry::InstrumentationScope::builder("qhost")
             .with_version(env!("CARGO_PKG_VERSION"))
             .build();
-        // One exporter per process: a second call keeps the first tracer.
-        let _ = super::TRACER.set(opentelemetry::trace::TracerProvider::tracer_with_scope(
-            &provider, scope,
-        ));
-        Ok(Some(Traces { provider, endpoint }))
+        let tracer = opentelemetry::trace::TracerProvider::tracer_with_scope(&self.provider, scope);
+        Tracer(std::sync::Arc::new(tracer))
     }
 
     /// Where spans go.

@@ -8,8 +8,10 @@
 //! not from the task that polled it. A value the [`Delivery`](crate::pipeline) owns says that
 //! plainly, and log lines keep their own short spans.
 //!
-//! Off unless an OTLP endpoint is configured ([`Traces::from_env`]): then no span is built, no
-//! attribute allocated, and nothing is written to outgoing messages.
+//! Off unless an OTLP endpoint is configured ([`Traces::from_env`]) and the host is given its
+//! [`Tracer`] ([`Host::traced_by`](crate::Host::traced_by)): otherwise no span is built, no
+//! attribute allocated, and nothing is written to outgoing messages. The tracer belongs to a
+//! host, not to the process, as its metrics registry does.
 //!
 //! | module    | what                                                                 |
 //! |-----------|----------------------------------------------------------------------|
@@ -23,17 +25,13 @@ mod client;
 mod install;
 mod span;
 
-use std::sync::OnceLock;
+use std::sync::Arc;
 
 use opentelemetry_sdk::trace::SdkTracer;
 
 pub use install::{TraceError, Traces};
 pub(crate) use span::{MessageSpan, StepSpan};
 
-/// The process's tracer, once traces are exported.
-static TRACER: OnceLock<SdkTracer> = OnceLock::new();
-
-/// The tracer, or `None` when traces are off.
-fn tracer() -> Option<&'static SdkTracer> {
-    TRACER.get()
-}
+/// What starts a host's spans; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Tracer(Arc<SdkTracer>);

@@ -12,26 +12,27 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::Span as SdkSpan;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::carrier;
+use super::{Tracer, carrier};
 use crate::message::rules::SendShape;
 use crate::message::{Outgoing, Received};
 
 /// The span of one delivery.
 #[derive(Debug, Default)]
 pub(crate) struct MessageSpan {
-    /// The context holding the span; `None` when traces are off.
-    cx: Option<Context>,
+    /// The context holding the span, and the tracer for its steps; `None` when traces are off.
+    cx: Option<(Context, Tracer)>,
     /// Whether the span is marked failed: the first cause names the error.
     failed: AtomicBool,
 }
 
 impl MessageSpan {
     /// Starts the span of `msg`, received from a `system` queue, continuing the trace its
-    /// attributes carry.
-    pub(crate) fn start(system: &'static str, msg: &Received) -> Self {
-        let Some(tracer) = super::tracer() else {
+    /// attributes carry; an empty span without a tracer.
+    pub(crate) fn start(tracer: Option<&Tracer>, system: &'static str, msg: &Received) -> Self {
+        let Some(traced) = tracer else {
             return MessageSpan::default();
         };
+        let tracer = &*traced.0;
         let parent = carrier::extract(&msg.attributes);
         let mut attributes = vec![
             KeyValue::new("messaging.system", system),
@@ -51,14 +52,14 @@ impl MessageSpan {
             .with_attributes(attributes)
             .start_with_context(tracer, &parent);
         MessageSpan {
-            cx: Some(parent.with_span(span)),
+            cx: Some((parent.with_span(span), traced.clone())),
             failed: AtomicBool::new(false),
         }
     }
 
     /// Sets attributes, built only when traces are on.
     pub(crate) fn set(&self, attributes: impl FnOnce() -> Vec<KeyValue>) {
-        if let Some(cx) = &self.cx {
+        if let Some((cx, _)) = &self.cx {
             cx.span().set_attributes(attributes());
         }
     }
@@ -72,7 +73,7 @@ impl MessageSpan {
     /// says what happened. The first cause stays (a timeout that ends in a dead letter is a
     /// timeout, and `qhost.outcome` says how it ended).
     pub(crate) fn error(&self, kind: &'static str, description: &str) {
-        if let Some(cx) = &self.cx
+        if let Some((cx, _)) = &self.cx
             && !self.failed.swap(true, Ordering::Relaxed)
         {
             let span = cx.span();
@@ -81,9 +82,18 @@ impl MessageSpan {
         }
     }
 
+    /// The trace id, as hex, when the span is sampled: log lines carry it, to find the trace.
+    pub(crate) fn trace_id(&self) -> Option<String> {
+        let (cx, _) = self.cx.as_ref()?;
+        let span = cx.span();
+        let context = span.span_context();
+        context.is_sampled().then(|| context.trace_id().to_string())
+    }
+
     /// Starts a child span for one step.
     pub(crate) fn step(&self, name: &'static str) -> StepSpan {
-        let span = self.cx.as_ref().zip(super::tracer()).map(|(cx, tracer)| {
+        let span = self.cx.as_ref().map(|(cx, tracer)| {
+            let tracer = &*tracer.0;
             tracer
                 .span_builder(name)
                 .with_kind(SpanKind::Internal)
@@ -94,7 +104,7 @@ impl MessageSpan {
 
     /// Writes this span's context into `outbox` where it fits (see [`carrier::inject`]).
     pub(crate) fn propagate(&self, outbox: &mut [Outgoing], shape: &SendShape) {
-        if let Some(cx) = &self.cx {
+        if let Some((cx, _)) = &self.cx {
             carrier::inject(cx, outbox, shape);
         }
     }
@@ -102,7 +112,7 @@ impl MessageSpan {
 
 impl Drop for MessageSpan {
     fn drop(&mut self) {
-        if let Some(cx) = &self.cx {
+        if let Some((cx, _)) = &self.cx {
             cx.span().end();
         }
     }
