@@ -43,10 +43,10 @@ async fn a_batch_across_slots_and_shards_is_acquired_and_completed() {
         })
         .collect();
     assert!(leases.iter().all(|l| l.fencing_token == 1));
-    let trips = store.round_trips();
-    assert!(
-        trips > 1,
-        "keys in different slots went in one pipeline ({trips} round trips)"
+    assert_eq!(
+        store.round_trips(),
+        3,
+        "one pipeline per primary, whatever the slots"
     );
 
     let completions: Vec<Completion> = leases
@@ -60,8 +60,10 @@ async fn a_batch_across_slots_and_shards_is_acquired_and_completed() {
         .collect();
     let done = store.complete(&completions).await.expect("complete");
     assert!(done.iter().all(Result::is_ok), "{done:?}");
+    assert_eq!(store.round_trips(), 6);
 
     let again = store.acquire(&batch).await.expect("acquire again");
+    assert_eq!(store.round_trips(), 9);
     assert!(
         again
             .iter()
@@ -76,6 +78,84 @@ async fn a_batch_across_slots_and_shards_is_acquired_and_completed() {
             "no key landed on the primary at {port}"
         );
     }
+}
+
+/// A slot that moves to another primary between a lease and its completion: the store's node
+/// map is stale, the old primary answers `MOVED` for that slot's keys without running their
+/// scripts, and those are sent again alone to the new one. Every key completes once, keeping
+/// its token, and the next batch goes by the map read again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slot_moved_between_lease_and_completion_still_completes() {
+    let cluster = RedisCluster::start(3);
+    let store = RedisStore::connect_to(&cluster.target())
+        .await
+        .expect("cluster store");
+    let ns = unique_namespace("cluster-moved");
+    let batch = requests(&ns, 30);
+    let leases: Vec<_> = (store.acquire(&batch).await.expect("acquire"))
+        .into_iter()
+        .map(|a| match a {
+            Acquired::Granted(lease) => lease,
+            other => panic!("expected a grant, got {other:?}"),
+        })
+        .collect();
+    let moved_key = &batch[0].key;
+    let slot = cluster.slot_of(moved_key);
+    let sharing: usize = batch
+        .iter()
+        .filter(|r| cluster.slot_of(&r.key) == slot)
+        .count();
+    let owner = cluster
+        .primaries()
+        .into_iter()
+        .find(|&p| {
+            cluster
+                .slots_of(p)
+                .iter()
+                .any(|&(a, b)| (a..=b).contains(&slot))
+        })
+        .expect("the slot's primary");
+    let to = cluster
+        .primaries()
+        .into_iter()
+        .find(|&p| p != owner)
+        .expect("another primary");
+    cluster.move_slot(slot, to);
+
+    let before = store.round_trips();
+    let completions: Vec<Completion> = leases
+        .into_iter()
+        .map(|lease| Completion {
+            lease,
+            outbox: vec![],
+            window: Duration::from_secs(60),
+            digest: None,
+        })
+        .collect();
+    let done = store.complete(&completions).await.expect("complete");
+    assert!(done.iter().all(Result::is_ok), "{done:?}");
+    assert_eq!(
+        store.round_trips() - before,
+        3 + sharing as u64,
+        "one pipeline per primary, then each moved key alone"
+    );
+    let again = store.acquire(&batch).await.expect("acquire again");
+    assert!(
+        again
+            .iter()
+            .all(|a| matches!(a, Acquired::Completed { .. })),
+        "{again:?}"
+    );
+    assert!(
+        cluster.memory_usage(moved_key).is_some(),
+        "the moved key's record is kept"
+    );
+    assert!(
+        cluster
+            .slots_of(to)
+            .iter()
+            .any(|&(a, b)| (a..=b).contains(&slot))
+    );
 }
 
 /// A host configured with `cluster = true` and seed URLs: 40 jobs each sent twice run once each,

@@ -18,7 +18,7 @@ use qhost::source::sqs::SqsQueue;
 use qhost_e2e::harness::{TestEnv, attr};
 use qhost_e2e::processes::HostProcess;
 use qhost_e2e::redis_cluster::RedisCluster;
-use qhost_e2e::redis_server::{state_word, unique_namespace};
+use qhost_e2e::redis_server::{record_cmd, state_word, unique_namespace};
 use qhost_e2e::sqs_server::{create_queue, drain, endpoint, sdk_config, unique};
 
 const JOBS: usize = 120;
@@ -161,13 +161,10 @@ async fn a_fleet_on_a_cluster_survives_a_killed_host_and_a_killed_primary() {
     let mut lost_with_the_primary = 0;
     for i in 0..JOBS {
         let key = qhost::idempotency::key::scoped(&ns, "fixture", &format!("j-{i}"));
-        let (state, fence): (Option<String>, Option<u64>) = redis::cmd("HMGET")
-            .arg(&key)
-            .arg("s")
-            .arg("f")
+        let (state, fence): (Option<String>, Option<u64>) = record_cmd(&key)
             .query_async(&mut conn)
             .await
-            .expect("HMGET");
+            .expect("a record");
         if state.is_none() {
             let slot = cluster.slot_of(&key);
             assert!(

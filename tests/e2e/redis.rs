@@ -162,17 +162,10 @@ async fn one_record_per_key_keeps_its_token_and_counts_failed_runs() {
         (3_500_000..=3_600_000).contains(&record_ttl),
         "the completed record lives its window: {record_ttl} ms"
     );
-    let fields: Vec<String> = redis::cmd("HKEYS")
-        .arg(&key)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let mut fields = fields;
-    fields.sort();
     assert_eq!(
-        fields,
-        vec!["f", "s"],
-        "completion forgets the owner, the lease's end and the failures"
+        string_record(&mut conn, &key).await,
+        "c:4",
+        "completion keeps the token and forgets the owner, the lease's end and the failures"
     );
     let siblings: u64 = redis::cmd("EXISTS")
         .arg(format!("{key}:fence"))
@@ -181,6 +174,98 @@ async fn one_record_per_key_keeps_its_token_and_counts_failed_runs() {
         .await
         .unwrap();
     assert_eq!(siblings, 0, "one key per message, no counters beside it");
+}
+
+/// What `GET` reads of a record that is a string (a completed one).
+async fn string_record(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> String {
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("a completed record is a string")
+}
+
+/// A record completed with an outbox stays a hash until the outbox is sent, then becomes the
+/// string `c:TOKEN:DIGEST` for the rest of its window; either way the key is completed, with its
+/// digest, and no owner's call can touch it.
+#[tokio::test]
+async fn a_completed_record_shrinks_to_a_string_once_its_outbox_is_sent() {
+    let store = RedisStore::connect(&shared_url()).await.unwrap();
+    let mut conn = connect(&shared_url()).await;
+    let key = qhost::idempotency::key::scoped(&unique_namespace("compact"), "p", "k");
+    let lease = grant(&store, &key, Duration::from_secs(30)).await;
+    let digest = "ab".repeat(32);
+    let done = Completion {
+        lease: lease.clone(),
+        outbox: vec![Outgoing::new("next", b"hello".to_vec())],
+        window: Duration::from_secs(3600),
+        digest: Some(digest.clone()),
+    };
+    assert_eq!(store.complete(&[done]).await.unwrap(), vec![Ok(())]);
+    let found = store
+        .acquire(&[request(&key, Duration::from_secs(5))])
+        .await
+        .unwrap();
+    let [
+        Acquired::Completed {
+            pending_outbox,
+            digest: seen,
+            ..
+        },
+    ] = found.as_slice()
+    else {
+        panic!("{found:?}");
+    };
+    assert_eq!(
+        (pending_outbox.len(), seen.as_deref()),
+        (1, Some(digest.as_str()))
+    );
+
+    store.outbox_sent(&key).await.unwrap();
+    assert_eq!(
+        string_record(&mut conn, &key).await,
+        format!("c:1:{digest}")
+    );
+    let ttl = pttl(&mut conn, &key).await;
+    assert!(
+        (3_500_000..=3_600_000).contains(&ttl),
+        "the window goes on: {ttl} ms"
+    );
+    let found = store
+        .acquire(&[request(&key, Duration::from_secs(5))])
+        .await
+        .unwrap();
+    let [
+        Acquired::Completed {
+            pending_outbox,
+            digest: seen,
+            ..
+        },
+    ] = found.as_slice()
+    else {
+        panic!("{found:?}");
+    };
+    assert_eq!(
+        (pending_outbox.len(), seen.as_deref()),
+        (0, Some(digest.as_str()))
+    );
+    assert_eq!(
+        store.status(&key).await.unwrap(),
+        KeyStatus::Completed { pending_outbox: 0 }
+    );
+    assert!(matches!(
+        store.extend(&lease, Duration::from_secs(5)).await,
+        Err(IdempotencyError::LeaseLost(_))
+    ));
+    assert!(matches!(
+        store.release(&lease, Released::Failed).await,
+        Err(IdempotencyError::LeaseLost(_))
+    ));
+    store.outbox_sent(&key).await.unwrap();
+    assert_eq!(
+        string_record(&mut conn, &key).await,
+        format!("c:1:{digest}")
+    );
 }
 
 /// Records written by the earlier layout (long field names, a separate fencing counter) are

@@ -13,7 +13,7 @@ use qhost::source::QueueSource;
 use qhost::source::local::LocalQueue;
 use qhost_e2e::harness::{TestEnv, attr, contents};
 use qhost_e2e::processes::{HostProcess, summary_column};
-use qhost_e2e::redis_server::{connect, shared_url, state_word, unique_namespace};
+use qhost_e2e::redis_server::{connect, record_cmd, record_reply, shared_url, unique_namespace};
 
 const JOBS: usize = 2000;
 
@@ -97,14 +97,11 @@ async fn records(ns: &str, plugin: &str, keys: &[String]) -> Vec<(Option<String>
         let mut pipe = redis::pipe();
         for k in chunk {
             let record = qhost::idempotency::key::scoped(ns, plugin, k);
-            pipe.cmd("HMGET").arg(&record).arg("s").arg("f");
+            pipe.add_command(record_cmd(&record));
         }
         let rows: Vec<(Option<String>, Option<u64>)> =
             pipe.query_async(&mut conn).await.expect("pipeline");
-        out.extend(
-            rows.into_iter()
-                .map(|(state, fence)| (state.as_deref().map(state_word), fence)),
-        );
+        out.extend(rows.into_iter().map(record_reply));
     }
     out
 }

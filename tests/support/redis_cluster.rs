@@ -26,6 +26,29 @@ fn free_cluster_port(taken: &[u16]) -> u16 {
     }
 }
 
+/// Starts a node on a free port. A port found free can be taken before the node binds it (by
+/// another test's server, or a bus port): a node that exits instead of answering is started
+/// again on another port.
+fn start_node_on_a_free_port(dir: &Path, taken: &[u16]) -> (u16, Child) {
+    for _ in 0..5 {
+        let port = free_cluster_port(taken);
+        let mut child = start_node(dir, port);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if cli(port, &["PING"]).trim() == "PONG" {
+                return (port, child);
+            }
+            if child.try_wait().ok().flatten().is_some() || Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    panic!("no cluster node started after 5 ports");
+}
+
 fn start_node(dir: &Path, port: u16) -> Child {
     let config_file = dir.join(format!("nodes-{port}.conf")).display().to_string();
     crate::redis_server::spawn_redis_server(
@@ -60,27 +83,17 @@ impl RedisCluster {
     /// every slot.
     pub fn start(primaries: usize) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
-        let mut ports = Vec::new();
+        let (mut ports, mut children) = (Vec::new(), Vec::new());
         for _ in 0..primaries * 2 {
-            let port = free_cluster_port(&ports);
+            let (port, child) = start_node_on_a_free_port(dir.path(), &ports);
             ports.push(port);
+            children.push(Some(child));
         }
-        let children = ports
-            .iter()
-            .map(|&port| Some(start_node(dir.path(), port)))
-            .collect();
         let cluster = RedisCluster {
             ports,
             children,
             _dir: dir,
         };
-        for &port in &cluster.ports {
-            wait_for(
-                || cli(port, &["PING"]).trim() == "PONG",
-                "a node to start",
-                String::new,
-            );
-        }
         let nodes: Vec<String> = cluster
             .ports
             .iter()
@@ -204,6 +217,59 @@ impl RedisCluster {
             .into_iter()
             .find_map(|p| cli(p, &["CLUSTER", "KEYSLOT", key]).trim().parse().ok())
             .expect("a live node answers CLUSTER KEYSLOT")
+    }
+
+    /// Moves `slot`, with its keys, to the primary at `to`, as `redis-cli --cluster reshard`
+    /// does (IMPORTING, MIGRATING, MIGRATE, then the new owner announced to every node). A
+    /// client that has not seen the move is answered `MOVED` for the slot's keys.
+    pub fn move_slot(&self, slot: u16, to: u16) {
+        let from = self
+            .primaries()
+            .into_iter()
+            .find(|&p| {
+                self.slots_of(p)
+                    .iter()
+                    .any(|&(a, b)| (a..=b).contains(&slot))
+            })
+            .expect("a primary serving the slot");
+        assert_ne!(from, to, "slot {slot} is already on {to}");
+        let id = |port| cli(port, &["CLUSTER", "MYID"]).trim().to_string();
+        let (from_id, to_id) = (id(from), id(to));
+        let slot = slot.to_string();
+        cli(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]);
+        cli(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]);
+        let keys = cli(from, &["CLUSTER", "GETKEYSINSLOT", &slot, "1000"]);
+        let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+        if !keys.is_empty() {
+            let port = to.to_string();
+            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            args.extend(keys);
+            let migrated = cli(from, &args);
+            assert!(migrated.trim() == "OK", "MIGRATE: {migrated}");
+        }
+        for port in self.primaries() {
+            cli(port, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
+        }
+        wait_for(
+            || {
+                self.primaries().into_iter().all(|p| {
+                    cli(p, &["CLUSTER", "NODES"]).lines().any(|l| {
+                        l.starts_with(&to_id)
+                            && l.split_whitespace().skip(8).any(|r| {
+                                let (a, b) = r.split_once('-').unwrap_or((r, r));
+                                a.parse::<u16>()
+                                    .ok()
+                                    .zip(b.parse::<u16>().ok())
+                                    .is_some_and(|(a, b)| {
+                                        (a..=b).contains(&slot.parse::<u16>().unwrap_or(0))
+                                    })
+                            })
+                    })
+                })
+            },
+            "every primary to see the moved slot's new owner",
+            || cli(to, &["CLUSTER", "NODES"]),
+        );
     }
 
     /// Keys stored on the node at `port`.

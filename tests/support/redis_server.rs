@@ -37,19 +37,32 @@ pub fn state_word(letter: &str) -> String {
     .to_string()
 }
 
-/// Fields of a key record: (state, fencing token).
+/// Reads a key record as `{state letter, fencing token}`, whichever form it has: a hash
+/// (leased, released, or completed with its outbox unsent), or the string `c:TOKEN[:DIGEST]`
+/// a completed record becomes.
+const RECORD_LUA: &str = "if redis.call('TYPE', KEYS[1]).ok == 'string' then \
+     return {'c', string.match(redis.call('GET', KEYS[1]), '^c:(%d+)')} end \
+     return redis.call('HMGET', KEYS[1], 's', 'f')";
+
+/// The command that reads a key record (see [`record`]); on a cluster it goes to the key's slot.
+pub fn record_cmd(key: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(RECORD_LUA).arg(1).arg(key);
+    cmd
+}
+
+/// A key record's (state, fencing token), as [`record_cmd`] reads it.
+pub fn record_reply(reply: (Option<String>, Option<u64>)) -> (Option<String>, Option<u64>) {
+    (reply.0.as_deref().map(state_word), reply.1)
+}
+
+/// A key record: (state, fencing token).
 pub async fn record(
     conn: &mut redis::aio::MultiplexedConnection,
     key: &str,
 ) -> (Option<String>, Option<u64>) {
-    let (state, fence): (Option<String>, Option<u64>) = redis::cmd("HMGET")
-        .arg(key)
-        .arg("s")
-        .arg("f")
-        .query_async(conn)
-        .await
-        .expect("HMGET");
-    (state.as_deref().map(state_word), fence)
+    let reply = record_cmd(key).query_async(conn).await.expect("a record");
+    record_reply(reply)
 }
 
 /// A `redis-server` of this test's own, killed on drop.

@@ -2,9 +2,11 @@
 //! connection manager, or a Redis Cluster through its async cluster client.
 //!
 //! In a cluster, MOVED and ASK redirections, topology refreshes and reconnection are the
-//! client's job. What stays qhost's is keeping every key a script touches in one slot (the hash
-//! tags of `idempotency::key::scoped`), and sending each pipeline to one slot only: the cluster
-//! client refuses a pipeline whose commands span slots, so callers group commands by `slot`.
+//! client's job for single commands. What stays qhost's is keeping every key a script touches
+//! in one slot (the hash tags of `idempotency::key::scoped`), and grouping a batch's commands
+//! into pipelines: one per primary, by the node map of [`nodes`] ([`RedisLink::groups`]). A
+//! command a stale map sent to the wrong node is answered `MOVED` without running, and the
+//! caller sends it again on its own, through the client's routing.
 //!
 //! URLs are never put in errors whole: a password in one (`redis://:secret@host`) must not reach
 //! a log line.
@@ -13,10 +15,17 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
+mod nodes;
+
+use std::sync::Arc;
+
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, TlsCertificates, Value};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, TlsCertificates, Value};
+
+use nodes::{Node, NodeMap, Primaries};
 
 /// Which Redis to use.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,17 +86,29 @@ pub(crate) struct Timeouts {
 pub(crate) enum RedisLink {
     /// One server.
     Single(ConnectionManager),
-    /// A Redis Cluster.
-    Cluster(ClusterConnection),
+    /// A Redis Cluster, and its primaries as batches reach them.
+    Cluster(ClusterConnection, Arc<Primaries>),
 }
 
 impl std::fmt::Debug for RedisLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             RedisLink::Single(_) => "RedisLink::Single",
-            RedisLink::Cluster(_) => "RedisLink::Cluster",
+            RedisLink::Cluster(..) => "RedisLink::Cluster",
         })
     }
+}
+
+/// One pipeline's share of a batch: the indices of its keys, and on a cluster where it goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Group {
+    /// On a cluster, the primary every key of the group is on, by the node map; `None` on a
+    /// single server, or for a slot the map does not place.
+    pub(crate) node: Option<Node>,
+    /// On a cluster without a node, the one slot of every key of the group.
+    pub(crate) slot: Option<u16>,
+    /// Positions in the batch.
+    pub(crate) indices: Vec<usize>,
 }
 
 impl RedisLink {
@@ -108,7 +129,15 @@ impl RedisLink {
             }),
             None => None,
         };
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(timeouts.response))
+            .set_connection_timeout(Some(timeouts.connect))
+            .set_max_delay(Duration::from_secs(2))
+            .set_number_of_retries(2);
         if target.cluster {
+            let seed = redis::IntoConnectionInfo::into_connection_info(target.urls[0].as_str())
+                .with_context(|| format!("cannot use {shown}"))?;
+            let primaries = Primaries::new(seed, certificates.clone(), config);
             let mut builder = ClusterClient::builder(target.urls.clone())
                 .connection_timeout(timeouts.connect)
                 .response_timeout(timeouts.response)
@@ -123,7 +152,7 @@ impl RedisLink {
                 .get_async_connection()
                 .await
                 .with_context(|| format!("cannot connect to {shown}"))?;
-            return Ok(RedisLink::Cluster(conn));
+            return Ok(RedisLink::Cluster(conn, Arc::new(primaries)));
         }
         let url = target.urls.first().context("no Redis URL")?;
         let client = match certificates {
@@ -131,11 +160,6 @@ impl RedisLink {
             None => redis::Client::open(url.as_str()),
         }
         .with_context(|| format!("`{}` is not a usable Redis URL", redacted(url)))?;
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(timeouts.response))
-            .set_connection_timeout(Some(timeouts.connect))
-            .set_max_delay(Duration::from_secs(2))
-            .set_number_of_retries(2);
         let conn = client
             .get_connection_manager_with_config(config)
             .await
@@ -143,17 +167,107 @@ impl RedisLink {
         Ok(RedisLink::Single(conn))
     }
 
-    /// Whether commands for different slots must go in different pipelines.
-    pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self, RedisLink::Cluster(_))
+    /// The pipelines a batch on `keys` takes: one on a single server; on a cluster one per
+    /// primary serving them (one per slot for slots the node map does not place).
+    pub(crate) async fn groups(&self, keys: &[&str]) -> Vec<Group> {
+        let RedisLink::Cluster(..) = self else {
+            let indices = (0..keys.len()).collect();
+            return vec![Group {
+                node: None,
+                slot: None,
+                indices,
+            }];
+        };
+        let map = self.node_map().await;
+        group_by_node(map.as_deref(), keys)
     }
+
+    /// Sends `pipe`, one group's pipeline, where the group goes: the server, the group's
+    /// primary (directly), or its slot's node. Returns every reply in order (ignored commands'
+    /// too), a command's error as its reply.
+    pub(crate) async fn send(&self, pipe: &Pipeline, group: &Group) -> RedisResult<Vec<Value>> {
+        let RedisLink::Cluster(conn, primaries) = self else {
+            return self.clone().req_packed_commands(pipe, 0, pipe.len()).await;
+        };
+        let sent = match (&group.node, group.slot) {
+            (Some(node), _) => {
+                let mut direct = primaries.connection(node).await?;
+                direct.req_packed_commands(pipe, 0, pipe.len()).await
+            }
+            (None, Some(slot)) => {
+                // One slot: a MOVED the client follows moves the whole pipeline, none of which
+                // ran.
+                let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+                let mut conn = conn.clone();
+                conn.route_pipeline(pipe.clone(), 0, pipe.len(), route)
+                    .await
+            }
+            (None, None) => self.clone().req_packed_commands(pipe, 0, pipe.len()).await,
+        };
+        if sent.is_err() {
+            self.forget_nodes();
+        }
+        sent
+    }
+
+    /// Forgets the node map (a command met a moved slot, or a primary failed): the next batch
+    /// reads it again.
+    pub(crate) fn forget_nodes(&self) {
+        if let RedisLink::Cluster(_, primaries) = self {
+            primaries.set_map(None);
+        }
+    }
+
+    /// The cluster's node map, read with `CLUSTER SLOTS` if it is not known. `None` when it
+    /// cannot be read now (the batch then goes one pipeline per slot).
+    async fn node_map(&self) -> Option<Arc<NodeMap>> {
+        let RedisLink::Cluster(conn, primaries) = self else {
+            return None;
+        };
+        if let Some(known) = primaries.map() {
+            return Some(known);
+        }
+        let mut conn = conn.clone();
+        let any = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+        let reply = conn
+            .route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), any)
+            .await
+            .ok()?;
+        // A reply qhost cannot route by is remembered as an empty map: slots then group alone.
+        let read = Arc::new(NodeMap::from_cluster_slots(&reply).unwrap_or_default());
+        primaries.set_map(Some(Arc::clone(&read)));
+        Some(read)
+    }
+}
+
+/// `keys` grouped by the primary `map` places their slot on; keys in slots it does not place
+/// are grouped by slot. Groups keep the order of their first key.
+fn group_by_node(map: Option<&NodeMap>, keys: &[&str]) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let slot = slot(key);
+        let node = map.and_then(|m| m.node_of(slot));
+        let found = groups.iter_mut().find(|g| match node {
+            Some(node) => g.node.as_ref() == Some(node),
+            None => g.node.is_none() && g.slot == Some(slot),
+        });
+        match found {
+            Some(group) => group.indices.push(i),
+            None => groups.push(Group {
+                node: node.cloned(),
+                slot: node.is_none().then_some(slot),
+                indices: vec![i],
+            }),
+        }
+    }
+    groups
 }
 
 impl ConnectionLike for RedisLink {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             RedisLink::Single(c) => c.req_packed_command(cmd),
-            RedisLink::Cluster(c) => c.req_packed_command(cmd),
+            RedisLink::Cluster(c, _) => c.req_packed_command(cmd),
         }
     }
 
@@ -165,14 +279,14 @@ impl ConnectionLike for RedisLink {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             RedisLink::Single(c) => c.req_packed_commands(cmd, offset, count),
-            RedisLink::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            RedisLink::Cluster(c, _) => c.req_packed_commands(cmd, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             RedisLink::Single(c) => c.get_db(),
-            RedisLink::Cluster(c) => c.get_db(),
+            RedisLink::Cluster(c, _) => c.get_db(),
         }
     }
 }
@@ -219,6 +333,49 @@ mod tests {
         assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
         assert_eq!(slot("foo{}{bar}"), slot("foo{}{bar}"));
         assert_ne!(slot("{a}x"), slot("{b}x"));
+    }
+
+    #[test]
+    fn a_batch_goes_one_pipeline_per_primary_and_one_per_slot_the_map_does_not_place() {
+        let keys = ["q:{p:a}", "q:{p:b}", "q:{p:c}", "q:{p:d}", "q:{p:a}"];
+        let slots: Vec<u16> = keys.iter().map(|k| slot(k)).collect();
+        // Two primaries: slots below 8192, and the rest.
+        let entry = |start: i64, end: i64, port: i64| {
+            let primary = Value::Array(vec![
+                Value::BulkString(b"127.0.0.1".to_vec()),
+                Value::Int(port),
+            ]);
+            Value::Array(vec![Value::Int(start), Value::Int(end), primary])
+        };
+        let reply = Value::Array(vec![entry(0, 8191, 7001), entry(8192, 16383, 7002)]);
+        let map = NodeMap::from_cluster_slots(&reply).expect("a map");
+        let groups = group_by_node(Some(&map), &keys);
+        let low: Vec<usize> = (0..keys.len()).filter(|&i| slots[i] < 8192).collect();
+        let high: Vec<usize> = (0..keys.len()).filter(|&i| slots[i] >= 8192).collect();
+        let expected: Vec<Vec<usize>> = [low, high].into_iter().filter(|g| !g.is_empty()).collect();
+        let got: Vec<Vec<usize>> = groups.iter().map(|g| g.indices.clone()).collect();
+        assert_eq!(got.len(), expected.len(), "{groups:?}");
+        for g in &expected {
+            assert!(got.contains(g), "{groups:?}");
+        }
+        // Each group goes to the primary serving all its keys.
+        for g in &groups {
+            let node = g.node.as_ref().expect("a placed group");
+            assert!(
+                g.indices
+                    .iter()
+                    .all(|&i| map.node_of(slots[i]) == Some(node)),
+                "{g:?}"
+            );
+        }
+        // Without a map, a group is one slot.
+        let alone = group_by_node(None, &keys);
+        assert_eq!(alone.len(), 4, "{alone:?}");
+        assert!(
+            alone
+                .iter()
+                .all(|g| g.indices.iter().all(|&i| Some(slots[i]) == g.slot))
+        );
     }
 
     #[test]

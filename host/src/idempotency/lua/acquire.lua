@@ -4,6 +4,11 @@
 -- ARGV[1] owner token, ARGV[2] lease ms, ARGV[3] the record's lifetime ms (lease + window).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('TYPE', KEYS[1]).ok == 'string' then
+  -- A completed key whose outbox is sent: 'c:TOKEN' or 'c:TOKEN:DIGEST'.
+  local digest = string.match(redis.call('GET', KEYS[1]), '^c:%d+:(%x+)$')
+  return {'completed', '', '0', digest or ''}
+end
 local f = redis.call('HMGET', KEYS[1], 's', 'u', 'b', 't', 'd', 'n')
 if not f[1] then
   -- A record of the earlier layout (long field names, its lease the key's TTL) is honoured.

@@ -4,6 +4,9 @@
 -- ARGV[3] the record's lifetime ms after a failed run.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('TYPE', KEYS[1]).ok == 'string' then
+  return 0 -- completed
+end
 local f = redis.call('HMGET', KEYS[1], 's', 'o', 'u')
 if f[1] ~= 'l' or f[2] ~= ARGV[1] or tonumber(f[3]) <= now then
   return 0

@@ -2,6 +2,9 @@
 -- released. KEYS[1] the record.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('TYPE', KEYS[1]).ok == 'string' then
+  return {'c', '', string.match(redis.call('GET', KEYS[1]), '^c:(%d+)') or '0', ''}
+end
 local f = redis.call('HMGET', KEYS[1], 's', 'o', 'f', 'b', 'u')
 local state = f[1] or ''
 if state == 'l' and tonumber(f[5]) <= now then
