@@ -11,6 +11,7 @@ use qhost::payload::store::{PayloadError, PayloadStore};
 use qhost_e2e::harness::{TestEnv, contents, queue_toml, run_until_idle, send_all};
 use qhost_e2e::redis_cluster::RedisCluster;
 use qhost_e2e::redis_server::unique_namespace;
+use qhost_e2e::redis_tls::PASSWORD;
 
 fn requests(ns: &str, n: usize) -> Vec<LeaseRequest> {
     (0..n)
@@ -163,6 +164,50 @@ async fn a_slot_moved_between_lease_and_completion_still_completes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_host_on_a_cluster_runs_each_job_once() {
     let cluster = RedisCluster::start(3);
+    runs_each_job_once(&cluster).await;
+}
+
+/// The same over TLS with a password, as managed clusters require: every node (and the bus
+/// between them) speaks only TLS with a certificate from the test's own CA. Without that CA,
+/// or with a wrong password, the host refuses to start with an error that shows no password.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_on_a_tls_cluster_with_a_password_runs_each_job_once() {
+    let cluster = RedisCluster::start_tls(3);
+    let target = cluster.target();
+    let ca = target.ca_file.clone().expect("the test CA");
+    let seeds = |urls: &[String]| -> String {
+        let quoted: Vec<String> = urls.iter().map(|u| format!("{u:?}")).collect();
+        quoted.join(", ")
+    };
+    let env = TestEnv::new();
+    env.install("fixture", "fixture", "");
+    let wrong: Vec<String> = (cluster.urls().iter())
+        .map(|u| u.replace(PASSWORD, "not-the-password"))
+        .collect();
+    for (urls, ca_line) in [
+        (seeds(&cluster.urls()), String::new()),
+        (seeds(&wrong), format!("ca-file = {ca:?}\n")),
+    ] {
+        let config = env.config(&format!(
+            "[idempotency]\nkind = \"redis\"\ncluster = true\nurls = [{urls}]\n{ca_line}{}",
+            queue_toml("jobs", "fixture")
+        ));
+        let err = format!("{:#}", qhost::Host::from_config(config).await.unwrap_err());
+        assert!(
+            err.contains("cannot connect to the Redis Cluster at rediss://127.0.0.1:"),
+            "{err}"
+        );
+        assert!(
+            !err.contains(PASSWORD) && !err.contains("not-the-password"),
+            "{err}"
+        );
+    }
+    runs_each_job_once(&cluster).await;
+}
+
+/// A host configured with `cluster = true`, every node a seed (and the CA to trust, if any):
+/// 40 jobs each sent twice run once each, and each job's effect arrives once.
+async fn runs_each_job_once(cluster: &RedisCluster) {
     let env = TestEnv::new();
     env.install(
         "fixture",
@@ -170,8 +215,11 @@ async fn a_host_on_a_cluster_runs_each_job_once() {
         "[idempotency]\nkey = \"body-sha256\"\n",
     );
     let seeds: Vec<String> = cluster.urls().iter().map(|u| format!("{u:?}")).collect();
+    let ca = (cluster.target().ca_file)
+        .map(|ca| format!("ca-file = {ca:?}\n"))
+        .unwrap_or_default();
     let config = env.config(&format!(
-        "[idempotency]\nkind = \"redis\"\ncluster = true\nurls = [{}]\nnamespace = \"{}\"\n{}",
+        "[idempotency]\nkind = \"redis\"\ncluster = true\nurls = [{}]\nnamespace = \"{}\"\n{ca}{}",
         seeds.join(", "),
         unique_namespace("cluster-host"),
         queue_toml("jobs", "fixture")

@@ -7,6 +7,9 @@
 //! still show: every job's effect reaches the sink under its one derived key, nothing is lost,
 //! nothing is left on the queue, and every job's record on the cluster is completed, except
 //! records in the killed primary's slots that it had not yet replicated (those are counted).
+//! Each effect carries the fencing token of the run that made it, and each kept record's token
+//! is consistent with the runs seen: it is the token of a run whose effect arrived, and no
+//! effect carries a higher one.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -51,7 +54,7 @@ fn config_file(env: &TestEnv, file: &str, ns: &str, seeds: &[String], jobs: &str
 async fn produce(sqs: &SqsQueue, jobs: &str, sink: &str) {
     let mut batch = Vec::new();
     for i in 0..JOBS {
-        let msg = Outgoing::new(jobs, format!("send:{sink}:done"))
+        let msg = Outgoing::new(jobs, format!("send-fence:{sink}"))
             .with_attribute(Attribute::string("job-id", format!("j-{i}")));
         if i % 5 == 0 {
             batch.push(msg.clone());
@@ -63,14 +66,15 @@ async fn produce(sqs: &SqsQueue, jobs: &str, sink: &str) {
     }
 }
 
-/// Derived keys on the sink so far (the sink is drained as it goes).
-async fn collect(sink: &str, seen: &mut Vec<String>) {
+/// Effects on the sink so far, as (derived key, the fencing token of the run that made it); the
+/// sink is drained as it goes.
+async fn collect(sink: &str, seen: &mut Vec<(String, u64)>) {
     for m in drain(sink).await {
-        seen.push(
-            attr(&m, "qhost-idempotency-key")
-                .expect("derived key")
-                .to_string(),
-        );
+        let key = attr(&m, "qhost-idempotency-key").expect("derived key");
+        let token = String::from_utf8_lossy(&m.body)
+            .parse()
+            .expect("a fencing token");
+        seen.push((key.to_string(), token));
     }
 }
 
@@ -105,7 +109,7 @@ async fn a_fleet_on_a_cluster_survives_a_killed_host_and_a_killed_primary() {
     let started = Instant::now();
     loop {
         collect(&sink, &mut seen).await;
-        let distinct: BTreeSet<&String> = seen.iter().collect();
+        let distinct: BTreeSet<&String> = seen.iter().map(|(key, _)| key).collect();
         if !host_killed && distinct.len() >= JOBS / 4 {
             hosts[0].take().expect("host 0").kill();
             hosts[0] = Some(HostProcess::start_consuming(&configs[0]));
@@ -138,7 +142,7 @@ async fn a_fleet_on_a_cluster_survives_a_killed_host_and_a_killed_primary() {
         host_killed && primary_killed,
         "both failures happened mid-run"
     );
-    let distinct: BTreeSet<String> = seen.iter().cloned().collect();
+    let distinct: BTreeSet<String> = seen.iter().map(|(key, _)| key.clone()).collect();
     let expected: BTreeSet<String> = (0..JOBS).map(|i| format!("fixture:j-{i}/0")).collect();
     assert_eq!(distinct, expected, "every job's effect, under its one key");
     assert!(
@@ -180,7 +184,16 @@ async fn a_fleet_on_a_cluster_survives_a_killed_host_and_a_killed_primary() {
             Some("completed"),
             "{key}"
         );
-        assert!(fence.is_some_and(|f| f >= 1), "{key}: token {fence:?}");
+        let fence = fence.expect("a completed record keeps its token");
+        let derived = format!("fixture:j-{i}/0");
+        let tokens: BTreeSet<u64> = (seen.iter())
+            .filter(|(k, _)| *k == derived)
+            .map(|(_, t)| *t)
+            .collect();
+        assert!(
+            tokens.contains(&fence) && tokens.iter().all(|&t| (1..=fence).contains(&t)),
+            "{key}: record token {fence}, effects carried {tokens:?}"
+        );
     }
     println!(
         "fleet: {lost_with_the_primary} completed records lost with the killed primary \

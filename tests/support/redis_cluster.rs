@@ -1,18 +1,68 @@
 //! A real Redis Cluster for the tests: `redis-server --cluster-enabled yes` on free loopback
 //! ports (each with its cluster bus port free too), joined by `redis-cli --cluster create` with
-//! one replica per primary, nothing kept on disk past the test, every node killed on drop.
+//! one replica per primary, nothing kept on disk past the test, every node killed on drop. It
+//! can also speak only TLS (clients, replication and the cluster bus) and ask for a password,
+//! with a certificate from a CA made for the test, as managed clusters do.
 
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// A running cluster of this test's own.
 #[derive(Debug)]
 pub struct RedisCluster {
+    /// How many of the nodes are primaries.
+    primaries: usize,
     ports: Vec<u16>,
     children: Vec<Option<Child>>,
+    access: Access,
     _dir: tempfile::TempDir,
+}
+
+/// How clients reach the nodes: in the clear, or TLS with a password (the CA in this dir).
+#[derive(Clone, Debug, Default)]
+struct Access {
+    tls: Option<PathBuf>,
+}
+
+impl Access {
+    /// `redis-cli` arguments for this access.
+    fn cli_args(&self) -> Vec<String> {
+        match &self.tls {
+            Some(dir) => vec![
+                "--tls".into(),
+                "--cacert".into(),
+                dir.join("ca.crt").display().to_string(),
+                "-a".into(),
+                crate::redis_tls::PASSWORD.into(),
+                "--no-auth-warning".into(),
+            ],
+            None => Vec::new(),
+        }
+    }
+
+    /// `redis-server` arguments for a node on `port` with this access.
+    fn server_args(&self, port: u16) -> Vec<String> {
+        let port = port.to_string();
+        match &self.tls {
+            Some(_) => {
+                let mut args = crate::redis_tls::server_args(&port);
+                args.extend(["--tls-cluster", "yes", "--tls-replication", "yes"]);
+                args.extend(["--masterauth", crate::redis_tls::PASSWORD]);
+                args.into_iter().map(String::from).collect()
+            }
+            None => vec!["--port".into(), port],
+        }
+    }
+
+    /// A node's URL.
+    fn url(&self, port: u16) -> String {
+        match &self.tls {
+            Some(_) => format!("rediss://:{}@127.0.0.1:{port}/", crate::redis_tls::PASSWORD),
+            None => format!("redis://127.0.0.1:{port}/"),
+        }
+    }
 }
 
 /// A port that is free, and whose cluster bus port (+10,000) is free as well.
@@ -29,13 +79,13 @@ fn free_cluster_port(taken: &[u16]) -> u16 {
 /// Starts a node on a free port. A port found free can be taken before the node binds it (by
 /// another test's server, or a bus port): a node that exits instead of answering is started
 /// again on another port.
-fn start_node_on_a_free_port(dir: &Path, taken: &[u16]) -> (u16, Child) {
+fn start_node_on_a_free_port(dir: &Path, access: &Access, taken: &[u16]) -> (u16, Child) {
     for _ in 0..5 {
         let port = free_cluster_port(taken);
-        let mut child = start_node(dir, port);
+        let mut child = start_node(dir, access, port);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if cli(port, &["PING"]).trim() == "PONG" {
+            if cli(access, port, &["PING"]).trim() == "PONG" {
                 return (port, child);
             }
             if child.try_wait().ok().flatten().is_some() || Instant::now() > deadline {
@@ -49,13 +99,11 @@ fn start_node_on_a_free_port(dir: &Path, taken: &[u16]) -> (u16, Child) {
     panic!("no cluster node started after 5 ports");
 }
 
-fn start_node(dir: &Path, port: u16) -> Child {
+fn start_node(dir: &Path, access: &Access, port: u16) -> Child {
     let config_file = dir.join(format!("nodes-{port}.conf")).display().to_string();
-    crate::redis_server::spawn_redis_server(
-        Some(dir),
-        &[
-            "--port",
-            &port.to_string(),
+    let mut args = access.server_args(port);
+    args.extend(
+        [
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
@@ -65,13 +113,17 @@ fn start_node(dir: &Path, port: u16) -> Child {
             // A replica's first sync starts at once, not after the default 5 s wait for others.
             "--repl-diskless-sync-delay",
             "0",
-        ],
-    )
+        ]
+        .map(String::from),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    crate::redis_server::spawn_redis_server(Some(dir), &args)
 }
 
-fn cli(port: u16, args: &[&str]) -> String {
+fn cli(access: &Access, port: u16, args: &[&str]) -> String {
     let out = Command::new("redis-cli")
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(access.cli_args())
         .args(args)
         .output()
         .expect("redis-cli is installed (scripts/install-test-tools installs it)");
@@ -82,16 +134,41 @@ impl RedisCluster {
     /// Starts `primaries` primaries with one replica each and waits until the cluster serves
     /// every slot.
     pub fn start(primaries: usize) -> Self {
+        Self::start_with(primaries, 1, false)
+    }
+
+    /// Starts `primaries` primaries and no replicas: a benchmark's like-for-like with one
+    /// server, which has no replica to feed either.
+    pub fn without_replicas(primaries: usize) -> Self {
+        Self::start_with(primaries, 0, false)
+    }
+
+    /// As [`RedisCluster::start`], every node speaking only TLS, with a certificate from a CA
+    /// made for the test ([`RedisCluster::target`] names it), and asking for
+    /// [`crate::redis_tls::PASSWORD`].
+    pub fn start_tls(primaries: usize) -> Self {
+        Self::start_with(primaries, 1, true)
+    }
+
+    fn start_with(primaries: usize, replicas: usize, tls: bool) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
+        let access = Access {
+            tls: tls.then(|| {
+                crate::redis_tls::certificates(dir.path());
+                dir.path().to_path_buf()
+            }),
+        };
         let (mut ports, mut children) = (Vec::new(), Vec::new());
-        for _ in 0..primaries * 2 {
-            let (port, child) = start_node_on_a_free_port(dir.path(), &ports);
+        for _ in 0..primaries * (1 + replicas) {
+            let (port, child) = start_node_on_a_free_port(dir.path(), &access, &ports);
             ports.push(port);
             children.push(Some(child));
         }
         let cluster = RedisCluster {
+            primaries,
             ports,
             children,
+            access,
             _dir: dir,
         };
         let nodes: Vec<String> = cluster
@@ -100,9 +177,10 @@ impl RedisCluster {
             .map(|p| format!("127.0.0.1:{p}"))
             .collect();
         let out = Command::new("redis-cli")
+            .args(cluster.access.cli_args())
             .args(["--cluster", "create"])
             .args(&nodes)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli --cluster create");
         assert!(
@@ -112,9 +190,13 @@ impl RedisCluster {
         );
         for &port in &cluster.ports {
             wait_for(
-                || cli(port, &["CLUSTER", "INFO"]).contains("cluster_state:ok"),
+                || {
+                    cluster
+                        .cli(port, &["CLUSTER", "INFO"])
+                        .contains("cluster_state:ok")
+                },
                 "the cluster to serve every slot",
-                || cli(port, &["CLUSTER", "NODES"]),
+                || cluster.cli(port, &["CLUSTER", "NODES"]),
             );
         }
         // A replica that has never synced with its primary refuses to take over from it (its
@@ -122,15 +204,20 @@ impl RedisCluster {
         for &port in &cluster.ports {
             wait_for(
                 || {
-                    let replication = cli(port, &["INFO", "replication"]);
+                    let replication = cluster.cli(port, &["INFO", "replication"]);
                     replication.contains("role:master")
                         || replication.contains("master_link_status:up")
                 },
                 "every replica to sync with its primary",
-                || cli(port, &["INFO", "replication"]),
+                || cluster.cli(port, &["INFO", "replication"]),
             );
         }
         cluster
+    }
+
+    /// `redis-cli ARGS` against the node at `port`.
+    fn cli(&self, port: u16, args: &[&str]) -> String {
+        cli(&self.access, port, args)
     }
 
     /// The cluster as a store target, every node a seed.
@@ -138,16 +225,13 @@ impl RedisCluster {
         qhost::redis_link::RedisTarget {
             urls: self.urls(),
             cluster: true,
-            ca_file: None,
+            ca_file: self.access.tls.as_ref().map(|dir| dir.join("ca.crt")),
         }
     }
 
     /// Every node's URL, as seeds for a client.
     pub fn urls(&self) -> Vec<String> {
-        self.ports
-            .iter()
-            .map(|p| format!("redis://127.0.0.1:{p}/"))
-            .collect()
+        self.ports.iter().map(|&p| self.access.url(p)).collect()
     }
 
     /// The ports of the nodes that are primaries now.
@@ -155,7 +239,7 @@ impl RedisCluster {
         self.ports
             .iter()
             .copied()
-            .filter(|&p| cli(p, &["ROLE"]).starts_with("master"))
+            .filter(|&p| self.cli(p, &["ROLE"]).starts_with("master"))
             .collect()
     }
 
@@ -171,23 +255,22 @@ impl RedisCluster {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let primaries = self.ports.len() / 2;
+        let primaries = self.primaries;
         wait_for(
             || {
                 self.primaries().len() == primaries
-                    && self
-                        .ports
-                        .iter()
-                        .filter(|&&p| p != port)
-                        .all(|&p| cli(p, &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+                    && self.ports.iter().filter(|&&p| p != port).all(|&p| {
+                        self.cli(p, &["CLUSTER", "INFO"])
+                            .contains("cluster_state:ok")
+                    })
             },
             "a replica to take over the killed primary's slots",
             || {
                 let live: Vec<u16> = self.ports.iter().copied().filter(|&p| p != port).collect();
                 live.iter()
                     .map(|&p| {
-                        let nodes = cli(p, &["CLUSTER", "NODES"]);
-                        let replication = cli(p, &["INFO", "replication"]);
+                        let nodes = self.cli(p, &["CLUSTER", "NODES"]);
+                        let replication = self.cli(p, &["INFO", "replication"]);
                         format!("node {p}: {nodes}{replication}")
                     })
                     .collect::<Vec<_>>()
@@ -198,7 +281,7 @@ impl RedisCluster {
 
     /// The slot ranges the node at `port` serves (as `CLUSTER NODES` says of itself).
     pub fn slots_of(&self, port: u16) -> Vec<(u16, u16)> {
-        let nodes = cli(port, &["CLUSTER", "NODES"]);
+        let nodes = self.cli(port, &["CLUSTER", "NODES"]);
         let Some(me) = nodes.lines().find(|l| l.contains("myself")) else {
             return Vec::new();
         };
@@ -215,7 +298,12 @@ impl RedisCluster {
     pub fn slot_of(&self, key: &str) -> u16 {
         self.primaries()
             .into_iter()
-            .find_map(|p| cli(p, &["CLUSTER", "KEYSLOT", key]).trim().parse().ok())
+            .find_map(|p| {
+                self.cli(p, &["CLUSTER", "KEYSLOT", key])
+                    .trim()
+                    .parse()
+                    .ok()
+            })
             .expect("a live node answers CLUSTER KEYSLOT")
     }
 
@@ -233,27 +321,27 @@ impl RedisCluster {
             })
             .expect("a primary serving the slot");
         assert_ne!(from, to, "slot {slot} is already on {to}");
-        let id = |port| cli(port, &["CLUSTER", "MYID"]).trim().to_string();
+        let id = |port| self.cli(port, &["CLUSTER", "MYID"]).trim().to_string();
         let (from_id, to_id) = (id(from), id(to));
         let slot = slot.to_string();
-        cli(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]);
-        cli(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]);
-        let keys = cli(from, &["CLUSTER", "GETKEYSINSLOT", &slot, "1000"]);
+        self.cli(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]);
+        self.cli(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]);
+        let keys = self.cli(from, &["CLUSTER", "GETKEYSINSLOT", &slot, "1000"]);
         let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
         if !keys.is_empty() {
             let port = to.to_string();
             let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
             args.extend(keys);
-            let migrated = cli(from, &args);
+            let migrated = self.cli(from, &args);
             assert!(migrated.trim() == "OK", "MIGRATE: {migrated}");
         }
         for port in self.primaries() {
-            cli(port, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
+            self.cli(port, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
         }
         wait_for(
             || {
                 self.primaries().into_iter().all(|p| {
-                    cli(p, &["CLUSTER", "NODES"]).lines().any(|l| {
+                    self.cli(p, &["CLUSTER", "NODES"]).lines().any(|l| {
                         l.starts_with(&to_id)
                             && l.split_whitespace().skip(8).any(|r| {
                                 let (a, b) = r.split_once('-').unwrap_or((r, r));
@@ -268,20 +356,20 @@ impl RedisCluster {
                 })
             },
             "every primary to see the moved slot's new owner",
-            || cli(to, &["CLUSTER", "NODES"]),
+            || self.cli(to, &["CLUSTER", "NODES"]),
         );
     }
 
     /// Keys stored on the node at `port`.
     pub fn keys_on(&self, port: u16) -> u64 {
-        cli(port, &["DBSIZE"]).trim().parse().unwrap_or(0)
+        self.cli(port, &["DBSIZE"]).trim().parse().unwrap_or(0)
     }
 
     /// `MEMORY USAGE key` on whichever node holds it (asked of every primary).
     pub fn memory_usage(&self, key: &str) -> Option<u64> {
         self.primaries()
             .into_iter()
-            .find_map(|p| cli(p, &["MEMORY", "USAGE", key]).trim().parse().ok())
+            .find_map(|p| self.cli(p, &["MEMORY", "USAGE", key]).trim().parse().ok())
     }
 }
 

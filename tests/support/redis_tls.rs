@@ -28,8 +28,9 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
-/// A CA, and a server certificate it signed for IP 127.0.0.1.
-fn certificates(dir: &Path) {
+/// A CA (`ca.crt`), and a server certificate it signed for IP 127.0.0.1 (`server.crt`,
+/// `server.key`), written to `dir`.
+pub(crate) fn certificates(dir: &Path) {
     openssl(
         dir,
         &[
@@ -90,6 +91,27 @@ fn certificates(dir: &Path) {
     );
 }
 
+/// `redis-server` arguments for TLS only on `tls_port`, with the certificates [`certificates`]
+/// wrote to its working directory, and [`PASSWORD`].
+pub(crate) fn server_args(tls_port: &str) -> Vec<&str> {
+    vec![
+        "--port",
+        "0",
+        "--tls-port",
+        tls_port,
+        "--tls-cert-file",
+        "server.crt",
+        "--tls-key-file",
+        "server.key",
+        "--tls-ca-cert-file",
+        "ca.crt",
+        "--tls-auth-clients",
+        "no",
+        "--requirepass",
+        PASSWORD,
+    ]
+}
+
 impl TlsRedis {
     /// Makes the certificates and starts the server; returns once it accepts connections.
     pub fn start() -> Self {
@@ -97,25 +119,8 @@ impl TlsRedis {
         certificates(dir.path());
         let port = crate::redis_server::free_port();
         let tls_port = port.to_string();
-        let child = crate::redis_server::spawn_redis_server(
-            Some(dir.path()),
-            &[
-                "--port",
-                "0",
-                "--tls-port",
-                &tls_port,
-                "--tls-cert-file",
-                "server.crt",
-                "--tls-key-file",
-                "server.key",
-                "--tls-ca-cert-file",
-                "ca.crt",
-                "--tls-auth-clients",
-                "no",
-                "--requirepass",
-                PASSWORD,
-            ],
-        );
+        let child =
+            crate::redis_server::spawn_redis_server(Some(dir.path()), &server_args(&tls_port));
         crate::redis_server::wait_until_listening(port, "redis-server (TLS)");
         TlsRedis { port, child, dir }
     }
