@@ -84,7 +84,7 @@ async fn a_messages_trace_runs_from_its_producer_through_the_handler_to_its_outb
     let traceparent = format!("00-{TRACE_ID}-{PRODUCER_SPAN}-01");
     let ids = queue
         .send(&[
-            message("stderr:100;send:next:hello", Some(&traceparent)),
+            message("log:hello;send:next:hello", Some(&traceparent)),
             message("reject:not for us", None),
             message("trap", None),
         ])
