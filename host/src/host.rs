@@ -177,7 +177,8 @@ pub fn runtime_for(config: &Config) -> anyhow::Result<Runtime> {
         max_memory_mib: config.max_plugin_memory_mib,
         send: config.payload.send_shape(),
         idle_instances: SPARE_INSTANCES / 2,
-    })?;
+    })?
+    .with_secrets(config.secrets.clone());
     match &config.compiled_cache {
         Some(dir) => runtime.with_cache(dir),
         None => Ok(runtime),

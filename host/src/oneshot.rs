@@ -16,6 +16,7 @@ use crate::handler::{Failure, HandlerMessage, Invocation};
 use crate::idempotency::key::KeyInput;
 use crate::message::Attribute;
 use crate::runtime::Costs;
+use crate::runtime::manifest::ConfigValue;
 
 /// The message to run, and settings to change in the plugin's `[config]`.
 #[derive(Clone, Debug, Default)]
@@ -55,7 +56,10 @@ pub async fn invoke_file(config: &Config, path: &Path, request: Request) -> anyh
     let file = path.to_path_buf();
     let plugin = tokio::task::spawn_blocking(move || {
         crate::runtime::loader::load_file_with(&runtime, &file, |manifest| {
-            manifest.config.extend(overrides);
+            let texts = overrides
+                .into_iter()
+                .map(|(k, v)| (k, ConfigValue::Text(v)));
+            manifest.config.extend(texts);
         })
     })
     .await

@@ -18,6 +18,7 @@ mod payload;
 mod pipeline;
 mod redis;
 mod reload;
+mod secrets;
 mod sqs;
 mod storms;
 mod traces;

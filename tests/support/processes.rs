@@ -36,7 +36,7 @@ pub struct HostProcess {
 impl HostProcess {
     /// Starts `qhost run` with this configuration file.
     pub fn start(config: &Path) -> Self {
-        Self::spawn(config, Stdio::null(), &[])
+        Self::spawn(config, Stdio::null(), &[], &[])
     }
 
     /// Starts `qhost run` and waits until it logs that it is consuming its queues.
@@ -46,13 +46,22 @@ impl HostProcess {
 
     /// As [`HostProcess::start_consuming`], with extra arguments to `qhost run`.
     pub fn start_consuming_with(config: &Path, run_args: &[&str]) -> Self {
+        Self::start_consuming_in(config, run_args, &[])
+    }
+
+    /// As [`HostProcess::start_consuming_with`], with these variables set for it too.
+    pub fn start_consuming_in(config: &Path, run_args: &[&str], vars: &[(&str, &str)]) -> Self {
         let log = config.with_extension(format!("{}.log", uuid::Uuid::new_v4().simple()));
         let file = std::fs::File::create(&log).expect("log file");
-        let mut host = Self::spawn(config, Stdio::from(file), run_args);
+        let mut host = Self::spawn(config, Stdio::from(file), run_args, vars);
         host.log = Some(log);
         let deadline = Instant::now() + Duration::from_secs(60);
         while !host.log().contains("consuming") {
-            assert!(Instant::now() < deadline, "qhost did not start consuming");
+            assert!(
+                Instant::now() < deadline,
+                "qhost did not start consuming; its log:\n{}",
+                host.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         host
@@ -78,7 +87,7 @@ impl HostProcess {
         addr.parse().expect("an IP:PORT")
     }
 
-    fn spawn(config: &Path, stderr: Stdio, run_args: &[&str]) -> Self {
+    fn spawn(config: &Path, stderr: Stdio, run_args: &[&str], vars: &[(&str, &str)]) -> Self {
         let child = Command::new(qhost_binary())
             .arg("--config")
             .arg(config)
@@ -87,6 +96,7 @@ impl HostProcess {
             .env("QHOST_LOG", "info")
             .envs(crate::sqs_server::TEST_ENV)
             .envs(ADMIN_ENV)
+            .envs(vars.iter().copied())
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()

@@ -20,6 +20,7 @@ pub struct RawConfig {
     pub retry: Option<RawRetry>,
     pub payload: Option<super::payload::RawPayload>,
     pub admin: Option<RawAdmin>,
+    pub secrets: Option<RawSecrets>,
     #[serde(rename = "queue")]
     pub queues: Option<Vec<RawQueue>>,
 }
@@ -41,6 +42,13 @@ pub struct RawIdempotency {
     pub urls: Option<Vec<String>>,
     pub cluster: Option<bool>,
     pub ca_file: Option<std::path::PathBuf>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawSecrets {
+    pub env: Option<Vec<String>>,
+    pub dirs: Option<Vec<PathBuf>>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -15,6 +15,7 @@ use anyhow::{Context as _, bail};
 use crate::message::wire::{valid_plugin_name, valid_queue_name};
 use crate::redis_link::{RedisTarget, redacted};
 use crate::runtime::manifest::MAX_MEMORY_MIB;
+use crate::runtime::secrets::SecretsGrant;
 use file::{RawConfig, RawQueue};
 pub use payload::{PayloadConfig, PayloadPlace};
 
@@ -122,6 +123,8 @@ pub struct Config {
     pub payload: PayloadConfig,
     /// Where `qhost run` serves `/metrics`, `/healthz` and `/readyz`; `None` serves nothing.
     pub admin_listen: Option<SocketAddr>,
+    /// The variables and directories plugins' `[config]` may read secrets from.
+    pub secrets: SecretsGrant,
 }
 
 /// Where the admin listener binds unless told otherwise: loopback, Prometheus's exporter port
@@ -205,10 +208,17 @@ impl Config {
                 SourceKind::Local => None,
             },
         )?;
+        let raw_secrets = raw.secrets.unwrap_or_default();
+        let secrets = SecretsGrant {
+            env: raw_secrets.env.unwrap_or_default(),
+            dirs: raw_secrets.dirs.unwrap_or_default(),
+        };
+        secrets.check().map_err(anyhow::Error::msg)?;
         let admin = raw.admin.unwrap_or_default();
         let admin_listen = admin_listen(admin.listen.as_deref().unwrap_or(DEFAULT_ADMIN_LISTEN))?;
         Ok(Config {
             admin_listen,
+            secrets,
             plugins_dir: raw.plugins_dir.unwrap_or_else(|| "plugins".into()),
             compiled_cache: raw
                 .compiled_cache
@@ -484,6 +494,11 @@ mod tests {
                 "configured twice",
             ),
             ("[source]\nkind = \"kafka\"", "source.kind"),
+            ("[secrets]\nenv = [\"*\"]", "secrets.env `*`"),
+            (
+                "[secrets]\ndirs = [\"run/secrets\"]",
+                "secrets.dirs `run/secrets`",
+            ),
             (
                 "[[queue]]\nname = \"q\"\nplugin = \"p\"\npollers = 0",
                 "queue[0].pollers",

@@ -21,6 +21,7 @@ use super::bindings::Handler;
 use super::cache::{CompileCounters, CompiledCache};
 use super::idle::IdleBudget;
 use super::pool;
+use super::secrets::SecretsGrant;
 use super::state::HostState;
 use crate::message::rules::SendShape;
 
@@ -50,6 +51,7 @@ pub struct Runtime {
     send: SendShape,
     idle: IdleBudget,
     max_memory_mib: u64,
+    secrets: SecretsGrant,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -89,7 +91,19 @@ impl Runtime {
             send: settings.send,
             idle: IdleBudget::new(settings.idle_instances as usize),
             max_memory_mib: settings.max_memory_mib,
+            secrets: SecretsGrant::default(),
         })
+    }
+
+    /// Lets plugins' `[config]` read the secrets `grant` names (none by default).
+    pub fn with_secrets(mut self, grant: SecretsGrant) -> Self {
+        self.secrets = grant;
+        self
+    }
+
+    /// What plugins may read from the host.
+    pub(crate) fn secrets(&self) -> &SecretsGrant {
+        &self.secrets
     }
 
     /// Keeps compiled components in `dir`, so unchanged plugins are not compiled again.

@@ -13,6 +13,7 @@ use wasmtime::component::Component;
 use super::bindings::{HandlerPre, WIT_VERSION};
 use super::engine::Runtime;
 use super::manifest::Manifest;
+use super::secrets;
 use super::wasm::WasmInvoker;
 use crate::handler::Plugin;
 use crate::message::wire::valid_plugin_name;
@@ -162,8 +163,10 @@ pub(crate) fn build(
             manifest.limits.memory_mib
         )));
     }
+    let settings = secrets::resolve(&manifest.config, runtime.secrets())
+        .map_err(|why| fail(anyhow::anyhow!(why)))?;
     let version = version_of(bytes);
-    let invoker = WasmInvoker::new(pre, (&name, &version), &manifest, runtime);
+    let invoker = WasmInvoker::new(pre, (&name, &version), &manifest, settings, runtime);
     // Instantiated once now, so a plugin that compiles but cannot run (an initial memory or
     // table over the pool's limits, a start function that traps) is refused at load, and the
     // version it would replace keeps serving.

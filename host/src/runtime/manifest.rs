@@ -23,6 +23,8 @@
 //!
 //! [config]                      # read by the plugin through the `config` import
 //! greeting = "hello"
+//! api-key = { env = "SENDGRID_API_KEY" }       # secrets the host grants (runtime::secrets)
+//! token = { file = "/run/secrets/sendgrid" }
 //! ```
 
 use std::collections::BTreeMap;
@@ -53,7 +55,39 @@ pub struct Manifest {
     pub outbox: OutboxGrant,
     /// Settings the plugin reads through `config.get`.
     #[serde(default)]
-    pub config: BTreeMap<String, String>,
+    pub config: BTreeMap<String, ConfigValue>,
+}
+
+/// A `[config]` value as written: text, or where the host reads a secret when the plugin
+/// loads (see `runtime::secrets`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigValue {
+    /// The value itself.
+    Text(String),
+    /// `{ env = "NAME" }`: the host's environment variable.
+    Env(String),
+    /// `{ file = "PATH" }`: a file's contents, a final newline dropped.
+    File(std::path::PathBuf),
+}
+
+impl<'de> Deserialize<'de> for ConfigValue {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let shape = "a string, { env = \"NAME\" } or { file = \"PATH\" }";
+        match toml::Value::deserialize(deserializer)? {
+            toml::Value::String(text) => Ok(ConfigValue::Text(text)),
+            toml::Value::Table(table) if table.len() == 1 => match table.into_iter().next() {
+                Some((key, toml::Value::String(name))) if key == "env" => {
+                    Ok(ConfigValue::Env(name))
+                }
+                Some((key, toml::Value::String(path))) if key == "file" => {
+                    Ok(ConfigValue::File(path.into()))
+                }
+                _ => Err(D::Error::custom(format!("a setting must be {shape}"))),
+            },
+            _ => Err(D::Error::custom(format!("a setting must be {shape}"))),
+        }
+    }
 }
 
 /// The outbox a plugin is granted: no queue unless named, and a cap on what one message may
@@ -266,13 +300,31 @@ mod tests {
         let m = Manifest::parse(
             "[idempotency]\nkey = \"json:/id\"\non-missing = \"message-id\"\n\
              [limits]\ntimeout-ms = 50\nmemory-mib = 8\nmax-attempts = 2\nconcurrency = 3\n\
-             [config]\nto = \"out\"\n",
+             [config]\nto = \"out\"\nkey = { env = \"API_KEY\" }\n\
+             token = { file = \"/run/secrets/t\" }\n",
         )
         .unwrap();
         assert_eq!(m.idempotency.key, KeySource::JsonPointer("/id".into()));
         assert_eq!(m.idempotency.on_missing, OnMissingKey::MessageId);
         assert_eq!(m.timeout(), Duration::from_millis(50));
-        assert_eq!(m.config["to"], "out");
+        assert_eq!(m.config["to"], ConfigValue::Text("out".into()));
+        assert_eq!(m.config["key"], ConfigValue::Env("API_KEY".into()));
+        assert_eq!(
+            m.config["token"],
+            ConfigValue::File("/run/secrets/t".into())
+        );
+        for bad in [
+            "x = 1",
+            "x = { env = 1 }",
+            "x = { vault = \"a\" }",
+            "x = { env = \"A\", file = \"b\" }",
+        ] {
+            let err = Manifest::parse(&format!("[config]\n{bad}\n")).unwrap_err();
+            assert!(
+                format!("{err:#}").contains("a setting must be a string, { env"),
+                "{bad}: {err:#}"
+            );
+        }
         assert_eq!(m.limits.concurrency, Some(3));
     }
 

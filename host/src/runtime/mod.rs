@@ -1,6 +1,6 @@
 //! The WebAssembly runtime: engine and instance pool, bindings, per-message state (with what the
-//! outbox accepts and the guest's stderr), loading, the compiled-code cache, the idle-instance
-//! budget, per-plugin costs, the registry and hot reload.
+//! outbox accepts and the guest's stderr), loading (settings and the secrets they name), the
+//! compiled-code cache, the idle-instance budget, per-plugin costs, the registry and hot reload.
 
 pub(crate) mod bindings;
 pub(crate) mod cache;
@@ -15,6 +15,7 @@ mod outbox;
 mod pool;
 pub mod registry;
 pub mod reload;
+pub mod secrets;
 pub(crate) mod state;
 pub mod status;
 mod stderr;

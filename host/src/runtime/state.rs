@@ -5,7 +5,6 @@
 //! directories, no environment, no arguments, no sockets and no inherited stdio. Stderr is kept
 //! in a small buffer so a panic message can be reported with the trap ([`GuestStderr`]).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use wasmtime::ResourceLimiter;
@@ -15,6 +14,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::bindings::qhost::handler::{config, log, outbox, types};
 use super::convert;
 use super::outbox::{OutboxPolicy, Sender};
+use super::secrets::Settings;
 use super::stderr::GuestStderr;
 use crate::message::Outgoing;
 
@@ -44,7 +44,7 @@ pub(crate) struct HostState {
     table: ResourceTable,
     stderr: GuestStderr,
     limiter: MemoryLimiter,
-    config: Arc<BTreeMap<String, String>>,
+    config: Arc<Settings>,
     outbox_policy: Arc<OutboxPolicy>,
     ctx: CallContext,
     /// What the guest asked to send, stamped and checked.
@@ -55,7 +55,7 @@ impl HostState {
     /// Fresh state with no ambient authority.
     pub(crate) fn new(
         ctx: CallContext,
-        config: Arc<BTreeMap<String, String>>,
+        config: Arc<Settings>,
         outbox_policy: Arc<OutboxPolicy>,
         memory_bytes: u64,
     ) -> Self {
@@ -154,7 +154,7 @@ impl log::Host for HostState {
 
 impl config::Host for HostState {
     fn get(&mut self, key: String) -> Option<String> {
-        self.config.get(&key).cloned()
+        self.config.get(&key).map(str::to_string)
     }
 }
 

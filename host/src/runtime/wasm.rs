@@ -19,7 +19,6 @@
 //! else the guest keeps in memory carry over (its stderr capture does not: it is cleared for each
 //! message). Off by default.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,6 +31,7 @@ use super::engine::Runtime;
 use super::idle::{IdleBudget, IdleSlot};
 use super::manifest::Manifest;
 use super::outbox::OutboxPolicy;
+use super::secrets::Settings;
 use super::state::{CallContext, HostState};
 use crate::handler::{Failure, HandlerMessage, Invocation, Invoke};
 
@@ -41,7 +41,7 @@ pub(crate) struct WasmInvoker {
     pre: HandlerPre<HostState>,
     plugin: Arc<str>,
     version: Arc<str>,
-    config: Arc<BTreeMap<String, String>>,
+    config: Arc<Settings>,
     outbox: Arc<OutboxPolicy>,
     memory_bytes: u64,
     timeout: Duration,
@@ -78,6 +78,7 @@ impl WasmInvoker {
         pre: HandlerPre<HostState>,
         id: (&str, &str),
         manifest: &Manifest,
+        settings: Settings,
         runtime: &Runtime,
     ) -> Self {
         let (plugin, version) = id;
@@ -86,7 +87,7 @@ impl WasmInvoker {
             pre,
             plugin: plugin.into(),
             version: version.into(),
-            config: Arc::new(manifest.config.clone()),
+            config: Arc::new(settings),
             outbox: Arc::new(OutboxPolicy {
                 grant: manifest.outbox.clone(),
                 shape: runtime.send_shape(),
