@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use qhost::idempotency::redis::RedisStore;
-use qhost::idempotency::{Acquired, Completion, IdempotencyStore, LeaseRequest};
+use qhost::idempotency::{Acquired, Completion, IdempotencyStore, Lease, LeaseRequest};
 use qhost::payload::redis::RedisPayloads;
 use qhost::payload::store::{PayloadError, PayloadStore};
 use qhost_e2e::harness::{TestEnv, contents, queue_toml, run_until_idle, send_all};
@@ -23,6 +23,32 @@ fn requests(ns: &str, n: usize) -> Vec<LeaseRequest> {
         .collect()
 }
 
+/// Leases every key of `batch` in one acquire, each of which must be granted.
+async fn grant_all(store: &RedisStore, batch: &[LeaseRequest]) -> Vec<Lease> {
+    (store.acquire(batch).await.expect("acquire"))
+        .into_iter()
+        .map(|a| match a {
+            Acquired::Granted(lease) => lease,
+            other => panic!("expected a grant, got {other:?}"),
+        })
+        .collect()
+}
+
+/// Completes every lease in one call (no outbox, a minute's window), each of which must succeed.
+async fn complete_all(store: &RedisStore, leases: Vec<Lease>) {
+    let completions: Vec<Completion> = leases
+        .into_iter()
+        .map(|lease| Completion {
+            lease,
+            outbox: vec![],
+            window: Duration::from_secs(60),
+            digest: None,
+        })
+        .collect();
+    let done = store.complete(&completions).await.expect("complete");
+    assert!(done.iter().all(Result::is_ok), "{done:?}");
+}
+
 /// One acquire and one complete for 60 keys, which land on every shard: each key is granted,
 /// completed and then seen as completed, and the keys are spread over all three primaries.
 #[tokio::test(flavor = "multi_thread")]
@@ -35,14 +61,7 @@ async fn a_batch_across_slots_and_shards_is_acquired_and_completed() {
     let ns = unique_namespace("cluster-batch");
     let batch = requests(&ns, 60);
 
-    let granted = store.acquire(&batch).await.expect("acquire");
-    let leases: Vec<_> = granted
-        .into_iter()
-        .map(|a| match a {
-            Acquired::Granted(lease) => lease,
-            other => panic!("expected a grant, got {other:?}"),
-        })
-        .collect();
+    let leases = grant_all(&store, &batch).await;
     assert!(leases.iter().all(|l| l.fencing_token == 1));
     assert_eq!(
         store.round_trips(),
@@ -50,17 +69,7 @@ async fn a_batch_across_slots_and_shards_is_acquired_and_completed() {
         "one pipeline per primary, whatever the slots"
     );
 
-    let completions: Vec<Completion> = leases
-        .into_iter()
-        .map(|lease| Completion {
-            lease,
-            outbox: vec![],
-            window: Duration::from_secs(60),
-            digest: None,
-        })
-        .collect();
-    let done = store.complete(&completions).await.expect("complete");
-    assert!(done.iter().all(Result::is_ok), "{done:?}");
+    complete_all(&store, leases).await;
     assert_eq!(store.round_trips(), 6);
 
     let again = store.acquire(&batch).await.expect("acquire again");
@@ -93,13 +102,7 @@ async fn a_slot_moved_between_lease_and_completion_still_completes() {
         .expect("cluster store");
     let ns = unique_namespace("cluster-moved");
     let batch = requests(&ns, 30);
-    let leases: Vec<_> = (store.acquire(&batch).await.expect("acquire"))
-        .into_iter()
-        .map(|a| match a {
-            Acquired::Granted(lease) => lease,
-            other => panic!("expected a grant, got {other:?}"),
-        })
-        .collect();
+    let leases = grant_all(&store, &batch).await;
     let moved_key = &batch[0].key;
     let slot = cluster.slot_of(moved_key);
     let sharing: usize = batch
@@ -124,17 +127,7 @@ async fn a_slot_moved_between_lease_and_completion_still_completes() {
     cluster.move_slot(slot, to);
 
     let before = store.round_trips();
-    let completions: Vec<Completion> = leases
-        .into_iter()
-        .map(|lease| Completion {
-            lease,
-            outbox: vec![],
-            window: Duration::from_secs(60),
-            digest: None,
-        })
-        .collect();
-    let done = store.complete(&completions).await.expect("complete");
-    assert!(done.iter().all(Result::is_ok), "{done:?}");
+    complete_all(&store, leases).await;
     assert_eq!(
         store.round_trips() - before,
         3 + sharing as u64,

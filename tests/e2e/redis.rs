@@ -185,6 +185,24 @@ async fn string_record(conn: &mut redis::aio::MultiplexedConnection, key: &str) 
         .expect("a completed record is a string")
 }
 
+/// What acquiring a completed `key` finds: its pending outbox's length and its digest.
+async fn completed(store: &RedisStore, key: &str) -> (usize, Option<String>) {
+    let found = store
+        .acquire(&[request(key, Duration::from_secs(5))])
+        .await
+        .expect("acquire");
+    match found.as_slice() {
+        [
+            Acquired::Completed {
+                pending_outbox,
+                digest,
+                ..
+            },
+        ] => (pending_outbox.len(), digest.clone()),
+        other => panic!("expected the key completed, found {other:?}"),
+    }
+}
+
 /// A record completed with an outbox stays a hash until the outbox is sent, then becomes the
 /// string `c:TOKEN:DIGEST` for the rest of its window; either way the key is completed, with its
 /// digest, and no owner's call can touch it.
@@ -202,24 +220,7 @@ async fn a_completed_record_shrinks_to_a_string_once_its_outbox_is_sent() {
         digest: Some(digest.clone()),
     };
     assert_eq!(store.complete(&[done]).await.unwrap(), vec![Ok(())]);
-    let found = store
-        .acquire(&[request(&key, Duration::from_secs(5))])
-        .await
-        .unwrap();
-    let [
-        Acquired::Completed {
-            pending_outbox,
-            digest: seen,
-            ..
-        },
-    ] = found.as_slice()
-    else {
-        panic!("{found:?}");
-    };
-    assert_eq!(
-        (pending_outbox.len(), seen.as_deref()),
-        (1, Some(digest.as_str()))
-    );
+    assert_eq!(completed(&store, &key).await, (1, Some(digest.clone())));
 
     store.outbox_sent(&key).await.unwrap();
     assert_eq!(
@@ -231,24 +232,7 @@ async fn a_completed_record_shrinks_to_a_string_once_its_outbox_is_sent() {
         (3_500_000..=3_600_000).contains(&ttl),
         "the window goes on: {ttl} ms"
     );
-    let found = store
-        .acquire(&[request(&key, Duration::from_secs(5))])
-        .await
-        .unwrap();
-    let [
-        Acquired::Completed {
-            pending_outbox,
-            digest: seen,
-            ..
-        },
-    ] = found.as_slice()
-    else {
-        panic!("{found:?}");
-    };
-    assert_eq!(
-        (pending_outbox.len(), seen.as_deref()),
-        (0, Some(digest.as_str()))
-    );
+    assert_eq!(completed(&store, &key).await, (0, Some(digest.clone())));
     assert_eq!(
         store.status(&key).await.unwrap(),
         KeyStatus::Completed { pending_outbox: 0 }

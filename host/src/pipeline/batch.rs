@@ -90,7 +90,7 @@ async fn lease_and_spawn(queue: &Arc<QueueCtx>, ready: Vec<(Routed, Permit)>) {
         }
         Err(e) => {
             for step in &mut steps {
-                step.error(Backend::Idempotency.error_type(), &e.to_string());
+                step.error(Backend::Idempotency.error_type(), &e);
             }
             drop(steps);
             for (routed, _permit) in ready {
@@ -153,7 +153,7 @@ async fn run_one(queue: Arc<QueueCtx>, msg: Received) -> Fate {
         .await;
     match &answer {
         Ok(acquired) => acquired.iter().for_each(|a| lease_found(&mut step, a)),
-        Err(e) => step.error(Backend::Idempotency.error_type(), &e.to_string()),
+        Err(e) => step.error(Backend::Idempotency.error_type(), e),
     }
     drop(step);
     match answer {

@@ -220,10 +220,8 @@ impl Delivery {
     pub(crate) fn backend_error(&self, backend: Backend) {
         self.shared().stats.record_backend_error(backend);
         let kind = backend.error_type();
-        (self.span).error(
-            kind,
-            &format!("a call to the {} backend failed", backend.name()),
-        );
+        let name = backend.name();
+        (self.span).error(kind, format_args!("a call to the {name} backend failed"));
     }
 
     /// The retry schedule's delay for this delivery, never less than `asked_secs`.
@@ -386,7 +384,7 @@ impl Delivery {
             step.set(|| vec![KeyValue::new("messaging.batch.message_count", count)]);
             let sent = shared.source.send(&outbox).await;
             if let Err(e) = &sent {
-                step.error("queue_send", &e.to_string());
+                step.error("queue_send", e);
             }
             drop(step);
             if let Err(e) = sent {
@@ -514,7 +512,7 @@ impl Delivery {
         let mut step = self.span.step("dead letter send");
         let sent = shared.source.send(&[letter]).await;
         if let Err(e) = &sent {
-            step.error("queue_send", &e.to_string());
+            step.error("queue_send", e);
         }
         drop(step);
         if let Err(e) = sent {

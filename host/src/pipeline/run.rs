@@ -86,7 +86,7 @@ async fn run(mut delivery: Delivery, plugin: Arc<Plugin>, resolved: Option<Resol
                 pointer::is_pointer(&msg.attributes).then(|| delivery.span().step("payload fetch"));
             let fetched = shared.payloads.resolve(&msg.body, &msg.attributes).await;
             if let (Some(step), Err(e)) = (&mut step, &fetched) {
-                step.error(e.kind(), &e.to_string());
+                step.error(e.kind(), e);
             }
             drop(step);
             match fetched {
@@ -136,7 +136,7 @@ async fn run(mut delivery: Delivery, plugin: Arc<Plugin>, resolved: Option<Resol
             delivery.dead_letter(reason).await
         }
         Err(failure) => {
-            delivery.span().error(failure.kind(), &failure.to_string());
+            delivery.span().error(failure.kind(), &failure);
             delivery.record(Event::Failed);
             delivery.retry(failure.to_string(), 0).await
         }
@@ -251,7 +251,7 @@ async fn invoke(
     let ended = call.await;
     match &ended {
         Ok(Ok(invocation)) => step.set(|| invocation_attributes(invocation)),
-        Ok(Err(failure)) => step.error(failure.kind(), &failure.to_string()),
+        Ok(Err(failure)) => step.error(failure.kind(), failure),
         Err(_) => step.error("trap", "the handler panicked"),
     }
     drop(step);

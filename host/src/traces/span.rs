@@ -70,9 +70,9 @@ impl MessageSpan {
     }
 
     /// Marks the span failed: `kind` is a short, low-cardinality `error.type`, `description`
-    /// says what happened. The first cause stays (a timeout that ends in a dead letter is a
+    /// says what happened (formatted only when traces are on). The first cause stays (a timeout that ends in a dead letter is a
     /// timeout, and `qhost.outcome` says how it ended).
-    pub(crate) fn error(&self, kind: &'static str, description: &str) {
+    pub(crate) fn error(&self, kind: &'static str, description: impl std::fmt::Display) {
         if let Some((cx, _)) = &self.cx
             && !self.failed.swap(true, Ordering::Relaxed)
         {
@@ -132,7 +132,7 @@ impl StepSpan {
     }
 
     /// Marks the step failed, as [`MessageSpan::error`] does.
-    pub(crate) fn error(&mut self, kind: &'static str, description: &str) {
+    pub(crate) fn error(&mut self, kind: &'static str, description: impl std::fmt::Display) {
         if let Some(span) = &mut self.0 {
             span.set_attribute(KeyValue::new("error.type", kind));
             span.set_status(Status::error(description.to_string()));
