@@ -24,7 +24,8 @@
 //!
 //! The host, not the handler, suppresses duplicates: `handle` runs once per idempotency key
 //! while the key is remembered. Follow-up messages go through [`outbox`] so that they are
-//! sent only when the handler acks, and only once.
+//! sent only when the handler acks, and only once. Calls to an API go through [`http`], where
+//! the host grants them, and carry an idempotency key the host makes for each.
 #![deny(missing_docs)]
 
 // Lets the generated code and the export macro name this crate the same way from inside and
@@ -49,6 +50,7 @@ pub mod bindings {
 }
 
 pub mod config;
+pub mod http;
 pub mod log;
 mod message;
 pub mod outbox;

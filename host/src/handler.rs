@@ -108,6 +108,11 @@ pub trait Invoke: Send + Sync + 'static {
     fn costs(&self) -> Option<Costs> {
         None
     }
+
+    /// Outbound HTTP requests by result (`runtime::http`), for those that make them.
+    fn http_requests(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// A native handler: a function that returns promptly, called on the async threads. One that
@@ -187,5 +192,10 @@ impl Plugin {
     /// Time spent instantiating and calling this plugin so far (`None` for native handlers).
     pub fn costs(&self) -> Option<Costs> {
         self.invoker.costs()
+    }
+
+    /// This version's outbound HTTP requests by result.
+    pub fn http_requests(&self) -> Vec<(&'static str, u64)> {
+        self.invoker.http_requests()
     }
 }

@@ -179,6 +179,10 @@ pub fn runtime_for(config: &Config) -> anyhow::Result<Runtime> {
         idle_instances: SPARE_INSTANCES / 2,
     })?
     .with_secrets(config.secrets.clone());
+    let runtime = match &config.http_ca_file {
+        Some(ca_file) => runtime.with_http_ca(ca_file)?,
+        None => runtime,
+    };
     match &config.compiled_cache {
         Some(dir) => runtime.with_cache(dir),
         None => Ok(runtime),

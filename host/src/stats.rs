@@ -23,6 +23,8 @@ pub struct Counts {
     pub duplicates: u64,
     /// Deliveries put back because another worker held the key's lease.
     pub busy: u64,
+    /// Deliveries put back because the plugin was at its rate limit.
+    pub rate_limited: u64,
     /// Deliveries put back to be retried.
     pub retried: u64,
     /// Messages sent to the dead-letter queue.
@@ -52,6 +54,8 @@ pub enum Event {
     Duplicate,
     /// The key was leased elsewhere.
     Busy,
+    /// Put back: the plugin was at its rate limit.
+    RateLimited,
     /// The message will be retried.
     Retried,
     /// The message was dead-lettered.
@@ -76,6 +80,7 @@ impl Event {
             Event::Acked => Some("acked"),
             Event::Duplicate => Some("duplicate"),
             Event::Busy => Some("busy"),
+            Event::RateLimited => Some("rate_limited"),
             Event::Retried => Some("retried"),
             Event::DeadLettered => Some("dead_lettered"),
             Event::Released => Some("released"),
@@ -97,6 +102,7 @@ impl Counts {
             Event::Acked => self.acked += 1,
             Event::Duplicate => self.duplicates += 1,
             Event::Busy => self.busy += 1,
+            Event::RateLimited => self.rate_limited += 1,
             Event::Retried => self.retried += 1,
             Event::DeadLettered => self.dead_lettered += 1,
             Event::OutboxSent(n) => self.outbox_sent += n,
@@ -113,6 +119,7 @@ impl Counts {
         self.acked += o.acked;
         self.duplicates += o.duplicates;
         self.busy += o.busy;
+        self.rate_limited += o.rate_limited;
         self.retried += o.retried;
         self.dead_lettered += o.dead_lettered;
         self.outbox_sent += o.outbox_sent;

@@ -559,3 +559,50 @@ async fn tls_with_a_password_and_a_private_ca() {
     assert_eq!((c.invoked, c.acked, c.duplicates), (10, 10, 10), "{c:?}");
     assert_eq!(contents(&env.queue(), "out").await.len(), 10);
 }
+
+/// The rate limit's GCRA step, the same on Redis and on the embedded store: at 20/s (a burst
+/// of 2), calls at once are given slots 50 ms apart up to a second ahead, then told to come
+/// back; an idle key lets a call run at once.
+#[tokio::test]
+async fn the_rate_limit_reserves_slots_alike_on_redis_and_the_embedded_store() {
+    use qhost::idempotency::rate::{self, Admission, Rate};
+    let rate = Rate::parse("20/s").expect("a rate");
+    let redis = RedisStore::connect(&shared_url()).await.expect("redis");
+    let local = qhost::idempotency::local::LocalStore::open(None).expect("local store");
+    let key = rate::key(&unique_namespace("rate"), "mailer");
+    for store in [&redis as &dyn IdempotencyStore, &local] {
+        let mut waits = Vec::new();
+        let later = loop {
+            match store.admit(&key, rate).await.expect("admit") {
+                Admission::After(wait) => waits.push(wait),
+                Admission::Later(after) => break after,
+            }
+            assert!(waits.len() <= 30, "{store:?}: never over the rate");
+        };
+        // Two at once, then one per 50 ms while within a second (give or take the time the
+        // calls themselves took).
+        assert!((21..=23).contains(&waits.len()), "{store:?}: {waits:?}");
+        assert!(
+            waits[..2].iter().all(|w| *w < Duration::from_millis(25)),
+            "{waits:?}"
+        );
+        for pair in waits[1..].windows(2) {
+            let step = pair[1].saturating_sub(pair[0]);
+            assert!(
+                (Duration::from_millis(40)..=Duration::from_millis(51)).contains(&step),
+                "{store:?}: slots {waits:?}"
+            );
+        }
+        assert!(
+            (Duration::from_millis(950)..=Duration::from_millis(1100)).contains(&later),
+            "{store:?}: come back after {later:?}"
+        );
+        // Nothing was reserved by the refusal: once the reserved slots pass, a call runs.
+        tokio::time::sleep(later + Duration::from_millis(60)).await;
+        assert_eq!(
+            store.admit(&key, rate).await.expect("admit"),
+            Admission::After(Duration::ZERO),
+            "{store:?}"
+        );
+    }
+}

@@ -6,6 +6,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 pub mod admin;
+pub mod api_server;
 pub mod cpu;
 pub mod deploy;
 pub mod faults;

@@ -21,6 +21,7 @@ pub struct RawConfig {
     pub payload: Option<super::payload::RawPayload>,
     pub admin: Option<RawAdmin>,
     pub secrets: Option<RawSecrets>,
+    pub http: Option<RawHttp>,
     #[serde(rename = "queue")]
     pub queues: Option<Vec<RawQueue>>,
 }
@@ -49,6 +50,12 @@ pub struct RawIdempotency {
 pub struct RawSecrets {
     pub env: Option<Vec<String>>,
     pub dirs: Option<Vec<PathBuf>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawHttp {
+    pub ca_file: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

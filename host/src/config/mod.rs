@@ -125,6 +125,8 @@ pub struct Config {
     pub admin_listen: Option<SocketAddr>,
     /// The variables and directories plugins' `[config]` may read secrets from.
     pub secrets: SecretsGrant,
+    /// A PEM file of CA certificates plugins' HTTPS requests trust besides the platform's.
+    pub http_ca_file: Option<PathBuf>,
 }
 
 /// Where the admin listener binds unless told otherwise: loopback, Prometheus's exporter port
@@ -219,6 +221,7 @@ impl Config {
         Ok(Config {
             admin_listen,
             secrets,
+            http_ca_file: raw.http.and_then(|h| h.ca_file),
             plugins_dir: raw.plugins_dir.unwrap_or_else(|| "plugins".into()),
             compiled_cache: raw
                 .compiled_cache

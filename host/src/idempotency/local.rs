@@ -10,6 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, Transaction, params};
 
+use super::rate::{self, Admission, Rate};
 use super::{
     Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
     Released, StoreResult,
@@ -28,6 +29,10 @@ CREATE TABLE IF NOT EXISTS idempotency (
     outbox_at_ms INTEGER,
     failures INTEGER NOT NULL DEFAULT 0,
     digest TEXT
+);
+CREATE TABLE IF NOT EXISTS rate (
+    key TEXT PRIMARY KEY,
+    tat_us INTEGER NOT NULL
 );
 ";
 
@@ -266,6 +271,29 @@ impl IdempotencyStore for LocalStore {
             )?
             .execute([key])?;
             Ok(())
+        })
+        .await
+    }
+
+    async fn admit(&self, key: &str, rate: Rate) -> StoreResult<Admission> {
+        let key = key.to_string();
+        self.write(move |tx| {
+            let stored: Option<i64> = tx
+                .prepare_cached("SELECT tat_us FROM rate WHERE key = ?1")?
+                .query_row([&key], |row| row.get(0))
+                .optional()?;
+            let now_us = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u64);
+            let (admission, next) = rate::decide(rate, now_us, stored.map(|t| t as u64));
+            if let Some(next) = next {
+                tx.prepare_cached(
+                    "INSERT INTO rate (key, tat_us) VALUES (?1, ?2)
+                     ON CONFLICT (key) DO UPDATE SET tat_us = excluded.tat_us",
+                )?
+                .execute(params![key, next as i64])?;
+            }
+            Ok(admission)
         })
         .await
     }

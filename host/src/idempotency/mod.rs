@@ -22,6 +22,7 @@
 
 pub mod key;
 pub mod local;
+pub mod rate;
 pub mod redis;
 
 use std::time::Duration;
@@ -184,4 +185,8 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Checks that the store answers (for readiness): one cheap round trip.
     async fn ping(&self) -> StoreResult<()>;
+
+    /// One call under the rate kept at `key` (see [`rate`]): when it may run (its slot then
+    /// reserved), or when to try again.
+    async fn admit(&self, key: &str, rate: rate::Rate) -> StoreResult<rate::Admission>;
 }

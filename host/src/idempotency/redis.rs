@@ -44,6 +44,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::{Script, ScriptInvocation, Value};
 
+use super::rate::{self, Admission, Rate};
 use super::{
     Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
     Released, StoreResult,
@@ -57,6 +58,7 @@ static COMPLETE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("l
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
 static OUTBOX_SENT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/outbox_sent.lua")));
+static RATE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/rate.lua")));
 static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/status.lua")));
 
 /// How long one call may wait for Redis before it counts as down.
@@ -344,6 +346,23 @@ impl IdempotencyStore for RedisStore {
             .invoke_script(&OUTBOX_SENT.key(key))
             .ignore();
         self.query::<()>(&pipe).await
+    }
+
+    async fn admit(&self, key: &str, rate: Rate) -> StoreResult<Admission> {
+        let mut invocation = RATE.key(key);
+        invocation
+            .arg(rate.interval_us())
+            .arg(rate.tolerance_us())
+            .arg(rate::MAX_WAIT.as_micros() as u64);
+        let mut pipe = redis::pipe();
+        pipe.load_script(&RATE).ignore().invoke_script(&invocation);
+        let ((reserved, wait_us),): ((u8, u64),) = self.query(&pipe).await?;
+        let wait = Duration::from_micros(wait_us);
+        Ok(if reserved == 1 {
+            Admission::After(wait)
+        } else {
+            Admission::Later(wait)
+        })
     }
 
     async fn release(&self, lease: &Lease, why: Released) -> StoreResult<()> {

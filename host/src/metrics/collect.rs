@@ -74,10 +74,11 @@ const fn counter<'a>(name: &'a str, help: &'a str) -> Descriptor<'a> {
 type Read = fn(&Counts) -> u64;
 
 /// What a delivery's outcome is called in `qhost_messages_handled_total`.
-const OUTCOMES: [(&str, Read); 6] = [
+const OUTCOMES: [(&str, Read); 7] = [
     ("acked", |c| c.acked),
     ("duplicate", |c| c.duplicates),
     ("busy", |c| c.busy),
+    ("rate_limited", |c| c.rate_limited),
     ("retried", |c| c.retried),
     ("dead_lettered", |c| c.dead_lettered),
     ("released", |c| c.released),
@@ -225,6 +226,26 @@ impl HostCollector {
                 let labels = [("plugin", p.name.clone()), ("version", p.version.clone())];
                 (labels, 1)
             }),
+        )?;
+        counter(
+            "qhost_http_requests",
+            "Outbound HTTP requests of the serving plugin versions that are granted HTTP, by result: sent (a response arrived), denied (not in the grant), prohibited (an address the host keeps out), too_many (over limits.http-requests), too_large (a body over limits.http-response-bytes), timeout, failed",
+        )
+        .write(
+            encoder,
+            serving
+                .iter()
+                .filter(|p| !p.manifest.capabilities.http.is_empty())
+                .flat_map(|p| {
+                    p.http_requests().into_iter().map(|(result, n)| {
+                        let labels = [
+                            ("plugin", p.name.clone()),
+                            ("version", p.version.clone()),
+                            ("result", result.to_string()),
+                        ];
+                        (labels, n)
+                    })
+                }),
         )?;
         counter(
             "qhost_plugin_loads",

@@ -11,6 +11,7 @@ use super::route::Routed;
 use crate::digest::sha256_hex;
 use crate::handler::{Failure, HandlerMessage, Invocation, Outcome, Plugin};
 use crate::idempotency::Acquired;
+use crate::idempotency::rate::{self, Admission};
 use crate::message::Received;
 use crate::payload::{ResolveError, Resolved, pointer};
 use crate::runtime::manifest::OnConflict;
@@ -49,7 +50,17 @@ pub(crate) async fn leased(routed: Routed, acquired: Acquired) -> Fate {
         return delivery.dead_letter(reason).await;
     }
     match acquired {
-        Acquired::Granted(lease) => run(delivery.leased(lease), plugin, resolved).await,
+        Acquired::Granted(lease) => {
+            let delivery = delivery.leased(lease);
+            match within_rate(&delivery, &plugin).await {
+                Ok(()) => run(delivery, plugin, resolved).await,
+                Err(Some(later)) => {
+                    let delay = later.max(MIN_BUSY_DELAY);
+                    delivery.put_back(delay, Event::RateLimited).await
+                }
+                Err(None) => delivery.back_off().await,
+            }
+        }
         Acquired::Completed {
             pending_outbox,
             pending_for,
@@ -70,6 +81,36 @@ pub(crate) async fn leased(routed: Routed, acquired: Acquired) -> Fate {
         Acquired::Busy { retry_after } => {
             let delay = busy_delay(&delivery, retry_after);
             delivery.put_back(delay, Event::Busy).await
+        }
+    }
+}
+
+/// Waits for the plugin's slot under its rate limit, if it has one (see `idempotency::rate`):
+/// `Ok` once the call may run; `Err(Some(when))` when the slot is too far off and the message
+/// should come back then; `Err(None)` when the store did not answer.
+async fn within_rate(delivery: &Delivery, plugin: &Plugin) -> Result<(), Option<Duration>> {
+    let Some(limit) = plugin.manifest.limits.rate else {
+        return Ok(());
+    };
+    let shared = delivery.shared();
+    let key = rate::key(&shared.config.namespace, &plugin.name);
+    match shared.store.admit(&key, limit).await {
+        Ok(Admission::After(wait)) => {
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
+            Ok(())
+        }
+        Ok(Admission::Later(when)) => {
+            let msg = delivery.msg();
+            tracing::debug!(queue = %msg.queue, message_id = %msg.id, plugin = %plugin.name, %limit, "over the rate limit; putting the message back");
+            Err(Some(when))
+        }
+        Err(e) => {
+            delivery.backend_error(Backend::Idempotency);
+            let msg = delivery.msg();
+            tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, "could not check the rate limit; putting the message back");
+            Err(None)
         }
     }
 }

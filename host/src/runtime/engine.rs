@@ -6,10 +6,11 @@
 //!   between messages: `pool`).
 //! - Epoch interruption: a background thread ticks the engine's epoch; each store gets a
 //!   deadline in ticks, so a guest that loops is trapped at its timeout without fuel's cost.
-//! - The linker has WASI p2 (with an empty context: see `state`) and the qhost imports.
+//! - The linker has WASI p2 (with an empty context: see `state`), `wasi:http`'s outgoing
+//!   handler (every request under the plugin's grant: see `http`) and the qhost imports.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel};
 
 use super::bindings::Handler;
 use super::cache::{CompileCounters, CompiledCache};
+use super::http::{self, TlsClient};
 use super::idle::IdleBudget;
 use super::pool;
 use super::secrets::SecretsGrant;
@@ -52,6 +54,10 @@ pub struct Runtime {
     idle: IdleBudget,
     max_memory_mib: u64,
     secrets: SecretsGrant,
+    /// The TLS client for plugins' HTTPS requests: built when first needed (reading the
+    /// platform's roots costs milliseconds a host without HTTP plugins need not spend), or at
+    /// start when `[http] ca-file` names a CA, so a bad file stops the start.
+    http_tls: Arc<OnceLock<TlsClient>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -80,6 +86,9 @@ impl Runtime {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(anyhow::Error::from)
             .context("linking WASI")?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
+            .map_err(anyhow::Error::from)
+            .context("linking WASI HTTP")?;
         Handler::add_to_linker::<_, HasSelf<_>>(&mut linker, |state: &mut HostState| state)
             .map_err(anyhow::Error::from)
             .context("linking the qhost imports")?;
@@ -92,6 +101,7 @@ impl Runtime {
             idle: IdleBudget::new(settings.idle_instances as usize),
             max_memory_mib: settings.max_memory_mib,
             secrets: SecretsGrant::default(),
+            http_tls: Arc::default(),
         })
     }
 
@@ -99,6 +109,23 @@ impl Runtime {
     pub fn with_secrets(mut self, grant: SecretsGrant) -> Self {
         self.secrets = grant;
         self
+    }
+
+    /// Trusts the CA certificates in `ca_file` (PEM) for plugins' HTTPS requests, besides the
+    /// platform's roots.
+    pub fn with_http_ca(self, ca_file: &Path) -> anyhow::Result<Self> {
+        let client = http::tls_client(Some(ca_file))?;
+        let _ = self.http_tls.set(client);
+        Ok(self)
+    }
+
+    /// The TLS client plugins' HTTPS requests use.
+    pub(crate) fn http_tls(&self) -> anyhow::Result<TlsClient> {
+        if let Some(client) = self.http_tls.get() {
+            return Ok(Arc::clone(client));
+        }
+        let client = http::tls_client(None)?;
+        Ok(Arc::clone(self.http_tls.get_or_init(|| client)))
     }
 
     /// What plugins may read from the host.

@@ -166,7 +166,8 @@ pub(crate) fn build(
     let settings = secrets::resolve(&manifest.config, runtime.secrets())
         .map_err(|why| fail(anyhow::anyhow!(why)))?;
     let version = version_of(bytes);
-    let invoker = WasmInvoker::new(pre, (&name, &version), &manifest, settings, runtime);
+    let invoker =
+        WasmInvoker::new(pre, (&name, &version), &manifest, settings, runtime).map_err(fail)?;
     // Instantiated once now, so a plugin that compiles but cannot run (an initial memory or
     // table over the pool's limits, a start function that traps) is refused at load, and the
     // version it would replace keeps serving.

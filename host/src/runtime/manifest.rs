@@ -16,6 +16,14 @@
 //! max-attempts = 5
 //! concurrency = 4               # calls at once; unlimited (the host's cap) by default
 //! reuse-instance = 1            # messages one instance may handle (see runtime::wasm)
+//! rate = "50/s"                 # calls across the fleet, per s or min (idempotency::rate)
+//!
+//! http-requests = 16           # outbound HTTP requests per message
+//! http-response-bytes = 1048576 # the largest response body a request may read
+//!
+//! [capabilities]
+//! http = ["https://api.sendgrid.com", "https://*.example.com:8443", "http://127.0.0.1:*"]
+//! idempotency-header = "Idempotency-Key"   # "" sends none (runtime::http)
 //!
 //! [outbox]
 //! queues = ["sent-emails"]      # where it may send; none by default, "*" for any queue
@@ -35,7 +43,9 @@ use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
 use crate::idempotency::key::{KeySource, OnMissingKey};
+use crate::idempotency::rate::Rate;
 use crate::message::wire::valid_queue_name;
+use crate::runtime::http::{self, HttpGrant};
 
 /// The most memory a plugin may ask for; the engine's instance pool is sized for it.
 pub const MAX_MEMORY_MIB: u64 = 4096;
@@ -50,6 +60,9 @@ pub struct Manifest {
     /// Resource limits.
     #[serde(default)]
     pub limits: Limits,
+    /// What the plugin may reach beyond the host: nothing by default.
+    #[serde(default)]
+    pub capabilities: Capabilities,
     /// Where the plugin may send, and how much.
     #[serde(default)]
     pub outbox: OutboxGrant,
@@ -88,6 +101,32 @@ impl<'de> Deserialize<'de> for ConfigValue {
             _ => Err(D::Error::custom(format!("a setting must be {shape}"))),
         }
     }
+}
+
+/// What a plugin may reach beyond the host (see `runtime::http`).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Capabilities {
+    /// Origins the plugin may call over HTTP: `SCHEME://HOST[:PORT]`, `*.` before a name,
+    /// `*` for any port. None by default.
+    #[serde(default)]
+    pub http: Vec<String>,
+    /// The header each request carries its idempotency key in; empty sends none.
+    #[serde(default = "default_key_header")]
+    pub idempotency_header: String,
+}
+
+impl Default for Capabilities {
+    fn default() -> Self {
+        Capabilities {
+            http: Vec::new(),
+            idempotency_header: default_key_header(),
+        }
+    }
+}
+
+fn default_key_header() -> String {
+    "Idempotency-Key".into()
 }
 
 /// The outbox a plugin is granted: no queue unless named, and a cap on what one message may
@@ -192,7 +231,30 @@ pub struct Limits {
     /// isolation between messages of the same plugin.
     #[serde(default = "default_reuse")]
     pub reuse_instance: u32,
+    /// Outbound HTTP requests one message may make.
+    #[serde(default = "default_http_requests")]
+    pub http_requests: u32,
+    /// The largest response body one request may read.
+    #[serde(default = "default_http_response_bytes")]
+    pub http_response_bytes: u64,
+    /// Calls of this plugin per second or minute across every host sharing the idempotency
+    /// store (`"50/s"`, `"300/min"`); unlimited by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<Rate>,
 }
+
+fn default_http_requests() -> u32 {
+    16
+}
+
+fn default_http_response_bytes() -> u64 {
+    1 << 20
+}
+
+/// The most requests per message a manifest may allow.
+pub const MAX_HTTP_REQUESTS: u32 = 1000;
+/// The largest response body a manifest may allow.
+pub const MAX_HTTP_RESPONSE_BYTES: u64 = 64 << 20;
 
 fn default_reuse() -> u32 {
     1
@@ -206,6 +268,9 @@ impl Default for Limits {
             max_attempts: default_attempts(),
             concurrency: None,
             reuse_instance: default_reuse(),
+            http_requests: default_http_requests(),
+            http_response_bytes: default_http_response_bytes(),
+            rate: None,
         }
     }
 }
@@ -257,6 +322,15 @@ impl Manifest {
             self.idempotency.dedup_window_secs > 0,
             "idempotency.dedup-window-secs must be positive"
         );
+        anyhow::ensure!(
+            (1..=MAX_HTTP_REQUESTS).contains(&l.http_requests),
+            "limits.http-requests must be between 1 and {MAX_HTTP_REQUESTS}"
+        );
+        anyhow::ensure!(
+            (1..=MAX_HTTP_RESPONSE_BYTES).contains(&l.http_response_bytes),
+            "limits.http-response-bytes must be between 1 and {MAX_HTTP_RESPONSE_BYTES}"
+        );
+        self.capabilities.check()?;
         let outbox = &self.outbox;
         if let Some(bad) = outbox
             .queues
@@ -273,6 +347,11 @@ impl Manifest {
     }
 
     /// The timeout as a duration.
+    /// The HTTP grant, parsed (`check` has refused a manifest whose patterns do not parse).
+    pub(crate) fn http_grant(&self) -> HttpGrant {
+        HttpGrant::parse(&self.capabilities.http).unwrap_or_default()
+    }
+
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.limits.timeout_ms)
     }
@@ -280,6 +359,15 @@ impl Manifest {
     /// The dedup window as a duration.
     pub fn dedup_window(&self) -> Duration {
         Duration::from_secs(self.idempotency.dedup_window_secs)
+    }
+}
+
+impl Capabilities {
+    fn check(&self) -> anyhow::Result<()> {
+        HttpGrant::parse(&self.http).map_err(|e| anyhow::anyhow!("capabilities.http: {e}"))?;
+        http::key_header(&self.idempotency_header)
+            .map_err(|e| anyhow::anyhow!("capabilities.idempotency-header: {e}"))?;
+        Ok(())
     }
 }
 

@@ -1,12 +1,14 @@
 //! The WebAssembly runtime: engine and instance pool, bindings, per-message state (with what the
 //! outbox accepts and the guest's stderr), loading (settings and the secrets they name), the
-//! compiled-code cache, the idle-instance budget, per-plugin costs, the registry and hot reload.
+//! compiled-code cache, the idle-instance budget, per-plugin costs, outbound HTTP by grant, the
+//! registry and hot reload.
 
 pub(crate) mod bindings;
 pub(crate) mod cache;
 mod convert;
 pub mod costs;
 pub mod engine;
+pub(crate) mod http;
 mod idle;
 pub mod inspect;
 pub mod loader;

@@ -4,15 +4,19 @@
 //! built by standard toolchains import it (clocks, random, stdio), but with no preopened
 //! directories, no environment, no arguments, no sockets and no inherited stdio. Stderr is kept
 //! in a small buffer so a panic message can be reported with the trap ([`GuestStderr`]).
+//! `wasi:http` is linked for every plugin, and every request goes through the plugin's
+//! [`OutboundHttp`] rules: with no grant in its manifest, each one is denied.
 
 use std::sync::Arc;
 
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::qhost::handler::{config, log, outbox, types};
 use super::convert;
+use super::http::{Call, HttpPolicy, OutboundHttp};
 use super::outbox::{OutboxPolicy, Sender};
 use super::secrets::Settings;
 use super::stderr::GuestStderr;
@@ -36,6 +40,20 @@ pub(crate) struct CallContext {
     pub(crate) queue: String,
     /// The message's idempotency key, which outbox keys derive from.
     pub(crate) key: String,
+    /// The lease's fencing token.
+    pub(crate) fencing_token: u64,
+    /// When the handler's time is up.
+    pub(crate) deadline: tokio::time::Instant,
+}
+
+impl CallContext {
+    fn http_call(&self) -> Call {
+        Call {
+            key: self.key.clone(),
+            fencing_token: self.fencing_token,
+            deadline: self.deadline,
+        }
+    }
 }
 
 /// The store data for one invocation.
@@ -46,6 +64,8 @@ pub(crate) struct HostState {
     limiter: MemoryLimiter,
     config: Arc<Settings>,
     outbox_policy: Arc<OutboxPolicy>,
+    http_ctx: WasiHttpCtx,
+    http: OutboundHttp,
     ctx: CallContext,
     /// What the guest asked to send, stamped and checked.
     pub(crate) outbox: Vec<Outgoing>,
@@ -57,6 +77,7 @@ impl HostState {
         ctx: CallContext,
         config: Arc<Settings>,
         outbox_policy: Arc<OutboxPolicy>,
+        http: Arc<HttpPolicy>,
         memory_bytes: u64,
     ) -> Self {
         let stderr = GuestStderr::new(STDERR_CAPACITY);
@@ -73,6 +94,8 @@ impl HostState {
             limiter: MemoryLimiter::new(memory_bytes),
             config,
             outbox_policy,
+            http_ctx: WasiHttpCtx::new(),
+            http: OutboundHttp::new(http, ctx.http_call()),
             ctx,
             outbox: Vec::new(),
         }
@@ -81,6 +104,7 @@ impl HostState {
     /// Starts a new message on a reused instance: its context, an empty outbox and an empty
     /// stderr.
     pub(crate) fn begin(&mut self, ctx: CallContext) {
+        self.http.begin(ctx.http_call());
         self.ctx = ctx;
         self.outbox.clear();
         self.stderr.clear();
@@ -115,6 +139,16 @@ impl WasiView for HostState {
         WasiCtxView {
             ctx: &mut self.wasi,
             table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http_ctx,
+            table: &mut self.table,
+            hooks: &mut self.http,
         }
     }
 }

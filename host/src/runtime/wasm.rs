@@ -28,6 +28,7 @@ use super::bindings::{Handler, HandlerPre};
 use super::convert;
 use super::costs::{CostCounters, Costs};
 use super::engine::Runtime;
+use super::http::{HttpCounts, HttpPolicy, key_header};
 use super::idle::{IdleBudget, IdleSlot};
 use super::manifest::Manifest;
 use super::outbox::OutboxPolicy;
@@ -43,6 +44,7 @@ pub(crate) struct WasmInvoker {
     version: Arc<str>,
     config: Arc<Settings>,
     outbox: Arc<OutboxPolicy>,
+    http: Arc<HttpPolicy>,
     memory_bytes: u64,
     timeout: Duration,
     reuse: u32,
@@ -80,9 +82,19 @@ impl WasmInvoker {
         manifest: &Manifest,
         settings: Settings,
         runtime: &Runtime,
-    ) -> Self {
+    ) -> anyhow::Result<Self> {
         let (plugin, version) = id;
-        WasmInvoker {
+        let http = HttpPolicy {
+            plugin: plugin.into(),
+            grant: manifest.http_grant(),
+            key_header: key_header(&manifest.capabilities.idempotency_header)
+                .map_err(anyhow::Error::msg)?,
+            max_requests: manifest.limits.http_requests,
+            max_response_bytes: manifest.limits.http_response_bytes,
+            tls: runtime.http_tls()?,
+            counts: Arc::new(HttpCounts::default()),
+        };
+        Ok(WasmInvoker {
             engine: pre.engine().clone(),
             pre,
             plugin: plugin.into(),
@@ -92,13 +104,14 @@ impl WasmInvoker {
                 grant: manifest.outbox.clone(),
                 shape: runtime.send_shape(),
             }),
+            http: Arc::new(http),
             memory_bytes: manifest.limits.memory_mib << 20,
             timeout: manifest.timeout(),
             reuse: manifest.limits.reuse_instance.max(1),
             idle: Mutex::default(),
             budget: runtime.idle_budget(),
             costs: CostCounters::default(),
-        }
+        })
     }
 
     /// Instantiates the component once, as a message would, and drops the instance: a
@@ -110,6 +123,8 @@ impl WasmInvoker {
             message_id: "(load check)".into(),
             queue: String::new(),
             key: String::new(),
+            fencing_token: 0,
+            deadline: tokio::time::Instant::now() + self.timeout,
         };
         block_on(self.instantiate(ctx))
             .map(drop)
@@ -147,7 +162,13 @@ impl WasmInvoker {
 
     async fn instantiate(&self, ctx: CallContext) -> Result<Warm, Failure> {
         let config = Arc::clone(&self.config);
-        let state = HostState::new(ctx, config, Arc::clone(&self.outbox), self.memory_bytes);
+        let state = HostState::new(
+            ctx,
+            config,
+            Arc::clone(&self.outbox),
+            Arc::clone(&self.http),
+            self.memory_bytes,
+        );
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| s.limiter());
         // Yield to the executor at every tick: the deadline is the caller's timer, not a trap.
@@ -203,28 +224,39 @@ fn with_stderr(reason: String, state: &HostState) -> String {
 impl Invoke for WasmInvoker {
     async fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
         // The deadline is checked first whenever the task wakes: once it has passed, the guest
-        // is not given another slice.
+        // is not given another slice. Its HTTP requests time out by it too.
+        let deadline = tokio::time::Instant::now() + self.timeout;
         tokio::select! {
             biased;
-            () = tokio::time::sleep(self.timeout) => Err(Failure::Timeout(self.timeout)),
-            result = self.call(msg) => result,
+            () = tokio::time::sleep_until(deadline) => Err(Failure::Timeout(self.timeout)),
+            result = self.call(msg, deadline) => result,
         }
     }
 
     fn costs(&self) -> Option<Costs> {
         Some(self.costs.snapshot())
     }
+
+    fn http_requests(&self) -> Vec<(&'static str, u64)> {
+        self.http.counts.snapshot()
+    }
 }
 
 impl WasmInvoker {
     /// One call, instantiation included, without its deadline.
-    async fn call(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
+    async fn call(
+        &self,
+        msg: HandlerMessage,
+        deadline: tokio::time::Instant,
+    ) -> Result<Invocation, Failure> {
         let ctx = CallContext {
             plugin: Arc::clone(&self.plugin),
             version: Arc::clone(&self.version),
             message_id: msg.id.clone(),
             queue: msg.queue.clone(),
             key: msg.idempotency_key.clone(),
+            fencing_token: msg.fencing_token,
+            deadline,
         };
         let guest_message = convert::message_to_guest(msg);
         let mut warm = match self.take_idle() {

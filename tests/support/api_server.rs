@@ -1,0 +1,200 @@
+//! An HTTP API on loopback for the outbound-HTTP tests: it records every request (method,
+//! path, headers, body, arrival time) and every connection accepted, and answers as the test
+//! says, per request: a status, a delay, a redirect, a body of some size. It runs on its own
+//! thread and runtime, so it keeps answering while a test blocks on a `qhost` process.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response};
+
+/// One request as it arrived.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    /// Its method.
+    pub method: String,
+    /// Its path and query.
+    pub path: String,
+    /// Its headers, names in lower case (the last value of a repeated one).
+    pub headers: BTreeMap<String, String>,
+    /// Its body.
+    pub body: Vec<u8>,
+    /// When it arrived.
+    pub at: Instant,
+}
+
+impl Recorded {
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+}
+
+/// What to answer.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    /// This status, with a short body.
+    Status(u16),
+    /// 200 after a wait.
+    After(Duration),
+    /// 302 to this URL.
+    Redirect(String),
+    /// 200 with a body of this many bytes.
+    Body(usize),
+}
+
+type Answer = dyn Fn(&Recorded, &[Recorded]) -> Reply + Send + Sync;
+
+/// The server.
+pub struct ApiServer {
+    addr: SocketAddr,
+    requests: Arc<Mutex<Vec<Recorded>>>,
+    connections: Arc<AtomicUsize>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl std::fmt::Debug for ApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiServer")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl ApiServer {
+    /// A server on a free port of 127.0.0.1 that answers 200 to everything.
+    pub fn start() -> Self {
+        Self::answering("127.0.0.1", |_, _| Reply::Status(200))
+    }
+
+    /// A server on a free port of `ip` (a loopback address) that answers with `answer`, given
+    /// the request and every request before it.
+    pub fn answering(
+        ip: &str,
+        answer: impl Fn(&Recorded, &[Recorded]) -> Reply + Send + Sync + 'static,
+    ) -> Self {
+        let listener =
+            std::net::TcpListener::bind((ip, 0)).expect("binding the API server on loopback");
+        listener.set_nonblocking(true).expect("non-blocking");
+        let addr = listener.local_addr().expect("its address");
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let answer: Arc<Answer> = Arc::new(answer);
+        let (kept, accepted) = (Arc::clone(&requests), Arc::clone(&connections));
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("the API server's runtime");
+            runtime.block_on(async move {
+                let listener =
+                    tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
+                tokio::select! {
+                    _ = stopped => {}
+                    () = serve(listener, kept, accepted, answer) => {}
+                }
+            });
+        });
+        ApiServer {
+            addr,
+            requests,
+            connections,
+            _stop: stop,
+        }
+    }
+
+    /// `http://IP:PORT` with `path` after it.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Its address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every request so far, in arrival order.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.requests.lock().expect("requests").clone()
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+async fn serve(
+    listener: tokio::net::TcpListener,
+    kept: Arc<Mutex<Vec<Recorded>>>,
+    accepted: Arc<AtomicUsize>,
+    answer: Arc<Answer>,
+) {
+    while let Ok((stream, _)) = listener.accept().await {
+        accepted.fetch_add(1, Ordering::SeqCst);
+        let (kept, answer) = (Arc::clone(&kept), Arc::clone(&answer));
+        let service = hyper::service::service_fn(move |req| {
+            respond(req, Arc::clone(&kept), Arc::clone(&answer))
+        });
+        tokio::spawn(
+            hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service),
+        );
+    }
+}
+
+async fn respond(
+    req: Request<Incoming>,
+    kept: Arc<Mutex<Vec<Recorded>>>,
+    answer: Arc<Answer>,
+) -> Result<Response<Full<Bytes>>, hyper::Error> {
+    let (parts, body) = req.into_parts();
+    let body = body.collect().await?.to_bytes().to_vec();
+    let recorded = Recorded {
+        method: parts.method.to_string(),
+        path: parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string(),
+        headers: parts
+            .headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body,
+        at: Instant::now(),
+    };
+    let reply = {
+        let mut all = kept.lock().expect("requests");
+        let reply = answer(&recorded, &all);
+        all.push(recorded);
+        reply
+    };
+    let response = match reply {
+        Reply::Status(status) => Response::builder()
+            .status(status)
+            .body(Full::new(Bytes::from_static(b"ok"))),
+        Reply::After(wait) => {
+            tokio::time::sleep(wait).await;
+            Response::builder().body(Full::new(Bytes::from_static(b"late")))
+        }
+        Reply::Redirect(to) => Response::builder()
+            .status(302)
+            .header("location", to)
+            .body(Full::new(Bytes::new())),
+        Reply::Body(len) => Response::builder().body(Full::new(Bytes::from(vec![b'x'; len]))),
+    };
+    Ok(response.expect("a response"))
+}
