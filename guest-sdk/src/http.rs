@@ -246,15 +246,30 @@ fn stream_error(e: StreamError, doing: &str) -> Error {
     match e {
         StreamError::LastOperationFailed(io) => match wasip2::http::types::http_error_code(&io) {
             Some(code) => from_code(code),
-            None => Error {
-                code: "internal-error".into(),
-                detail: format!("{doing}: {}", io.to_debug_string()),
-            },
+            None => unclassified(&io.to_debug_string(), doing),
         },
         StreamError::Closed => Error {
             code: "connection-terminated".into(),
             detail: doing.to_string(),
         },
+    }
+}
+
+/// A body stream's failure that came without a `wasi:http` code. The host's wasi:http (wasmtime
+/// 48) hands a body's errors to the guest as plain I/O errors, so the two the host makes on
+/// purpose, the response-size cap and the deadline, are recognised by their text and given
+/// their codes; anything else is `internal-error` with the text.
+fn unclassified(text: &str, doing: &str) -> Error {
+    let code = if text.contains("body size exceeds limit") {
+        "HTTP-response-body-size"
+    } else if text.contains("read timeout") {
+        "connection-read-timeout"
+    } else {
+        "internal-error"
+    };
+    Error {
+        code: code.into(),
+        detail: format!("{doing}: {text}"),
     }
 }
 

@@ -173,6 +173,7 @@ async fn what_the_grant_does_not_allow_fails_inside_the_guest_and_reaches_no_lis
     let api = ApiServer::answering("127.0.0.1", move |req, _| match req.path.as_str() {
         "/redirect" => Reply::Redirect(to_outside.clone()),
         "/big" => Reply::Body(5000),
+        "/streamed" => Reply::Streamed(64 * 1024),
         _ => Reply::Status(200),
     });
     let env = TestEnv::new();
@@ -215,6 +216,11 @@ async fn what_the_grant_does_not_allow_fails_inside_the_guest_and_reaches_no_lis
         (
             "big",
             format!("get:big:{}", api.url("/big")),
+            "ERR:HTTP-response-body-size",
+        ),
+        (
+            "streamed",
+            format!("get:streamed:{}", api.url("/streamed")),
             "ERR:HTTP-response-body-size",
         ),
         (
@@ -268,11 +274,11 @@ async fn what_the_grant_does_not_allow_fails_inside_the_guest_and_reaches_no_lis
     // get-n made 2 requests (the limit) before the third was refused.
     assert_eq!(paths.iter().filter(|p| *p == "/n").count(), 2, "{paths:?}");
     for (result, at_least) in [
-        ("sent", 5),
+        ("sent", 6),
         ("denied", 3),
         ("prohibited", 1),
         ("too_many", 1),
-        ("too_large", 1),
+        ("too_large", 2),
     ] {
         let line = metrics
             .lines()

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response};
@@ -46,6 +47,32 @@ pub enum Reply {
     Redirect(String),
     /// 200 with a body of this many bytes.
     Body(usize),
+    /// 200 with a body of this many bytes sent in 1 KiB chunks, its length not announced
+    /// (chunked transfer encoding).
+    Streamed(usize),
+}
+
+/// A body of `left` bytes in 1 KiB frames with no size hint, so hyper sends it chunked.
+struct Chunks {
+    left: usize,
+}
+
+impl hyper::body::Body for Chunks {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        if self.left == 0 {
+            return std::task::Poll::Ready(None);
+        }
+        let n = self.left.min(1024);
+        self.left -= n;
+        let frame = hyper::body::Frame::data(Bytes::from(vec![b'x'; n]));
+        std::task::Poll::Ready(Some(Ok(frame)))
+    }
 }
 
 type Answer = dyn Fn(&Recorded, &[Recorded]) -> Reply + Send + Sync;
@@ -153,7 +180,7 @@ async fn respond(
     req: Request<Incoming>,
     kept: Arc<Mutex<Vec<Recorded>>>,
     answer: Arc<Answer>,
-) -> Result<Response<Full<Bytes>>, hyper::Error> {
+) -> Result<Response<BoxBody<Bytes, std::convert::Infallible>>, hyper::Error> {
     let (parts, body) = req.into_parts();
     let body = body.collect().await?.to_bytes().to_vec();
     let recorded = Recorded {
@@ -183,6 +210,10 @@ async fn respond(
         reply
     };
     let response = match reply {
+        Reply::Streamed(len) => {
+            let body = BoxBody::new(Chunks { left: len });
+            return Ok(Response::new(body));
+        }
         Reply::Status(status) => Response::builder()
             .status(status)
             .body(Full::new(Bytes::from_static(b"ok"))),
@@ -196,5 +227,5 @@ async fn respond(
             .body(Full::new(Bytes::new())),
         Reply::Body(len) => Response::builder().body(Full::new(Bytes::from(vec![b'x'; len]))),
     };
-    Ok(response.expect("a response"))
+    Ok(response.expect("a response").map(|b| b.boxed()))
 }
