@@ -11,6 +11,7 @@ mod bad_input;
 mod cli;
 mod cluster;
 mod dlq;
+mod email_sender;
 mod fleet;
 mod hostile;
 mod http;

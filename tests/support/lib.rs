@@ -24,7 +24,8 @@ pub fn workspace() -> PathBuf {
 }
 
 /// Builds the Rust plugins for wasm32-wasip2 (once per test process) and returns the directory
-/// holding `email_reminder.wasm`, `fixture.wasm`, `wrong_world.wasm` and `next_wit.wasm`.
+/// holding `email_reminder.wasm`, `email_sender.wasm`, `fixture.wasm`, `wrong_world.wasm` and
+/// `next_wit.wasm`.
 pub fn built_plugins() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -42,7 +43,15 @@ pub fn built_plugins() -> &'static Path {
                 "--target-dir",
             ])
             .arg(&target)
-            .args(["-p", "email-reminder", "-p", "fixture", "-p", "wrong-world"])
+            .args([
+                "-p",
+                "email-reminder",
+                "-p",
+                "email-sender",
+                "-p",
+                "fixture",
+            ])
+            .args(["-p", "wrong-world"])
             .args(["-p", "next-wit"])
             .status()
             .expect("running cargo to build the plugins");
