@@ -343,3 +343,91 @@ async fn a_slow_api_fails_at_the_deadline_and_the_message_is_retried() {
     );
     assert!(contents(&env.queue(), "reminders").await.is_empty());
 }
+
+/// Runs `body` through a fixture plugin with `manifest`, in a host with `config_extra`, and
+/// returns what the fixture reported to its `out` queue.
+async fn one_call(manifest: &str, config_extra: &str, body: &str) -> String {
+    let env = TestEnv::new();
+    env.install("caller", "fixture", manifest);
+    let config = env.config(&format!(
+        "{config_extra}\n{}",
+        queue_toml("calls", "caller")
+    ));
+    send_all(&env.queue(), "calls", &[body], &[]).await;
+    let running = Running::start(env.host(config).await);
+    let queue = env.queue();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let result = loop {
+        if let Some(first) = bodies(&contents(&queue, "out").await).into_iter().next() {
+            break first;
+        }
+        assert!(Instant::now() < deadline, "no result for {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    running.stop().await;
+    result
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn https_to_a_private_ca_needs_its_ca_file() {
+    let dir = tempfile::tempdir().expect("a certificate directory");
+    let api = ApiServer::https(dir.path());
+    let manifest = format!("[capabilities]\nhttp = [\"https://{}\"]\n", api.addr());
+    let call = format!("get:out:https://{}/secure", api.addr());
+    // The platform's roots do not know the test's CA.
+    let untrusted = one_call(&manifest, "", &call).await;
+    assert_eq!(untrusted, "ERR:TLS-certificate-error");
+    assert!(
+        api.requests().is_empty(),
+        "a request went over an untrusted connection"
+    );
+    let ca = format!("[http]\nca-file = {:?}\n", dir.path().join("ca.crt"));
+    assert_eq!(one_call(&manifest, &ca, &call).await, "200:2");
+    assert_eq!(api.requests().len(), 1);
+    // A CA file that cannot be read stops the host at start, naming it.
+    let env = TestEnv::new();
+    let missing = dir.path().join("missing-ca.pem");
+    let config = env.config(&format!("[http]\nca-file = {missing:?}\n"));
+    let err = qhost::Host::from_config(config)
+        .await
+        .expect_err("a missing CA file");
+    assert!(format!("{err:#}").contains("missing-ca.pem"), "{err:#}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_idempotency_header_can_be_the_guest_s_renamed_or_off() {
+    let api = ApiServer::start();
+    let grant = format!("http = [\"http://{}\"]", api.addr());
+    let url = api.url("/h");
+    for (header, body) in [
+        ("", format!("get-keyed:out:{url}")),
+        (
+            "idempotency-header = \"X-Request-Id\"",
+            format!("get:out:{url}"),
+        ),
+        ("idempotency-header = \"\"", format!("get:out:{url}")),
+    ] {
+        let manifest = format!("[capabilities]\n{grant}\n{header}\n");
+        assert_eq!(one_call(&manifest, "", &body).await, "200:2", "{manifest}");
+    }
+    let requests = api.requests();
+    assert_eq!(requests.len(), 3);
+    // The guest's own key is kept.
+    assert_eq!(requests[0].header("idempotency-key"), Some("guest-chosen"));
+    // Renamed: the host's key under the manifest's name, and no Idempotency-Key.
+    assert_eq!(requests[1].header("idempotency-key"), None);
+    let key = requests[1]
+        .header("x-request-id")
+        .expect("the renamed header");
+    assert!(
+        key.starts_with("caller:") && key.ends_with("/http/0"),
+        "{key}"
+    );
+    // Off: no key at all; the fencing token always goes.
+    assert_eq!(requests[2].header("idempotency-key"), None);
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.header("qhost-fencing-token").is_some())
+    );
+}

@@ -13,6 +13,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response};
+use rustls::pki_types::pem::PemObject as _;
 
 /// One request as it arrived.
 #[derive(Clone, Debug)]
@@ -105,6 +106,34 @@ impl ApiServer {
         ip: &str,
         answer: impl Fn(&Recorded, &[Recorded]) -> Reply + Send + Sync + 'static,
     ) -> Self {
+        Self::serving(ip, None, answer)
+    }
+
+    /// An HTTPS server on a free port of 127.0.0.1 answering 200, its certificate for that
+    /// address signed by a CA made for the test; the CA's certificate is `ca.crt` in `dir`.
+    pub fn https(dir: &std::path::Path) -> Self {
+        crate::redis_tls::certificates(dir);
+        let certs = rustls::pki_types::CertificateDer::pem_file_iter(dir.join("server.crt"))
+            .and_then(|c| c.collect::<Result<Vec<_>, _>>())
+            .expect("the server certificate");
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_file(dir.join("server.key"))
+            .expect("the server key");
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .expect("a server configuration");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        Self::serving("127.0.0.1", Some(acceptor), |_, _| Reply::Status(200))
+    }
+
+    fn serving(
+        ip: &str,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        answer: impl Fn(&Recorded, &[Recorded]) -> Reply + Send + Sync + 'static,
+    ) -> Self {
         let listener =
             std::net::TcpListener::bind((ip, 0)).expect("binding the API server on loopback");
         listener.set_nonblocking(true).expect("non-blocking");
@@ -124,7 +153,7 @@ impl ApiServer {
                     tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
                 tokio::select! {
                     _ = stopped => {}
-                    () = serve(listener, kept, accepted, answer) => {}
+                    () = serve(listener, tls, kept, accepted, answer) => {}
                 }
             });
         });
@@ -159,6 +188,7 @@ impl ApiServer {
 
 async fn serve(
     listener: tokio::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     kept: Arc<Mutex<Vec<Recorded>>>,
     accepted: Arc<AtomicUsize>,
     answer: Arc<Answer>,
@@ -169,10 +199,22 @@ async fn serve(
         let service = hyper::service::service_fn(move |req| {
             respond(req, Arc::clone(&kept), Arc::clone(&answer))
         });
-        tokio::spawn(
-            hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service),
-        );
+        let http = hyper::server::conn::http1::Builder::new();
+        match &tls {
+            None => {
+                tokio::spawn(http.serve_connection(hyper_util::rt::TokioIo::new(stream), service));
+            }
+            Some(acceptor) => {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    // A client that refuses the certificate ends the handshake: nothing to serve.
+                    if let Ok(stream) = acceptor.accept(stream).await {
+                        let io = hyper_util::rt::TokioIo::new(stream);
+                        let _ = http.serve_connection(io, service).await;
+                    }
+                });
+            }
+        }
     }
 }
 
