@@ -14,8 +14,10 @@
 //! | [`message`]     | the host's message types; [`message::wire`], the wire contract (leaf); |
 //! |                 | [`message::rules`], SQS's rules for a message to be sent              |
 //! | [`source`]      | the queue boundary ([`source::QueueSource`]); `sqs`, `local` (SQLite)  |
-//! | [`idempotency`] | leases and completed records ([`idempotency::IdempotencyStore`]); keys |
-//! | [`runtime`]     | wasmtime engine, WIT bindings, guest state, plugin loading, registry  |
+//! | [`idempotency`] | leases and completed records ([`idempotency::IdempotencyStore`]); keys; |
+//! |                 | the fleet-wide rate limit ([`idempotency::rate`])                     |
+//! | [`runtime`]     | wasmtime engine, WIT bindings, guest state, plugin loading, registry; |
+//! |                 | outbound HTTP by grant (`runtime::http`)                              |
 //! | [`handler`]     | what the pipeline invokes: a [`handler::Plugin`], wasm or native       |
 //! | [`payload`]     | claim check: payload stores (Redis, S3, local), pointers, allow-list  |
 //! | `pipeline`      | the data path: receive, route, lease, run, one fate per delivery      |
