@@ -91,7 +91,12 @@ impl WasmInvoker {
                 .map_err(anyhow::Error::msg)?,
             max_requests: manifest.limits.http_requests,
             max_response_bytes: manifest.limits.http_response_bytes,
-            tls: runtime.http_tls()?,
+            // Reading the platform's roots is for plugins that may call out at all.
+            tls: if manifest.capabilities.http.is_empty() {
+                None
+            } else {
+                Some(runtime.http_tls()?)
+            },
             counts: Arc::new(HttpCounts::default()),
         };
         Ok(WasmInvoker {

@@ -56,7 +56,8 @@ pub(crate) struct HttpPolicy {
     pub(crate) key_header: Option<HeaderName>,
     pub(crate) max_requests: u32,
     pub(crate) max_response_bytes: u64,
-    pub(crate) tls: TlsClient,
+    /// `None` for a plugin granted nothing (its requests never get as far as TLS).
+    pub(crate) tls: Option<TlsClient>,
     pub(crate) counts: Arc<HttpCounts>,
 }
 

@@ -204,7 +204,8 @@ async fn tls(
             rcode: Some("not a valid TLS server name".into()),
             info_code: None,
         })?;
-    tokio_rustls::TlsConnector::from(Arc::clone(&policy.tls))
+    let client = policy.tls.as_ref().ok_or(Error::HttpRequestDenied)?;
+    tokio_rustls::TlsConnector::from(Arc::clone(client))
         .connect(name, stream)
         .await
         .map_err(Error::Tls)
