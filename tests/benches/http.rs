@@ -18,6 +18,7 @@ use http_body_util::{BodyExt as _, Empty};
 use hyper::body::Bytes;
 use qhost::handler::{HandlerMessage, Outcome, Plugin};
 use qhost_e2e::api_server::ApiServer;
+use qhost_e2e::cpu::CpuTime;
 
 fn message(i: usize, body: &str) -> HandlerMessage {
     HandlerMessage {
@@ -51,9 +52,10 @@ fn load(api: &ApiServer) -> (tempfile::TempDir, Plugin) {
     (dir, plugin)
 }
 
-/// Mean µs per handler call with this body.
-async fn handler(plugin: &Plugin, body: &str, n: usize, expect: &str) -> f64 {
-    let started = Instant::now();
+/// Mean µs per handler call with this body: wall clock, and CPU of this process (the server's
+/// included, the same in every case).
+async fn handler(plugin: &Plugin, body: &str, n: usize, expect: &str) -> (f64, f64) {
+    let (started, cpu) = (Instant::now(), CpuTime::now());
     for i in 0..n {
         let out = plugin.invoke(message(i, body)).await.expect("handled");
         assert_eq!(out.outcome, Outcome::Ack);
@@ -61,7 +63,12 @@ async fn handler(plugin: &Plugin, body: &str, n: usize, expect: &str) -> f64 {
             assert_eq!(out.outbox[0].body, expect.as_bytes(), "the call's result");
         }
     }
-    started.elapsed().as_secs_f64() * 1e6 / n as f64
+    per_call(started, cpu, n)
+}
+
+fn per_call(started: Instant, cpu: CpuTime, n: usize) -> (f64, f64) {
+    let wall = started.elapsed().as_secs_f64() * 1e6 / n as f64;
+    (wall, cpu.elapsed().micros_per(n))
 }
 
 /// One GET on a fresh connection.
@@ -74,10 +81,10 @@ async fn fresh_get(api: &ApiServer) {
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
             .await
             .expect("handshake");
-    let conn = tokio::spawn(conn);
+    // Driven on its own task and dropped with the sender, as the host drops a request's
+    // connection once its response is read.
+    tokio::spawn(conn);
     get(&mut sender, api).await;
-    drop(sender);
-    let _ = conn.await;
 }
 
 async fn get(sender: &mut hyper::client::conn::http1::SendRequest<Empty<Bytes>>, api: &ApiServer) {
@@ -85,6 +92,7 @@ async fn get(sender: &mut hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
         .header("host", api.addr().to_string())
         .body(Empty::<Bytes>::new())
         .expect("a request");
+    sender.ready().await.expect("the connection is ready");
     let response = sender.send_request(request).await.expect("a response");
     assert_eq!(response.status(), 200);
     let body = response
@@ -96,9 +104,9 @@ async fn get(sender: &mut hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
     assert_eq!(&body[..], b"ok");
 }
 
-/// Mean µs per native GET, on fresh connections or one kept alive.
-async fn native(api: &ApiServer, n: usize, keep_alive: bool) -> f64 {
-    let started = Instant::now();
+/// Mean µs per native GET, on fresh connections or one kept alive: wall clock and CPU.
+async fn native(api: &ApiServer, n: usize, keep_alive: bool) -> (f64, f64) {
+    let (started, cpu) = (Instant::now(), CpuTime::now());
     if keep_alive {
         let stream = tokio::net::TcpStream::connect(api.addr())
             .await
@@ -117,11 +125,12 @@ async fn native(api: &ApiServer, n: usize, keep_alive: bool) -> f64 {
             fresh_get(api).await;
         }
     }
-    started.elapsed().as_secs_f64() * 1e6 / n as f64
+    per_call(started, cpu, n)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
+/// The median round's (wall, CPU), by wall clock.
+fn median(mut v: Vec<(f64, f64)>) -> (f64, f64) {
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
     v[v.len() / 2]
 }
 
@@ -130,32 +139,38 @@ async fn main() {
     let n = qhost_e2e::bench_messages(2000);
     let api = ApiServer::start();
     let (_dir, plugin) = load(&api);
-    let call = format!("get:out:{}", api.url("/bench"));
+    let get_call = format!("get:out:{}", api.url("/bench"));
     // Warm up every path once.
     native(&api, 50, false).await;
-    handler(&plugin, &call, 50, "200:2").await;
+    handler(&plugin, &get_call, 50, "200:2").await;
     let (mut fresh, mut kept, mut bare, mut calling) = (vec![], vec![], vec![], vec![]);
     for _ in 0..3 {
         fresh.push(native(&api, n, false).await);
         kept.push(native(&api, n, true).await);
         bare.push(handler(&plugin, "ack", n, "").await);
-        calling.push(handler(&plugin, &call, n, "200:2").await);
+        calling.push(handler(&plugin, &get_call, n, "200:2").await);
     }
     let (fresh, kept, bare, calling) = (median(fresh), median(kept), median(bare), median(calling));
-    let in_handler = calling - bare;
+    let call = (calling.0 - bare.0, calling.1 - bare.1);
     println!(
-        "HTTP GET to a server on loopback, {n} calls per case, median of 3 rounds (µs per call)"
+        "HTTP GET to a server on loopback (in this process), {n} calls per case, median of 3 rounds"
     );
-    println!("  native client, fresh connection (baseline)   {fresh:>8.1}   1.00");
-    println!(
-        "  native client, one kept-alive connection     {kept:>8.1}   {:.2}",
-        kept / fresh
-    );
-    println!("  handler making no call                       {bare:>8.1}");
-    println!("  handler making one call                      {calling:>8.1}");
-    println!(
-        "  the call, inside the handler (difference)    {in_handler:>8.1}   {:.2}",
-        in_handler / fresh
-    );
+    println!("                                                wall µs  ratio   CPU µs  ratio");
+    let row = |name: &str, (wall, cpu): (f64, f64), ratios: bool| {
+        if ratios {
+            println!(
+                "  {name:<44}{wall:>7.1}  {:>5.2}  {cpu:>7.1}  {:>5.2}",
+                wall / fresh.0,
+                cpu / fresh.1
+            );
+        } else {
+            println!("  {name:<44}{wall:>7.1}         {cpu:>7.1}");
+        }
+    };
+    row("native client, fresh connection (baseline)", fresh, true);
+    row("native client, one kept-alive connection", kept, true);
+    row("handler making no call", bare, false);
+    row("handler making one call", calling, false);
+    row("the call inside the handler (difference)", call, true);
     println!("  requests the server saw: {}", api.requests().len());
 }
