@@ -564,7 +564,7 @@ async fn list(config: &Config) -> anyhow::Result<()> {
         let version = p.version.as_deref().unwrap_or("(not serving)");
         match &p.limits {
             Some(l) => println!(
-                "{:<20} {:<12}  timeout {} ms, memory {} MiB, max attempts {}, concurrency {}",
+                "{:<20} {:<12}  timeout {} ms, memory {} MiB, max attempts {}, concurrency {}{}",
                 p.name,
                 version,
                 l.timeout_ms,
@@ -572,8 +572,12 @@ async fn list(config: &Config) -> anyhow::Result<()> {
                 l.max_attempts,
                 l.concurrency
                     .map_or_else(|| "unlimited".to_string(), |c| c.to_string()),
+                l.rate.map(|r| format!(", rate {r}")).unwrap_or_default(),
             ),
             None => println!("{:<20} {version}", p.name),
+        }
+        if !p.http.is_empty() {
+            println!("{:<20} may call: {}", "", p.http.join(", "));
         }
         if let Some(e) = &p.last_error {
             println!("{:<20} last load error: {e}", "");

@@ -38,6 +38,9 @@ pub struct PluginRow {
     pub version: Option<String>,
     /// The serving version's limits.
     pub limits: Option<Limits>,
+    /// The origins the serving version may call over HTTP (its `[capabilities] http`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http: Vec<String>,
     /// Why the latest file did not load, if it did not.
     pub last_error: Option<String>,
 }
@@ -51,6 +54,9 @@ impl HostPlugins {
             .map(|s| PluginRow {
                 version: s.serving.as_ref().map(|p| p.version.clone()),
                 limits: s.serving.as_ref().map(|p| p.manifest.limits.clone()),
+                http: (s.serving.as_ref())
+                    .map(|p| p.manifest.capabilities.http.clone())
+                    .unwrap_or_default(),
                 name: s.name,
                 last_error: s.last_error,
             })
@@ -105,5 +111,29 @@ mod tests {
         assert_eq!(status.plugins.len(), 1);
         assert_eq!(status.plugins[0].version, None);
         assert!(status.plugins[0].last_error.is_some());
+    }
+
+    #[test]
+    fn a_row_shows_what_the_serving_version_may_call_and_its_rate() {
+        let manifest = crate::runtime::manifest::Manifest::parse(
+            "[capabilities]\nhttp = [\"https://api.example.com\"]\n[limits]\nrate = \"50/s\"\n",
+        )
+        .unwrap();
+        let ack = |_msg| {
+            Ok(crate::handler::Invocation::new(
+                crate::handler::Outcome::Ack,
+            ))
+        };
+        let plugin =
+            crate::handler::Plugin::new("mailer", "v1", manifest, std::sync::Arc::new(ack));
+        let status = HostPlugins::of(&Registry::new([plugin]));
+        let row = &status.plugins[0];
+        assert_eq!(row.http, ["https://api.example.com"]);
+        let limits = row.limits.as_ref().expect("limits");
+        assert_eq!(limits.rate.map(|r| r.to_string()), Some("50/s".into()));
+        // And through the file a running host writes.
+        let text = serde_json::to_string(&status).unwrap();
+        let back: HostPlugins = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.plugins[0], *row);
     }
 }
