@@ -139,7 +139,14 @@ impl Request {
     /// Sends it and reads the whole response.
     pub fn send(self) -> Result<Response, Error> {
         let (scheme, authority, path) = split_url(&self.url)?;
-        let fields = Fields::from_list(&self.headers).map_err(|e| Error {
+        // A known length, so the body goes with Content-Length rather than chunked (which
+        // some APIs refuse).
+        let mut headers = self.headers.clone();
+        if !self.body.is_empty() && !headers.iter().any(|(name, _)| name == "content-length") {
+            let length = self.body.len().to_string().into_bytes();
+            headers.push(("content-length".into(), length));
+        }
+        let fields = Fields::from_list(&headers).map_err(|e| Error {
             code: "invalid-header".into(),
             detail: format!("{e:?}"),
         })?;

@@ -1,4 +1,4 @@
-//! The `email-sender` examples, Rust and JavaScript, as shipped (their own manifests, with the
+//! The `email-sender` examples, Rust, JavaScript and Python, as shipped (their own manifests, with the
 //! grant and the API's URL pointed at an API server on loopback): each reminder reaches the
 //! API under one idempotency key however often it is delivered or retried, with the API key
 //! from a secret, and the API's answers decide the outcome.
@@ -83,6 +83,11 @@ fn check(plugin: &str, requests: &[Recorded]) {
                 Some(&*format!("Bearer {API_KEY}"))
             );
             assert_eq!(r.header("content-type"), Some("application/json"));
+            assert_eq!(
+                r.header("content-length"),
+                Some(&*r.body.len().to_string()),
+                "the body goes with its length"
+            );
             assert!(r.header("qhost-fencing-token").is_some());
             let body: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON");
             assert_eq!(body["subject"], "Your 2026-12 reminder", "{body}");
@@ -143,17 +148,23 @@ async fn the_rust_email_sender_calls_the_api_once_per_reminder_with_its_secret()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_javascript_email_sender_calls_the_api_with_fetch_once_per_reminder() {
-    let api = email_api("email-sender-js");
+    interpreted("email-sender-js").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_email_sender_calls_the_api_once_per_reminder() {
+    interpreted("email-sender-py").await;
+}
+
+/// An interpreter guest's email-sender, in a host in this process.
+async fn interpreted(plugin: &'static str) {
+    let api = email_api(plugin);
     let env = TestEnv::with_shared_cache();
     // The key as text here: the secret's path from the environment is the Rust test's.
-    let manifest = pointed_at(&guest_manifest("email-sender-js"), &api)
+    let manifest = pointed_at(&guest_manifest(plugin), &api)
         .replace("{ env = \"EMAIL_API_KEY\" }", &format!("\"{API_KEY}\""));
-    env.install_bytes(
-        "email-sender-js",
-        &guest_bytes("email-sender-js"),
-        &manifest,
-    );
-    let config = env.config(&queue_toml("reminders", "email-sender-js"));
+    env.install_bytes(plugin, &guest_bytes(plugin), &manifest);
+    let config = env.config(&queue_toml("reminders", plugin));
     send_reminders(&env).await;
     let running = Running::start(env.host(config).await);
     running
@@ -165,5 +176,5 @@ async fn the_javascript_email_sender_calls_the_api_with_fetch_once_per_reminder(
     let host = running.stop().await;
     let total = host.stats().total();
     assert_eq!((total.acked, total.dead_lettered), (3, 1), "{total:?}");
-    check("email-sender-js", &api.requests());
+    check(plugin, &api.requests());
 }
