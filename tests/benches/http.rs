@@ -71,20 +71,19 @@ fn per_call(started: Instant, cpu: CpuTime, n: usize) -> (f64, f64) {
     (wall, cpu.elapsed().micros_per(n))
 }
 
-/// One GET on a fresh connection.
-async fn fresh_get(api: &ApiServer) {
+/// A connection to the server, driven on its own task (and closed once the sender is dropped,
+/// as the host drops a request's connection once its response is read).
+async fn connect(api: &ApiServer) -> hyper::client::conn::http1::SendRequest<Empty<Bytes>> {
     let stream = tokio::net::TcpStream::connect(api.addr())
         .await
         .expect("connect");
     stream.set_nodelay(true).expect("nodelay");
-    let (mut sender, conn) =
+    let (sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
             .await
             .expect("handshake");
-    // Driven on its own task and dropped with the sender, as the host drops a request's
-    // connection once its response is read.
     tokio::spawn(conn);
-    get(&mut sender, api).await;
+    sender
 }
 
 async fn get(sender: &mut hyper::client::conn::http1::SendRequest<Empty<Bytes>>, api: &ApiServer) {
@@ -108,21 +107,13 @@ async fn get(sender: &mut hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
 async fn native(api: &ApiServer, n: usize, keep_alive: bool) -> (f64, f64) {
     let (started, cpu) = (Instant::now(), CpuTime::now());
     if keep_alive {
-        let stream = tokio::net::TcpStream::connect(api.addr())
-            .await
-            .expect("connect");
-        stream.set_nodelay(true).expect("nodelay");
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .expect("handshake");
-        tokio::spawn(conn);
+        let mut sender = connect(api).await;
         for _ in 0..n {
             get(&mut sender, api).await;
         }
     } else {
         for _ in 0..n {
-            fresh_get(api).await;
+            get(&mut connect(api).await, api).await;
         }
     }
     per_call(started, cpu, n)

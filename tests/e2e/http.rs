@@ -13,15 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use qhost_e2e::api_server::{ApiServer, Recorded, Reply};
-use qhost_e2e::harness::{Running, TestEnv, contents, queue_toml, send_all};
+use qhost_e2e::harness::{Running, TestEnv, body_texts, contents, queue_toml, send_all};
 use qhost_e2e::processes::HostProcess;
-
-fn bodies(queue: &[qhost::message::Received]) -> Vec<String> {
-    queue
-        .iter()
-        .map(|m| String::from_utf8_lossy(&m.body).into_owned())
-        .collect()
-}
 
 /// Requests so far carrying `key` as their idempotency key.
 fn with_key<'a>(requests: &'a [Recorded], key: &str) -> Vec<&'a Recorded> {
@@ -243,7 +236,7 @@ async fn what_the_grant_does_not_allow_fails_inside_the_guest_and_reaches_no_lis
         .chain([("plain-out", &plain, &"")])
     {
         loop {
-            let got = bodies(&contents(&queue, out).await);
+            let got = body_texts(&contents(&queue, out).await);
             if let Some(first) = got.first() {
                 results.insert(out.to_string(), first.clone());
                 break;
@@ -358,7 +351,10 @@ async fn one_call(manifest: &str, config_extra: &str, body: &str) -> String {
     let queue = env.queue();
     let deadline = Instant::now() + Duration::from_secs(60);
     let result = loop {
-        if let Some(first) = bodies(&contents(&queue, "out").await).into_iter().next() {
+        if let Some(first) = body_texts(&contents(&queue, "out").await)
+            .into_iter()
+            .next()
+        {
             break first;
         }
         assert!(Instant::now() < deadline, "no result for {body}");

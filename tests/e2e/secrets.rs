@@ -6,7 +6,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use qhost_e2e::harness::{Running, TestEnv, contents, queue_toml, send_all};
+use qhost_e2e::harness::{Running, TestEnv, body_texts, contents, queue_toml, send_all};
 use qhost_e2e::processes::{HostProcess, qhost_binary};
 
 const ENV_VALUE: &str = "env-s3cret-4f1d";
@@ -31,10 +31,7 @@ fn secret_env(var: &str) -> (TestEnv, tempfile::TempDir, String) {
 }
 
 fn bodies(out: &[qhost::message::Received]) -> Vec<String> {
-    let mut bodies: Vec<String> = out
-        .iter()
-        .map(|m| String::from_utf8_lossy(&m.body).into_owned())
-        .collect();
+    let mut bodies = body_texts(out);
     bodies.sort();
     bodies
 }

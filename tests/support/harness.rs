@@ -160,6 +160,13 @@ pub async fn contents(queue: &LocalQueue, name: &str) -> Vec<Received> {
     queue.peek(name, 10_000).await.expect("peek")
 }
 
+/// The bodies of `msgs` as text, in their order.
+pub fn body_texts(msgs: &[Received]) -> Vec<String> {
+    msgs.iter()
+        .map(|m| String::from_utf8_lossy(&m.body).into_owned())
+        .collect()
+}
+
 /// The text of attribute `name` on `msg`.
 pub fn attr<'a>(msg: &'a Received, name: &str) -> Option<&'a str> {
     qhost::message::find_attribute(&msg.attributes, name).and_then(|a| a.text())

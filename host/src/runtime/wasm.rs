@@ -84,8 +84,9 @@ impl WasmInvoker {
         runtime: &Runtime,
     ) -> anyhow::Result<Self> {
         let (plugin, version) = id;
+        let plugin: Arc<str> = plugin.into();
         let http = HttpPolicy {
-            plugin: plugin.into(),
+            plugin: Arc::clone(&plugin),
             grant: manifest.http_grant(),
             key_header: key_header(&manifest.capabilities.idempotency_header)
                 .map_err(anyhow::Error::msg)?,
@@ -102,7 +103,7 @@ impl WasmInvoker {
         Ok(WasmInvoker {
             engine: pre.engine().clone(),
             pre,
-            plugin: plugin.into(),
+            plugin,
             version: version.into(),
             config: Arc::new(settings),
             outbox: Arc::new(OutboxPolicy {

@@ -173,11 +173,15 @@ fn normalise(host: &str) -> String {
 
 /// An IP literal as a URI writes it (IPv6 with or without brackets).
 fn parse_ip(host: &str) -> Option<IpAddr> {
-    let bare = host
-        .strip_prefix('[')
+    unbracketed(host).parse().ok()
+}
+
+/// A URI's host without the brackets around an IPv6 literal: what DNS, an address parse and a
+/// TLS server name take.
+pub(super) fn unbracketed(host: &str) -> &str {
+    host.strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    bare.parse().ok()
+        .unwrap_or(host)
 }
 
 impl fmt::Display for Target<'_> {

@@ -23,7 +23,7 @@ use super::HttpPolicy;
 use super::address;
 use super::body::Bounded;
 use super::counts::HttpResult;
-use super::grant::Target;
+use super::grant::{Target, unbracketed};
 
 /// The connection's remaining work once the response head has arrived.
 pub(super) type Io = Box<dyn Future<Output = Result<(), Error>> + Send>;
@@ -131,7 +131,7 @@ async fn exchange(out: Outbound) -> Sent {
 
 /// The name's addresses, or the literal's one.
 async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, Error> {
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let bare = unbracketed(host);
     if let Ok(ip) = bare.parse::<IpAddr>() {
         return Ok(vec![SocketAddr::new(ip, port)]);
     }
@@ -198,7 +198,7 @@ async fn tls(
     host: &str,
     stream: TcpStream,
 ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, Error> {
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let bare = unbracketed(host);
     let name =
         rustls::pki_types::ServerName::try_from(bare.to_string()).map_err(|_| Error::DnsError {
             rcode: Some("not a valid TLS server name".into()),
