@@ -5,24 +5,92 @@
 //!
 //! The HTTPS client is hyper with rustls on *ring*, built here rather than taken from the
 //! SDK's default (rustls on aws-lc, whose C build cost more than the rest of the SDK).
+//!
+//! Every call has a deadline ([`AwsDeadlines`]): the SDK's own defaults bound only the connect,
+//! so an answer that never arrives (a half-open connection, a load balancer that swallows a
+//! reply) would hang the call, and whatever waits on it, forever. A timed-out attempt is retried
+//! by the SDK's standard retry policy like any transient error, within the operation deadline.
+
+use std::time::Duration;
 
 use aws_sdk_sqs::config::SharedHttpClient;
+use aws_sdk_sqs::config::timeout::TimeoutConfig;
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
 
-/// Where to find an AWS service (or a compatible server).
+/// Attempts the SDK's standard retry policy makes of one call.
+const ATTEMPTS: u32 = 3;
+
+/// How long calls to an AWS service may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AwsDeadlines {
+    /// Opening a connection (TCP and TLS).
+    pub connect: Duration,
+    /// One attempt of a call, from sending the request to the whole answer. A call makes at
+    /// most three attempts, so it ends within about three times this.
+    pub call: Duration,
+    /// A long-polling receive: its wait plus this margin, per attempt.
+    pub receive_margin: Duration,
+}
+
+impl AwsDeadlines {
+    /// The defaults for SQS: answers take milliseconds, so seconds mean a lost answer.
+    pub const SQS: AwsDeadlines = AwsDeadlines {
+        connect: Duration::from_secs(3),
+        call: Duration::from_secs(5),
+        receive_margin: Duration::from_secs(5),
+    };
+
+    /// The defaults for S3: a payload of many megabytes takes longer to move.
+    pub const S3: AwsDeadlines = AwsDeadlines {
+        call: Duration::from_secs(30),
+        ..AwsDeadlines::SQS
+    };
+
+    /// The SDK's timeouts for calls whose attempts may take `attempt`.
+    pub(crate) fn timeouts(&self, attempt: Duration) -> TimeoutConfig {
+        TimeoutConfig::builder()
+            .connect_timeout(self.connect)
+            .operation_attempt_timeout(attempt)
+            .operation_timeout(attempt * ATTEMPTS + Duration::from_secs(2))
+            .build()
+    }
+
+    /// The timeouts of a receive that long-polls for `wait`: one attempt of wait plus the
+    /// margin. A lost answer is not worth a second wait inside the call: the poller asks again.
+    pub(crate) fn receive_timeouts(&self, wait: Duration) -> TimeoutConfig {
+        let attempt = wait + self.receive_margin;
+        TimeoutConfig::builder()
+            .connect_timeout(self.connect)
+            .operation_attempt_timeout(attempt)
+            .operation_timeout(attempt)
+            .build()
+    }
+}
+
+impl Default for AwsDeadlines {
+    fn default() -> Self {
+        AwsDeadlines::SQS
+    }
+}
+
+/// Where to find an AWS service (or a compatible server), and how long its calls may take.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AwsSettings {
     /// Region; otherwise the AWS chain (`AWS_REGION`, profile).
     pub region: Option<String>,
     /// Endpoint override for compatible servers; `AWS_ENDPOINT_URL` also works.
     pub endpoint_url: Option<String>,
+    /// Deadlines of its calls.
+    pub deadlines: AwsDeadlines,
 }
 
 impl AwsSettings {
     /// The AWS configuration chain, with these overrides and qhost's HTTPS client.
     pub async fn load(&self) -> aws_config::SdkConfig {
-        let mut loader =
-            aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(https_client());
+        let deadlines = &self.deadlines;
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .http_client(https_client())
+            .timeout_config(deadlines.timeouts(deadlines.call));
         if let Some(region) = &self.region {
             loader = loader.region(aws_config::Region::new(region.clone()));
         }
@@ -45,4 +113,64 @@ pub fn https_client() -> SharedHttpClient {
     aws_smithy_http_client::Builder::new()
         .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
         .build_https()
+}
+
+/// A failed AWS call in one short line: the service's error code and message, or what went
+/// wrong on the way (no answer in time, a connection that failed, an answer that could not be
+/// read). Never the raw HTTP response: a log line carries what an operator acts on.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Failure {
+    /// The line.
+    pub(crate) text: String,
+    /// Whether the call ran out of time.
+    pub(crate) timed_out: bool,
+}
+
+impl Failure {
+    /// Describes `e`.
+    pub(crate) fn of<E, R>(e: &aws_sdk_sqs::error::SdkError<E, R>) -> Failure
+    where
+        E: aws_sdk_sqs::error::ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug + 'static,
+    {
+        use aws_sdk_sqs::error::{ProvideErrorMetadata as _, SdkError};
+        let (text, timed_out) = match e {
+            SdkError::TimeoutError(_) => ("no answer within the deadline".to_string(), true),
+            SdkError::DispatchFailure(d) if d.is_timeout() => {
+                ("could not connect within the deadline".to_string(), true)
+            }
+            SdkError::DispatchFailure(_) => {
+                (format!("connection failed: {}", root_cause(e)), false)
+            }
+            SdkError::ResponseError(_) => ("the answer could not be read".to_string(), false),
+            SdkError::ServiceError(_) => {
+                let code = e.code().unwrap_or("an error without a code");
+                match e.message() {
+                    Some(message) => (format!("{code}: {message}"), false),
+                    None => (code.to_string(), false),
+                }
+            }
+            _ => (root_cause(e), false),
+        };
+        Failure { text, timed_out }
+    }
+}
+
+/// The innermost cause of `e` (the one that says what happened: "Connection refused",
+/// "Missing Region"), cut to a line.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut inner = e;
+    while let Some(next) = inner.source() {
+        inner = next;
+    }
+    let mut text = inner.to_string();
+    if text.len() > 200 {
+        let cut = (0..=200)
+            .rev()
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(0);
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
 }

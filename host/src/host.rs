@@ -7,7 +7,9 @@
 //! The release and the flush each have a hard deadline ([`RELEASE_DEADLINE`]), so a call that
 //! hangs (an SDK request, a guest blocked in a host call) cannot keep the process from ending:
 //! what it held comes back when its visibility timeout lapses. A second token
-//! ([`Host::abandon_on`]) skips the rest of the grace period and releases at once.
+//! ([`Host::abandon_on`]) skips the rest of the grace period and releases at once. Shutdown
+//! reports what is true: deliveries still running after the release, and deletes handed to the
+//! ack tasks but not confirmed, each counted on its own.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -26,7 +28,8 @@ use crate::idempotency::local::LocalStore;
 use crate::idempotency::redis::RedisStore;
 use crate::metrics::Metrics;
 use crate::payload::Payloads;
-use crate::pipeline::{Acker, Completer, QueueCtx, Shared, run_poller};
+use crate::pipeline::{AckTask, Acker, Completer, OutboxMarks, QueueCtx, Shared, run_poller};
+use crate::progress::Progress;
 use crate::runtime::engine::{EngineSettings, Runtime};
 use crate::runtime::loader;
 use crate::runtime::registry::Registry;
@@ -478,8 +481,15 @@ impl Host {
         let mut ackers = Vec::new();
         let pollers = TaskTracker::new();
         for q in &self.config.queues {
-            let (acker, task) = Acker::spawn(Arc::clone(&self.source), q.name.clone());
-            ackers.push(task);
+            let progress = Arc::new(Progress::new());
+            self.health.track(&q.name, Arc::clone(&progress));
+            let (acker, task) = Acker::spawn(
+                Arc::clone(&self.source),
+                q.name.clone(),
+                Arc::clone(&self.stats),
+                progress,
+            );
+            ackers.push((q.name.clone(), task));
             let ctx = Arc::new(QueueCtx {
                 shared: Arc::clone(&shared),
                 config: q.clone(),
@@ -493,19 +503,8 @@ impl Host {
         pollers.close();
         pollers.wait().await;
         self.drain(&shared).await;
-        let flushed = async {
-            for task in ackers {
-                task.await.context("ack task failed")?;
-            }
-            anyhow::Ok(())
-        };
-        match tokio::time::timeout(RELEASE_DEADLINE, flushed).await {
-            Ok(result) => result,
-            Err(_) => {
-                tracing::error!(deadline = ?RELEASE_DEADLINE, "the last acks did not go out in time; those messages will be delivered again and found completed");
-                Ok(())
-            }
-        }
+        flush_acks(ackers).await;
+        Ok(())
     }
 
     /// Runs until every consumed queue is empty and nothing is in flight (or `shutdown`).
@@ -532,6 +531,7 @@ impl Host {
             completer: Completer::spawn(Arc::clone(&self.store)),
             payloads: Arc::clone(&self.payloads),
             tracer: self.tracer.clone(),
+            outbox_marks: OutboxMarks::default(),
         }
     }
 
@@ -552,9 +552,19 @@ impl Host {
             .await
             .is_err()
         {
-            tracing::error!(running = shared.tasks.len(), deadline = ?RELEASE_DEADLINE, "messages still not released; leaving them to their visibility timeout");
+            tracing::error!(stuck = shared.tasks.len(), deadline = ?RELEASE_DEADLINE, "deliveries still waiting on a backend call after the release deadline; their messages come back when their visibility timeout lapses");
         }
     }
+}
+
+/// Closes every queue's ack task, together, and reports the deletes none could confirm.
+async fn flush_acks(ackers: Vec<(String, AckTask)>) {
+    let closing = ackers.into_iter().map(|(queue, task)| async move {
+        if let Err(unconfirmed) = task.close(RELEASE_DEADLINE).await {
+            tracing::error!(%queue, unconfirmed, deadline = ?RELEASE_DEADLINE, "deletes not confirmed at shutdown; those messages will be delivered again and found completed");
+        }
+    });
+    futures_util::future::join_all(closing).await;
 }
 
 /// Cancels `idle` once all consumed queues hold no messages, visible or not.

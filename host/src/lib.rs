@@ -24,8 +24,11 @@
 //! | [`host`]        | wiring: backends by configuration, pollers, shutdown                  |
 //! | [`dlq`]         | dead letters read and redriven (`qhost dlq`)                          |
 //! | [`oneshot`]     | one message through one plugin file, no queue or store (`invoke`)     |
-//! | [`aws`]         | the AWS configuration chain shared by the SQS and S3 backends         |
+//! | [`aws`]         | the AWS configuration chain shared by the SQS and S3 backends, and   |
+//! |                 | the deadlines of their calls                                          |
 //! | [`stats`]       | counters per queue and plugin                                         |
+//! | [`faults`]      | failed backend calls by operation (timeouts apart), logged per burst  |
+//! | `progress`      | when each queue last finished a message, for readiness                |
 //! | [`metrics`]     | Prometheus metrics, reading the counters at scrape time               |
 //! | [`admin`]       | the admin listener: `/metrics`, `/healthz`, `/readyz`; readiness      |
 //! | [`traces`]      | OpenTelemetry spans per message, OTLP export, W3C context on messages |
@@ -43,6 +46,7 @@ pub mod aws;
 pub mod config;
 mod digest;
 pub mod dlq;
+pub mod faults;
 pub mod handler;
 pub mod host;
 pub mod idempotency;
@@ -52,6 +56,7 @@ pub mod metrics;
 pub mod oneshot;
 pub mod payload;
 mod pipeline;
+mod progress;
 pub mod redis_link;
 pub mod runtime;
 pub mod source;

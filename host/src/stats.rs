@@ -10,6 +10,9 @@ use std::fmt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub use crate::faults::Backend;
+use crate::faults::{Faults, Operation};
+
 /// What happened to messages of one queue and plugin.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
@@ -25,8 +28,11 @@ pub struct Counts {
     pub busy: u64,
     /// Deliveries put back because the plugin was at its rate limit.
     pub rate_limited: u64,
-    /// Deliveries put back to be retried.
+    /// Deliveries put back to be retried after their handler failed or asked for it.
     pub retried: u64,
+    /// Deliveries put back without running, because something they need (a store, the queue)
+    /// did not answer: no attempt used.
+    pub deferred: u64,
     /// Messages sent to the dead-letter queue.
     pub dead_lettered: u64,
     /// Outbox messages sent.
@@ -56,8 +62,10 @@ pub enum Event {
     Busy,
     /// Put back: the plugin was at its rate limit.
     RateLimited,
-    /// The message will be retried.
+    /// The message will be retried: its handler failed or asked for it.
     Retried,
+    /// Put back unrun: a backend it needs did not answer.
+    Deferred,
     /// The message was dead-lettered.
     DeadLettered,
     /// This many outbox messages were sent.
@@ -82,6 +90,7 @@ impl Event {
             Event::Busy => Some("busy"),
             Event::RateLimited => Some("rate_limited"),
             Event::Retried => Some("retried"),
+            Event::Deferred => Some("deferred"),
             Event::DeadLettered => Some("dead_lettered"),
             Event::Released => Some("released"),
             Event::LostLease => Some("lease_lost"),
@@ -104,6 +113,7 @@ impl Counts {
             Event::Busy => self.busy += 1,
             Event::RateLimited => self.rate_limited += 1,
             Event::Retried => self.retried += 1,
+            Event::Deferred => self.deferred += 1,
             Event::DeadLettered => self.dead_lettered += 1,
             Event::OutboxSent(n) => self.outbox_sent += n,
             Event::Failed => self.failures += 1,
@@ -121,46 +131,13 @@ impl Counts {
         self.busy += o.busy;
         self.rate_limited += o.rate_limited;
         self.retried += o.retried;
+        self.deferred += o.deferred;
         self.dead_lettered += o.dead_lettered;
         self.outbox_sent += o.outbox_sent;
         self.failures += o.failures;
         self.lost_leases += o.lost_leases;
         self.released += o.released;
         self.conflicts += o.conflicts;
-    }
-}
-
-/// A backend whose call failed (a network error, a server error, a timeout).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    /// The queue service: receive, delete, visibility, send.
-    Queue,
-    /// The idempotency store.
-    Idempotency,
-    /// A payload store.
-    Payload,
-}
-
-impl Backend {
-    /// Every backend, in the order [`Stats::backend_errors`] reports them.
-    pub const ALL: [Backend; 3] = [Backend::Queue, Backend::Idempotency, Backend::Payload];
-
-    /// Its name in metrics.
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Queue => "queue",
-            Backend::Idempotency => "idempotency",
-            Backend::Payload => "payload",
-        }
-    }
-
-    /// The `error.type` a trace records for a failed call to it.
-    pub fn error_type(self) -> &'static str {
-        match self {
-            Backend::Queue => "queue_error",
-            Backend::Idempotency => "idempotency_store_error",
-            Backend::Payload => "payload_store_error",
-        }
     }
 }
 
@@ -182,6 +159,8 @@ pub struct Stats {
     versions: Mutex<BTreeMap<String, BTreeMap<String, u64>>>,
     /// Failed backend calls, indexed as [`Backend::ALL`].
     backend_errors: [AtomicU64; 3],
+    /// The same failures by operation, and when each was last logged.
+    faults: Faults,
     /// Payload bytes fetched and stored.
     payload_fetched: AtomicU64,
     payload_stored: AtomicU64,
@@ -218,9 +197,16 @@ impl Stats {
             .or_default() += 1;
     }
 
-    /// Counts a failed call to `backend`.
-    pub fn record_backend_error(&self, backend: Backend) {
-        self.backend_errors[backend as usize].fetch_add(1, Ordering::Relaxed);
+    /// Counts a failed call of `op` (a timeout or another error); `Some(held back)` when it
+    /// is the one of its burst to log (see [`crate::faults`]).
+    pub(crate) fn record_failure(&self, op: Operation, timed_out: bool) -> Option<u64> {
+        self.backend_errors[op.backend() as usize].fetch_add(1, Ordering::Relaxed);
+        self.faults.failed(op, timed_out)
+    }
+
+    /// Failed calls by operation: (operation, timeouts, other errors), for those that failed.
+    pub fn failures_by_operation(&self) -> Vec<(Operation, u64, u64)> {
+        self.faults.counts()
     }
 
     /// Failed calls to each backend, as [`Backend::ALL`].
@@ -280,13 +266,14 @@ impl Stats {
 
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const HEAD: [&str; 11] = [
+        const HEAD: [&str; 12] = [
             "received",
             "ran",
             "acked",
             "duplicate",
             "busy",
             "retried",
+            "deferred",
             "failed",
             "dead",
             "outbox",
@@ -307,6 +294,7 @@ impl fmt::Display for Stats {
                 c.duplicates,
                 c.busy,
                 c.retried,
+                c.deferred,
                 c.failures,
                 c.dead_lettered,
                 c.outbox_sent,
@@ -367,9 +355,9 @@ mod tests {
     #[test]
     fn backend_errors_and_payload_bytes_are_counted_apart() {
         let stats = Stats::default();
-        stats.record_backend_error(Backend::Idempotency);
-        stats.record_backend_error(Backend::Idempotency);
-        stats.record_backend_error(Backend::Payload);
+        stats.record_failure(Operation::Acquire, false);
+        stats.record_failure(Operation::Complete, true);
+        stats.record_failure(Operation::PayloadFetch, false);
         stats.record_payload(PayloadFlow::Fetched, 300_000);
         stats.record_payload(PayloadFlow::Stored, 5);
         stats.record_payload(PayloadFlow::Stored, 7);
@@ -379,6 +367,14 @@ mod tests {
                 (Backend::Queue, 0),
                 (Backend::Idempotency, 2),
                 (Backend::Payload, 1)
+            ]
+        );
+        assert_eq!(
+            stats.failures_by_operation(),
+            [
+                (Operation::Acquire, 0, 1),
+                (Operation::Complete, 1, 0),
+                (Operation::PayloadFetch, 0, 1)
             ]
         );
         assert_eq!(stats.payload_bytes(PayloadFlow::Fetched), 300_000);

@@ -421,10 +421,10 @@ async fn an_unreachable_payload_store_is_a_retry_not_a_reject() {
     let running = Running::start(host);
     // Put back more often than its two attempts would allow, had the put-backs counted.
     running
-        .wait_for(Duration::from_secs(30), |h| h.stats().total().retried >= 3)
+        .wait_for(Duration::from_secs(30), |h| h.stats().total().deferred >= 3)
         .await;
     assert!(
-        running.host().stats().total().retried >= 3,
+        running.host().stats().total().deferred >= 3,
         "put back while down: {:?}",
         running.host().stats().total()
     );

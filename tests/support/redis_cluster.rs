@@ -226,6 +226,7 @@ impl RedisCluster {
             urls: self.urls(),
             cluster: true,
             ca_file: self.access.tls.as_ref().map(|dir| dir.join("ca.crt")),
+            deadlines: qhost::redis_link::RedisDeadlines::default(),
         }
     }
 
@@ -277,6 +278,24 @@ impl RedisCluster {
                     .join("\n")
             },
         );
+    }
+
+    /// Stops the node at `port` (SIGSTOP) until [`RedisCluster::resume_node`]: its connections
+    /// stay open and silent.
+    pub fn pause_node(&self, port: u16) {
+        crate::redis_server::signal(self.child(port), "STOP");
+    }
+
+    /// Lets a paused node go on (SIGCONT).
+    pub fn resume_node(&self, port: u16) {
+        crate::redis_server::signal(self.child(port), "CONT");
+    }
+
+    fn child(&self, port: u16) -> &Child {
+        let i = (self.ports.iter())
+            .position(|&p| p == port)
+            .expect("a node of this cluster");
+        self.children[i].as_ref().expect("a running node")
     }
 
     /// The slot ranges the node at `port` serves (as `CLUSTER NODES` says of itself).

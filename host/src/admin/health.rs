@@ -10,8 +10,10 @@
 //!   runtime as the handlers, so a runtime that stopped scheduling fails this, and a
 //!   restart is the cure.
 //! - Ready (`/readyz`): not draining; every consumed queue's plugin serves; every queue and
-//!   the store answered their last check, within [`STALE_AFTER`]. A restart cures none of
-//!   these, so they stop traffic (and scale-in decisions) rather than kill the process.
+//!   the store answered their last check, within [`STALE_AFTER`]; no queue is stalled: one
+//!   whose last check saw messages visible, and that has finished none (no delete confirmed)
+//!   for `timeouts.stalled-after-secs`. A restart cures none of these, so they stop traffic
+//!   (and scale-in decisions) rather than kill the process.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,11 +24,13 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::faults::Operation;
 use crate::idempotency::IdempotencyStore;
 use crate::metrics::Metrics;
+use crate::progress::Progress;
 use crate::runtime::registry::Registry;
 use crate::source::QueueSource;
-use crate::stats::{Backend, Stats};
+use crate::stats::Stats;
 
 /// How often the checker asks the queues and the store.
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(2);
@@ -50,6 +54,8 @@ pub struct Health {
     draining: AtomicBool,
     answers: Mutex<BTreeMap<String, Answer>>,
     ticked: Mutex<Option<Instant>>,
+    /// Each consumed queue's progress, and how many messages its last check saw visible.
+    queues: Mutex<BTreeMap<String, (Arc<Progress>, u64)>>,
 }
 
 impl Health {
@@ -67,6 +73,36 @@ impl Health {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(what, answer);
+    }
+
+    /// Follows `queue`'s progress, from the moment the host starts consuming it.
+    pub(crate) fn track(&self, queue: &str, progress: Arc<Progress>) {
+        let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        queues.insert(queue.to_string(), (progress, 0));
+    }
+
+    fn saw_visible(&self, queue: &str, visible: u64) {
+        let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, seen)) = queues.get_mut(queue) {
+            *seen = visible;
+        }
+    }
+
+    /// Why each stalled queue is: messages visible, none finished for `after`.
+    fn stalled(&self, after: Duration) -> Vec<String> {
+        let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        (queues.iter())
+            .filter_map(|(queue, (progress, visible))| {
+                let idle = progress.idle_for();
+                (*visible > 0 && idle > after).then(|| {
+                    format!(
+                        "queue `{queue}`: stalled: {visible} messages waiting and none finished for {}s (timeouts.stalled-after-secs = {})",
+                        idle.as_secs(),
+                        after.as_secs()
+                    )
+                })
+            })
+            .collect()
     }
 
     fn tick(&self) {
@@ -103,6 +139,7 @@ impl Health {
                 ));
             }
         }
+        reasons.extend(self.stalled(config.deadlines.stalled_after));
         let answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
         for what in checked(config) {
             match answers.get(&what) {
@@ -164,24 +201,31 @@ async fn check_once(health: &Health, parts: &Checked) {
         let result = match tokio::time::timeout(CHECK_TIMEOUT, parts.source.depth(&q.name)).await {
             Ok(Ok(depth)) => {
                 parts.metrics.set_depth(&q.name, depth);
+                health.saw_visible(&q.name, depth.visible);
                 Ok(())
             }
-            Ok(Err(e)) => Err(format!("depth check failed: {e}")),
-            Err(_) => Err(format!("no answer within {}s", CHECK_TIMEOUT.as_secs())),
+            Ok(Err(e)) => {
+                parts.stats.record_failure(Operation::Depth, e.is_timeout());
+                Err(format!("depth check failed: {e}"))
+            }
+            Err(_) => {
+                parts.stats.record_failure(Operation::Depth, true);
+                Err(format!("no answer within {}s", CHECK_TIMEOUT.as_secs()))
+            }
         };
-        if result.is_err() {
-            parts.stats.record_backend_error(Backend::Queue);
-        }
         health.record(queue_check(&q.name), result);
     }
     let result = match tokio::time::timeout(CHECK_TIMEOUT, parts.store.ping()).await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(format!("ping failed: {e}")),
-        Err(_) => Err(format!("no answer within {}s", CHECK_TIMEOUT.as_secs())),
+        Ok(Err(e)) => {
+            parts.stats.record_failure(Operation::Ping, e.is_timeout());
+            Err(format!("ping failed: {e}"))
+        }
+        Err(_) => {
+            parts.stats.record_failure(Operation::Ping, true);
+            Err(format!("no answer within {}s", CHECK_TIMEOUT.as_secs()))
+        }
     };
-    if result.is_err() {
-        parts.stats.record_backend_error(Backend::Idempotency);
-    }
     health.record(STORE_CHECK.to_string(), result);
 }
 
@@ -238,5 +282,23 @@ mod tests {
         assert!(health.liveness().unwrap_err().contains("stalled"));
         health.tick();
         assert_eq!(health.liveness(), Ok(()));
+    }
+
+    #[test]
+    fn a_queue_with_messages_waiting_and_none_finished_is_stalled_until_one_finishes() {
+        let (health, config, plugins) = (Health::default(), config(), Registry::default());
+        let after = config.deadlines.stalled_after;
+        let progress = Arc::new(Progress::started_ago(after + Duration::from_secs(1)));
+        health.track("a", Arc::clone(&progress));
+        assert!(health.stalled(after).is_empty(), "nothing seen waiting");
+        health.saw_visible("a", 40);
+        let stalled = "queue `a`: stalled: 40 messages waiting and none finished for 61s (timeouts.stalled-after-secs = 60)";
+        assert_eq!(health.stalled(after), [stalled]);
+        let reasons = health.readiness(&config, &plugins).unwrap_err();
+        assert!(reasons.iter().any(|r| r == stalled), "{reasons:?}");
+        progress.finished();
+        assert!(health.stalled(after).is_empty(), "a message finished");
+        health.saw_visible("a", 0);
+        assert!(health.stalled(after).is_empty());
     }
 }

@@ -22,6 +22,7 @@ pub struct RawConfig {
     pub admin: Option<RawAdmin>,
     pub secrets: Option<RawSecrets>,
     pub http: Option<RawHttp>,
+    pub timeouts: Option<super::deadlines::RawTimeouts>,
     #[serde(rename = "queue")]
     pub queues: Option<Vec<RawQueue>>,
 }

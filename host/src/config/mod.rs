@@ -3,6 +3,7 @@
 //! a default that serves the embedded demo, so `qhost run` needs no file at all. A bad value
 //! is one error naming the field, before anything starts.
 
+pub mod deadlines;
 pub mod file;
 pub mod payload;
 
@@ -16,6 +17,7 @@ use crate::message::wire::{valid_plugin_name, valid_queue_name};
 use crate::redis_link::{RedisTarget, redacted};
 use crate::runtime::manifest::MAX_MEMORY_MIB;
 use crate::runtime::secrets::SecretsGrant;
+pub use deadlines::Deadlines;
 use file::{RawConfig, RawQueue};
 pub use payload::{PayloadConfig, PayloadPlace};
 
@@ -127,6 +129,9 @@ pub struct Config {
     pub secrets: SecretsGrant,
     /// A PEM file of CA certificates plugins' HTTPS requests trust besides the platform's.
     pub http_ca_file: Option<PathBuf>,
+    /// How long remote calls may take (also set on the source, store and payload settings
+    /// above, which carry them to their clients), and when a queue counts as stalled.
+    pub deadlines: Deadlines,
 }
 
 /// Where the admin listener binds unless told otherwise: loopback, Prometheus's exporter port
@@ -197,9 +202,16 @@ impl Config {
         };
         check_unique(&queues)?;
         let data_dir = raw.data_dir.unwrap_or_else(|| ".qhost".into());
-        let source = source_kind(raw.source.unwrap_or_default())?;
-        let store = store_kind(raw.idempotency.unwrap_or_default())?;
-        let payload = payload::payload_config(
+        let deadlines = deadlines::deadlines(raw.timeouts.unwrap_or_default())?;
+        let mut source = source_kind(raw.source.unwrap_or_default())?;
+        if let SourceKind::Sqs(settings) = &mut source {
+            settings.deadlines = deadlines.sqs;
+        }
+        let mut store = store_kind(raw.idempotency.unwrap_or_default())?;
+        if let StoreKind::Redis(target) = &mut store {
+            target.deadlines = deadlines.redis;
+        }
+        let mut payload = payload::payload_config(
             raw.payload.unwrap_or_default(),
             match &store {
                 StoreKind::Redis(target) => Some(target),
@@ -210,6 +222,10 @@ impl Config {
                 SourceKind::Local => None,
             },
         )?;
+        payload.s3.deadlines = deadlines.s3;
+        if let Some(target) = &mut payload.redis {
+            target.deadlines = deadlines.redis;
+        }
         let raw_secrets = raw.secrets.unwrap_or_default();
         let secrets = SecretsGrant {
             env: raw_secrets.env.unwrap_or_default(),
@@ -219,6 +235,7 @@ impl Config {
         let admin = raw.admin.unwrap_or_default();
         let admin_listen = admin_listen(admin.listen.as_deref().unwrap_or(DEFAULT_ADMIN_LISTEN))?;
         Ok(Config {
+            deadlines,
             admin_listen,
             secrets,
             http_ca_file: raw.http.and_then(|h| h.ca_file),
@@ -375,6 +392,7 @@ fn source_kind(raw: file::RawSource) -> anyhow::Result<SourceKind> {
             Ok(SourceKind::Sqs(crate::aws::AwsSettings {
                 region: raw.region,
                 endpoint_url: raw.endpoint_url,
+                deadlines: crate::aws::AwsDeadlines::SQS,
             }))
         }
         other => bail!("source.kind `{other}` is not supported; expected `local` or `sqs`"),
@@ -429,6 +447,7 @@ fn redis_target(raw: file::RawIdempotency) -> anyhow::Result<RedisTarget> {
         urls,
         cluster,
         ca_file,
+        deadlines: Default::default(),
     })
 }
 

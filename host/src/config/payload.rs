@@ -224,6 +224,7 @@ pub(crate) fn payload_config(
         s3: AwsSettings {
             region: raw.region.or(default_s3.region),
             endpoint_url: raw.endpoint_url.or(default_s3.endpoint_url),
+            deadlines: crate::aws::AwsDeadlines::S3,
         },
         delete_after_ack: raw.delete_after_ack.unwrap_or(true),
         delete_extended_after_ack: raw.delete_extended_after_ack.unwrap_or(true),

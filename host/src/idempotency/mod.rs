@@ -43,6 +43,11 @@ pub enum IdempotencyError {
     /// fails closed: the message goes back to the queue without using up an attempt.
     #[error("idempotency store unavailable: {0}")]
     Unavailable(String),
+    /// No answer came within the response deadline. The call may still have run: every caller
+    /// treats this as [`IdempotencyError::Unavailable`], which is correct whether it ran or not
+    /// (see the store's module docs).
+    #[error("idempotency store did not answer within the deadline: {0}")]
+    TimedOut(String),
     /// The store answered with something qhost did not write (a foreign or corrupted record).
     #[error("idempotency store returned an unreadable record: {0}")]
     Corrupt(String),
@@ -52,6 +57,11 @@ impl IdempotencyError {
     /// A backend failure, with its whole chain of causes.
     pub(crate) fn unavailable(e: impl Into<anyhow::Error>) -> Self {
         IdempotencyError::Unavailable(format!("{:#}", e.into()))
+    }
+
+    /// Whether the call ran out of time, as metrics tell it apart from an error.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, IdempotencyError::TimedOut(_))
     }
 
     /// The answer to an owner-checked call on `lease`: `held` is whether the owner still held it.

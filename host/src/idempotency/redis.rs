@@ -36,6 +36,22 @@
 //! at once; on one server it is one pipeline. The client reconnects by itself. While Redis (or
 //! the shard holding a key) is unreachable every call for it fails, and the pipeline fails
 //! closed: nothing runs without a lease.
+//!
+//! A call whose answer does not come within the response deadline
+//! ([`crate::redis_link::RedisDeadlines`]) fails as [`IdempotencyError::TimedOut`], though the
+//! script may have run. Each call stays correct either way:
+//!
+//! - `acquire`: a lease granted but never heard of is held by nobody; the message goes back,
+//!   its next delivery finds the key busy until the lease lapses, then takes it with a higher
+//!   fencing token. Nothing runs without a lease the host knows it holds.
+//! - `extend`: a lost extension is at worst a lease that lapses early; the run then finds its
+//!   lease lost when it completes, and its result is dropped for the new owner's.
+//! - `complete`: the message goes back. If the completion did land, its next delivery finds the
+//!   key completed and sends the recorded outbox; if not, the lease lapses and the handler runs
+//!   again under a new token (its effects leave through the outbox, keyed, so they do not
+//!   double).
+//! - `release` and `outbox_sent`: if lost, the lease lapses by itself, and the outbox mark is
+//!   tried again (a duplicate finding a pending outbox sends it again, under the same keys).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
@@ -50,7 +66,7 @@ use super::{
     Released, StoreResult,
 };
 use crate::message::Outgoing;
-use crate::redis_link::{Group, RedisLink, RedisTarget, Timeouts};
+use crate::redis_link::{Group, RedisLink, RedisTarget};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
@@ -60,9 +76,6 @@ static OUTBOX_SENT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/outbox_sent.lua")));
 static RATE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/rate.lua")));
 static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/status.lua")));
-
-/// How long one call may wait for Redis before it counts as down.
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The Redis idempotency store.
 #[derive(Clone)]
@@ -92,12 +105,8 @@ impl RedisStore {
 
     /// Connects to `target`, one server or a cluster.
     pub async fn connect_to(target: &RedisTarget) -> anyhow::Result<Self> {
-        let timeouts = Timeouts {
-            connect: RESPONSE_TIMEOUT,
-            response: RESPONSE_TIMEOUT,
-        };
         Ok(RedisStore {
-            link: RedisLink::connect(target, timeouts).await?,
+            link: RedisLink::connect(target, target.deadlines).await?,
             round_trips: Arc::new(AtomicU64::new(0)),
         })
     }
@@ -129,7 +138,7 @@ impl RedisStore {
     async fn query<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> StoreResult<T> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let mut link = self.link.clone();
-        pipe.query_async(&mut link).await.map_err(unavailable)
+        pipe.query_async(&mut link).await.map_err(failed)
     }
 
     /// Runs `script` once per invocation, each on the record key it names, and returns the
@@ -181,7 +190,7 @@ impl RedisStore {
                 .1
                 .invoke_async(&mut link)
                 .await
-                .map_err(unavailable)?;
+                .map_err(failed)?;
         }
         Ok(ordered)
     }
@@ -189,7 +198,7 @@ impl RedisStore {
     /// Sends one group's pipeline (see [`RedisLink::send`]), counting the round trip.
     async fn send(&self, pipe: &redis::Pipeline, group: &Group) -> StoreResult<Vec<Value>> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
-        self.link.send(pipe, group).await.map_err(unavailable)
+        self.link.send(pipe, group).await.map_err(failed)
     }
 
     /// One owner-checked script on one lease.
@@ -212,6 +221,15 @@ fn corrupt(what: impl std::fmt::Display) -> IdempotencyError {
 
 fn unavailable(e: impl std::fmt::Display) -> IdempotencyError {
     IdempotencyError::Unavailable(format!("Redis call failed: {e}"))
+}
+
+/// A call that failed on the way: no answer within the response deadline, or another error.
+fn failed(e: redis::RedisError) -> IdempotencyError {
+    if e.is_timeout() {
+        IdempotencyError::TimedOut(format!("Redis: {e}"))
+    } else {
+        unavailable(e)
+    }
 }
 
 /// Whether a command's error says its slot is served elsewhere (it did not run).
@@ -274,7 +292,7 @@ impl IdempotencyStore for RedisStore {
             .query_async::<String>(&mut link)
             .await
             .map(drop)
-            .map_err(|e| IdempotencyError::Unavailable(format!("Redis call failed: {e}")))
+            .map_err(failed)
     }
 
     async fn acquire(&self, requests: &[LeaseRequest]) -> StoreResult<Vec<Acquired>> {

@@ -74,12 +74,13 @@ const fn counter<'a>(name: &'a str, help: &'a str) -> Descriptor<'a> {
 type Read = fn(&Counts) -> u64;
 
 /// What a delivery's outcome is called in `qhost_messages_handled_total`.
-const OUTCOMES: [(&str, Read); 7] = [
+const OUTCOMES: [(&str, Read); 8] = [
     ("acked", |c| c.acked),
     ("duplicate", |c| c.duplicates),
     ("busy", |c| c.busy),
     ("rate_limited", |c| c.rate_limited),
     ("retried", |c| c.retried),
+    ("deferred", |c| c.deferred),
     ("dead_lettered", |c| c.dead_lettered),
     ("released", |c| c.released),
 ];
@@ -149,7 +150,7 @@ impl HostCollector {
         )?;
         counter(
             "qhost_messages_handled",
-            "Deliveries ended, by queue, plugin and outcome: acked (ran and completed), duplicate (completed before, acked without running), busy (leased elsewhere, put back), retried, dead_lettered, released (given back at shutdown)",
+            "Deliveries ended, by queue, plugin and outcome: acked (ran and completed), duplicate (completed before, acked without running), busy (leased elsewhere, put back), rate_limited, retried (the handler failed or asked to retry), deferred (put back unrun: a backend did not answer; no attempt used), dead_lettered, released (given back at shutdown)",
         )
         .write(
             encoder,
@@ -187,6 +188,23 @@ impl HostCollector {
             encoder,
             (self.stats.backend_errors().into_iter())
                 .map(|(backend, n)| ([("backend", backend.name().to_string())], n)),
+        )?;
+        counter(
+            "qhost_backend_call_failures",
+            "Failed backend calls by operation and kind: timeout (no answer within its deadline, see [timeouts]) or error; operations are SQS's (ReceiveMessage, DeleteMessageBatch, ChangeMessageVisibility, SendMessageBatch, GetQueueAttributes) and the stores' (acquire, extend, complete, release, outbox_sent, admit, ping, fetch, store)",
+        )
+        .write(
+            encoder,
+            (self.stats.failures_by_operation().into_iter()).flat_map(|(op, timeouts, errors)| {
+                [("timeout", timeouts), ("error", errors)].map(|(kind, n)| {
+                    let labels = [
+                        ("backend", op.backend().name().to_string()),
+                        ("operation", op.name().to_string()),
+                        ("kind", kind.to_string()),
+                    ];
+                    (labels, n)
+                })
+            }),
         )?;
         for (flow, name, help) in [
             (

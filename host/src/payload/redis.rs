@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use redis::AsyncCommands as _;
 
 use super::store::{PayloadError, PayloadStore};
-use crate::redis_link::{RedisLink, RedisTarget, Timeouts};
+use crate::redis_link::{RedisDeadlines, RedisLink, RedisTarget};
 
 /// A Redis payload store.
 #[derive(Clone)]
@@ -29,6 +29,9 @@ fn unavailable(e: redis::RedisError) -> PayloadError {
     PayloadError::Unavailable(format!("redis: {e}"))
 }
 
+/// The shortest response deadline of a payload call.
+const PAYLOAD_RESPONSE: Duration = Duration::from_secs(10);
+
 impl RedisPayloads {
     /// Connects to `target` (a server or a cluster); keys are `PREFIX:payload:KEY` and live
     /// for `ttl`.
@@ -37,9 +40,11 @@ impl RedisPayloads {
         prefix: &str,
         ttl: Duration,
     ) -> anyhow::Result<Self> {
-        let timeouts = Timeouts {
-            connect: Duration::from_secs(2),
-            response: Duration::from_secs(10),
+        // A payload of many megabytes takes longer to move than a lease: never less than
+        // PAYLOAD_RESPONSE, however short the configured deadline.
+        let timeouts = RedisDeadlines {
+            connect: target.deadlines.connect,
+            response: target.deadlines.response.max(PAYLOAD_RESPONSE),
         };
         let conn = RedisLink::connect(target, timeouts)
             .await

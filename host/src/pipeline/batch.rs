@@ -11,6 +11,7 @@ use super::delivery::{Delivery, Fate, PluginRef};
 use super::heartbeat::Hold;
 use super::route::{Routed, needs_payload, plugin_ref, route, route_with};
 use super::run;
+use crate::faults::Operation;
 use crate::idempotency::{Acquired, IdempotencyError, LeaseRequest};
 use crate::message::Received;
 use crate::stats::{Backend, Event};
@@ -120,9 +121,10 @@ fn lease_found(step: &mut StepSpan, acquired: &Acquired) {
 /// No lease, no run: with the store unreachable the message goes back to the queue, without
 /// using up an attempt.
 async fn fail_closed(delivery: Delivery, error: &IdempotencyError) -> Fate {
-    delivery.backend_error(Backend::Idempotency);
-    let msg = delivery.msg();
-    tracing::error!(queue = %msg.queue, message_id = %msg.id, %error, "idempotency store unavailable; putting the message back");
+    if let Some(held_back) = delivery.backend_error(Operation::Acquire, error.is_timeout()) {
+        let msg = delivery.msg();
+        tracing::error!(queue = %msg.queue, message_id = %msg.id, %error, held_back, "idempotency store unavailable; putting the message back");
+    }
     delivery.back_off().await
 }
 

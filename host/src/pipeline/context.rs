@@ -10,6 +10,7 @@ use tokio_util::task::TaskTracker;
 
 use super::acker::Acker;
 use super::completer::Completer;
+use super::outbox_mark::OutboxMarks;
 use crate::config::{Config, QueueConfig};
 use crate::idempotency::IdempotencyStore;
 use crate::metrics::Metrics;
@@ -45,6 +46,8 @@ pub(crate) struct Shared {
     pub(crate) payloads: Arc<Payloads>,
     /// Starts each delivery's span, when traces are on.
     pub(crate) tracer: Option<Tracer>,
+    /// Marks sent outboxes, retrying when the store does not answer.
+    pub(crate) outbox_marks: OutboxMarks,
 }
 
 impl std::fmt::Debug for Shared {

@@ -8,7 +8,7 @@
 //! | [`ack`]         | outbox committed, then finish  | becomes completed   | —                    |
 //! | [`finish`]      | outbox sent, deleted           | (already completed) | —                    |
 //! | [`put_back`]    | visible again after a delay    | released            | no                   |
-//! | [`back_off`]    | put back on the retry schedule | released            | no                   |
+//! | [`back_off`]    | put back on the retry schedule | released            | no (counts deferred) |
 //! | [`retry`]       | put back, or dead-lettered     | released, a failure | yes (a handler run)  |
 //! | [`dead_letter`] | sent to the DLQ, deleted       | released            | —                    |
 //! | [`let_lapse`]   | left to its visibility timeout | (lost to another)   | —                    |
@@ -34,12 +34,13 @@ use super::context::{QueueCtx, Shared};
 use super::deadletter::{self, Verdict};
 use super::heartbeat::Heartbeat;
 use super::outbox;
+use crate::faults::Operation;
 use crate::handler::Plugin;
 use crate::idempotency::{Completion, IdempotencyError, Lease, Released};
 use crate::message::{Outgoing, Received};
 use crate::metrics::InFlight;
 use crate::payload::OffloadError;
-use crate::stats::{Backend, Event};
+use crate::stats::Event;
 use crate::traces::MessageSpan;
 use opentelemetry::KeyValue;
 
@@ -216,12 +217,16 @@ impl Delivery {
         }
     }
 
-    /// Counts a failed call to `backend`, and marks the span failed by it.
-    pub(crate) fn backend_error(&self, backend: Backend) {
-        self.shared().stats.record_backend_error(backend);
+    /// Counts a failed call of `op`, and marks the span failed by it; `Some(held back)` when
+    /// this failure is the one of its burst to log (see [`crate::faults`]).
+    #[must_use = "log the failure when this says to"]
+    pub(crate) fn backend_error(&self, op: Operation, timed_out: bool) -> Option<u64> {
+        let held_back = self.shared().stats.record_failure(op, timed_out);
+        let backend = op.backend();
         let kind = backend.error_type();
         let name = backend.name();
         (self.span).error(kind, format_args!("a call to the {name} backend failed"));
+        held_back
     }
 
     /// The retry schedule's delay for this delivery, never less than `asked_secs`.
@@ -250,8 +255,9 @@ impl Delivery {
                 tracing::warn!(plugin, %key, "lease had already passed to another worker")
             }
             Err(e) => {
-                self.backend_error(Backend::Idempotency);
-                tracing::warn!(plugin, key = %lease.key, error = %e, "could not release lease; it will lapse")
+                if let Some(held_back) = self.backend_error(Operation::Release, e.is_timeout()) {
+                    tracing::warn!(plugin, key = %lease.key, error = %e, held_back, "could not release lease; it will lapse")
+                }
             }
         }
     }
@@ -286,9 +292,10 @@ impl Delivery {
                 Err(self.let_lapse(Event::LostLease).await)
             }
             Err(e) => {
-                self.backend_error(Backend::Idempotency);
-                let msg = &self.msg;
-                tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, "cannot confirm the lease; putting the message back");
+                if let Some(held_back) = self.backend_error(Operation::Extend, e.is_timeout()) {
+                    let msg = &self.msg;
+                    tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, held_back, "cannot confirm the lease; putting the message back");
+                }
                 Err(self.back_off().await)
             }
         }
@@ -349,9 +356,10 @@ impl Delivery {
                 self.let_lapse(Event::LostLease).await
             }
             Err(e) => {
-                self.backend_error(Backend::Idempotency);
-                let msg = &self.msg;
-                tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, "could not record completion; the message will come back");
+                if let Some(held_back) = self.backend_error(Operation::Complete, e.is_timeout()) {
+                    let msg = &self.msg;
+                    tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, held_back, "could not record completion; the message will come back");
+                }
                 self.back_off().await
             }
         }
@@ -364,9 +372,10 @@ impl Delivery {
         match error {
             OffloadError::TooLarge(reason) => self.dead_letter(format!("outbox: {reason}")).await,
             OffloadError::Unavailable(reason) => {
-                self.backend_error(Backend::Payload);
-                let msg = &self.msg;
-                tracing::warn!(queue = %msg.queue, message_id = %msg.id, %reason, "outbox payload not stored; putting the message back");
+                if let Some(held_back) = self.backend_error(Operation::PayloadStore, false) {
+                    let msg = &self.msg;
+                    tracing::warn!(queue = %msg.queue, message_id = %msg.id, %reason, held_back, "outbox payload not stored; putting the message back");
+                }
                 self.back_off().await
             }
         }
@@ -394,18 +403,17 @@ impl Delivery {
                     let reason = format!("the outbox could not be sent: {e}");
                     return self.dead_letter(reason).await;
                 }
-                self.backend_error(Backend::Queue);
-                let msg = &self.msg;
-                tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, "outbox send failed; will resend on redelivery");
+                if let Some(held_back) = self.backend_error(Operation::Send, e.is_timeout()) {
+                    let msg = &self.msg;
+                    tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, held_back, "outbox send failed; will resend on redelivery");
+                }
                 return self.back_off().await;
             }
             self.record(Event::OutboxSent(outbox.len() as u64));
-            if let Some(key) = &self.key
-                && let Err(e) = shared.store.outbox_sent(&key.scoped).await
-            {
-                self.backend_error(Backend::Idempotency);
-                // Harmless: a redelivery would send again, and downstream drops the copy by key.
-                tracing::warn!(key = %key.scoped, error = %e, "could not record the outbox as sent");
+            if let Some(key) = &self.key {
+                (shared.outbox_marks)
+                    .mark(&shared.store, &shared.stats, &key.scoped)
+                    .await;
             }
         }
         let Delivery {
@@ -443,8 +451,10 @@ impl Delivery {
             .await
         {
             // It comes back anyway when its visibility timeout lapses.
-            self.backend_error(Backend::Queue);
-            tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, "could not set the retry delay");
+            if let Some(held_back) = self.backend_error(Operation::ChangeVisibility, e.is_timeout())
+            {
+                tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, held_back, "could not set the retry delay");
+            }
         }
         Fate::Back
     }
@@ -453,7 +463,7 @@ impl Delivery {
     /// is fine, but something it needs (a store, the queue) did not answer.
     pub(crate) async fn back_off(self) -> Fate {
         let delay = self.backoff_delay(0);
-        self.put_back(delay, Event::Retried).await
+        self.put_back(delay, Event::Deferred).await
     }
 
     /// A failed attempt: put back after the backoff (at least `asked_secs`), or dead-lettered
@@ -521,10 +531,11 @@ impl Delivery {
                 // redrive policy, looking again only at the longest retry delay.
                 tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, "the dead-letter queue refuses this message; leaving it to the queue's redrive policy");
                 let delay = shared.config.retry.max;
-                return self.put_back(delay, Event::Retried).await;
+                return self.put_back(delay, Event::Deferred).await;
             }
-            self.backend_error(Backend::Queue);
-            tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, "dead-letter send failed; keeping the message");
+            if let Some(held_back) = self.backend_error(Operation::Send, e.is_timeout()) {
+                tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, held_back, "dead-letter send failed; keeping the message");
+            }
             return self.back_off().await;
         }
         self.record(Event::DeadLettered);

@@ -18,8 +18,8 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use super::context::QueueCtx;
+use crate::faults::Operation;
 use crate::idempotency::{IdempotencyError, Lease};
-use crate::stats::Backend;
 
 /// Shortest period between beats, however short the visibility timeout.
 const MIN_PERIOD: Duration = Duration::from_millis(100);
@@ -104,8 +104,12 @@ async fn extend(queue: &QueueCtx, receipt: &str, lease: &Lease) {
             tracing::warn!(%key, "lease lost while the handler runs; its result will be discarded")
         }
         Err(e) => {
-            shared.stats.record_backend_error(Backend::Idempotency);
-            tracing::warn!(key = %lease.key, error = %e, "could not extend lease")
+            if let Some(held_back) = shared
+                .stats
+                .record_failure(Operation::Extend, e.is_timeout())
+            {
+                tracing::warn!(key = %lease.key, error = %e, held_back, "could not extend lease")
+            }
         }
     }
     let queue_name = &queue.config.name;
@@ -114,8 +118,10 @@ async fn extend(queue: &QueueCtx, receipt: &str, lease: &Lease) {
         .change_visibility(queue_name, receipt, visibility)
         .await
     {
-        shared.stats.record_backend_error(Backend::Queue);
-        tracing::warn!(queue = %queue_name, error = %e, "could not extend visibility");
+        let op = Operation::ChangeVisibility;
+        if let Some(held_back) = shared.stats.record_failure(op, e.is_timeout()) {
+            tracing::warn!(queue = %queue_name, operation = op.name(), error = %e, held_back, "could not extend visibility");
+        }
     }
 }
 
@@ -179,8 +185,10 @@ async fn keep_hidden(
                 .change_visibility(name, receipt, visibility)
                 .await
             {
-                queue.shared.stats.record_backend_error(Backend::Queue);
-                tracing::warn!(queue = %name, error = %e, "could not keep a waiting message hidden");
+                let op = Operation::ChangeVisibility;
+                if let Some(held_back) = queue.shared.stats.record_failure(op, e.is_timeout()) {
+                    tracing::warn!(queue = %name, operation = op.name(), error = %e, held_back, "could not keep a waiting message hidden");
+                }
             }
         }
     }

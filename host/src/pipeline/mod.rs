@@ -26,9 +26,10 @@
 //! | `delivery`   | one message's life and its fates                                    |
 //! | `heartbeat`  | lease and visibility extension while a delivery is leased           |
 //! | `outbox`     | what qhost stamps on outgoing messages                              |
+//! | `outbox_mark`| marking a sent outbox in the store, retried after an outage         |
 //! | `deadletter` | the dead letter for a message                                       |
 //! | `backoff`    | retry delays                                                        |
-//! | `acker`      | batched deletes                                                     |
+//! | `acker`      | batched deletes, flushed concurrently (a stuck one holds only its own)|
 //! | `completer`  | batched completions                                                 |
 //! | `context`    | what the stages share                                               |
 
@@ -41,11 +42,13 @@ mod deadletter;
 mod delivery;
 mod heartbeat;
 mod outbox;
+mod outbox_mark;
 mod receive;
 mod route;
 mod run;
 
-pub(crate) use acker::Acker;
+pub(crate) use acker::{AckTask, Acker};
 pub(crate) use completer::Completer;
 pub(crate) use context::{QueueCtx, Shared};
+pub(crate) use outbox_mark::OutboxMarks;
 pub(crate) use receive::run_poller;

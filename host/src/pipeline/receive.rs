@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::batch;
 use super::context::QueueCtx;
-use crate::stats::Backend;
+use crate::faults::Operation;
 
 /// Longest pause after a failed receive.
 const MAX_RECEIVE_BACKOFF: Duration = Duration::from_secs(30);
@@ -38,10 +38,12 @@ pub(crate) async fn run_poller(queue: Arc<QueueCtx>, shutdown: CancellationToken
             }
             Err(e) => {
                 failures += 1;
-                shared.stats.record_backend_error(Backend::Queue);
                 let pause =
                     Duration::from_millis(200u64 << failures.min(8)).min(MAX_RECEIVE_BACKOFF);
-                tracing::error!(queue = %config.name, error = %e, ?pause, "receive failed; backing off");
+                let op = Operation::Receive;
+                if let Some(held_back) = shared.stats.record_failure(op, e.is_timeout()) {
+                    tracing::error!(queue = %config.name, operation = op.name(), error = %e, ?pause, held_back, "receive failed; backing off");
+                }
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(pause) => {}

@@ -9,13 +9,14 @@ use std::time::Duration;
 use super::delivery::{Delivery, Fate};
 use super::route::Routed;
 use crate::digest::sha256_hex;
+use crate::faults::Operation;
 use crate::handler::{Failure, HandlerMessage, Invocation, Outcome, Plugin};
 use crate::idempotency::Acquired;
 use crate::idempotency::rate::{self, Admission};
 use crate::message::Received;
 use crate::payload::{ResolveError, Resolved, pointer};
 use crate::runtime::manifest::OnConflict;
-use crate::stats::{Backend, Event};
+use crate::stats::Event;
 use futures_util::FutureExt as _;
 use std::panic::AssertUnwindSafe;
 use tracing::Instrument as _;
@@ -107,9 +108,10 @@ async fn within_rate(delivery: &Delivery, plugin: &Plugin) -> Result<(), Option<
             Err(Some(when))
         }
         Err(e) => {
-            delivery.backend_error(Backend::Idempotency);
-            let msg = delivery.msg();
-            tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, "could not check the rate limit; putting the message back");
+            if let Some(held_back) = delivery.backend_error(Operation::Admit, e.is_timeout()) {
+                let msg = delivery.msg();
+                tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, held_back, "could not check the rate limit; putting the message back");
+            }
             Err(None)
         }
     }
@@ -219,9 +221,10 @@ pub(crate) async fn unfetchable(delivery: Delivery, error: ResolveError) -> Fate
     match error {
         ResolveError::Reject(reason) => delivery.dead_letter(reason).await,
         ResolveError::Retry(reason) => {
-            delivery.backend_error(Backend::Payload);
-            let msg = delivery.msg();
-            tracing::warn!(queue = %msg.queue, message_id = %msg.id, %reason, "payload store unavailable; putting the message back");
+            if let Some(held_back) = delivery.backend_error(Operation::PayloadFetch, false) {
+                let msg = delivery.msg();
+                tracing::warn!(queue = %msg.queue, message_id = %msg.id, %reason, held_back, "payload store unavailable; putting the message back");
+            }
             delivery.back_off().await
         }
     }

@@ -10,6 +10,13 @@
 //!
 //! URLs are never put in errors whole: a password in one (`redis://:secret@host`) must not reach
 //! a log line.
+//!
+//! Every command, script and pipeline waits for its answer at most [`RedisDeadlines::response`]
+//! (the client's response timeout, on the connection manager, the cluster client and the direct
+//! connections to primaries alike), and connecting at most [`RedisDeadlines::connect`]: a
+//! server that stops answering (stopped, partitioned, a swallowed reply) fails the call instead
+//! of hanging it. A call that timed out may still have run on the server; each caller in the
+//! stores says why its own call stays correct either way.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -37,6 +44,27 @@ pub struct RedisTarget {
     /// A PEM file of the certificate authorities to trust for `rediss://`, in place of the
     /// platform's (a private CA, as managed services and self-run clusters often use).
     pub ca_file: Option<PathBuf>,
+    /// How long connecting and each call may take.
+    pub deadlines: RedisDeadlines,
+}
+
+/// How long a Redis call may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RedisDeadlines {
+    /// Connecting to a node (TCP and TLS).
+    pub connect: Duration,
+    /// Waiting for the answer to one command, script or pipeline.
+    pub response: Duration,
+}
+
+impl Default for RedisDeadlines {
+    /// Answers take well under a millisecond on a healthy server; seconds mean it is gone.
+    fn default() -> Self {
+        RedisDeadlines {
+            connect: Duration::from_secs(3),
+            response: Duration::from_secs(5),
+        }
+    }
 }
 
 impl RedisTarget {
@@ -46,6 +74,7 @@ impl RedisTarget {
             urls: vec![url.into()],
             cluster: false,
             ca_file: None,
+            deadlines: RedisDeadlines::default(),
         }
     }
 
@@ -70,15 +99,6 @@ pub(crate) fn redacted(url: &str) -> String {
         }
         None => "(not a URL)".into(),
     }
-}
-
-/// Timeouts for one link.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Timeouts {
-    /// Connecting to a node.
-    pub(crate) connect: Duration,
-    /// Waiting for a reply.
-    pub(crate) response: Duration,
 }
 
 /// A connection to one server or to a cluster; cheap to clone, and shared by clones.
@@ -114,7 +134,10 @@ pub(crate) struct Group {
 impl RedisLink {
     /// Connects to `target`. An unreachable server or cluster is an error here, at start; later
     /// outages are the client's to recover from.
-    pub(crate) async fn connect(target: &RedisTarget, timeouts: Timeouts) -> anyhow::Result<Self> {
+    pub(crate) async fn connect(
+        target: &RedisTarget,
+        timeouts: RedisDeadlines,
+    ) -> anyhow::Result<Self> {
         let shown = target.display();
         for url in &target.urls {
             redis::parse_redis_url(url)
@@ -384,6 +407,7 @@ mod tests {
             urls: vec!["rediss://user:s3cret@cache.internal:6380/0".into()],
             cluster: true,
             ca_file: None,
+            deadlines: RedisDeadlines::default(),
         };
         let shown = target.display();
         assert_eq!(shown, "the Redis Cluster at rediss://cache.internal:6380/0");

@@ -26,6 +26,10 @@ pub enum SourceError {
     /// The queue refused a message for good: sending it again would be refused again.
     #[error("refused: {0}")]
     Refused(String),
+    /// No answer came within the call's deadline. The call may still have taken effect (a
+    /// send sent, a delete done): every caller acts so that either way is correct.
+    #[error("{0}: no answer within the deadline")]
+    TimedOut(String),
     /// The backend failed (I/O, network, a server error). Usually worth retrying.
     #[error(transparent)]
     Backend(#[from] anyhow::Error),
@@ -36,6 +40,11 @@ impl SourceError {
     /// unavailable.
     pub fn is_permanent(&self) -> bool {
         matches!(self, SourceError::UnknownQueue(_) | SourceError::Refused(_))
+    }
+
+    /// Whether the call ran out of time, as metrics and logs tell it apart from an error.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, SourceError::TimedOut(_))
     }
 }
 

@@ -24,14 +24,14 @@ use std::time::Duration;
 use anyhow::Context as _;
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
-use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
     SendMessageBatchRequestEntry,
 };
 
 use super::{QueueDepth, QueueSource, SourceError};
-use crate::aws::AwsSettings;
+use crate::aws::{AwsDeadlines, AwsSettings, Failure};
 use crate::message::{Outgoing, Received};
 use crate::message::{rules, wire};
 
@@ -61,6 +61,7 @@ fn count(counter: &AtomicU64) {
 #[derive(Debug)]
 pub struct SqsQueue {
     client: Client,
+    deadlines: AwsDeadlines,
     urls: RwLock<HashMap<String, String>>,
     requests: Requests,
 }
@@ -71,12 +72,18 @@ fn secs(d: Duration, max: u64) -> i32 {
     whole.min(max) as i32
 }
 
+/// A failed call on `what`, in one line (the code and message, or what went wrong on the way).
 fn backend<E, R>(what: &str, e: SdkError<E, R>) -> SourceError
 where
-    E: std::error::Error + Send + Sync + 'static,
+    E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
 {
-    SourceError::Backend(anyhow::anyhow!("{what}: {}", DisplayErrorContext(&e)))
+    let failure = Failure::of(&e);
+    if failure.timed_out {
+        SourceError::TimedOut(what.to_string())
+    } else {
+        SourceError::Backend(anyhow::anyhow!("{what}: {}", failure.text))
+    }
 }
 
 /// An SQS error on `what`: refused for good when its code says the request can never succeed.
@@ -101,13 +108,27 @@ fn is_fifo(queue: &str) -> bool {
 impl SqsQueue {
     /// A client from the AWS configuration chain, with these overrides.
     pub async fn connect(settings: &AwsSettings) -> Self {
-        Self::from_sdk_config(&settings.load().await)
+        Self::with_deadlines(&settings.load().await, settings.deadlines)
     }
 
-    /// A client from a ready SDK configuration.
+    /// A client from a ready SDK configuration, with the default deadlines where it sets none.
     pub fn from_sdk_config(config: &aws_config::SdkConfig) -> Self {
+        Self::with_deadlines(config, AwsDeadlines::SQS)
+    }
+
+    /// A client from a ready SDK configuration; its calls take `deadlines` unless the
+    /// configuration sets its own attempt timeout (receives always take the receive deadline).
+    pub fn with_deadlines(config: &aws_config::SdkConfig, deadlines: AwsDeadlines) -> Self {
+        let mut builder = aws_sdk_sqs::config::Builder::from(config);
+        let bounded = config
+            .timeout_config()
+            .is_some_and(|t| t.operation_attempt_timeout().is_some());
+        if !bounded {
+            builder = builder.timeout_config(deadlines.timeouts(deadlines.call));
+        }
         SqsQueue {
-            client: Client::new(config),
+            client: Client::from_conf(builder.build()),
+            deadlines,
             urls: RwLock::new(HashMap::new()),
             requests: Requests::default(),
         }
@@ -268,6 +289,11 @@ impl QueueSource for SqsQueue {
             .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
             .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
             .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
+            .customize()
+            .config_override(
+                aws_sdk_sqs::config::Builder::default()
+                    .timeout_config(self.deadlines.receive_timeouts(wait)),
+            )
             .send()
             .await
             .map_err(|e| backend(&format!("receiving from `{queue}`"), e))?;
