@@ -12,6 +12,7 @@ mod cli;
 mod cluster;
 mod dlq;
 mod email_sender;
+mod faults;
 mod fleet;
 mod hostile;
 mod http;

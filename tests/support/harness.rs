@@ -160,6 +160,27 @@ pub async fn contents(queue: &LocalQueue, name: &str) -> Vec<Received> {
     queue.peek(name, 10_000).await.expect("peek")
 }
 
+/// Everything `queue` of `source` holds, received and deleted as it goes, in the order
+/// received; each receive long-polls for `wait` (zero: only what is there now).
+pub async fn take_all(
+    source: &dyn qhost::source::QueueSource,
+    queue: &str,
+    wait: Duration,
+) -> Vec<Received> {
+    let mut all = Vec::new();
+    loop {
+        let got = (source.receive(queue, 10, Duration::from_secs(60), wait))
+            .await
+            .expect("receive");
+        if got.is_empty() {
+            return all;
+        }
+        let receipts: Vec<String> = got.iter().map(|m| m.receipt.clone()).collect();
+        source.ack(queue, &receipts).await.expect("delete");
+        all.extend(got);
+    }
+}
+
 /// The bodies of `msgs` as text, in their order.
 pub fn body_texts(msgs: &[Received]) -> Vec<String> {
     msgs.iter()

@@ -9,6 +9,7 @@ pub mod admin;
 pub mod api_server;
 pub mod cpu;
 pub mod deploy;
+pub mod fault_proxy;
 pub mod faults;
 pub mod harness;
 pub mod otlp;

@@ -104,6 +104,17 @@ impl RedisServer {
         }
     }
 
+    /// Stops the server (SIGSTOP): its connections stay open and silent, as a frozen or
+    /// partitioned server's would, until [`RedisServer::resume`].
+    pub fn pause(&self) {
+        signal(self.child.as_ref().expect("running"), "STOP");
+    }
+
+    /// Lets a paused server go on (SIGCONT): it then reads and runs what was sent meanwhile.
+    pub fn resume(&self) {
+        signal(self.child.as_ref().expect("running"), "CONT");
+    }
+
     /// Starts (again) on the same port and waits until it answers.
     pub fn restart(&mut self) {
         self.kill();
@@ -111,6 +122,15 @@ impl RedisServer {
         self.child = Some(child);
         wait_until_listening(self.port, "redis-server");
     }
+}
+
+/// Sends `SIG{name}` to `child`.
+pub(crate) fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .args([format!("-{name}"), child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -{name} {}", child.id());
 }
 
 /// Starts `redis-server ARGS` on loopback, keeping nothing on disk, in `dir` if given: the one

@@ -19,9 +19,24 @@ pub const TEST_ENV: [(&str, &str); 3] = [
     ("AWS_REGION", "us-east-1"),
 ];
 
-struct Server {
+/// A running server; it stops when dropped.
+#[derive(Debug)]
+pub struct Server {
     endpoint: String,
     _wrapper: Mutex<Child>,
+}
+
+impl Server {
+    /// A server of the caller's own, for a test whose load would slow every other test down
+    /// (moto's calls cost time in proportion to a queue's depth).
+    pub fn start_own() -> Self {
+        start()
+    }
+
+    /// Its endpoint, `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
 }
 
 fn moto_server() -> String {
@@ -77,14 +92,26 @@ pub fn endpoint() -> &'static str {
     &SERVER.get_or_init(start).endpoint
 }
 
-/// An SDK configuration for the server, with test credentials.
+/// An SDK configuration for the server, with test credentials. The tests' own calls (setting
+/// queues up, looking inside) wait up to a minute for an answer: the server is shared by every
+/// test of the process, and what they assert is qhost's behaviour, not the server's speed.
 pub fn sdk_config() -> aws_config::SdkConfig {
+    sdk_config_for(endpoint())
+}
+
+/// [`sdk_config`] for the server at `endpoint`.
+pub fn sdk_config_for(endpoint: &str) -> aws_config::SdkConfig {
     let credentials =
         aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "qhost-tests");
+    let patient = aws_sdk_sqs::config::timeout::TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .operation_attempt_timeout(Duration::from_secs(60))
+        .build();
     aws_config::SdkConfig::builder()
         .behavior_version(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new("us-east-1"))
-        .endpoint_url(endpoint())
+        .timeout_config(patient)
+        .endpoint_url(endpoint)
         .http_client(qhost::aws::https_client())
         .credentials_provider(aws_sdk_sqs::config::SharedCredentialsProvider::new(
             credentials,
@@ -180,19 +207,21 @@ pub async fn object_keys(bucket: &str) -> Vec<String> {
 /// Everything in a queue, in the order received, deleting as it goes (a FIFO group stays
 /// blocked while any of its messages is received and not deleted).
 pub async fn drain(queue: &str) -> Vec<qhost::message::Received> {
-    use qhost::source::QueueSource as _;
-    let q = qhost::source::sqs::SqsQueue::from_sdk_config(&sdk_config());
-    let mut all = Vec::new();
-    loop {
-        let got = q
-            .receive(queue, 10, Duration::from_secs(60), Duration::from_secs(1))
-            .await
-            .expect("receive");
-        if got.is_empty() {
-            return all;
-        }
-        let receipts: Vec<String> = got.iter().map(|m| m.receipt.clone()).collect();
-        q.ack(queue, &receipts).await.expect("delete");
-        all.extend(got);
-    }
+    drain_at(endpoint(), queue).await
+}
+
+/// A client for the server at `endpoint` as the tests use it to look inside: patient, since it
+/// is the tests' instrument and not what they assert on.
+pub fn patient_queue(endpoint: &str) -> qhost::source::sqs::SqsQueue {
+    let patient = qhost::aws::AwsDeadlines {
+        connect: Duration::from_secs(10),
+        call: Duration::from_secs(60),
+        receive_margin: Duration::from_secs(60),
+    };
+    qhost::source::sqs::SqsQueue::with_deadlines(&sdk_config_for(endpoint), patient)
+}
+
+/// [`drain`] on the server at `endpoint`.
+pub async fn drain_at(endpoint: &str, queue: &str) -> Vec<qhost::message::Received> {
+    crate::harness::take_all(&patient_queue(endpoint), queue, Duration::from_secs(1)).await
 }

@@ -1,0 +1,636 @@
+//! Faults of the dependencies, injected on loopback: SQS through a proxy that answers errors,
+//! resets, delays and black-holes chosen calls ([`FaultProxy`]); Redis stopped (SIGSTOP) for
+//! longer than its response deadline and continued. Whatever a dependency does, nothing is lost,
+//! nothing runs twice, nothing is dead-lettered, and consuming goes on.
+//!
+//! "Ran once" is read where it cannot be double-counted: every handler run sends its lease's
+//! fencing token to the sink, and every grant of a lease raises the key's token. One token per
+//! key among the effects means one run (an outbox sent again after a lost answer repeats the
+//! same token).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use qhost::message::{Attribute, Outgoing};
+use qhost::source::QueueSource;
+use qhost::source::sqs::SqsQueue;
+use qhost_e2e::admin::{get, sample};
+use qhost_e2e::fault_proxy::{Fault, FaultProxy};
+use qhost_e2e::harness::{TestEnv, attr, contents, take_all};
+use qhost_e2e::processes::HostProcess;
+use qhost_e2e::redis_cluster::RedisCluster;
+use qhost_e2e::redis_server::{RedisServer, shared_url, unique_namespace};
+use qhost_e2e::sqs_server::{Server, drain_at, patient_queue, sdk_config_for, unique};
+
+/// Jobs of the SQS run; every tenth is sent twice by its producer.
+const SQS_JOBS: usize = 2000;
+
+/// A host's configuration: `source` and `store` are TOML tables, the queue consumed is `jobs`.
+fn config_file(env: &TestEnv, name: &str, source: &str, store: &str, jobs: &str) -> PathBuf {
+    let text = format!(
+        "plugins-dir = {:?}\ndata-dir = {:?}\nmax-in-flight = 8\nshutdown-grace-secs = 5\n\
+         {source}\n{store}\n[retry]\nbase-secs = 0.05\nmax-secs = 1\n\
+         [[queue]]\nname = \"{jobs}\"\nplugin = \"fixture\"\nwait-time-secs = 1\n\
+         visibility-timeout-secs = 6\npollers = 2\n",
+        env.plugins_dir(),
+        env.data_dir().join(name),
+    );
+    let path = (env.plugins_dir().parent())
+        .expect("the test directory")
+        .join(format!("{name}.toml"));
+    std::fs::write(&path, text).expect("config file");
+    path
+}
+
+/// The jobs: each job once, every tenth a second time (another message, the same job id).
+fn jobs(n: usize, queue: &str, sink: &str) -> Vec<Outgoing> {
+    let mut all = Vec::new();
+    for i in 0..n {
+        let msg = Outgoing::new(queue, format!("send-fence:{sink}"))
+            .with_attribute(Attribute::string("job-id", format!("j-{i}")));
+        if i % 10 == 0 {
+            all.push(msg.clone());
+        }
+        all.push(msg);
+    }
+    all
+}
+
+/// Effects on the sink by derived key: the fencing tokens of the runs that made them.
+type Effects = BTreeMap<String, Vec<u64>>;
+
+fn add_effects(effects: &mut Effects, msgs: Vec<qhost::message::Received>) {
+    for m in msgs {
+        let key = attr(&m, "qhost-idempotency-key")
+            .expect("derived key")
+            .to_string();
+        let token = String::from_utf8_lossy(&m.body).parse().expect("a token");
+        effects.entry(key).or_default().push(token);
+    }
+}
+
+/// Every job's effect arrived, each made by one run.
+fn assert_each_ran_once(effects: &Effects, n: usize) {
+    let expected: BTreeSet<String> = (0..n).map(|i| format!("fixture:j-{i}/0")).collect();
+    let keys: BTreeSet<String> = effects.keys().cloned().collect();
+    assert_eq!(keys, expected, "every job's effect, under its one key");
+    let twice: Vec<_> = (effects.iter())
+        .filter(|(_, tokens)| tokens.iter().collect::<BTreeSet<_>>().len() > 1)
+        .collect();
+    assert!(twice.is_empty(), "jobs that ran more than once: {twice:?}");
+}
+
+/// Deliveries a host has finished so far (acked, or found done), from its metrics.
+fn finished(admin: SocketAddr) -> f64 {
+    let (_, text) = get(admin, "/metrics");
+    ["acked", "duplicate"]
+        .iter()
+        .filter_map(|outcome| {
+            sample(
+                &text,
+                "qhost_messages_handled_total",
+                &[("outcome", outcome)],
+            )
+        })
+        .fold(0.0, |sum, n| sum + n)
+}
+
+/// Timed-out calls of `operation` a host has counted.
+fn timeouts(admin: SocketAddr, operation: &str) -> f64 {
+    let (_, text) = get(admin, "/metrics");
+    let labels = [("operation", operation), ("kind", "timeout")];
+    sample(&text, "qhost_backend_call_failures_total", &labels).unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_hosts_drain_sqs_through_errors_resets_delays_and_black_holes() {
+    // A server of this test's own: moto's calls cost time in proportion to a queue's depth, so
+    // the jobs are fed in waves that keep the queue shallow, and no other test shares it.
+    let server = Server::start_own();
+    let direct = patient_queue(server.endpoint());
+    let env = TestEnv::new();
+    env.install(
+        "fixture",
+        "fixture",
+        "[idempotency]\nkey = \"attribute:job-id\"\n",
+    );
+    let (queue, sink) = (unique("faults"), unique("faults-sink"));
+    let admin = aws_sdk_sqs::Client::new(&sdk_config_for(server.endpoint()));
+    for name in [&queue, &format!("{queue}-dlq"), &sink] {
+        admin
+            .create_queue()
+            .queue_name(name)
+            .send()
+            .await
+            .expect("create queue");
+    }
+
+    let proxy = FaultProxy::start(server.endpoint());
+    // The first answers of each kind of call are lost (black holes); after them, every call
+    // kind meets each fault in turn, all through the run.
+    for (operation, lost) in [
+        ("ReceiveMessage", 4),
+        ("SendMessageBatch", 32),
+        ("DeleteMessageBatch", 8),
+    ] {
+        proxy.inject(operation, 2, Fault::BlackHole, lost);
+    }
+    for operation in [
+        "ReceiveMessage",
+        "SendMessageBatch",
+        "DeleteMessageBatch",
+        "ChangeMessageVisibility",
+    ] {
+        proxy.inject(operation, 23, Fault::Status(500), 1_000);
+        proxy.inject(operation, 29, Fault::Status(503), 1_000);
+        proxy.inject(operation, 31, Fault::ResetBefore, 1_000);
+        proxy.inject(operation, 37, Fault::ResetAfter, 1_000);
+        proxy.inject(
+            operation,
+            41,
+            Fault::Delay(Duration::from_millis(300)),
+            1_000,
+        );
+    }
+    let ns = unique_namespace("faults-sqs");
+    let source = format!(
+        "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\nregion = \"us-east-1\"\n\
+         [timeouts]\nconnect-ms = 1000\nsqs-call-ms = 1000\nsqs-receive-margin-ms = 1000\n",
+        proxy.endpoint()
+    );
+    let store = format!(
+        "[idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{ns}\"\n",
+        shared_url()
+    );
+    let hosts: Vec<HostProcess> = ["a", "b"]
+        .iter()
+        .map(|name| HostProcess::start_consuming(&config_file(&env, name, &source, &store, &queue)))
+        .collect();
+    let admins: Vec<SocketAddr> = hosts.iter().map(HostProcess::admin_addr).collect();
+
+    let all = jobs(SQS_JOBS, &queue, &sink);
+    let mut to_send = all.chunks(10);
+    let started = Instant::now();
+    let mut effects = Effects::new();
+    // Finished deliveries of each host at the start of each 5 s window, while work remains.
+    let mut windows: Vec<Vec<f64>> = vec![admins.iter().map(|&a| finished(a)).collect()];
+    let mut window_start = Instant::now();
+    loop {
+        add_effects(&mut effects, take_all(&direct, &sink, Duration::ZERO).await);
+        let depth = direct.depth(&queue).await.expect("depth");
+        if depth.total() < 100 {
+            for chunk in to_send.by_ref().take(10) {
+                direct.send(chunk).await.expect("send");
+            }
+        }
+        if effects.len() == SQS_JOBS && depth.total() == 0 && to_send.len() == 0 {
+            break;
+        }
+        if window_start.elapsed() >= Duration::from_secs(5) && effects.len() < SQS_JOBS * 9 / 10 {
+            windows.push(admins.iter().map(|&a| finished(a)).collect());
+            window_start = Instant::now();
+        }
+        if started.elapsed() > Duration::from_secs(300) {
+            let logs: Vec<String> = hosts.iter().map(HostProcess::log).collect();
+            panic!(
+                "not drained: {} of {SQS_JOBS} effects, {depth:?} on the queue; logs:\n{}",
+                effects.len(),
+                logs.join("\n----\n")
+            );
+        }
+        if std::env::var_os("QHOST_TEST_VERBOSE").is_some() {
+            println!(
+                "{:.1}s: {} effects, {depth:?}",
+                started.elapsed().as_secs_f64(),
+                effects.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let took = started.elapsed();
+    let lost_answers: Vec<f64> = admins
+        .iter()
+        .map(|&a| {
+            ["ReceiveMessage", "SendMessageBatch", "DeleteMessageBatch"]
+                .iter()
+                .map(|op| timeouts(a, op))
+                .sum()
+        })
+        .collect();
+    for host in hosts {
+        host.stop();
+    }
+    add_effects(&mut effects, drain_at(server.endpoint(), &sink).await);
+
+    assert_each_ran_once(&effects, SQS_JOBS);
+    let dead = drain_at(server.endpoint(), &format!("{queue}-dlq")).await;
+    assert!(dead.is_empty(), "nothing dead-lettered");
+    assert_eq!(
+        direct.depth(&queue).await.expect("depth").total(),
+        0,
+        "drained"
+    );
+    for pair in windows.windows(2) {
+        for (host, (before, after)) in pair[0].iter().zip(&pair[1]).enumerate() {
+            assert!(
+                after > before,
+                "host {host} finished nothing in a 5 s window while faults lasted: {windows:?}"
+            );
+        }
+    }
+    for operation in ["ReceiveMessage", "SendMessageBatch", "DeleteMessageBatch"] {
+        assert!(
+            proxy.applied(operation, Fault::BlackHole) > 0,
+            "{operation} answers were lost"
+        );
+        for fault in [
+            Fault::Status(500),
+            Fault::Status(503),
+            Fault::ResetBefore,
+            Fault::ResetAfter,
+        ] {
+            assert!(
+                proxy.applied(operation, fault) > 0,
+                "{operation} met {fault:?}"
+            );
+        }
+    }
+    assert!(
+        lost_answers.iter().sum::<f64>() > 0.0,
+        "the lost answers were counted as timeouts"
+    );
+    let repeats: usize = effects.values().map(|t| t.len() - 1).sum();
+    println!(
+        "faults: {SQS_JOBS} jobs (+{} producer duplicates) through two hosts in {:.1}s, {} \
+         receives, {} sends, {} deletes black-holed; {repeats} outbox messages sent again after \
+         a lost answer; timeouts counted per host {lost_answers:?}; finished per 5 s window \
+         {windows:?}",
+        SQS_JOBS / 10,
+        took.as_secs_f64(),
+        proxy.applied("ReceiveMessage", Fault::BlackHole),
+        proxy.applied("SendMessageBatch", Fault::BlackHole),
+        proxy.applied("DeleteMessageBatch", Fault::BlackHole),
+    );
+}
+
+/// Two hosts on the embedded queue (one database file) and `store`; Redis is stopped by
+/// `pause` once a third of the jobs are done, for `stopped`, then continued by `resume`.
+async fn redis_stops_mid_run(
+    store: &str,
+    pause: impl FnOnce(),
+    resume: impl FnOnce(),
+    stopped: Duration,
+) -> (usize, Vec<String>) {
+    const JOBS: usize = 400;
+    let env = TestEnv::new();
+    env.install(
+        "fixture",
+        "fixture",
+        "[idempotency]\nkey = \"attribute:job-id\"\n",
+    );
+    let store = format!("{store}\n[timeouts]\nredis-response-ms = 300\nconnect-ms = 500\n");
+    let shared = format!("data-dir = {:?}\n", env.data_dir());
+    let config = |name: &str| {
+        let path = config_file(&env, name, "", &store, "jobs");
+        let text = std::fs::read_to_string(&path).expect("config");
+        // Both hosts share one embedded queue: one data directory.
+        let text = text
+            .lines()
+            .filter(|l| !l.starts_with("data-dir"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        std::fs::write(&path, format!("{shared}{text}\n")).expect("config");
+        path
+    };
+    let q = env.queue();
+    q.send(&jobs(JOBS, "jobs", "sink")).await.expect("send");
+    let hosts = [
+        HostProcess::start_consuming(&config("a")),
+        HostProcess::start_consuming(&config("b")),
+    ];
+    let admins: Vec<SocketAddr> = hosts.iter().map(HostProcess::admin_addr).collect();
+    let mut effects = Effects::new();
+    let started = Instant::now();
+    while effects.len() < JOBS / 3 {
+        add_effects(&mut effects, take_all(&q, "sink", Duration::ZERO).await);
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "a third not done in 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    pause();
+    // Runs whose completion was answered before the stop may still send their effect.
+    let grace = Duration::from_millis(500);
+    tokio::time::sleep(grace).await;
+    add_effects(&mut effects, take_all(&q, "sink", Duration::ZERO).await);
+    let before = effects.len();
+    tokio::time::sleep(stopped - grace).await;
+    add_effects(&mut effects, take_all(&q, "sink", Duration::ZERO).await);
+    let while_stopped = effects.len() - before;
+    resume();
+    loop {
+        add_effects(&mut effects, take_all(&q, "sink", Duration::ZERO).await);
+        let left = q.depth("jobs").await.expect("depth").total();
+        if effects.len() == JOBS && left == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "not drained after Redis continued: {} of {JOBS} effects, {left} left",
+            effects.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let timed_out: f64 = admins
+        .iter()
+        .map(|&a| timeouts(a, "acquire") + timeouts(a, "complete"))
+        .sum();
+    let logs: Vec<String> = hosts
+        .into_iter()
+        .map(|h| {
+            let log = h.log();
+            h.stop();
+            log
+        })
+        .collect();
+    add_effects(&mut effects, take_all(&q, "sink", Duration::ZERO).await);
+    assert_each_ran_once(&effects, JOBS);
+    assert!(
+        contents(&q, "jobs-dlq").await.is_empty(),
+        "nothing dead-lettered"
+    );
+    assert!(
+        timed_out > 0.0,
+        "lease calls timed out while Redis was stopped"
+    );
+    println!(
+        "redis stopped for {stopped:?}: {JOBS} jobs, {while_stopped} effects while stopped, \
+         {timed_out} lease calls timed out, drained {:.1}s after the start",
+        started.elapsed().as_secs_f64()
+    );
+    (while_stopped, logs)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_redis_fails_leases_closed_and_consuming_resumes_when_it_continues() {
+    let redis = RedisServer::start();
+    let store = format!(
+        "[idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{}\"\n",
+        redis.url(),
+        unique_namespace("faults-stop")
+    );
+    let (while_stopped, logs) = redis_stops_mid_run(
+        &store,
+        || redis.pause(),
+        || redis.resume(),
+        Duration::from_secs(3),
+    )
+    .await;
+    assert_eq!(
+        while_stopped, 0,
+        "no run completes while its store is stopped"
+    );
+    let log = logs.join("\n");
+    assert!(
+        log.contains("did not answer within the deadline"),
+        "a host logged the timeout:\n{log}"
+    );
+    // Logged once per burst, not once per message: a 3 s stop is one burst per operation.
+    let lines = log
+        .lines()
+        .filter(|l| l.contains("idempotency store unavailable"))
+        .count();
+    assert!(
+        (1..=4).contains(&lines),
+        "{lines} lines for one outage:\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_cluster_primary_fails_its_keys_closed_and_consuming_resumes() {
+    let cluster = RedisCluster::without_replicas(3);
+    let seeds: Vec<String> = cluster.urls().iter().map(|u| format!("{u:?}")).collect();
+    let store = format!(
+        "[idempotency]\nkind = \"redis\"\ncluster = true\nurls = [{}]\nnamespace = \"{}\"\n",
+        seeds.join(", "),
+        unique_namespace("faults-cluster")
+    );
+    let victim = cluster.primaries()[0];
+    // Shorter than the cluster's node timeout (2 s): the primary is slow, not failed over.
+    let (while_stopped, _) = redis_stops_mid_run(
+        &store,
+        || cluster.pause_node(victim),
+        || cluster.resume_node(victim),
+        Duration::from_millis(1500),
+    )
+    .await;
+    assert!(
+        while_stopped > 0,
+        "keys on the other primaries went on while one was stopped"
+    );
+}
+
+/// A TCP server on loopback that accepts connections, reads what comes, and never answers.
+fn silent_server() -> (SocketAddr, std::thread::JoinHandle<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let addr = listener.local_addr().expect("its address");
+    let thread = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().flatten() {
+            held.push(conn);
+        }
+    });
+    (addr, thread)
+}
+
+/// Runs `call`, which must fail within `limit` (the test fails rather than hang past it).
+async fn fails_in_time<T: std::fmt::Debug, E: std::fmt::Display>(
+    what: &str,
+    limit: Duration,
+    call: impl Future<Output = Result<T, E>>,
+) -> String {
+    match tokio::time::timeout(limit, call).await {
+        Ok(Err(e)) => e.to_string(),
+        Ok(Ok(v)) => panic!("{what}: answered {v:?} from a server that never answers"),
+        Err(_) => panic!("{what}: still waiting after {limit:?}"),
+    }
+}
+
+#[tokio::test]
+async fn every_sqs_and_s3_call_ends_at_its_deadline_when_no_answer_comes() {
+    let (addr, _server) = silent_server();
+    let silent = aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(format!("http://{addr}"))
+        .http_client(qhost::aws::https_client())
+        .credentials_provider(aws_sdk_sqs::config::SharedCredentialsProvider::new(
+            aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "qhost-tests"),
+        ))
+        .build();
+    let deadlines = qhost::aws::AwsDeadlines {
+        connect: Duration::from_secs(1),
+        call: Duration::from_millis(300),
+        receive_margin: Duration::from_millis(300),
+    };
+    let sqs = SqsQueue::with_deadlines(&silent, deadlines);
+    let limit = Duration::from_secs(15);
+    let e = fails_in_time("GetQueueUrl", limit, sqs.url("jobs")).await;
+    assert!(e.contains("no answer within the deadline"), "{e}");
+    sqs.set_url("jobs", &format!("http://{addr}/000000000000/jobs"));
+    let receipts = ["r".to_string()];
+    let msg = [Outgoing::new("jobs", "x")];
+    let results = [
+        (
+            "ReceiveMessage",
+            fails_in_time(
+                "receive",
+                limit,
+                sqs.receive("jobs", 10, Duration::from_secs(30), Duration::from_secs(1)),
+            )
+            .await,
+        ),
+        (
+            "DeleteMessageBatch",
+            fails_in_time("delete", limit, sqs.ack("jobs", &receipts)).await,
+        ),
+        (
+            "ChangeMessageVisibility",
+            fails_in_time(
+                "visibility",
+                limit,
+                sqs.change_visibility("jobs", "r", Duration::from_secs(1)),
+            )
+            .await,
+        ),
+        (
+            "SendMessageBatch",
+            fails_in_time("send", limit, sqs.send(&msg)).await,
+        ),
+        (
+            "GetQueueAttributes",
+            fails_in_time("depth", limit, sqs.depth("jobs")).await,
+        ),
+    ];
+    for (operation, error) in results {
+        assert!(
+            error.ends_with("no answer within the deadline"),
+            "{operation}: {error}"
+        );
+    }
+
+    let s3 = qhost::payload::s3::S3Payloads::with_deadlines(&silent, true, deadlines).bucket("b");
+    use qhost::payload::store::PayloadStore as _;
+    for (operation, error) in [
+        (
+            "PutObject",
+            fails_in_time("put", limit, s3.put("k", b"payload")).await,
+        ),
+        (
+            "GetObject",
+            fails_in_time("get", limit, s3.get("k", 1024)).await,
+        ),
+        (
+            "DeleteObject",
+            fails_in_time("delete", limit, s3.delete("k")).await,
+        ),
+    ] {
+        assert!(
+            error.contains("no answer within the deadline"),
+            "{operation}: {error}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_redis_store_call_ends_at_its_deadline_when_the_server_stops() {
+    use qhost::idempotency::{Completion, IdempotencyStore as _, LeaseRequest, Released};
+    let redis = RedisServer::start();
+    let mut target = qhost::redis_link::RedisTarget::single(redis.url());
+    target.deadlines.response = Duration::from_millis(300);
+    let store = qhost::idempotency::redis::RedisStore::connect_to(&target)
+        .await
+        .expect("connect");
+    let request = LeaseRequest {
+        key: qhost::idempotency::key::scoped(&unique_namespace("deadline"), "p", "k"),
+        ttl: Duration::from_secs(30),
+        window: Duration::from_secs(60),
+    };
+    let lease = match store
+        .acquire(std::slice::from_ref(&request))
+        .await
+        .expect("acquire")
+        .remove(0)
+    {
+        qhost::idempotency::Acquired::Granted(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    redis.pause();
+    let limit = Duration::from_secs(10);
+    let completion = Completion {
+        lease: lease.clone(),
+        outbox: Vec::new(),
+        window: request.window,
+        digest: None,
+    };
+    let rate = qhost::idempotency::rate::Rate::parse("10/s").expect("a rate");
+    let errors = [
+        (
+            "acquire",
+            fails_in_time(
+                "acquire",
+                limit,
+                store.acquire(std::slice::from_ref(&request)),
+            )
+            .await,
+        ),
+        (
+            "extend",
+            fails_in_time("extend", limit, store.extend(&lease, request.ttl)).await,
+        ),
+        (
+            "complete",
+            fails_in_time(
+                "complete",
+                limit,
+                store.complete(std::slice::from_ref(&completion)),
+            )
+            .await,
+        ),
+        (
+            "release",
+            fails_in_time("release", limit, store.release(&lease, Released::NotRun)).await,
+        ),
+        (
+            "outbox_sent",
+            fails_in_time("outbox_sent", limit, store.outbox_sent(&request.key)).await,
+        ),
+        (
+            "admit",
+            fails_in_time("admit", limit, store.admit(&request.key, rate)).await,
+        ),
+        ("ping", fails_in_time("ping", limit, store.ping()).await),
+    ];
+    for (operation, error) in errors {
+        assert!(
+            error.contains("did not answer within the deadline"),
+            "{operation}: {error}"
+        );
+    }
+    redis.resume();
+    store
+        .ping()
+        .await
+        .expect("answers again once the server continues");
+
+    let (addr, _server) = silent_server();
+    let mut silent = qhost::redis_link::RedisTarget::single(format!("redis://{addr}/"));
+    silent.deadlines.connect = Duration::from_millis(300);
+    silent.deadlines.response = Duration::from_millis(300);
+    let connecting = qhost::idempotency::redis::RedisStore::connect_to(&silent);
+    let e = fails_in_time("connect", limit, connecting).await;
+    assert!(e.contains("cannot connect"), "{e}");
+}
