@@ -197,8 +197,36 @@ pub fn runtime_for(config: &Config) -> anyhow::Result<Runtime> {
 pub(crate) async fn open_plugins(config: &Config) -> anyhow::Result<Arc<PluginDir>> {
     let plugins = open_plugins_unchecked(config).await?;
     check_routes(config, &config.plugins_dir)?;
+    check_loaded(config, plugins.registry())?;
     check_deadlines(config, plugins.registry())?;
     Ok(plugins)
+}
+
+/// A queue whose plugin (or one of its routes) did not load would take none of its messages:
+/// refused at start with the load error, unless the configuration allows it (the queue then
+/// waits, unconsumed, until the plugin loads).
+fn check_loaded(config: &Config, registry: &Registry) -> anyhow::Result<()> {
+    if config.allow_unloaded_plugins {
+        return Ok(());
+    }
+    for (i, q) in config.queues.iter().enumerate() {
+        for name in std::iter::once(&q.plugin).chain(&q.routes) {
+            if registry.get(name).is_some() {
+                continue;
+            }
+            let file = config.plugins_dir.join(format!("{name}.wasm"));
+            bail!(
+                "queue[{i}]: queue `{}` routes to plugin `{name}`, which did not load: {}\n\
+                 check it with `qhost plugins check {}`; to start anyway, with this queue \
+                 waiting unconsumed until the plugin loads, set allow-unloaded-plugins = true \
+                 (or `qhost run --allow-unloaded-plugins`)",
+                q.name,
+                registry.why_not_serving(name),
+                file.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Loads the plugins directory into a new registry, without checking the queues' routes.
@@ -250,8 +278,7 @@ fn check_deadlines(config: &Config, registry: &Registry) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A queue naming a plugin with no file is a configuration mistake, refused at start. (A file
-/// that exists but failed to load is logged; its messages are retried until it is fixed.)
+/// A queue naming a plugin with no file is a configuration mistake, refused at start.
 fn check_routes(config: &Config, dir: &Path) -> anyhow::Result<()> {
     for (i, q) in config.queues.iter().enumerate() {
         if !dir.join(format!("{}.wasm", q.plugin)).is_file() {
@@ -510,7 +537,12 @@ impl Host {
     /// Runs until every consumed queue is empty and nothing is in flight (or `shutdown`).
     pub async fn run_until_idle(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let idle = shutdown.child_token();
-        let watcher = tokio::spawn(watch_idle(self.source(), self.config.clone(), idle.clone()));
+        let watcher = tokio::spawn(watch_idle(
+            self.source(),
+            self.config.clone(),
+            Arc::clone(&self.registry),
+            idle.clone(),
+        ));
         let result = self.run(idle.clone()).await;
         idle.cancel();
         watcher.await.context("idle watcher failed")?;
@@ -567,15 +599,21 @@ async fn flush_acks(ackers: Vec<(String, AckTask)>) {
     futures_util::future::join_all(closing).await;
 }
 
-/// Cancels `idle` once all consumed queues hold no messages, visible or not.
-async fn watch_idle(source: Arc<dyn QueueSource>, config: Arc<Config>, idle: CancellationToken) {
+/// Cancels `idle` once all consumed queues hold no messages, visible or not. A queue whose
+/// plugin is not loaded is not consumed, so it is not waited for (its messages stay).
+async fn watch_idle(
+    source: Arc<dyn QueueSource>,
+    config: Arc<Config>,
+    registry: Arc<Registry>,
+    idle: CancellationToken,
+) {
     while !idle.is_cancelled() {
         tokio::select! {
             _ = idle.cancelled() => return,
             _ = tokio::time::sleep(IDLE_CHECK) => {}
         }
         let mut empty = true;
-        for q in &config.queues {
+        for q in (config.queues.iter()).filter(|q| registry.get(&q.plugin).is_some()) {
             match source.depth(&q.name).await {
                 Ok(d) if d.total() == 0 => {}
                 Ok(_) => empty = false,

@@ -239,20 +239,35 @@ fn a_component_of_another_world_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn messages_for_a_plugin_that_failed_to_load_are_kept_then_dead_lettered() {
+async fn a_plugin_that_fails_to_load_stops_the_start_and_its_messages_wait() {
     let env = TestEnv::new();
     let good = qhost_e2e::plugin_bytes("fixture");
     env.install_bytes("fixture", &good[..100], "");
-    let host = env.host(env.config(&queue_toml("jobs", "fixture"))).await;
     send_all(&env.queue(), "jobs", &["ack"], &[]).await;
+    let err = Host::from_config(env.config(&queue_toml("jobs", "fixture")))
+        .await
+        .unwrap_err();
+    let message = format!("{err:#}");
+    assert!(
+        message.contains("queue `jobs` routes to plugin `fixture`, which did not load:")
+            && message.contains("not a valid WebAssembly component")
+            && message.contains("qhost plugins check")
+            && message.contains("allow-unloaded-plugins"),
+        "{message}"
+    );
+
+    // Allowed to start anyway, the host leaves the queue alone: no delivery, no attempt used,
+    // nothing dead-lettered, and a run until idle does not wait for it.
+    let mut config = env.config(&queue_toml("jobs", "fixture"));
+    config.allow_unloaded_plugins = true;
+    let host = env.host(config).await;
     run_until_idle(&host).await;
     let c = host.stats().total();
-    assert_eq!((c.invoked, c.retried, c.dead_lettered), (0, 4, 1), "{c:?}");
-    let reason = only_dead_letter_reason(&env, "jobs").await;
-    assert_eq!(
-        reason,
-        "gave up after 5 attempts: no plugin named `fixture` is loaded"
-    );
+    assert_eq!((c.received, c.invoked, c.dead_lettered), (0, 0, 0), "{c:?}");
+    let waiting = contents(&env.queue(), "jobs").await;
+    assert_eq!(waiting.len(), 1, "the message waits");
+    assert_eq!(waiting[0].receive_count, 0, "never delivered");
+    assert!(contents(&env.queue(), "jobs-dlq").await.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]

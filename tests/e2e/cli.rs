@@ -289,3 +289,115 @@ fn invoke_runs_one_message_and_says_the_outcome_in_its_exit_code() {
     assert_eq!(code, Some(1), "{out}");
     assert!(err.contains("absent.wasm was not loaded"), "{err}");
 }
+
+/// A plugins directory holding the fixture as `worker`, under `manifest`, and a configuration
+/// consuming queue `jobs` with it.
+fn worker_dir(manifest: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("plugins/");
+    std::fs::write(
+        plugins.join("worker.wasm"),
+        qhost_e2e::plugin_bytes("fixture"),
+    )
+    .expect("the plugin");
+    std::fs::write(plugins.join("worker.toml"), manifest).expect("its manifest");
+    let config = "[retry]\nbase-secs = 0.01\nmax-secs = 0.05\n[[queue]]\nname = \"jobs\"\nplugin = \"worker\"\n";
+    std::fs::write(dir.path().join("qhost.toml"), config).expect("qhost.toml");
+    dir
+}
+
+#[test]
+fn a_broken_manifest_stops_the_run_and_the_messages_wait() {
+    let dir = worker_dir("[limits]\nmemory-mb = 64\n");
+    send(
+        dir.path(),
+        &["-c", "qhost.toml", "--queue", "jobs", "--body", "ack"],
+    );
+    let out = qhost(dir.path())
+        .args(["-c", "qhost.toml", "run", "--until-idle"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("queue `jobs` routes to plugin `worker`, which did not load:")
+            && stderr.contains("unknown field `memory-mb`")
+            && stderr.contains("--allow-unloaded-plugins"),
+        "{stderr}"
+    );
+    let peek = qhost(dir.path())
+        .args(["-c", "qhost.toml", "peek", "jobs"])
+        .output()
+        .unwrap();
+    let waiting = String::from_utf8_lossy(&peek.stdout);
+    assert_eq!(waiting.lines().count(), 1, "the message waits: {waiting}");
+
+    // Started anyway, the run leaves the queue alone and ends at once.
+    let out = qhost(dir.path())
+        .args([
+            "-c",
+            "qhost.toml",
+            "run",
+            "--until-idle",
+            "--allow-unloaded-plugins",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("not consuming: the queue's plugin is not loaded"),
+        "{stderr}"
+    );
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        qhost_e2e::processes::summary_column(&summary, "jobs", "received"),
+        0
+    );
+}
+
+#[test]
+fn fail_on_dead_letter_exits_six_after_a_dead_letter() {
+    let dir = worker_dir("");
+    send(
+        dir.path(),
+        &[
+            "-c",
+            "qhost.toml",
+            "--queue",
+            "jobs",
+            "--body",
+            "reject:bad input",
+        ],
+    );
+    let run = |extra: &[&str]| {
+        qhost(dir.path())
+            .args(["-c", "qhost.toml", "run", "--until-idle"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--fail-on-dead-letter"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{stderr}");
+    assert!(
+        stderr.contains("1 message(s) were dead-lettered (--fail-on-dead-letter)"),
+        "{stderr}"
+    );
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        qhost_e2e::processes::summary_column(&summary, "jobs", "dead"),
+        1
+    );
+    send(
+        dir.path(),
+        &["-c", "qhost.toml", "--queue", "jobs", "--body", "ack"],
+    );
+    let out = run(&["--fail-on-dead-letter"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -55,6 +55,13 @@ enum Command {
         /// Exit once every consumed queue is empty and nothing is in flight, printing a summary.
         #[arg(long)]
         until_idle: bool,
+        /// Exit with code 6 if any message was dead-lettered during the run (for CI).
+        #[arg(long)]
+        fail_on_dead_letter: bool,
+        /// Start even if a queue's plugin does not load: that queue then waits, unconsumed,
+        /// until it does. Without it such a start is refused. Sets `allow-unloaded-plugins`.
+        #[arg(long)]
+        allow_unloaded_plugins: bool,
         /// Where to serve /metrics, /healthz and /readyz (IP:PORT; port 0 picks a free port;
         /// "" serves nothing). Overrides `[admin] listen`; default 127.0.0.1:9464.
         #[arg(long, env = "QHOST_ADMIN_LISTEN", value_name = "IP:PORT")]
@@ -250,13 +257,21 @@ async fn dispatch(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     match cli.command {
         Command::Run {
             until_idle,
+            fail_on_dead_letter,
+            allow_unloaded_plugins,
             admin_listen,
         } => {
             let mut config = config;
             if let Some(text) = admin_listen {
                 config.admin_listen = config::admin_listen(&text)?;
             }
-            run(config, until_idle).await
+            config.allow_unloaded_plugins |= allow_unloaded_plugins;
+            let dead = run(config, until_idle).await?;
+            if fail_on_dead_letter && dead > 0 {
+                eprintln!("error: {dead} message(s) were dead-lettered (--fail-on-dead-letter)");
+                return Ok(std::process::ExitCode::from(DEAD_LETTERED));
+            }
+            Ok(())
         }
         Command::Send(args) => send(config, args).await,
         Command::Peek { queue, limit } => peek(config, &queue, limit).await,
@@ -277,7 +292,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     .map(|()| std::process::ExitCode::SUCCESS)
 }
 
-async fn run(config: Config, until_idle: bool) -> anyhow::Result<()> {
+/// The exit code of `run --fail-on-dead-letter` when a message was dead-lettered.
+const DEAD_LETTERED: u8 = 6;
+
+/// Runs the host; returns how many messages it dead-lettered.
+async fn run(config: Config, until_idle: bool) -> anyhow::Result<u64> {
     // Listen first: a SIGTERM while plugins compile must still mean "stop cleanly".
     let (shutdown, abandon) = (CancellationToken::new(), CancellationToken::new());
     let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -311,7 +330,7 @@ async fn run(config: Config, until_idle: bool) -> anyhow::Result<()> {
     }
     ran?;
     println!("{}", host.stats());
-    Ok(())
+    Ok(host.stats().total().dead_lettered)
 }
 
 /// The first SIGINT or SIGTERM starts an orderly shutdown; a second releases unfinished

@@ -15,6 +15,7 @@ pub struct RawConfig {
     pub max_plugin_memory_mib: Option<u64>,
     pub watch_plugins: Option<bool>,
     pub compiled_cache: Option<bool>,
+    pub allow_unloaded_plugins: Option<bool>,
     pub source: Option<RawSource>,
     pub idempotency: Option<RawIdempotency>,
     pub retry: Option<RawRetry>,

@@ -109,6 +109,9 @@ pub struct Config {
     pub max_plugin_memory_mib: u64,
     /// Whether to reload plugins when the plugins directory changes.
     pub watch_plugins: bool,
+    /// Whether to start although a queue's plugin (or one of its routes) did not load: its
+    /// queue then waits, unconsumed, until it does. Off: such a start is refused.
+    pub allow_unloaded_plugins: bool,
     /// Where compiled plugins are cached (`DATA_DIR/compiled` unless turned off).
     pub compiled_cache: Option<PathBuf>,
     /// Queue backend.
@@ -246,6 +249,7 @@ impl Config {
                 .then(|| data_dir.join("compiled")),
             data_dir: Some(data_dir),
             watch_plugins: raw.watch_plugins.unwrap_or(true),
+            allow_unloaded_plugins: raw.allow_unloaded_plugins.unwrap_or(false),
             max_in_flight: max_in_flight as usize,
             shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),
             max_plugin_memory_mib,

@@ -63,7 +63,7 @@ pub(crate) enum PluginRef {
     Named(String),
 }
 
-/// Attempts allowed for messages whose plugin is not loaded, so a typo is not retried forever.
+/// Attempts allowed for a delivery known by its plugin's name only (no handler of it ran).
 const MAX_ATTEMPTS_WITHOUT_PLUGIN: u32 = 5;
 
 impl PluginRef {

@@ -1,6 +1,11 @@
 //! The per-queue receive loop: ask the queue for as many messages as there are in-flight
 //! permits (so nothing waits in a buffer while its visibility runs out), and hand each batch
 //! to [`super::batch::dispatch`].
+//!
+//! A queue whose plugin is not loaded (its file removed, or a start that allowed it) is not
+//! consumed: receiving it would only put every message back, or worse, use up attempts and
+//! dead-letter them for a deploy mistake. Its messages stay in the queue, and readiness says
+//! why, until the plugin loads.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +19,8 @@ use crate::faults::Operation;
 
 /// Longest pause after a failed receive.
 const MAX_RECEIVE_BACKOFF: Duration = Duration::from_secs(30);
+/// How often a paused queue looks whether its plugin has loaded.
+const PLUGIN_CHECK: Duration = Duration::from_millis(250);
 
 /// Receives from one queue until `shutdown`, never holding more messages than it has permits.
 pub(crate) async fn run_poller(queue: Arc<QueueCtx>, shutdown: CancellationToken) {
@@ -21,6 +28,9 @@ pub(crate) async fn run_poller(queue: Arc<QueueCtx>, shutdown: CancellationToken
     let config = &queue.config;
     let mut failures = 0u32;
     loop {
+        if !serving(&queue, &shutdown).await {
+            return;
+        }
         let Some(mut permits) = permits(&queue, &shutdown).await else {
             return;
         };
@@ -49,6 +59,26 @@ pub(crate) async fn run_poller(queue: Arc<QueueCtx>, shutdown: CancellationToken
                     _ = tokio::time::sleep(pause) => {}
                 }
             }
+        }
+    }
+}
+
+/// Waits until the queue's plugin serves (at once, usually); `false` on shutdown.
+async fn serving(queue: &QueueCtx, shutdown: &CancellationToken) -> bool {
+    let (registry, config) = (&queue.shared.registry, &queue.config);
+    if registry.get(&config.plugin).is_some() {
+        return true;
+    }
+    let why = registry.why_not_serving(&config.plugin);
+    tracing::warn!(queue = %config.name, plugin = %config.plugin, reason = %why, "not consuming: the queue's plugin is not loaded; its messages stay in the queue until it is");
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return false,
+            _ = tokio::time::sleep(PLUGIN_CHECK) => {}
+        }
+        if registry.get(&config.plugin).is_some() {
+            tracing::info!(queue = %config.name, plugin = %config.plugin, "the queue's plugin is loaded; consuming again");
+            return true;
         }
     }
 }

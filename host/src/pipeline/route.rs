@@ -1,8 +1,8 @@
 //! Route and key: which plugin handles a message, and what key it is leased under.
 //!
 //! Every received message passes here once and becomes a [`Delivery`]: [`Routed`] (a loaded
-//! plugin and a key, ready for a lease) or [`Unroutable`] (ended at once: retried while its
-//! plugin is not loaded, dead-lettered when the message itself is at fault).
+//! plugin and a key, ready for a lease) or [`Unroutable`] (ended at once: put back, using no
+//! attempt, while its plugin is not loaded; dead-lettered when the message itself is at fault).
 
 use std::sync::Arc;
 
@@ -32,9 +32,15 @@ pub(crate) struct Routed {
 /// Why a message cannot be leased.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum RouteError {
-    /// No plugin of that name is loaded (yet): retried, then dead-lettered.
-    #[error("no plugin named `{0}` is loaded")]
-    NoPlugin(String),
+    /// No plugin of that name is loaded (yet): put back, no attempt used. A deploy mistake
+    /// is not the message's fault.
+    #[error("plugin `{name}` is not loaded: {why}")]
+    NoPlugin {
+        /// The plugin the message routes to.
+        name: String,
+        /// Its last load error, or that no file loaded.
+        why: String,
+    },
     /// The route attribute names a plugin this queue does not route to: dead-lettered.
     #[error(
         "route attribute `{attribute}` holds `{value}`, which is not one of this queue's routes ({routes})"
@@ -60,12 +66,18 @@ pub(crate) struct Unroutable {
 }
 
 impl Unroutable {
-    /// Ends the delivery: a missing plugin is retried (it may be loading), anything else is
-    /// the message's own fault and is dead-lettered.
+    /// Ends the delivery: a plugin not loaded puts it back on the retry schedule, using no
+    /// attempt (the queue's own redrive policy is the safety net); anything else is the
+    /// message's own fault and is dead-lettered.
     pub(crate) async fn end(self) -> Fate {
         let reason = self.error.to_string();
         match self.error {
-            RouteError::NoPlugin(_) => self.delivery.retry(reason, 0).await,
+            RouteError::NoPlugin { .. } => {
+                let msg = self.delivery.msg();
+                tracing::warn!(queue = %msg.queue, message_id = %msg.id, %reason, "putting the message back until its plugin loads");
+                let delay = self.delivery.backoff_delay(0);
+                self.delivery.put_back(delay, Event::Deferred).await
+            }
             RouteError::BadRoute { .. } | RouteError::NoKey(_) => {
                 self.delivery.dead_letter(reason).await
             }
@@ -181,11 +193,13 @@ pub(crate) fn plugin_ref(queue: &QueueCtx, msg: &Received) -> PluginRef {
 fn plugin_for(queue: &QueueCtx, msg: &Received) -> Result<Arc<Plugin>, (PluginRef, RouteError)> {
     let name =
         route_name(queue, msg).map_err(|e| (PluginRef::Named(queue.config.plugin.clone()), e))?;
-    queue.shared.registry.get(name).ok_or_else(|| {
-        (
-            PluginRef::Named(name.to_string()),
-            RouteError::NoPlugin(name.to_string()),
-        )
+    let registry = &queue.shared.registry;
+    registry.get(name).ok_or_else(|| {
+        let error = RouteError::NoPlugin {
+            name: name.to_string(),
+            why: registry.why_not_serving(name),
+        };
+        (PluginRef::Named(name.to_string()), error)
     })
 }
 

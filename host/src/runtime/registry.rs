@@ -102,6 +102,12 @@ impl Registry {
         self.errors_mut().insert(name.to_string(), reason);
     }
 
+    /// Why `name` is not serving: its last load error, or that no file of that name loaded.
+    pub fn why_not_serving(&self, name: &str) -> String {
+        (self.errors_mut().get(name).cloned())
+            .unwrap_or_else(|| format!("no {name}.wasm has loaded from the plugins directory"))
+    }
+
     /// Forgets the load error of `name` (its latest file loaded, or is gone).
     pub fn clear_error(&self, name: &str) {
         self.errors_mut().remove(name);
