@@ -233,7 +233,12 @@ fn check_loaded(config: &Config, registry: &Registry) -> anyhow::Result<()> {
 pub async fn open_plugins_unchecked(config: &Config) -> anyhow::Result<Arc<PluginDir>> {
     let dir = config.plugins_dir.clone();
     if !dir.is_dir() {
-        bail!("plugins directory {} does not exist", dir.display());
+        let shown = std::path::absolute(&dir).unwrap_or(dir);
+        bail!(
+            "plugins directory {} does not exist: create it and put NAME.wasm files there, or \
+             name another with plugins-dir (--plugins-dir)",
+            shown.display()
+        );
     }
     let runtime = runtime_for(config)?;
     let plugins = Arc::new(PluginDir::new(runtime, &dir, Arc::default()));

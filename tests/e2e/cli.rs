@@ -65,8 +65,12 @@ fn a_missing_plugins_directory_is_a_clear_error() {
     let out = qhost(dir.path()).args(["run"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
+    let plugins = dir.path().canonicalize().unwrap().join("plugins");
     assert!(
-        stderr.contains("plugins directory plugins does not exist"),
+        stderr.contains(&format!(
+            "plugins directory {} does not exist: create it",
+            plugins.display()
+        )),
         "{stderr}"
     );
 }
@@ -400,4 +404,99 @@ fn fail_on_dead_letter_exits_six_after_a_dead_letter() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Runs `qhost ARGS` in `dir`: (exit code, stdout, stderr).
+fn run_in(dir: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = qhost(dir).args(args).output().expect("running qhost");
+    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+    (out.status.code(), text(out.stdout), text(out.stderr))
+}
+
+#[test]
+fn plugins_check_loads_the_file_with_its_manifest_and_fails_on_any_problem() {
+    let dir = worker_dir("");
+    let (code, stdout, stderr) = run_in(dir.path(), &["plugins", "check", "plugins/worker.wasm"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("loads:    yes, with plugins/worker.toml"),
+        "{stdout}"
+    );
+
+    std::fs::write(
+        dir.path().join("plugins/worker.toml"),
+        "[limits]\nmemory-mb = 64\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = run_in(dir.path(), &["plugins", "check", "plugins/worker.wasm"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("plugins/worker.wasm would not load")
+            && stderr.contains("unknown field `memory-mb`"),
+        "{stderr}"
+    );
+
+    // A core module gets the way to make a component, not the parser's words.
+    std::fs::write(dir.path().join("plugins/core.wasm"), b"\0asm\x01\0\0\0").unwrap();
+    let (code, _, stderr) = run_in(dir.path(), &["plugins", "check", "plugins/core.wasm"]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("wasm-tools component new"), "{stderr}");
+}
+
+#[test]
+fn check_validates_the_deploy_and_reads_qhost_toml_here_by_default() {
+    let dir = worker_dir("");
+    // No --config: ./qhost.toml is read (it consumes `jobs` with `worker`).
+    let (code, stdout, stderr) = run_in(dir.path(), &["check"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("config:   qhost.toml: 1 queue(s)")
+            && stdout.contains("queue jobs: plugin worker loads")
+            && stdout.contains("ok: `qhost run` would start"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("using the configuration file in this directory"),
+        "{stderr}"
+    );
+
+    std::fs::write(dir.path().join("plugins/worker.wasm"), b"hi\n").unwrap();
+    let (code, stdout, stderr) = run_in(dir.path(), &["check"]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(
+        stdout.contains("queue jobs: plugin worker does not load:")
+            && stderr.contains("1 problem(s): `qhost run` would refuse to start"),
+        "{stdout}\n{stderr}"
+    );
+}
+
+#[test]
+fn a_config_files_paths_are_relative_to_the_file_not_the_working_directory() {
+    let dir = worker_dir("");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let config = dir.path().join("qhost.toml");
+    let config = config.to_str().unwrap();
+    let (code, stdout, stderr) = run_in(elsewhere.path(), &["-c", config, "check"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!("{}/plugins/worker.wasm", dir.path().display())),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_type_mistake_in_the_config_says_what_to_write() {
+    let dir = tempfile::tempdir().unwrap();
+    for (text, hint) in [
+        ("[queue]\nname = \"q\"\nplugin = \"p\"\n", "write [[queue]]"),
+        (
+            "[[queue]]\nname = \"q\"\nplugin = \"p\"\nbatch-size = \"10\"\n",
+            "a whole number, written without quotes",
+        ),
+    ] {
+        std::fs::write(dir.path().join("bad.toml"), text).unwrap();
+        let (code, _, stderr) = run_in(dir.path(), &["-c", "bad.toml", "check"]);
+        assert_eq!(code, Some(1));
+        assert!(stderr.contains(hint), "{text}: {stderr}");
+    }
 }

@@ -36,7 +36,9 @@ struct Cli {
 
 #[derive(Args)]
 struct Global {
-    /// Configuration file (TOML). Without one, the embedded defaults are used.
+    /// Configuration file (TOML); its relative paths are relative to its directory. Default:
+    /// ./qhost.toml when there is one, otherwise the built-in defaults (the embedded queue and
+    /// store, plugins/ and .qhost/ here).
     #[arg(long, short, global = true, env = "QHOST_CONFIG")]
     config: Option<PathBuf>,
     /// Overrides `plugins-dir`.
@@ -86,6 +88,10 @@ enum Command {
         #[command(subcommand)]
         command: DlqCommand,
     },
+    /// Check a deploy without running it: the configuration, and for every consumed queue its
+    /// plugin (and routes) loaded as `run` would, manifests included. Exits non-zero on any
+    /// problem: the command a deploy pipeline runs before shipping.
+    Check,
     /// Inspect plugin files.
     Plugins {
         #[command(subcommand)]
@@ -229,13 +235,29 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// The configuration file to read: the one named, or `./qhost.toml` when there is one.
+fn config_file(global: &Global) -> Option<PathBuf> {
+    let named = global.config.clone();
+    named.or_else(|| Some(PathBuf::from(DEFAULT_CONFIG)).filter(|p| p.is_file()))
+}
+
+/// The configuration file read when none is named, if it exists.
+const DEFAULT_CONFIG: &str = "qhost.toml";
+
 fn load_config(global: &Global) -> anyhow::Result<Config> {
-    let mut raw = match &global.config {
+    let file = config_file(global);
+    let mut raw = match &file {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading config file {}", path.display()))?;
-            config::parse_raw(&text)
-                .with_context(|| format!("in config file {}", path.display()))?
+            let mut raw = config::parse_raw(&text)
+                .with_context(|| format!("in config file {}", path.display()))?;
+            let dir = std::path::absolute(path)?.parent().map(PathBuf::from);
+            raw.relative_to(&dir.unwrap_or_default());
+            if global.config.is_none() {
+                tracing::info!(file = %path.display(), "using the configuration file in this directory");
+            }
+            raw
         }
         None => config::file::RawConfig::default(),
     };
@@ -245,8 +267,7 @@ fn load_config(global: &Global) -> anyhow::Result<Config> {
     if let Some(dir) = &global.data_dir {
         raw.data_dir = Some(dir.clone());
     }
-    let context = global
-        .config
+    let context = file
         .as_ref()
         .map(|p| format!("in config file {}", p.display()));
     Config::from_raw(raw).with_context(|| context.unwrap_or_else(|| "in the configuration".into()))
@@ -282,6 +303,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Dlq {
             command: DlqCommand::Redrive { queue, limit, to },
         } => dlq_redrive(config, &queue, limit, to.as_deref()).await,
+        Command::Check => check_deploy(&config, config_file(&cli.global).as_deref()).await,
         Command::Plugins {
             command: PluginsCommand::Check { file },
         } => check(&config, &file),
@@ -549,13 +571,56 @@ fn check(config: &Config, file: &std::path::Path) -> anyhow::Result<()> {
     match report.problem {
         None => {
             println!("world:    implements {}", qhost::runtime::WIT_PACKAGE);
+            println!("loads:    yes, with {}", manifest_shown(file));
             Ok(())
         }
-        Some(problem) => bail!(
-            "{} does not implement {}: {problem}",
-            file.display(),
-            qhost::runtime::WIT_PACKAGE
-        ),
+        Some(problem) => bail!("{} would not load: {problem}", file.display()),
+    }
+}
+
+/// `qhost check`: every consumed queue's plugins load as `run` would load them.
+async fn check_deploy(config: &Config, file: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let shown = file.map_or("the built-in defaults".into(), |f| f.display().to_string());
+    println!("config:   {shown}: {} queue(s)", config.queues.len());
+    let plugins = qhost::host::open_plugins_unchecked(config).await?;
+    let registry = plugins.registry();
+    let mut problems = 0;
+    for q in &config.queues {
+        for name in std::iter::once(&q.plugin).chain(&q.routes) {
+            let path = config.plugins_dir.join(format!("{name}.wasm"));
+            match registry.get(name) {
+                Some(p) => println!(
+                    "queue {}: plugin {name} loads ({}, version {})",
+                    q.name,
+                    path.display(),
+                    p.version
+                ),
+                None => {
+                    problems += 1;
+                    let why = if path.is_file() {
+                        registry.why_not_serving(name)
+                    } else {
+                        format!("there is no {}", path.display())
+                    };
+                    println!("queue {}: plugin {name} does not load: {why}", q.name);
+                }
+            }
+        }
+    }
+    if problems > 0 {
+        bail!("{problems} problem(s): `qhost run` would refuse to start");
+    }
+    println!("ok: `qhost run` would start");
+    Ok(())
+}
+
+/// The manifest a plugin file loads with, as `plugins check` names it.
+fn manifest_shown(file: &std::path::Path) -> String {
+    let manifest = file.with_extension("toml");
+    if manifest.is_file() {
+        manifest.display().to_string()
+    } else {
+        format!("the default manifest (no {})", manifest.display())
     }
 }
 

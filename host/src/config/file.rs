@@ -1,6 +1,6 @@
 //! The configuration file as written: every field optional, unknown fields refused.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -26,6 +26,26 @@ pub struct RawConfig {
     pub timeouts: Option<super::deadlines::RawTimeouts>,
     #[serde(rename = "queue")]
     pub queues: Option<Vec<RawQueue>>,
+}
+
+impl RawConfig {
+    /// Makes the file's relative paths relative to `base`, the directory it was read from (as
+    /// a user reads them), and fills in the directories' defaults there: a configuration means
+    /// the same from any working directory.
+    pub fn relative_to(&mut self, base: &Path) {
+        let at = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        at(self.plugins_dir.get_or_insert_with(|| "plugins".into()));
+        at(self.data_dir.get_or_insert_with(|| ".qhost".into()));
+        let secret_dirs = self.secrets.as_mut().and_then(|s| s.dirs.as_mut());
+        secret_dirs.into_iter().flatten().for_each(at);
+        let http_ca = self.http.as_mut().and_then(|h| h.ca_file.as_mut());
+        let redis_ca = self.idempotency.as_mut().and_then(|i| i.ca_file.as_mut());
+        http_ca.into_iter().chain(redis_ca).for_each(at);
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

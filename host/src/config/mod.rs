@@ -273,7 +273,30 @@ impl Config {
 
 /// Parses the file form only (flags are applied to it before checking).
 pub fn parse_raw(text: &str) -> anyhow::Result<RawConfig> {
-    toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))
+    toml::from_str(text).map_err(|e| {
+        let message = e.to_string();
+        let message = message.trim_end();
+        match hint(message) {
+            Some(hint) => anyhow::anyhow!("{message}\n{hint}"),
+            None => anyhow::anyhow!("{message}"),
+        }
+    })
+}
+
+/// What to write instead, for the type mistakes TOML's own words leave unclear.
+fn hint(message: &str) -> Option<&'static str> {
+    let said = |what: &str| message.contains(what);
+    if said("[queue]") && said("expected a sequence") {
+        Some("queues are an array of tables: write [[queue]] (double brackets), once per queue")
+    } else if said("expected u32") || said("expected u64") || said("expected i64") {
+        Some("this field takes a whole number, written without quotes (batch-size = 10)")
+    } else if said("expected f64") {
+        Some("this field takes a number, written without quotes (base-secs = 0.5)")
+    } else if said("expected a boolean") {
+        Some("this field takes true or false, written without quotes")
+    } else {
+        None
+    }
 }
 
 fn default_queue() -> RawQueue {
@@ -458,6 +481,55 @@ fn redis_target(raw: file::RawIdempotency) -> anyhow::Result<RedisTarget> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn type_mistakes_say_what_to_write_instead() {
+        let cases = [
+            (
+                "[queue]\nname = \"q\"\nplugin = \"p\"\n",
+                "write [[queue]] (double brackets)",
+            ),
+            (
+                "[[queue]]\nname = \"q\"\nplugin = \"p\"\nbatch-size = \"10\"\n",
+                "a whole number, written without quotes",
+            ),
+            (
+                "[retry]\nbase-secs = \"1\"\n",
+                "a number, written without quotes",
+            ),
+            ("watch-plugins = \"yes\"\n", "true or false"),
+        ];
+        for (text, hint) in cases {
+            let message = format!("{:#}", Config::parse(text).unwrap_err());
+            assert!(message.contains(hint), "{text}: {message}");
+        }
+        let message = format!("{:#}", Config::parse("plugn = 1\n").unwrap_err());
+        assert!(!message.contains("without quotes"), "{message}");
+    }
+
+    #[test]
+    fn a_files_relative_paths_are_relative_to_its_directory() {
+        let mut raw = parse_raw(
+            "plugins-dir = \"p\"\n[secrets]\ndirs = [\"s\", \"/abs\"]\n[http]\nca-file = \"ca.pem\"\n",
+        )
+        .unwrap();
+        raw.relative_to(std::path::Path::new("/etc/qhost"));
+        let config = Config::from_raw(raw).unwrap();
+        assert_eq!(config.plugins_dir, PathBuf::from("/etc/qhost/p"));
+        assert_eq!(
+            config.data_dir,
+            Some(PathBuf::from("/etc/qhost/.qhost")),
+            "defaults too"
+        );
+        assert_eq!(
+            config.secrets.dirs,
+            [PathBuf::from("/etc/qhost/s"), PathBuf::from("/abs")]
+        );
+        assert_eq!(
+            config.http_ca_file,
+            Some(PathBuf::from("/etc/qhost/ca.pem"))
+        );
+    }
 
     #[test]
     fn no_file_means_the_embedded_demo() {

@@ -1,11 +1,13 @@
-//! `qhost plugins check`: what a `.wasm` file is, before it is dropped into the plugins directory.
+//! `qhost plugins check`: what a `.wasm` file is, before it is dropped into the plugins directory,
+//! and whether it would load there: the component, its world, and its manifest beside it, each
+//! checked as the host's loader checks them.
 
 use std::path::Path;
 
 use anyhow::Context as _;
 
 use super::engine::Runtime;
-use super::loader::{check_world, version_of};
+use super::loader::{check_is_component, load_file, version_of};
 
 /// What a file holds and whether qhost can run it.
 #[derive(Debug)]
@@ -18,14 +20,17 @@ pub struct CheckReport {
     pub imports: Vec<String>,
     /// Names of what it exports.
     pub exports: Vec<String>,
-    /// `None` if it implements the world with what qhost provides; otherwise why not.
+    /// `None` if it would load as it is (component, world, manifest, limits, secrets);
+    /// otherwise why not.
     pub problem: Option<String>,
 }
 
-/// Compiles `path` and checks it against the `qhost:handler` world. Only an unreadable file or
-/// one that is not a component at all is an error; a mismatch is reported in the result.
+/// Compiles `path`, lists what it imports and exports, and loads it as the host would (with its
+/// manifest). Only an unreadable file or one that is not a component at all is an error; any
+/// other problem is reported in the result.
 pub fn check_file(runtime: &Runtime, path: &Path) -> anyhow::Result<CheckReport> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    check_is_component(&bytes).with_context(|| format!("{} cannot be a plugin", path.display()))?;
     let component = runtime
         .compile(&bytes)
         .with_context(|| format!("{} is not a valid WebAssembly component", path.display()))?;
@@ -33,9 +38,9 @@ pub fn check_file(runtime: &Runtime, path: &Path) -> anyhow::Result<CheckReport>
     let engine = runtime.engine();
     let imports = ty.imports(engine).map(|(n, _)| n.to_string()).collect();
     let exports = ty.exports(engine).map(|(n, _)| n.to_string()).collect();
-    let problem = check_world(runtime, &component)
+    let problem = load_file(runtime, path)
         .err()
-        .map(|e| format!("{e:#}"));
+        .map(|e| format!("{:#}", e.reason));
     Ok(CheckReport {
         version: version_of(&bytes),
         size: bytes.len(),

@@ -58,7 +58,7 @@ fn compile_error(e: anyhow::Error) -> anyhow::Error {
 }
 
 /// A core module is not a component: say how to make one, rather than the parser's words.
-fn check_is_component(bytes: &[u8]) -> anyhow::Result<()> {
+pub(crate) fn check_is_component(bytes: &[u8]) -> anyhow::Result<()> {
     const CORE_MODULE: [u8; 8] = *b"\0asm\x01\0\0\0";
     if bytes.starts_with(&CORE_MODULE) {
         anyhow::bail!(
