@@ -500,3 +500,54 @@ fn a_type_mistake_in_the_config_says_what_to_write() {
         assert!(stderr.contains(hint), "{text}: {stderr}");
     }
 }
+
+#[test]
+fn send_and_peek_say_what_is_wrong_and_what_is_there() {
+    let dir = worker_dir("");
+    let (code, _, stderr) = run_in(dir.path(), &["send", "--queue", "jobs.fifo", "--body", "x"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("`jobs.fifo` is a FIFO queue: give the message group with --group"),
+        "{stderr}"
+    );
+    let args = [
+        "send",
+        "--queue",
+        "jobs",
+        "--attr",
+        "qhost-foo=1",
+        "--body",
+        "x",
+    ];
+    let (code, _, stderr) = run_in(dir.path(), &args);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("--attr qhost-foo: names starting with qhost- are the host's own"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run_in(dir.path(), &["send", "--queue", "other", "--body", "x"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("warning: no configured queue consumes `other`")
+            && stderr.contains("(configured: jobs)"),
+        "{stderr}"
+    );
+
+    let mut child = qhost(dir.path())
+        .args(["send", "--queue", "jobs", "--body-file", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"from stdin").unwrap();
+    assert!(child.wait_with_output().unwrap().status.success());
+    let (code, stdout, stderr) = run_in(dir.path(), &["peek", "jobs"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("from stdin"), "{stdout}");
+    assert!(!stderr.contains("warning"), "jobs is consumed: {stderr}");
+
+    let (code, stdout, stderr) = run_in(dir.path(), &["peek", "empty"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(stdout, "", "nothing on stdout for scripts to count");
+    assert!(stderr.contains("0 messages in `empty`"), "{stderr}");
+}

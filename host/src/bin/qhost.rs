@@ -109,7 +109,7 @@ struct MessageArgs {
         required_unless_present = "body_file"
     )]
     body: Option<String>,
-    /// Read the body from this file.
+    /// Read the body from this file (`-`: standard input).
     #[arg(long)]
     body_file: Option<PathBuf>,
     /// A string attribute NAME=VALUE, or a number attribute NAME:number=VALUE. Repeatable.
@@ -122,6 +122,12 @@ impl MessageArgs {
     fn read(self) -> anyhow::Result<(Vec<u8>, Vec<Attribute>)> {
         let body = match (self.body, self.body_file) {
             (Some(b), _) => b.into_bytes(),
+            (None, Some(path)) if path.as_os_str() == "-" => {
+                let mut body = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut body)
+                    .context("reading the body from standard input")?;
+                body
+            }
             (None, Some(path)) => {
                 std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?
             }
@@ -457,7 +463,33 @@ async fn invoke(config: Config, args: InvokeArgs) -> anyhow::Result<std::process
 }
 
 async fn send(config: Config, args: SendArgs) -> anyhow::Result<()> {
+    if args.queue.ends_with(".fifo") && args.group.is_none() {
+        bail!(
+            "`{}` is a FIFO queue: give the message group with --group GROUP",
+            args.queue
+        );
+    }
     let (body, attributes) = args.message.read()?;
+    if let Some(a) = attributes.iter().find(|a| a.name.starts_with("qhost-")) {
+        bail!(
+            "--attr {}: names starting with qhost- are the host's own (keys, pointers, dead-letter \
+             verdicts) and cannot be sent; pick another name",
+            a.name
+        );
+    }
+    if config.queue(&args.queue).is_none() {
+        eprintln!(
+            "warning: no configured queue consumes `{}`: `qhost run` with this configuration \
+             will not take the message (configured: {})",
+            args.queue,
+            config
+                .queues
+                .iter()
+                .map(|q| q.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let source = qhost::host::open_source_for(&config, &[&args.queue]).await?;
     let mut msg = Outgoing::new(args.queue, body);
     msg.attributes = attributes;
@@ -492,8 +524,13 @@ fn local_queue(config: &Config) -> anyhow::Result<qhost::source::local::LocalQue
 }
 
 async fn peek(config: Config, queue: &str, limit: usize) -> anyhow::Result<()> {
-    for m in local_queue(&config)?.peek(queue, limit).await? {
+    let messages = local_queue(&config)?.peek(queue, limit).await?;
+    for m in &messages {
         println!("{}  {}", m.id, shown(&m.body, &m.attributes));
+    }
+    // On stderr, so what scripts count on stdout stays one line a message.
+    if messages.is_empty() {
+        eprintln!("0 messages in `{queue}`");
     }
     Ok(())
 }
