@@ -19,6 +19,8 @@ use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
 
 /// Attempts the SDK's standard retry policy makes of one call.
 const ATTEMPTS: u32 = 3;
+/// How long the credentials chain may look at start.
+const CREDENTIALS_WAIT: Duration = Duration::from_secs(10);
 
 /// How long calls to an AWS service may take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +100,34 @@ impl AwsSettings {
             loader = loader.endpoint_url(url);
         }
         loader.load().await
+    }
+
+    /// Checks, before any call, what the SDK would otherwise report as a configuration error
+    /// deep inside its first request: that a region is set and that the standard chain finds
+    /// credentials. Each failure says where it looked and what to set.
+    pub async fn check(&self) -> anyhow::Result<()> {
+        use aws_sdk_sqs::config::ProvideCredentials as _;
+        let sdk = self.load().await;
+        if sdk.region().is_none() {
+            anyhow::bail!(
+                "no AWS region: set `region` under [source] in qhost.toml, or AWS_REGION \
+                 (or a region in the profile AWS_PROFILE names)"
+            );
+        }
+        let Some(provider) = sdk.credentials_provider() else {
+            anyhow::bail!("no AWS credentials provider is configured");
+        };
+        let found = tokio::time::timeout(CREDENTIALS_WAIT, provider.provide_credentials()).await;
+        let why = match found {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {}s", CREDENTIALS_WAIT.as_secs()),
+        };
+        anyhow::bail!(
+            "no AWS credentials found (checked: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, the \
+             profile AWS_PROFILE names in ~/.aws/config and ~/.aws/credentials, web identity, \
+             SSO, and the container and instance metadata endpoints): {why}"
+        )
     }
 
     /// Whether S3 should be addressed path-style: S3-compatible servers at an overridden

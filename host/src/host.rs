@@ -122,6 +122,7 @@ async fn open_source_checking(
             )?))
         }
         SourceKind::Sqs(settings) => {
+            settings.check().await?;
             let sqs = SqsQueue::connect(settings).await;
             for q in &config.queues {
                 if let Some(url) = &q.url {

@@ -1,7 +1,8 @@
 //! Log output: text for people (the default), or one JSON object per line for log pipelines
 //! (`QHOST_LOG_FORMAT=json`), each carrying the fields of the spans it was logged in (plugin,
 //! version and message id for everything a handler logs) beside its own. `QHOST_LOG` filters
-//! either way (`info` by default).
+//! either way (`info` by default, with the AWS configuration chain's own warnings left out: a
+//! missing region or credentials is one error of qhost's that says where it looked).
 
 use tracing_subscriber::EnvFilter;
 
@@ -37,7 +38,8 @@ impl LogFormat {
 
 /// Installs the process's logger.
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_env("QHOST_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_env("QHOST_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,aws_config=error,aws_runtime=error"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

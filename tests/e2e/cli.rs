@@ -551,3 +551,58 @@ fn send_and_peek_say_what_is_wrong_and_what_is_there() {
     assert_eq!(stdout, "", "nothing on stdout for scripts to count");
     assert!(stderr.contains("0 messages in `empty`"), "{stderr}");
 }
+
+#[test]
+fn sqs_without_a_region_or_credentials_says_what_to_set() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("plugins")).unwrap();
+    // Nothing listens there, and nothing is asked: the checks come first.
+    let config = "[source]\nkind = \"sqs\"\nendpoint-url = \"http://127.0.0.1:9\"\n";
+    std::fs::write(dir.path().join("sqs.toml"), config).unwrap();
+    let bare = |c: &mut Command| {
+        for var in [
+            "AWS_REGION",
+            "AWS_DEFAULT_REGION",
+            "AWS_PROFILE",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+        ] {
+            c.env_remove(var);
+        }
+        // No profile files, and no instance metadata endpoint (off loopback) is ever asked.
+        c.env("AWS_CONFIG_FILE", "/nonexistent/qhost-test")
+            .env("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/qhost-test")
+            .env("AWS_EC2_METADATA_DISABLED", "true");
+    };
+    let mut no_region = qhost(dir.path());
+    bare(&mut no_region);
+    let out = no_region
+        .args(["-c", "sqs.toml", "send", "--queue", "q", "--body", "x"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("no AWS region: set `region` under [source] in qhost.toml, or AWS_REGION"),
+        "{stderr}"
+    );
+
+    let mut no_credentials = qhost(dir.path());
+    bare(&mut no_credentials);
+    let out = no_credentials
+        .env("AWS_REGION", "us-east-1")
+        .args(["-c", "sqs.toml", "send", "--queue", "q", "--body", "x"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("no AWS credentials found (checked: AWS_ACCESS_KEY_ID"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("WARN"),
+        "one error, not the chain's warnings: {stderr}"
+    );
+}
