@@ -452,7 +452,7 @@ impl Host {
             stop.cancel();
         }
         if let Some(file) = self.status_file() {
-            let _ = std::fs::remove_file(file);
+            status::remove_own(&file);
         }
         result
     }

@@ -183,7 +183,11 @@ fn an_admin_port_in_use_or_a_bad_address_is_one_error_naming_the_setting() {
     let cases = [
         (
             addr.as_str(),
-            format!("admin.listen (--admin-listen): cannot listen on {addr}: "),
+            format!(
+                "admin.listen (--admin-listen): cannot listen on {addr}: Address already in use \
+                 (os error 98); another qhost (or another program) may be serving there: give \
+                 this one another address with --admin-listen 127.0.0.1:0"
+            ),
         ),
         (
             "localhost:9464",

@@ -32,13 +32,33 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
     /// The address could not be bound (in use, not local, not permitted).
-    #[error("admin.listen (--admin-listen): cannot listen on {addr}: {source}")]
+    #[error("admin.listen (--admin-listen): cannot listen on {addr}: {reason}{hint}")]
     Bind {
         /// The address asked for.
         addr: SocketAddr,
-        /// Why not.
-        source: std::io::Error,
+        /// Why not, as the system said it.
+        reason: String,
+        /// What to do about it, when that is known.
+        hint: &'static str,
     },
+}
+
+impl AdminError {
+    fn bind(addr: SocketAddr, error: std::io::Error) -> Self {
+        let hint = match error.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                "; another qhost (or another program) may be serving there: give this one \
+                 another address with --admin-listen 127.0.0.1:0 (a free port, logged at start) \
+                 or [admin] listen, or \"\" for none"
+            }
+            _ => "",
+        };
+        AdminError::Bind {
+            addr,
+            reason: error.to_string(),
+            hint,
+        }
+    }
 }
 
 /// What the listener reads from a running host.
@@ -67,10 +87,10 @@ impl AdminServer {
     pub async fn start(addr: SocketAddr) -> Result<Self, AdminError> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .map_err(|source| AdminError::Bind { addr, source })?;
+            .map_err(|e| AdminError::bind(addr, e))?;
         let bound = listener
             .local_addr()
-            .map_err(|source| AdminError::Bind { addr, source })?;
+            .map_err(|e| AdminError::bind(addr, e))?;
         let (host, stop) = (Arc::new(OnceLock::new()), CancellationToken::new());
         tokio::spawn(accept(listener, Arc::clone(&host), stop.clone()));
         tracing::info!(address = %bound, "admin listener serving /metrics, /healthz and /readyz");

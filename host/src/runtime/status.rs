@@ -77,13 +77,33 @@ pub fn path(data_dir: &Path) -> PathBuf {
     data_dir.join(FILE_NAME)
 }
 
-/// Writes the registry's status to `file` atomically.
+/// Writes the registry's status to `file` atomically, unless another live host owns the file
+/// (two hosts on one data directory: the first one publishes, the second leaves it alone).
 pub(crate) fn write(file: &Path, registry: &Registry) -> anyhow::Result<()> {
+    if owned_by_another(file) {
+        return Ok(());
+    }
     let json = serde_json::to_vec_pretty(&HostPlugins::of(registry))?;
     let tmp = file.with_extension(format!("json.{}.tmp", std::process::id()));
     std::fs::write(&tmp, json)
         .and_then(|()| std::fs::rename(&tmp, file))
         .with_context(|| format!("writing {}", file.display()))
+}
+
+/// Removes `file` if this process wrote it: a host that stops never removes another's.
+pub(crate) fn remove_own(file: &Path) {
+    let ours = std::fs::read(file)
+        .ok()
+        .and_then(|text| serde_json::from_slice::<HostPlugins>(&text).ok())
+        .is_some_and(|status| status.pid == std::process::id());
+    if ours {
+        let _ = std::fs::remove_file(file);
+    }
+}
+
+/// Whether another process that still runs wrote `file`.
+fn owned_by_another(file: &Path) -> bool {
+    read_live(file).is_some_and(|status| status.pid != std::process::id())
 }
 
 /// The status a live host wrote to `file`, if there is one and its writer still runs.
@@ -111,6 +131,26 @@ mod tests {
         assert_eq!(status.plugins.len(), 1);
         assert_eq!(status.plugins[0].version, None);
         assert!(status.plugins[0].last_error.is_some());
+    }
+
+    #[test]
+    fn a_second_host_on_the_data_directory_neither_overwrites_nor_removes_the_first_ones_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = path(dir.path());
+        // Written by another live process (pid 1 always runs).
+        let mut first = HostPlugins::of(&Registry::new([]));
+        first.pid = 1;
+        std::fs::write(&file, serde_json::to_vec(&first).unwrap()).unwrap();
+        let registry = Registry::new([]);
+        registry.set_error("mine", "this host's own".into());
+        write(&file, &registry).unwrap();
+        assert_eq!(read_live(&file).expect("still the first's").pid, 1);
+        remove_own(&file);
+        assert!(file.exists(), "not this process's to remove");
+        std::fs::remove_file(&file).unwrap();
+        write(&file, &registry).unwrap();
+        remove_own(&file);
+        assert!(!file.exists(), "its own file is removed");
     }
 
     #[test]
