@@ -8,6 +8,7 @@ pub(crate) mod cache;
 mod convert;
 pub mod costs;
 pub mod engine;
+mod guest_error;
 pub(crate) mod http;
 mod idle;
 pub mod inspect;

@@ -28,6 +28,7 @@ use super::bindings::{Handler, HandlerPre};
 use super::convert;
 use super::costs::{CostCounters, Costs};
 use super::engine::Runtime;
+use super::guest_error::guest_error;
 use super::http::{HttpCounts, HttpPolicy, key_header};
 use super::idle::{IdleBudget, IdleSlot};
 use super::manifest::Manifest;
@@ -209,20 +210,22 @@ impl WasmInvoker {
         }
         // Timeouts never arrive here: the store yields at its epoch deadline instead of
         // trapping, and the call's own timer ends it (see `invoke`).
-        match error.downcast_ref::<Trap>() {
-            Some(trap) => Failure::Trap(with_stderr(trap.to_string(), state)),
-            None => Failure::Trap(with_stderr(format!("{error:#}"), state)),
+        let trap = match error.downcast_ref::<Trap>() {
+            Some(trap) => trap.to_string(),
+            None => format!("{error:#}"),
+        };
+        let stderr = state.stderr_text();
+        if stderr.is_empty() {
+            return Failure::Trap(trap);
         }
-    }
-}
-
-/// Appends what the guest printed to stderr (a panic message, an exception) to a trap reason.
-fn with_stderr(reason: String, state: &HostState) -> String {
-    let stderr = state.stderr_text();
-    if stderr.is_empty() {
-        reason
-    } else {
-        format!("{reason}; stderr: {stderr}")
+        // The whole of what the guest printed goes to the log; the reason (which dead letters
+        // carry) is the guest's own error when its shape is known.
+        let (plugin, version) = (&*self.plugin, &*self.version);
+        tracing::warn!(target: "qhost::plugin", plugin, version, %trap, "the handler trapped; what it printed:\n{stderr}");
+        match guest_error(&stderr) {
+            Some(error) => Failure::Trap(error),
+            None => Failure::Trap(format!("{trap}; stderr: {stderr}")),
+        }
     }
 }
 
