@@ -27,6 +27,9 @@ pub struct Request {
     pub attributes: Vec<Attribute>,
     /// `[config]` entries set over the manifest's.
     pub config: Vec<(String, String)>,
+    /// Whether the plugin may call the HTTP origins its manifest grants. Off by default: a
+    /// try-out on a laptop sends nothing anywhere unless asked to.
+    pub allow_http: bool,
 }
 
 /// What happened.
@@ -44,6 +47,8 @@ pub struct Report {
     pub costs: Option<Costs>,
     /// Wall-clock time of the whole invocation.
     pub took: Duration,
+    /// The HTTP origins the manifest grants that this call was not allowed to reach.
+    pub http_withheld: Vec<String>,
 }
 
 /// The queue name the handler is told its message came from.
@@ -54,13 +59,19 @@ pub async fn invoke_file(config: &Config, path: &Path, request: Request) -> anyh
     let runtime = crate::host::runtime_for(config)?;
     let overrides = request.config.clone();
     let file = path.to_path_buf();
-    let plugin = tokio::task::spawn_blocking(move || {
-        crate::runtime::loader::load_file_with(&runtime, &file, |manifest| {
+    let allow_http = request.allow_http;
+    let (plugin, http_withheld) = tokio::task::spawn_blocking(move || {
+        let mut withheld = Vec::new();
+        let loaded = crate::runtime::loader::load_file_with(&runtime, &file, |manifest| {
             let texts = overrides
                 .into_iter()
                 .map(|(k, v)| (k, ConfigValue::Text(v)));
             manifest.config.extend(texts);
-        })
+            if !allow_http {
+                withheld = std::mem::take(&mut manifest.capabilities.http);
+            }
+        });
+        loaded.map(|plugin| (plugin, withheld))
     })
     .await
     .context("the loader stopped")?
@@ -98,6 +109,7 @@ pub async fn invoke_file(config: &Config, path: &Path, request: Request) -> anyh
         Err(_) => None,
     };
     Ok(Report {
+        http_withheld,
         took: started.elapsed(),
         plugin: plugin.name.clone(),
         version: plugin.version.clone(),

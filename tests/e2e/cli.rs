@@ -610,3 +610,58 @@ fn sqs_without_a_region_or_credentials_says_what_to_set() {
         "one error, not the chain's warnings: {stderr}"
     );
 }
+
+#[test]
+fn invoke_sends_nothing_over_http_unless_allowed_and_names_the_way_to_a_secret() {
+    let api = qhost_e2e::api_server::ApiServer::start();
+    let dir = worker_dir(
+        "[capabilities]\nhttp = [\"http://127.0.0.1:*\"]\n[outbox]\nqueues = [\"out\"]\n",
+    );
+    let get = format!("get:out:{}", api.url("/ping"));
+    let (code, stdout, stderr) = run_in(
+        dir.path(),
+        &["invoke", "plugins/worker.wasm", "--body", &get],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains(
+            "http:     not allowed (http://127.0.0.1:* granted by its manifest); pass --allow-http"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("ERR:HTTP-request-denied"),
+        "refused inside the guest: {stdout}"
+    );
+    assert_eq!(api.requests().len(), 0, "nothing was sent");
+    let (code, stdout, stderr) = run_in(
+        dir.path(),
+        &[
+            "invoke",
+            "plugins/worker.wasm",
+            "--allow-http",
+            "--body",
+            &get,
+        ],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("-> out  200:"), "{stdout}");
+    assert_eq!(api.requests().len(), 1, "asked to, it called the API");
+
+    std::fs::write(
+        dir.path().join("plugins/worker.toml"),
+        "[config]\napi-key = { env = \"QHOST_TEST_API_KEY\" }\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = run_in(
+        dir.path(),
+        &["invoke", "plugins/worker.wasm", "--body", "ack"],
+    );
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("the variable QHOST_TEST_API_KEY is not granted")
+            && stderr.contains("add it under [secrets] env in qhost.toml")
+            && stderr.contains("or give the value with --set KEY=VALUE"),
+        "{stderr}"
+    );
+}

@@ -169,6 +169,10 @@ struct InvokeArgs {
     /// qhost's own configuration file.)
     #[arg(long = "set", value_name = "KEY=VALUE")]
     settings: Vec<String>,
+    /// Let the plugin call the HTTP origins its manifest grants. Without it, nothing is sent
+    /// anywhere: its requests are refused inside the guest (HTTP-request-denied).
+    #[arg(long)]
+    allow_http: bool,
 }
 
 #[derive(Subcommand)]
@@ -419,8 +423,17 @@ async fn invoke(config: Config, args: InvokeArgs) -> anyhow::Result<std::process
                     .with_context(|| format!("--set `{s}` must be KEY=VALUE"))
             })
             .collect::<anyhow::Result<_>>()?,
+        allow_http: args.allow_http,
     };
-    let report = qhost::oneshot::invoke_file(&config, &args.file, request).await?;
+    let report =
+        (qhost::oneshot::invoke_file(&config, &args.file, request).await).map_err(|e| {
+            match format!("{e:#}") {
+                text if text.contains("[secrets]") => {
+                    anyhow::anyhow!("{text}; or give the value with --set KEY=VALUE")
+                }
+                _ => e,
+            }
+        })?;
     println!("plugin:   {} {}", report.plugin, report.version);
     let (outcome, code) = match (&report.key, &report.result) {
         (Err(e), _) => (format!("reject (not run): {e}"), 4),
@@ -449,6 +462,12 @@ async fn invoke(config: Config, args: InvokeArgs) -> anyhow::Result<std::process
         for m in &invocation.outbox {
             println!("  -> {}  {}", m.queue, shown(&m.body, &m.attributes));
         }
+    }
+    if !report.http_withheld.is_empty() {
+        println!(
+            "http:     not allowed ({} granted by its manifest); pass --allow-http to let it call them",
+            report.http_withheld.join(", ")
+        );
     }
     if let Some(c) = report.costs {
         println!(

@@ -120,7 +120,8 @@ pub fn resolve(
 fn from_env(name: &str, grant: &SecretsGrant) -> Result<String, String> {
     if !grant.allows_env(name) {
         return Err(format!(
-            "the variable {name} is not granted: the host's [secrets] env does not list it"
+            "the variable {name} is not granted: the host's [secrets] env does not list it \
+             (add it under [secrets] env in qhost.toml)"
         ));
     }
     std::env::var(name).map_err(|e| match e {
