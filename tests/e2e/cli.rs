@@ -91,7 +91,10 @@ fn send_then_peek_shows_the_message_with_its_attributes() {
             "n:number=7",
         ],
     );
-    let peek = qhost(dir.path()).args(["peek", "jobs"]).output().unwrap();
+    let peek = qhost(dir.path())
+        .args(["peek", "--queue", "jobs"])
+        .output()
+        .unwrap();
     let shown = String::from_utf8(peek.stdout).unwrap();
     assert!(
         shown.contains(&id) && shown.contains("hello") && shown.contains("k=v, n=7"),
@@ -318,10 +321,7 @@ fn worker_dir(manifest: &str) -> tempfile::TempDir {
 #[test]
 fn a_broken_manifest_stops_the_run_and_the_messages_wait() {
     let dir = worker_dir("[limits]\nmemory-mb = 64\n");
-    send(
-        dir.path(),
-        &["-c", "qhost.toml", "--queue", "jobs", "--body", "ack"],
-    );
+    send(dir.path(), &["--queue", "jobs", "--body", "ack"]);
     let out = qhost(dir.path())
         .args(["-c", "qhost.toml", "run", "--until-idle"])
         .output()
@@ -335,7 +335,7 @@ fn a_broken_manifest_stops_the_run_and_the_messages_wait() {
         "{stderr}"
     );
     let peek = qhost(dir.path())
-        .args(["-c", "qhost.toml", "peek", "jobs"])
+        .args(["-c", "qhost.toml", "peek", "--queue", "jobs"])
         .output()
         .unwrap();
     let waiting = String::from_utf8_lossy(&peek.stdout);
@@ -370,14 +370,7 @@ fn fail_on_dead_letter_exits_six_after_a_dead_letter() {
     let dir = worker_dir("");
     send(
         dir.path(),
-        &[
-            "-c",
-            "qhost.toml",
-            "--queue",
-            "jobs",
-            "--body",
-            "reject:bad input",
-        ],
+        &["--queue", "jobs", "--body", "reject:bad input"],
     );
     let run = |extra: &[&str]| {
         qhost(dir.path())
@@ -398,10 +391,7 @@ fn fail_on_dead_letter_exits_six_after_a_dead_letter() {
         qhost_e2e::processes::summary_column(&summary, "jobs", "dead"),
         1
     );
-    send(
-        dir.path(),
-        &["-c", "qhost.toml", "--queue", "jobs", "--body", "ack"],
-    );
+    send(dir.path(), &["--queue", "jobs", "--body", "ack"]);
     let out = run(&["--fail-on-dead-letter"]);
     assert!(
         out.status.success(),
@@ -545,12 +535,12 @@ fn send_and_peek_say_what_is_wrong_and_what_is_there() {
         .unwrap();
     std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"from stdin").unwrap();
     assert!(child.wait_with_output().unwrap().status.success());
-    let (code, stdout, stderr) = run_in(dir.path(), &["peek", "jobs"]);
+    let (code, stdout, stderr) = run_in(dir.path(), &["peek", "--queue", "jobs"]);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("from stdin"), "{stdout}");
     assert!(!stderr.contains("warning"), "jobs is consumed: {stderr}");
 
-    let (code, stdout, stderr) = run_in(dir.path(), &["peek", "empty"]);
+    let (code, stdout, stderr) = run_in(dir.path(), &["peek", "--queue", "empty"]);
     assert_eq!(code, Some(0));
     assert_eq!(stdout, "", "nothing on stdout for scripts to count");
     assert!(stderr.contains("0 messages in `empty`"), "{stderr}");

@@ -87,7 +87,7 @@ async fn dead_letter_fix_and_redrive(
     wait_until(queue.as_ref(), &dlq, 3).await;
     wait_until(queue.as_ref(), jobs, 0).await;
 
-    let (ok, out, err) = qhost(&config, &["dlq", "peek", &dlq]);
+    let (ok, out, err) = qhost(&config, &["dlq", "peek", "--queue", &dlq]);
     assert!(ok, "{err}");
     assert!(out.ends_with("3 dead letter(s) shown\n"), "{out}");
     assert_eq!(
@@ -114,7 +114,7 @@ async fn dead_letter_fix_and_redrive(
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    let (ok, out, err) = qhost(&config, &["dlq", "redrive", &dlq]);
+    let (ok, out, err) = qhost(&config, &["dlq", "redrive", "--queue", &dlq]);
     assert!(ok, "{out}{err}");
     assert!(out.ends_with("3 redriven, 0 left\n"), "{out}");
     assert_eq!(out.matches(&format!(" -> {jobs}\n")).count(), 3, "{out}");

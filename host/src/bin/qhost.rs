@@ -34,18 +34,19 @@ struct Cli {
     command: Command,
 }
 
+/// Options of every command, given before it (`qhost -c qhost.toml run`).
 #[derive(Args)]
 struct Global {
     /// Configuration file (TOML); its relative paths are relative to its directory. Default:
     /// ./qhost.toml when there is one, otherwise the built-in defaults (the embedded queue and
     /// store, plugins/ and .qhost/ here).
-    #[arg(long, short, global = true, env = "QHOST_CONFIG")]
+    #[arg(long, short, env = "QHOST_CONFIG")]
     config: Option<PathBuf>,
     /// Overrides `plugins-dir`.
-    #[arg(long, global = true, env = "QHOST_PLUGINS_DIR")]
+    #[arg(long, env = "QHOST_PLUGINS_DIR")]
     plugins_dir: Option<PathBuf>,
     /// Overrides `data-dir` (where the local backends keep their database).
-    #[arg(long, global = true, env = "QHOST_DATA_DIR")]
+    #[arg(long, env = "QHOST_DATA_DIR")]
     data_dir: Option<PathBuf>,
 }
 
@@ -73,7 +74,8 @@ enum Command {
     Send(SendArgs),
     /// Show messages waiting in a queue, without receiving them (local backend only).
     Peek {
-        /// Queue name.
+        /// The queue.
+        #[arg(long, short)]
         queue: String,
         /// At most this many.
         #[arg(long, default_value_t = 20)]
@@ -142,7 +144,7 @@ impl MessageArgs {
 
 #[derive(Args)]
 struct SendArgs {
-    /// Target queue.
+    /// The queue.
     #[arg(long, short)]
     queue: String,
     #[command(flatten)]
@@ -180,6 +182,7 @@ enum DlqCommand {
     /// Show dead letters with why they were dead-lettered, leaving them in place.
     Peek {
         /// The dead-letter queue.
+        #[arg(long, short)]
         queue: String,
         /// At most this many.
         #[arg(long, default_value_t = 20)]
@@ -189,6 +192,7 @@ enum DlqCommand {
     /// each is deleted only once its copy is sent.
     Redrive {
         /// The dead-letter queue.
+        #[arg(long, short)]
         queue: String,
         /// At most this many.
         #[arg(long, default_value_t = 100)]
