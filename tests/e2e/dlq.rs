@@ -150,3 +150,36 @@ async fn dead_letters_are_peeked_and_redriven_on_sqs() {
         Arc::new(qhost::source::sqs::SqsQueue::from_sdk_config(&sdk_config()));
     dead_letter_fix_and_redrive(&env, &source, queue, &jobs, &sent).await;
 }
+
+/// `qhost purge` empties a queue: refused without a terminal to ask or --yes, done with it.
+async fn purge_on(env: &TestEnv, source: &str, queue: Arc<dyn QueueSource>, name: &str) {
+    let config = env.config_file(source);
+    let messages: Vec<Outgoing> = (0..3)
+        .map(|i| Outgoing::new(name, format!("m{i}")))
+        .collect();
+    queue.send(&messages).await.expect("send");
+    let (ok, _, err) = qhost(&config, &["purge", "--queue", name]);
+    assert!(!ok && err.contains("confirm with --yes"), "{err}");
+    wait_until(queue.as_ref(), name, 3).await;
+    let (ok, out, err) = qhost(&config, &["purge", "--queue", name, "--yes"]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("purg") && out.contains(name), "{out}");
+    wait_until(queue.as_ref(), name, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn purge_asks_then_empties_the_local_queue_and_an_sqs_queue() {
+    let env = TestEnv::new();
+    let local: Arc<dyn QueueSource> = Arc::new(env.queue());
+    purge_on(&env, "", local, "jobs").await;
+    let jobs = unique("purge");
+    create_queue(&jobs, &[]).await;
+    let source = format!(
+        "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\nregion = \"us-east-1\"",
+        endpoint()
+    );
+    let sqs: Arc<dyn QueueSource> =
+        Arc::new(qhost::source::sqs::SqsQueue::from_sdk_config(&sdk_config()));
+    let env = TestEnv::new();
+    purge_on(&env, &source, sqs, &jobs).await;
+}

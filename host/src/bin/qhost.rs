@@ -85,6 +85,15 @@ enum Command {
     /// decided, what it would send and what it cost. Exit code: 0 ack, 3 retry, 4 reject (or
     /// no idempotency key), 5 trap, timeout or memory limit.
     Invoke(InvokeArgs),
+    /// Delete every message of a queue, after asking (or with --yes).
+    Purge {
+        /// The queue.
+        #[arg(long, short)]
+        queue: String,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Read and redrive dead-letter queues.
     Dlq {
         #[command(subcommand)]
@@ -310,6 +319,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         }
         Command::Send(args) => send(config, args).await,
         Command::Peek { queue, limit } => peek(config, &queue, limit).await,
+        Command::Purge { queue, yes } => purge(config, &queue, yes).await,
         Command::Invoke(args) => return invoke(config, args).await,
         Command::Dlq {
             command: DlqCommand::Peek { queue, limit },
@@ -533,6 +543,35 @@ async fn send(config: Config, args: SendArgs) -> anyhow::Result<()> {
     };
     for id in ids {
         println!("{id}");
+    }
+    Ok(())
+}
+
+/// `qhost purge`: asks on a terminal unless `yes`; refuses without one.
+async fn purge(config: Config, queue: &str, yes: bool) -> anyhow::Result<()> {
+    use std::io::{BufRead as _, IsTerminal as _};
+    if !yes {
+        if !std::io::stdin().is_terminal() {
+            bail!("purging deletes every message of `{queue}`: confirm with --yes");
+        }
+        eprint!("delete every message of `{queue}`? type the queue's name to confirm: ");
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        if answer.trim() != queue {
+            bail!("not purged");
+        }
+    }
+    match &config.source {
+        qhost::config::SourceKind::Local => {
+            let deleted = local_queue(&config)?.purge(queue).await?;
+            println!("purged `{queue}`: {deleted} message(s) deleted");
+        }
+        qhost::config::SourceKind::Sqs(settings) => {
+            settings.check().await?;
+            let sqs = qhost::source::sqs::SqsQueue::connect(settings).await;
+            sqs.purge(queue).await?;
+            println!("purging `{queue}`: SQS deletes its messages within a minute");
+        }
     }
     Ok(())
 }

@@ -76,6 +76,16 @@ impl LocalQueue {
         })
     }
 
+    /// Deletes every message of `queue`, visible or not (`qhost purge`); returns how many.
+    pub async fn purge(&self, queue: &str) -> anyhow::Result<u64> {
+        let queue = queue.to_string();
+        let deleted = self
+            .db
+            .call(move |c| Ok(c.execute("DELETE FROM messages WHERE queue = ?1", [queue])?))
+            .await?;
+        Ok(deleted as u64)
+    }
+
     /// Up to `limit` messages of `queue` in order, without receiving them (for inspection).
     pub async fn peek(&self, queue: &str, limit: usize) -> anyhow::Result<Vec<Received>> {
         let queue = queue.to_string();

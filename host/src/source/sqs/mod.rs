@@ -139,6 +139,16 @@ impl SqsQueue {
         &self.requests
     }
 
+    /// Deletes every message of `queue` (`PurgeQueue`: SQS takes up to a minute, and allows
+    /// one purge a minute per queue).
+    pub async fn purge(&self, queue: &str) -> Result<(), SourceError> {
+        let url = self.url(queue).await?;
+        count(&self.requests.other);
+        (self.client.purge_queue().queue_url(url).send().await)
+            .map(drop)
+            .map_err(|e| classify(&format!("purging `{queue}`"), e))
+    }
+
     /// Preloads a queue's URL (skipping `GetQueueUrl`), as given in configuration.
     pub fn set_url(&self, queue: &str, url: &str) {
         if let Ok(mut urls) = self.urls.write() {
