@@ -24,6 +24,7 @@
 //! | [`host`]        | wiring: backends by configuration, pollers, shutdown                  |
 //! | [`dlq`]         | dead letters read and redriven (`qhost dlq`)                          |
 //! | [`oneshot`]     | one message through one plugin file, no queue or store (`invoke`)     |
+//! | [`scaffold`]    | a new handler project in Rust, Python or JavaScript (`new`)           |
 //! | [`aws`]         | the AWS configuration chain shared by the SQS and S3 backends, and   |
 //! |                 | the deadlines of their calls                                          |
 //! | [`stats`]       | counters per queue and plugin                                         |
@@ -59,6 +60,7 @@ mod pipeline;
 mod progress;
 pub mod redis_link;
 pub mod runtime;
+pub mod scaffold;
 pub mod source;
 mod sqlite;
 pub mod stats;

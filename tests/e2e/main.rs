@@ -17,6 +17,7 @@ mod fleet;
 mod hostile;
 mod http;
 mod languages;
+mod new;
 mod payload;
 mod pipeline;
 mod rate;

@@ -99,6 +99,16 @@ enum Command {
         #[command(subcommand)]
         command: DlqCommand,
     },
+    /// Start a handler project that builds as it is: rust, python or js.
+    New {
+        /// The language: rust, python (py) or js.
+        language: qhost::scaffold::Language,
+        /// The plugin's name (letters, digits, `-`, `_`).
+        name: String,
+        /// Where to create it (default: ./NAME).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Check a deploy without running it: the configuration, and for every consumed queue its
     /// plugin (and routes) loaded as `run` would, manifests included. Exits non-zero on any
     /// problem: the command a deploy pipeline runs before shipping.
@@ -297,6 +307,22 @@ fn load_config(global: &Global) -> anyhow::Result<Config> {
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
+    if let Command::New {
+        language,
+        name,
+        dir,
+    } = &cli.command
+    {
+        let dir = dir.clone().unwrap_or_else(|| PathBuf::from(name));
+        for file in qhost::scaffold::create(*language, name, &dir)? {
+            println!("created {}", file.display());
+        }
+        println!(
+            "next: the build and try-out commands are in {}",
+            dir.join("README.md").display()
+        );
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
     let config = load_config(&cli.global)?;
     match cli.command {
         Command::Run {
@@ -327,6 +353,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Dlq {
             command: DlqCommand::Redrive { queue, limit, to },
         } => dlq_redrive(config, &queue, limit, to.as_deref()).await,
+        Command::New { .. } => unreachable!("handled before the configuration is read"),
         Command::Check => check_deploy(&config, config_file(&cli.global).as_deref()).await,
         Command::Plugins {
             command: PluginsCommand::Check { file },

@@ -1,0 +1,222 @@
+//! `qhost new`: a handler project to start from, in Rust, Python or JavaScript, that builds as
+//! it is. Each holds the WIT it is built against (the `handler` world of the `qhost:handler`
+//! package this host serves), a handler that logs and acks, a commented manifest, and a README
+//! with the commands to build it, check it and run it.
+//!
+//! The templates are files under `host/templates/`, embedded in the binary, with `{{name}}`
+//! (and, for Rust, `{{crate}}` and `{{wit_bindgen}}`) filled in.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+
+use crate::message::wire::valid_plugin_name;
+
+/// The languages `qhost new` starts a handler in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Language {
+    /// Rust, with wit-bindgen, built for `wasm32-wasip2`.
+    Rust,
+    /// Python, built with componentize-py.
+    Python,
+    /// JavaScript, built with componentize-js.
+    JavaScript,
+}
+
+impl std::str::FromStr for Language {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "rust" => Ok(Language::Rust),
+            "python" | "py" => Ok(Language::Python),
+            "js" | "javascript" => Ok(Language::JavaScript),
+            other => Err(format!(
+                "`{other}` is not a language qhost new knows: rust, python or js"
+            )),
+        }
+    }
+}
+
+/// The WIT package the templates are built against: this host's, with only the `handler`
+/// world (`handler-http` would need the WASI packages beside it).
+const WIT: &str = include_str!("../../wit/handler.wit");
+/// The wit-bindgen a Rust handler generates its bindings with.
+const WIT_BINDGEN: &str = "0.61.1";
+
+/// (path in the project, template) for `language`.
+fn files(language: Language) -> Vec<(&'static str, &'static str)> {
+    let manifest = include_str!("../templates/manifest.toml");
+    let mut files = match language {
+        Language::Rust => vec![
+            ("Cargo.toml", include_str!("../templates/rust/Cargo.toml")),
+            ("src/lib.rs", include_str!("../templates/rust/src/lib.rs")),
+        ],
+        Language::Python => vec![("app.py", include_str!("../templates/python/app.py"))],
+        Language::JavaScript => vec![
+            ("app.js", include_str!("../templates/js/app.js")),
+            ("package.json", include_str!("../templates/js/package.json")),
+        ],
+    };
+    files.push(("{{name}}.toml", manifest));
+    files
+}
+
+/// How to build the handler, and where the component lands.
+fn build(language: Language) -> (&'static str, &'static str) {
+    match language {
+        Language::Rust => (
+            "rustup target add wasm32-wasip2   # once\ncargo build --release --target wasm32-wasip2",
+            "target/wasm32-wasip2/release/{{crate}}.wasm",
+        ),
+        Language::Python => (
+            "python3 -m venv .venv && .venv/bin/pip install componentize-py==0.25.1   # once\n\
+             .venv/bin/componentize-py -d wit -w handler componentize -p . app -o {{name}}.wasm",
+            "{{name}}.wasm",
+        ),
+        Language::JavaScript => (
+            "npm install   # once: componentize-js, pinned in package.json\nnpm run build",
+            "{{name}}.wasm",
+        ),
+    }
+}
+
+/// The README: build, install, check, try.
+fn readme(language: Language) -> String {
+    let (build, built) = build(language);
+    format!(
+        "# {{{{name}}}}\n\n\
+         A qhost handler. `qhost new` made it; it builds as it is.\n\n\
+         Build the component:\n\n```sh\n{build}\n```\n\n\
+         Install it where qhost runs (the plugins directory, `plugins/` by default), check it\n\
+         loads, and try it on the embedded queue:\n\n```sh\n\
+         mkdir -p ../plugins\n\
+         cp {built} ../plugins/{{{{name}}}}.wasm && cp {{{{name}}}}.toml ../plugins/\n\
+         cd .. && printf '[[queue]]\\nname = \"{{{{name}}}}\"\\nplugin = \"{{{{name}}}}\"\\n' > qhost.toml\n\
+         qhost check\n\
+         qhost send --queue {{{{name}}}} --body hello\n\
+         qhost run --until-idle\n```\n\n\
+         `qhost invoke plugins/{{{{name}}}}.wasm --body hello` runs one message through it with no\n\
+         queue. `wit/handler.wit` is the contract: what a message holds, and what a handler may\n\
+         answer (ack, retry, reject) and call (log, config, outbox). `{{{{name}}}}.toml` is its\n\
+         manifest: the idempotency key qhost leases on, limits, and what it may send to.\n"
+    )
+}
+
+/// The WIT without the worlds that need other packages (and their doc comments).
+fn wit() -> String {
+    let Some(at) = WIT.find("world handler-http") else {
+        return WIT.to_string();
+    };
+    let mut lines: Vec<&str> = WIT[..at].lines().collect();
+    while lines
+        .last()
+        .is_some_and(|l| l.trim().is_empty() || l.trim_start().starts_with("///"))
+    {
+        lines.pop();
+    }
+    format!("{}\n", lines.join("\n"))
+}
+
+fn fill(template: &str, name: &str) -> String {
+    template
+        .replace("{{name}}", name)
+        .replace("{{crate}}", &name.replace('-', "_"))
+        .replace("{{wit_bindgen}}", WIT_BINDGEN)
+}
+
+/// Writes a new `language` handler named `name` into `dir` (which must not exist, or be
+/// empty); returns the files written.
+pub fn create(language: Language, name: &str, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    if !valid_plugin_name(name) {
+        bail!("`{name}` cannot be a plugin name: 1 to 64 letters, digits, `-` and `_`");
+    }
+    let occupied = std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some());
+    if occupied {
+        bail!(
+            "{} exists and is not empty: name another with --dir",
+            dir.display()
+        );
+    }
+    let readme = readme(language);
+    let wit = wit();
+    let mut all = files(language);
+    all.push(("README.md", &readme));
+    all.push(("wit/handler.wit", &wit));
+    let mut written = Vec::new();
+    for (path, template) in all {
+        let path = dir.join(fill(path, name));
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        std::fs::write(&path, fill(template, name))
+            .with_context(|| format!("writing {}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_project_holds_the_handler_its_manifest_and_the_wit_without_other_packages() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = dir.path().join("hello-rs");
+        let written = create(Language::Rust, "hello-rs", &at).unwrap();
+        let names: Vec<String> = written
+            .iter()
+            .map(|p| p.strip_prefix(&at).unwrap().display().to_string())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "Cargo.toml",
+                "src/lib.rs",
+                "hello-rs.toml",
+                "README.md",
+                "wit/handler.wit"
+            ]
+        );
+        let cargo = std::fs::read_to_string(at.join("Cargo.toml")).unwrap();
+        assert!(
+            cargo.contains("name = \"hello-rs\"") && cargo.contains("0.61.1"),
+            "{cargo}"
+        );
+        let readme = std::fs::read_to_string(at.join("README.md")).unwrap();
+        assert!(
+            readme.contains("target/wasm32-wasip2/release/hello_rs.wasm"),
+            "{readme}"
+        );
+        let wit = std::fs::read_to_string(at.join("wit/handler.wit")).unwrap();
+        assert!(
+            wit.contains("world handler {") && !wit.contains("wasi:http"),
+            "{wit}"
+        );
+        assert!(
+            !std::fs::read_to_string(at.join("src/lib.rs"))
+                .unwrap()
+                .contains("{{")
+        );
+
+        let again = create(Language::Python, "other", &at)
+            .unwrap_err()
+            .to_string();
+        assert!(again.contains("exists and is not empty"), "{again}");
+        let workspace = include_str!("../../Cargo.toml");
+        assert!(
+            workspace.contains(&format!("wit-bindgen = {{ version = \"{WIT_BINDGEN}\"")),
+            "the template's wit-bindgen is the workspace's"
+        );
+        let bad = create(Language::Python, "no/slash", &dir.path().join("x")).unwrap_err();
+        assert!(bad.to_string().contains("cannot be a plugin name"), "{bad}");
+        assert_eq!("js".parse(), Ok(Language::JavaScript));
+        assert!(
+            "go".parse::<Language>()
+                .unwrap_err()
+                .contains("rust, python or js")
+        );
+    }
+}
