@@ -634,3 +634,26 @@ async fn every_redis_store_call_ends_at_its_deadline_when_the_server_stops() {
     let e = fails_in_time("connect", limit, connecting).await;
     assert!(e.contains("cannot connect"), "{e}");
 }
+
+#[tokio::test]
+async fn a_long_poll_waits_its_whole_wait_though_other_calls_have_a_shorter_deadline() {
+    let name = unique("long-poll");
+    qhost_e2e::sqs_server::create_queue(&name, &[]).await;
+    let deadlines = qhost::aws::AwsDeadlines {
+        connect: Duration::from_secs(2),
+        call: Duration::from_millis(500),
+        receive_margin: Duration::from_secs(2),
+    };
+    let sqs = SqsQueue::with_deadlines(&qhost_e2e::sqs_server::sdk_config(), deadlines);
+    let started = Instant::now();
+    let got = sqs
+        .receive(&name, 10, Duration::from_secs(30), Duration::from_secs(2))
+        .await
+        .expect("an empty queue answers a long poll with nothing, not a timeout");
+    assert!(got.is_empty());
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "the server held the poll for its wait, past the 0.5 s call deadline: {:?}",
+        started.elapsed()
+    );
+}
