@@ -25,11 +25,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::faults::Operation;
-use crate::idempotency::IdempotencyStore;
+use crate::idempotency::{IdempotencyError, IdempotencyStore};
 use crate::metrics::Metrics;
 use crate::progress::Progress;
 use crate::runtime::registry::Registry;
-use crate::source::QueueSource;
+use crate::source::{QueueSource, SourceError};
 use crate::stats::Stats;
 
 /// How often the checker asks the queues and the store.
@@ -197,36 +197,53 @@ pub(crate) async fn watch(health: Arc<Health>, parts: Checked, stop: Cancellatio
 }
 
 async fn check_once(health: &Health, parts: &Checked) {
+    let stats = &parts.stats;
     for q in &parts.config.queues {
-        let result = match tokio::time::timeout(CHECK_TIMEOUT, parts.source.depth(&q.name)).await {
-            Ok(Ok(depth)) => {
-                parts.metrics.set_depth(&q.name, depth);
-                health.saw_visible(&q.name, depth.visible);
-                Ok(())
-            }
-            Ok(Err(e)) => {
-                parts.stats.record_failure(Operation::Depth, e.is_timeout());
-                Err(format!("depth check failed: {e}"))
-            }
-            Err(_) => {
-                parts.stats.record_failure(Operation::Depth, true);
-                Err(format!("no answer within {}s", CHECK_TIMEOUT.as_secs()))
-            }
-        };
+        let depth = parts.source.depth(&q.name);
+        let checked = answer(
+            stats,
+            Operation::Depth,
+            "depth check",
+            SourceError::is_timeout,
+            depth,
+        );
+        let result = checked.await.map(|depth| {
+            parts.metrics.set_depth(&q.name, depth);
+            health.saw_visible(&q.name, depth.visible);
+        });
         health.record(queue_check(&q.name), result);
     }
-    let result = match tokio::time::timeout(CHECK_TIMEOUT, parts.store.ping()).await {
-        Ok(Ok(())) => Ok(()),
+    let ping = parts.store.ping();
+    let result = answer(
+        stats,
+        Operation::Ping,
+        "ping",
+        IdempotencyError::is_timeout,
+        ping,
+    )
+    .await;
+    health.record(STORE_CHECK.to_string(), result);
+}
+
+/// One check's answer within [`CHECK_TIMEOUT`]; a failure, or no answer, is counted under `op`.
+async fn answer<T, E: std::fmt::Display>(
+    stats: &Stats,
+    op: Operation,
+    what: &str,
+    timed_out: impl Fn(&E) -> bool,
+    call: impl Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(CHECK_TIMEOUT, call).await {
+        Ok(Ok(answer)) => Ok(answer),
         Ok(Err(e)) => {
-            parts.stats.record_failure(Operation::Ping, e.is_timeout());
-            Err(format!("ping failed: {e}"))
+            stats.record_failure(op, timed_out(&e));
+            Err(format!("{what} failed: {e}"))
         }
         Err(_) => {
-            parts.stats.record_failure(Operation::Ping, true);
+            stats.record_failure(op, true);
             Err(format!("no answer within {}s", CHECK_TIMEOUT.as_secs()))
         }
-    };
-    health.record(STORE_CHECK.to_string(), result);
+    }
 }
 
 #[cfg(test)]
