@@ -171,10 +171,11 @@ async fn a_messages_trace_runs_from_its_producer_through_the_handler_to_its_outb
     let trapped = process_span(&spans, &ids[2]);
     assert_eq!(trapped.attr("qhost.outcome"), Some("dead_lettered"));
     assert_eq!(trapped.attr("error.type"), Some("trap"));
+    // The guest's own error (a Rust panic here), not the runtime's trap plumbing.
+    let reason = &trapped.status_message;
     assert!(
-        trapped
-            .status_message
-            .starts_with("plugin trapped: wasm trap"),
+        reason.starts_with("plugin trapped: panicked at plugins/fixtures/src/lib.rs:")
+            && reason.ends_with(": fixture asked to trap"),
         "{trapped:#?}"
     );
     let trap = spans

@@ -537,21 +537,8 @@ async fn send(config: Config, args: SendArgs) -> anyhow::Result<()> {
             a.name
         );
     }
-    if config.queue(&args.queue).is_none() {
-        eprintln!(
-            "warning: no configured queue consumes `{}`: `qhost run` with this configuration \
-             will not take the message (configured: {})",
-            args.queue,
-            config
-                .queues
-                .iter()
-                .map(|q| q.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
     let source = qhost::host::open_source_for(&config, &[&args.queue]).await?;
-    let mut msg = Outgoing::new(args.queue, body);
+    let mut msg = Outgoing::new(args.queue.clone(), body);
     msg.attributes = attributes;
     msg.delay_seconds = args.delay;
     msg.group_id = args.group;
@@ -570,6 +557,19 @@ async fn send(config: Config, args: SendArgs) -> anyhow::Result<()> {
     };
     for id in ids {
         println!("{id}");
+    }
+    if config.queue(&args.queue).is_none() {
+        eprintln!(
+            "warning: no configured queue consumes `{}`: `qhost run` with this configuration \
+             will not take the message (configured: {})",
+            args.queue,
+            config
+                .queues
+                .iter()
+                .map(|q| q.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     Ok(())
 }

@@ -196,7 +196,8 @@ mod tests {
         let env = resolve(&config(&[("k", ConfigValue::Env("PATH".into()))]), &none);
         assert_eq!(
             env.unwrap_err(),
-            "config.k: the variable PATH is not granted: the host's [secrets] env does not list it"
+            "config.k: the variable PATH is not granted: the host's [secrets] env does not list it \
+             (add it under [secrets] env in qhost.toml)"
         );
         let file = ConfigValue::File(dir.path().join("token"));
         let err = resolve(&config(&[("k", file)]), &none).unwrap_err();

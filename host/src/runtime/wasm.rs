@@ -221,7 +221,7 @@ impl WasmInvoker {
         // The whole of what the guest printed goes to the log; the reason (which dead letters
         // carry) is the guest's own error when its shape is known.
         let (plugin, version) = (&*self.plugin, &*self.version);
-        tracing::warn!(target: "qhost::plugin", plugin, version, %trap, "the handler trapped; what it printed:\n{stderr}");
+        tracing::warn!(plugin, version, %trap, "the handler trapped; what it printed:\n{stderr}");
         match guest_error(&stderr) {
             Some(error) => Failure::Trap(error),
             None => Failure::Trap(format!("{trap}; stderr: {stderr}")),
