@@ -4,7 +4,18 @@
 //! either way (`info` by default, with the AWS configuration chain's own warnings left out: a
 //! missing region or credentials is one error of qhost's that says where it looked).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use tracing_subscriber::EnvFilter;
+
+/// Whether the process logs JSON (set by [`init`]).
+static JSON: AtomicBool = AtomicBool::new(false);
+
+/// Whether log lines are JSON objects: there, a handler's line repeats its span's fields at the
+/// top level, where log pipelines look for them; in text the span prefix already shows them.
+pub(crate) fn is_json() -> bool {
+    JSON.load(Ordering::Relaxed)
+}
 
 /// The variable that picks the format.
 pub const FORMAT_VAR: &str = "QHOST_LOG_FORMAT";
@@ -38,6 +49,7 @@ impl LogFormat {
 
 /// Installs the process's logger.
 pub fn init(format: LogFormat) {
+    JSON.store(format == LogFormat::Json, Ordering::Relaxed);
     let filter = EnvFilter::try_from_env("QHOST_LOG")
         .unwrap_or_else(|_| EnvFilter::new("info,aws_config=error,aws_runtime=error"));
     let builder = tracing_subscriber::fmt()

@@ -655,3 +655,31 @@ fn invoke_sends_nothing_over_http_unless_allowed_and_names_the_way_to_a_secret()
         "{stderr}"
     );
 }
+
+#[test]
+fn text_logs_show_a_handlers_context_once_whatever_the_filter() {
+    let dir = worker_dir("");
+    for filter in ["info", "warn,qhost::plugin=info"] {
+        send(
+            dir.path(),
+            &["--queue", "jobs", "--body", "log:hello from the handler"],
+        );
+        let out = qhost(dir.path())
+            .args(["run", "--until-idle"])
+            .env("QHOST_LOG", filter)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let line = (stderr.lines())
+            .find(|l| l.contains("hello from the handler"))
+            .unwrap_or_else(|| panic!("{filter}: no handler line in {stderr}"));
+        for field in ["plugin=", "version=", "message_id=", "queue="] {
+            assert_eq!(
+                line.matches(field).count(),
+                1,
+                "{filter}: {field} once in `{line}`"
+            );
+        }
+    }
+}

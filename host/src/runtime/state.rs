@@ -164,6 +164,10 @@ impl log::Host for HostState {
                 .find(|i| message.is_char_boundary(*i));
             message.truncate(cut.unwrap_or(0));
         }
+        if !crate::logging::is_json() {
+            // The invoke span around this call carries the plugin, version, message and queue.
+            return log_plain(level, &message);
+        }
         let c = &self.ctx;
         let (plugin, version, id, queue) = (&*c.plugin, &*c.version, &c.message_id, &c.queue);
         match level {
@@ -183,6 +187,17 @@ impl log::Host for HostState {
                 tracing::error!(target: "qhost::plugin", plugin, version, message_id = id, queue, "{message}")
             }
         }
+    }
+}
+
+/// A handler's log line with no fields of its own.
+fn log_plain(level: log::Level, message: &str) {
+    match level {
+        log::Level::Trace => tracing::trace!(target: "qhost::plugin", "{message}"),
+        log::Level::Debug => tracing::debug!(target: "qhost::plugin", "{message}"),
+        log::Level::Info => tracing::info!(target: "qhost::plugin", "{message}"),
+        log::Level::Warn => tracing::warn!(target: "qhost::plugin", "{message}"),
+        log::Level::Error => tracing::error!(target: "qhost::plugin", "{message}"),
     }
 }
 
