@@ -285,9 +285,7 @@ async fn invoke(
     delivery.record(Event::Invoked);
     let stats = &delivery.shared().stats;
     stats.record_invocation(&plugin.name, &plugin.version);
-    // At error level so that any log filter that shows a handler's lines enables it too: its
-    // fields are the context of every line logged inside it.
-    let span = tracing::error_span!("invoke", plugin = %plugin.name, version = %plugin.version, message_id = %input.id, queue = %input.queue, trace_id = tracing::field::Empty);
+    let span = tracing::info_span!("invoke", plugin = %plugin.name, version = %plugin.version, message_id = %input.id, queue = %input.queue, trace_id = tracing::field::Empty);
     if let Some(trace_id) = delivery.span().trace_id() {
         span.record("trace_id", trace_id);
     }

@@ -164,8 +164,13 @@ impl log::Host for HostState {
                 .find(|i| message.is_char_boundary(*i));
             message.truncate(cut.unwrap_or(0));
         }
-        if !crate::logging::is_json() {
-            // The invoke span around this call carries the plugin, version, message and queue.
+        // In text, the invoke span around this call shows the plugin, version, message and
+        // queue already, when the filter enables it (a disabled span costs the message path
+        // nothing, and then the line carries them itself).
+        let in_invoke = tracing::Span::current()
+            .metadata()
+            .is_some_and(|m| m.name() == "invoke");
+        if !crate::logging::is_json() && in_invoke {
             return log_plain(level, &message);
         }
         let c = &self.ctx;
