@@ -211,7 +211,7 @@ fn check_loaded(config: &Config, registry: &Registry) -> anyhow::Result<()> {
         return Ok(());
     }
     for (i, q) in config.queues.iter().enumerate() {
-        for name in std::iter::once(&q.plugin).chain(&q.routes) {
+        for name in q.plugins() {
             if registry.get(name).is_some() {
                 continue;
             }
@@ -267,7 +267,7 @@ fn check_deadlines(config: &Config, registry: &Registry) -> anyhow::Result<()> {
         .enumerate()
         .filter(|(_, q)| !q.heartbeat)
     {
-        for name in std::iter::once(&q.plugin).chain(&q.routes) {
+        for name in q.plugins() {
             let Some(plugin) = registry.get(name) else {
                 continue;
             };

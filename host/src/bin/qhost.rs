@@ -712,7 +712,7 @@ async fn check_deploy(config: &Config, file: Option<&std::path::Path>) -> anyhow
     let registry = plugins.registry();
     let mut problems = 0;
     for q in &config.queues {
-        for name in std::iter::once(&q.plugin).chain(&q.routes) {
+        for name in q.plugins() {
             let path = config.plugins_dir.join(format!("{name}.wasm"));
             match registry.get(name) {
                 Some(p) => println!(

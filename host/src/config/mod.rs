@@ -94,6 +94,13 @@ pub struct QueueConfig {
     pub heartbeat: bool,
 }
 
+impl QueueConfig {
+    /// Every plugin the queue may run: its own, then its routes.
+    pub fn plugins(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.plugin.as_str()).chain(self.routes.iter().map(String::as_str))
+    }
+}
+
 /// The checked configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
@@ -30,7 +30,7 @@ use crate::stats::Stats;
 const LINGER: Duration = Duration::from_millis(20);
 const ATTEMPTS: u32 = 3;
 /// Delete batches in flight at once per queue.
-pub(crate) const MAX_FLUSHES: usize = 4;
+const MAX_FLUSHES: usize = 4;
 
 /// Hands receipts to a queue's ack task.
 #[derive(Clone, Debug)]
@@ -120,7 +120,6 @@ async fn run(
     mut rx: mpsc::UnboundedReceiver<String>,
     close: CancellationToken,
 ) {
-    let slots = Arc::new(Semaphore::new(MAX_FLUSHES));
     let mut flushes = JoinSet::new();
     loop {
         let first = tokio::select! {
@@ -129,15 +128,12 @@ async fn run(
         };
         let Some(first) = first else { break };
         let batch = gather(first, &mut rx, &close).await;
-        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
-            break;
-        };
-        let flusher = Arc::clone(&flusher);
-        flushes.spawn(async move {
-            flusher.flush(batch).await;
-            drop(slot);
-        });
         while flushes.try_join_next().is_some() {}
+        if flushes.len() >= MAX_FLUSHES {
+            flushes.join_next().await;
+        }
+        let flusher = Arc::clone(&flusher);
+        flushes.spawn(async move { flusher.flush(batch).await });
     }
     while flushes.join_next().await.is_some() {}
 }

@@ -65,17 +65,19 @@ impl OutboxMarks {
     }
 }
 
-/// Counts and logs a failed mark; `true` when it is final (the lease is not this run's: there
-/// is nothing of ours to mark).
+/// Counts and logs a failed mark; `true` when it is final: the store answered, and trying
+/// again would get the same answer.
 fn failed(stats: &Stats, key: &str, error: &IdempotencyError, attempt: u32) -> bool {
     let op = Operation::OutboxSent;
-    if let Some(held_back) = stats.record_failure(op, error.is_timeout()) {
-        tracing::warn!(key, operation = op.name(), attempt, %error, held_back, "could not record the outbox as sent; trying again");
-    }
-    matches!(
+    let last = matches!(
         error,
         IdempotencyError::LeaseLost(_) | IdempotencyError::Corrupt(_)
-    )
+    );
+    if let Some(held_back) = stats.record_failure(op, error.is_timeout()) {
+        let then = if last { "leaving it" } else { "trying again" };
+        tracing::warn!(key, operation = op.name(), attempt, %error, held_back, "could not record the outbox as sent; {then}");
+    }
+    last
 }
 
 async fn retry(store: &dyn IdempotencyStore, stats: &Stats, key: &str) {
