@@ -27,16 +27,28 @@ use qhost_e2e::sqs_server::{Server, drain_at, patient_queue, sdk_config_for, uni
 /// Jobs of the SQS run; every tenth is sent twice by its producer.
 const SQS_JOBS: usize = 2000;
 
-/// A host's configuration: `source` and `store` are TOML tables, the queue consumed is `jobs`.
-fn config_file(env: &TestEnv, name: &str, source: &str, store: &str, jobs: &str) -> PathBuf {
-    let text = format!(
+/// A host's configuration: `source` and `store` are TOML tables; it consumes `queues`, with
+/// `pollers` receive loops each.
+fn config_file(
+    env: &TestEnv,
+    name: &str,
+    source: &str,
+    store: &str,
+    queues: &[String],
+    pollers: u32,
+) -> PathBuf {
+    let mut text = format!(
         "plugins-dir = {:?}\ndata-dir = {:?}\nmax-in-flight = 8\nshutdown-grace-secs = 5\n\
-         {source}\n{store}\n[retry]\nbase-secs = 0.05\nmax-secs = 1\n\
-         [[queue]]\nname = \"{jobs}\"\nplugin = \"fixture\"\nwait-time-secs = 1\n\
-         visibility-timeout-secs = 6\npollers = 2\n",
+         {source}\n{store}\n[retry]\nbase-secs = 0.05\nmax-secs = 1\n",
         env.plugins_dir(),
         env.data_dir().join(name),
     );
+    for queue in queues {
+        text.push_str(&format!(
+            "[[queue]]\nname = \"{queue}\"\nplugin = \"fixture\"\nwait-time-secs = 1\n\
+             visibility-timeout-secs = 6\npollers = {pollers}\n"
+        ));
+    }
     let path = (env.plugins_dir().parent())
         .expect("the test directory")
         .join(format!("{name}.toml"));
@@ -106,8 +118,12 @@ fn timeouts(admin: SocketAddr, operation: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_hosts_drain_sqs_through_errors_resets_delays_and_black_holes() {
-    // A server of this test's own: moto's calls cost time in proportion to a queue's depth, so
-    // the jobs are fed in waves that keep the queue shallow, and no other test shares it.
+    // A server of this test's own. moto's calls cost time in proportion to a queue's depth, so
+    // the jobs are spread over SHARDS queues, each with its own sink. And moto loses a message
+    // sent to a queue while a delete rebuilds that queue's list (its `delete_message` holds no
+    // lock), so no queue is sent to and deleted from at once: every job is queued before the
+    // hosts start, and the sinks are read only once they have stopped.
+    const SHARDS: usize = 8;
     let server = Server::start_own();
     let direct = patient_queue(server.endpoint());
     let env = TestEnv::new();
@@ -116,15 +132,33 @@ async fn two_hosts_drain_sqs_through_errors_resets_delays_and_black_holes() {
         "fixture",
         "[idempotency]\nkey = \"attribute:job-id\"\n",
     );
-    let (queue, sink) = (unique("faults"), unique("faults-sink"));
+    let tag = unique("faults");
+    let queues: Vec<String> = (0..SHARDS).map(|i| format!("{tag}-{i}")).collect();
+    let sinks: Vec<String> = (0..SHARDS).map(|i| format!("{tag}-sink-{i}")).collect();
     let admin = aws_sdk_sqs::Client::new(&sdk_config_for(server.endpoint()));
-    for name in [&queue, &format!("{queue}-dlq"), &sink] {
+    let dlqs: Vec<String> = queues.iter().map(|q| format!("{q}-dlq")).collect();
+    for name in queues.iter().chain(&sinks).chain(&dlqs) {
         admin
             .create_queue()
             .queue_name(name)
             .send()
             .await
             .expect("create queue");
+    }
+    // Each job once, every tenth a second time (another message, the same job id), by shard.
+    for (shard, queue) in queues.iter().enumerate() {
+        let mut mine = Vec::new();
+        for i in (shard..SQS_JOBS).step_by(SHARDS) {
+            let msg = Outgoing::new(queue, format!("send-fence:{}", sinks[shard]))
+                .with_attribute(Attribute::string("job-id", format!("j-{i}")));
+            if i % 10 == 0 {
+                mine.push(msg.clone());
+            }
+            mine.push(msg);
+        }
+        for chunk in mine.chunks(10) {
+            direct.send(chunk).await.expect("send");
+        }
     }
 
     let proxy = FaultProxy::start(server.endpoint());
@@ -166,48 +200,39 @@ async fn two_hosts_drain_sqs_through_errors_resets_delays_and_black_holes() {
     );
     let hosts: Vec<HostProcess> = ["a", "b"]
         .iter()
-        .map(|name| HostProcess::start_consuming(&config_file(&env, name, &source, &store, &queue)))
+        .map(|name| {
+            HostProcess::start_consuming(&config_file(&env, name, &source, &store, &queues, 1))
+        })
         .collect();
     let admins: Vec<SocketAddr> = hosts.iter().map(HostProcess::admin_addr).collect();
 
-    let all = jobs(SQS_JOBS, &queue, &sink);
-    let mut to_send = all.chunks(10);
     let started = Instant::now();
-    let mut effects = Effects::new();
     // Finished deliveries of each host at the start of each 5 s window, while work remains.
     let mut windows: Vec<Vec<f64>> = vec![admins.iter().map(|&a| finished(a)).collect()];
     let mut window_start = Instant::now();
     loop {
-        add_effects(&mut effects, take_all(&direct, &sink, Duration::ZERO).await);
-        let depth = direct.depth(&queue).await.expect("depth");
-        if depth.total() < 100 {
-            for chunk in to_send.by_ref().take(10) {
-                direct.send(chunk).await.expect("send");
-            }
+        let mut left = 0;
+        for queue in &queues {
+            left += direct.depth(queue).await.expect("depth").total();
         }
-        if effects.len() == SQS_JOBS && depth.total() == 0 && to_send.len() == 0 {
+        if left == 0 {
             break;
         }
-        if window_start.elapsed() >= Duration::from_secs(5) && effects.len() < SQS_JOBS * 9 / 10 {
+        if window_start.elapsed() >= Duration::from_secs(5) && left > (SQS_JOBS / 10) as u64 {
             windows.push(admins.iter().map(|&a| finished(a)).collect());
             window_start = Instant::now();
         }
         if started.elapsed() > Duration::from_secs(300) {
             let logs: Vec<String> = hosts.iter().map(HostProcess::log).collect();
             panic!(
-                "not drained: {} of {SQS_JOBS} effects, {depth:?} on the queue; logs:\n{}",
-                effects.len(),
+                "not drained: {left} messages left on the queues; logs:\n{}",
                 logs.join("\n----\n")
             );
         }
         if std::env::var_os("QHOST_TEST_VERBOSE").is_some() {
-            println!(
-                "{:.1}s: {} effects, {depth:?}",
-                started.elapsed().as_secs_f64(),
-                effects.len()
-            );
+            println!("{:.1}s: {left} left", started.elapsed().as_secs_f64());
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let took = started.elapsed();
     let lost_answers: Vec<f64> = admins
@@ -222,16 +247,16 @@ async fn two_hosts_drain_sqs_through_errors_resets_delays_and_black_holes() {
     for host in hosts {
         host.stop();
     }
-    add_effects(&mut effects, drain_at(server.endpoint(), &sink).await);
+    let mut effects = Effects::new();
+    for sink in &sinks {
+        add_effects(&mut effects, take_all(&direct, sink, Duration::ZERO).await);
+    }
 
     assert_each_ran_once(&effects, SQS_JOBS);
-    let dead = drain_at(server.endpoint(), &format!("{queue}-dlq")).await;
-    assert!(dead.is_empty(), "nothing dead-lettered");
-    assert_eq!(
-        direct.depth(&queue).await.expect("depth").total(),
-        0,
-        "drained"
-    );
+    for dlq in &dlqs {
+        let dead = drain_at(server.endpoint(), dlq).await;
+        assert!(dead.is_empty(), "nothing dead-lettered: {dead:?}");
+    }
     for pair in windows.windows(2) {
         for (host, (before, after)) in pair[0].iter().zip(&pair[1]).enumerate() {
             assert!(
@@ -293,7 +318,7 @@ async fn redis_stops_mid_run(
     let store = format!("{store}\n[timeouts]\nredis-response-ms = 300\nconnect-ms = 500\n");
     let shared = format!("data-dir = {:?}\n", env.data_dir());
     let config = |name: &str| {
-        let path = config_file(&env, name, "", &store, "jobs");
+        let path = config_file(&env, name, "", &store, &["jobs".to_string()], 2);
         let text = std::fs::read_to_string(&path).expect("config");
         // Both hosts share one embedded queue: one data directory.
         let text = text
