@@ -28,7 +28,7 @@ async fn grant_all(store: &RedisStore, batch: &[LeaseRequest]) -> Vec<Lease> {
     (store.acquire(batch).await.expect("acquire"))
         .into_iter()
         .map(|a| match a {
-            Acquired::Granted(lease) => lease,
+            Ok(Acquired::Granted(lease)) => lease,
             other => panic!("expected a grant, got {other:?}"),
         })
         .collect()
@@ -77,7 +77,7 @@ async fn a_batch_across_slots_and_shards_is_acquired_and_completed() {
     assert!(
         again
             .iter()
-            .all(|a| matches!(a, Acquired::Completed { .. })),
+            .all(|a| matches!(a, Ok(Acquired::Completed { .. }))),
         "{again:?}"
     );
     let primaries = cluster.primaries();
@@ -137,7 +137,7 @@ async fn a_slot_moved_between_lease_and_completion_still_completes() {
     assert!(
         again
             .iter()
-            .all(|a| matches!(a, Acquired::Completed { .. })),
+            .all(|a| matches!(a, Ok(Acquired::Completed { .. }))),
         "{again:?}"
     );
     assert!(

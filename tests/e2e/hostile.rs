@@ -355,7 +355,7 @@ async fn put_backs_while_busy_use_up_no_attempts() {
             window: Duration::from_secs(60),
         };
         let held = store.acquire(&[request]).await.unwrap();
-        assert!(matches!(held[0], Acquired::Granted(_)), "{held:?}");
+        assert!(matches!(held[0], Ok(Acquired::Granted(_))), "{held:?}");
         let host = setup.host(&[(&jobs, "fixture")]).await;
 
         run_until_idle(&host).await;

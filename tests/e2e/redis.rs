@@ -32,7 +32,7 @@ async fn grant(store: &RedisStore, key: &str, ttl: Duration) -> Lease {
         .expect("acquire")
         .remove(0)
     {
-        Acquired::Granted(lease) => lease,
+        Ok(Acquired::Granted(lease)) => lease,
         other => panic!("expected a grant for {key}, got {other:?}"),
     }
 }
@@ -49,7 +49,7 @@ async fn leases_complete_once_and_a_lapsed_owner_is_refused() {
         .await
         .unwrap();
     assert!(
-        matches!(busy[0], Acquired::Busy { retry_after } if retry_after <= Duration::from_millis(300))
+        matches!(busy[0], Ok(Acquired::Busy { retry_after }) if retry_after <= Duration::from_millis(300))
     );
 
     tokio::time::sleep(Duration::from_millis(400)).await; // the first lease lapses
@@ -90,7 +90,7 @@ async fn leases_complete_once_and_a_lapsed_owner_is_refused() {
         .await
         .unwrap();
     assert!(
-        matches!(&again[0], Acquired::Completed { pending_outbox, pending_for, .. } if pending_outbox[0].queue == "next" && *pending_for < Duration::from_secs(5))
+        matches!(&again[0], Ok(Acquired::Completed { pending_outbox, pending_for, .. }) if pending_outbox[0].queue == "next" && *pending_for < Duration::from_secs(5))
     );
     store.outbox_sent(&key).await.unwrap();
     assert_eq!(
@@ -193,11 +193,11 @@ async fn completed(store: &RedisStore, key: &str) -> (usize, Option<String>) {
         .expect("acquire");
     match found.as_slice() {
         [
-            Acquired::Completed {
+            Ok(Acquired::Completed {
                 pending_outbox,
                 digest,
                 ..
-            },
+            }),
         ] => (pending_outbox.len(), digest.clone()),
         other => panic!("expected the key completed, found {other:?}"),
     }
@@ -298,14 +298,18 @@ async fn records_of_the_earlier_layout_are_honoured() {
         ])
         .await
         .unwrap();
-    assert!(matches!(got[0], Acquired::Completed { .. }), "{:?}", got[0]);
     assert!(
-        matches!(got[1], Acquired::Busy { retry_after } if retry_after > Duration::from_secs(50)),
+        matches!(got[0], Ok(Acquired::Completed { .. })),
+        "{:?}",
+        got[0]
+    );
+    assert!(
+        matches!(got[1], Ok(Acquired::Busy { retry_after }) if retry_after > Duration::from_secs(50)),
         "{:?}",
         got[1]
     );
     assert!(
-        matches!(&got[2], Acquired::Granted(lease) if lease.fencing_token == 8),
+        matches!(&got[2], Ok(Acquired::Granted(lease)) if lease.fencing_token == 8),
         "{:?}",
         got[2]
     );
@@ -332,11 +336,15 @@ async fn a_batch_is_leased_in_one_round_trip() {
     let before = store.round_trips();
     let acquired = store.acquire(&requests).await.unwrap();
     assert_eq!(store.round_trips() - before, 1);
-    assert!(acquired.iter().all(|a| matches!(a, Acquired::Granted(_))));
+    assert!(
+        acquired
+            .iter()
+            .all(|a| matches!(a, Ok(Acquired::Granted(_))))
+    );
     let completions: Vec<_> = acquired
         .into_iter()
         .map(|a| match a {
-            Acquired::Granted(lease) => Completion {
+            Ok(Acquired::Granted(lease)) => Completion {
                 lease,
                 outbox: vec![],
                 window: Duration::from_secs(60),

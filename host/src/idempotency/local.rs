@@ -230,13 +230,16 @@ impl IdempotencyStore for LocalStore {
         self.write(|_| Ok(())).await
     }
 
-    async fn acquire(&self, requests: &[LeaseRequest]) -> StoreResult<Vec<Acquired>> {
+    async fn acquire(&self, requests: &[LeaseRequest]) -> StoreResult<Vec<StoreResult<Acquired>>> {
         let requests = requests.to_vec();
-        self.write(move |tx| {
-            let now = now_ms() as i64;
-            requests.iter().map(|r| acquire_one(tx, r, now)).collect()
-        })
-        .await
+        let acquired: Vec<Acquired> = self
+            .write(move |tx| {
+                let now = now_ms() as i64;
+                requests.iter().map(|r| acquire_one(tx, r, now)).collect()
+            })
+            .await?;
+        // One transaction: every key is answered, or the call fails whole.
+        Ok(acquired.into_iter().map(Ok).collect())
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> StoreResult<()> {
@@ -326,7 +329,13 @@ mod tests {
     }
 
     async fn grant(store: &LocalStore, key: &str, ttl_ms: u64) -> Lease {
-        match store.acquire(&[req(key, ttl_ms)]).await.unwrap().remove(0) {
+        match store
+            .acquire(&[req(key, ttl_ms)])
+            .await
+            .unwrap()
+            .remove(0)
+            .unwrap()
+        {
             Acquired::Granted(lease) => lease,
             other => panic!("expected a grant, got {other:?}"),
         }
@@ -338,7 +347,9 @@ mod tests {
         let lease = grant(&store, "k", 60_000).await;
         assert_eq!(lease.fencing_token, 1);
         let second = store.acquire(&[req("k", 60_000)]).await.unwrap();
-        assert!(matches!(second[0], Acquired::Busy { retry_after } if retry_after.as_secs() > 50));
+        assert!(
+            matches!(second[0], Ok(Acquired::Busy { retry_after }) if retry_after.as_secs() > 50)
+        );
         let done = Completion {
             lease: lease.clone(),
             outbox: vec![Outgoing::new("out", "x")],
@@ -348,7 +359,7 @@ mod tests {
         assert_eq!(store.complete(&[done]).await.unwrap(), vec![Ok(())]);
         let third = store.acquire(&[req("k", 60_000)]).await.unwrap();
         assert!(
-            matches!(&third[0], Acquired::Completed { pending_outbox, .. } if pending_outbox.len() == 1)
+            matches!(&third[0], Ok(Acquired::Completed { pending_outbox, .. }) if pending_outbox.len() == 1)
         );
         store.outbox_sent("k").await.unwrap();
         assert_eq!(
@@ -412,7 +423,7 @@ mod tests {
             .acquire(&[req("a", 1000), req("b", 1000)])
             .await
             .unwrap();
-        assert!(matches!(got[0], Acquired::Busy { .. }));
-        assert!(matches!(got[1], Acquired::Granted(_)));
+        assert!(matches!(got[0], Ok(Acquired::Busy { .. })));
+        assert!(matches!(got[1], Ok(Acquired::Granted(_))));
     }
 }

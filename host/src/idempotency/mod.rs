@@ -176,8 +176,10 @@ pub enum KeyStatus {
 /// A store of leases and completed records: Redis, or the embedded local store.
 #[async_trait]
 pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
-    /// Tries to take a lease on each key, as one round trip where the backend allows.
-    async fn acquire(&self, requests: &[LeaseRequest]) -> StoreResult<Vec<Acquired>>;
+    /// Tries to take a lease on each key, as one round trip where the backend allows; for
+    /// each, its own answer, so a part of the store that cannot answer (a cluster's stopped
+    /// primary) fails only the keys it holds.
+    async fn acquire(&self, requests: &[LeaseRequest]) -> StoreResult<Vec<StoreResult<Acquired>>>;
 
     /// Extends a lease; [`IdempotencyError::LeaseLost`] when the caller no longer owns it.
     async fn extend(&self, lease: &Lease, ttl: Duration) -> StoreResult<()>;

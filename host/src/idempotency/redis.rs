@@ -35,7 +35,8 @@
 //! On a Redis Cluster (see `redis_link`) a batch is one pipeline per primary it touches, sent
 //! at once; on one server it is one pipeline. The client reconnects by itself. While Redis (or
 //! the shard holding a key) is unreachable every call for it fails, and the pipeline fails
-//! closed: nothing runs without a lease.
+//! closed: nothing runs without a lease. Batched calls answer per key, so on a cluster a
+//! stopped primary holds back the keys it holds and no others.
 //!
 //! A call whose answer does not come within the response deadline
 //! ([`crate::redis_link::RedisDeadlines`]) fails as [`IdempotencyError::TimedOut`], though the
@@ -141,15 +142,17 @@ impl RedisStore {
         pipe.query_async(&mut link).await.map_err(failed)
     }
 
-    /// Runs `script` once per invocation, each on the record key it names, and returns the
-    /// replies in order: one pipeline on a single server, one per primary on a cluster (sent
-    /// together). An invocation a stale node map sent to the wrong primary is answered `MOVED`
-    /// (or `ASK`) without running, and is sent again alone, through the client's routing.
+    /// Runs `script` once per invocation, each on the record key it names, and returns each
+    /// one's reply in order: one pipeline on a single server, one per primary on a cluster (sent
+    /// together). A primary that fails or does not answer fails only its own invocations, so a
+    /// stopped shard holds back only the keys it holds. An invocation a stale node map sent to
+    /// the wrong primary is answered `MOVED` (or `ASK`) without running, and is sent again
+    /// alone, through the client's routing.
     async fn run_all(
         &self,
         script: &Script,
         invocations: Vec<(&str, ScriptInvocation<'_>)>,
-    ) -> StoreResult<Vec<Value>> {
+    ) -> Vec<StoreResult<Value>> {
         let keys: Vec<&str> = invocations.iter().map(|(key, _)| *key).collect();
         let groups = self.link.groups(&keys).await;
         let sent = groups.iter().map(|group| {
@@ -160,23 +163,25 @@ impl RedisStore {
             }
             async move { self.send(&pipe, group).await }
         });
-        let replies: Vec<Vec<Value>> = futures_util::future::try_join_all(sent).await?;
-        let mut ordered = vec![Value::Nil; invocations.len()];
+        let replies = futures_util::future::join_all(sent).await;
+        let mut ordered = vec![Ok(Value::Nil); invocations.len()];
         let mut moved = Vec::new();
         for (group, values) in groups.iter().zip(replies) {
-            // The first reply is the script load's.
-            if values.len() != group.indices.len() + 1 {
-                return Err(corrupt(format!(
-                    "{} replies to a pipeline of {} scripts",
-                    values.len(),
-                    group.indices.len()
-                )));
-            }
-            for (&i, value) in group.indices.iter().zip(values.into_iter().skip(1)) {
+            let values = match values.and_then(|values| script_replies(values, group)) {
+                Ok(values) => values,
+                Err(e) => {
+                    group
+                        .indices
+                        .iter()
+                        .for_each(|&i| ordered[i] = Err(e.clone()));
+                    continue;
+                }
+            };
+            for (&i, value) in group.indices.iter().zip(values) {
                 match value {
                     Value::ServerError(e) if redirected(&e) => moved.push(i),
-                    Value::ServerError(e) => return Err(unavailable(e)),
-                    value => ordered[i] = value,
+                    Value::ServerError(e) => ordered[i] = Err(unavailable(e)),
+                    value => ordered[i] = Ok(value),
                 }
             }
         }
@@ -190,9 +195,9 @@ impl RedisStore {
                 .1
                 .invoke_async(&mut link)
                 .await
-                .map_err(failed)?;
+                .map_err(failed);
         }
-        Ok(ordered)
+        ordered
     }
 
     /// Sends one group's pipeline (see [`RedisLink::send`]), counting the round trip.
@@ -217,6 +222,18 @@ impl RedisStore {
 
 fn corrupt(what: impl std::fmt::Display) -> IdempotencyError {
     IdempotencyError::Corrupt(what.to_string())
+}
+
+/// A group's pipeline replies less the first, the script load's.
+fn script_replies(values: Vec<Value>, group: &Group) -> StoreResult<impl Iterator<Item = Value>> {
+    if values.len() != group.indices.len() + 1 {
+        return Err(corrupt(format!(
+            "{} replies to a pipeline of {} scripts",
+            values.len(),
+            group.indices.len()
+        )));
+    }
+    Ok(values.into_iter().skip(1))
 }
 
 fn unavailable(e: impl std::fmt::Display) -> IdempotencyError {
@@ -295,7 +312,7 @@ impl IdempotencyStore for RedisStore {
             .map_err(failed)
     }
 
-    async fn acquire(&self, requests: &[LeaseRequest]) -> StoreResult<Vec<Acquired>> {
+    async fn acquire(&self, requests: &[LeaseRequest]) -> StoreResult<Vec<StoreResult<Acquired>>> {
         let owners: Vec<String> = requests
             .iter()
             .map(|_| uuid::Uuid::new_v4().to_string())
@@ -313,17 +330,17 @@ impl IdempotencyStore for RedisStore {
                 (r.key.as_str(), invocation)
             })
             .collect();
-        let replies = self.run_all(&ACQUIRE, invocations).await?;
-        requests
+        let replies = self.run_all(&ACQUIRE, invocations).await;
+        Ok(requests
             .iter()
             .zip(owners)
             .zip(replies)
             .map(|((r, owner), reply)| {
-                let reply: Vec<String> = redis::from_redis_value(reply)
+                let reply: Vec<String> = redis::from_redis_value(reply?)
                     .map_err(|e| corrupt(format!("a reply from the acquire script: {e}")))?;
                 parse_acquired(r, owner, reply)
             })
-            .collect()
+            .collect())
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> StoreResult<()> {
@@ -349,11 +366,11 @@ impl IdempotencyStore for RedisStore {
                 (c.lease.key.as_str(), invocation)
             })
             .collect();
-        let done = self.run_all(&COMPLETE, invocations).await?;
+        let done = self.run_all(&COMPLETE, invocations).await;
         Ok(completions
             .iter()
             .zip(done)
-            .map(|(c, d)| IdempotencyError::owned(&c.lease, d == Value::Int(1)))
+            .map(|(c, d)| d.and_then(|d| IdempotencyError::owned(&c.lease, d == Value::Int(1))))
             .collect())
     }
 

@@ -12,7 +12,7 @@ use super::heartbeat::Hold;
 use super::route::{Routed, needs_payload, plugin_ref, route, route_with};
 use super::run;
 use crate::faults::Operation;
-use crate::idempotency::{Acquired, IdempotencyError, LeaseRequest};
+use crate::idempotency::{Acquired, IdempotencyError, LeaseRequest, StoreResult};
 use crate::message::Received;
 use crate::stats::{Backend, Event};
 use crate::traces::StepSpan;
@@ -76,27 +76,40 @@ async fn lease_and_spawn(queue: &Arc<QueueCtx>, ready: Vec<(Routed, Permit)>) {
         return;
     }
     let requests: Vec<LeaseRequest> = ready.iter().map(|(r, _)| r.request.clone()).collect();
-    let mut steps: Vec<StepSpan> = ready
+    let steps: Vec<StepSpan> = ready
         .iter()
         .map(|(r, _)| lease_step(r, ready.len()))
         .collect();
-    let answer = queue.shared.store.acquire(&requests).await;
+    let answers = match queue.shared.store.acquire(&requests).await {
+        Ok(answers) if answers.len() == ready.len() => answers,
+        Ok(answers) => {
+            let e = IdempotencyError::Corrupt(format!(
+                "{} answers to {} requests",
+                answers.len(),
+                ready.len()
+            ));
+            vec![Err(e); ready.len()]
+        }
+        Err(e) => vec![Err(e); ready.len()],
+    };
+    for (((routed, permit), answer), step) in ready.into_iter().zip(answers).zip(steps) {
+        spawn(queue, leased(routed, answer, step), permit);
+    }
+}
+
+/// A message whose lease was asked for: run as the store answered, or put back when it could
+/// not answer for this key.
+async fn leased(routed: Routed, answer: StoreResult<Acquired>, mut step: StepSpan) -> Fate {
     match answer {
         Ok(acquired) => {
-            for (((routed, permit), a), mut step) in ready.into_iter().zip(acquired).zip(steps) {
-                lease_found(&mut step, &a);
-                drop(step);
-                spawn(queue, run::leased(routed, a), permit);
-            }
+            lease_found(&mut step, &acquired);
+            drop(step);
+            run::leased(routed, acquired).await
         }
         Err(e) => {
-            for step in &mut steps {
-                step.error(Backend::Idempotency.error_type(), &e);
-            }
-            drop(steps);
-            for (routed, _permit) in ready {
-                fail_closed(routed.delivery, &e).await;
-            }
+            step.error(Backend::Idempotency.error_type(), &e);
+            drop(step);
+            fail_closed(routed.delivery, &e).await
         }
     }
 }
@@ -149,24 +162,19 @@ async fn run_one(queue: Arc<QueueCtx>, msg: Received) -> Fate {
         Ok(routed) => routed,
         Err(unroutable) => return (*unroutable).end().await,
     };
-    let mut step = lease_step(&routed, 1);
-    let answer = (queue.shared.store)
+    let step = lease_step(&routed, 1);
+    let answer = match (queue.shared.store)
         .acquire(std::slice::from_ref(&routed.request))
-        .await;
-    match &answer {
-        Ok(acquired) => acquired.iter().for_each(|a| lease_found(&mut step, a)),
-        Err(e) => step.error(Backend::Idempotency.error_type(), e),
-    }
-    drop(step);
-    match answer {
-        Ok(mut acquired) if acquired.len() == 1 => run::leased(routed, acquired.remove(0)).await,
-        Ok(answers) => {
-            let error =
-                IdempotencyError::Corrupt(format!("{} answers to one request", answers.len()));
-            fail_closed(routed.delivery, &error).await
-        }
-        Err(e) => fail_closed(routed.delivery, &e).await,
-    }
+        .await
+    {
+        Ok(mut answers) if answers.len() == 1 => answers.remove(0),
+        Ok(answers) => Err(IdempotencyError::Corrupt(format!(
+            "{} answers to one request",
+            answers.len()
+        ))),
+        Err(e) => Err(e),
+    };
+    leased(routed, answer, step).await
 }
 
 /// A FIFO group's messages from one batch, in order. The later ones are kept hidden while they

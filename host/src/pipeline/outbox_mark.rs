@@ -116,7 +116,10 @@ mod tests {
 
     #[async_trait::async_trait]
     impl IdempotencyStore for Flaky {
-        async fn acquire(&self, requests: &[LeaseRequest]) -> StoreResult<Vec<Acquired>> {
+        async fn acquire(
+            &self,
+            requests: &[LeaseRequest],
+        ) -> StoreResult<Vec<StoreResult<Acquired>>> {
             self.inner.acquire(requests).await
         }
         async fn extend(&self, lease: &Lease, ttl: Duration) -> StoreResult<()> {
