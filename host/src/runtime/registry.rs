@@ -75,15 +75,20 @@ impl Registry {
         self.plugins.load().get(name).cloned()
     }
 
-    /// Adds or replaces a plugin.
+    /// Adds or replaces a plugin, and forgets why an earlier file under its name did not load.
+    /// Both happen under the errors' lock, so no reader sees the new version beside the old
+    /// error.
     pub fn insert(&self, plugin: Plugin) {
         self.count(&plugin.name, LoadResult::Loaded);
         let plugin = Arc::new(plugin);
+        let mut errors = self.errors_mut();
+        errors.remove(&plugin.name);
         self.plugins.rcu(|map| {
             let mut map = BTreeMap::clone(map);
             map.insert(plugin.name.clone(), Arc::clone(&plugin));
             map
         });
+        drop(errors);
     }
 
     /// Removes a plugin; calls in flight finish.

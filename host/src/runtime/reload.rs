@@ -213,7 +213,6 @@ impl PluginDir {
                 }
                 report.loaded.push((name.clone(), plugin.version.clone()));
                 self.registry.insert(plugin);
-                self.registry.clear_error(&name);
             }
             Err(e) => self.refuse(report, &name, e),
         }
