@@ -14,6 +14,7 @@ mod dlq;
 mod email_sender;
 mod faults;
 mod fleet;
+mod guides;
 mod hostile;
 mod http;
 mod languages;

@@ -1,0 +1,158 @@
+//! The handler guides run as written: each guide's walk-through (its files and shell blocks, in
+//! order) is carried out in an empty directory with `qhost` on PATH, and every summary the
+//! guide shows after a shell block is the one that block's `qhost run` printed.
+//!
+//! What a reader replaces is replaced here too, and nothing else: `path/to/qhost` (and the
+//! Rust guide's `../qhost`) becomes this checkout. The toolchains are installed as the guides
+//! say (`pip install`, `npm install`, `rustup target add`), from the caches the guest plugins'
+//! builds left.
+
+use std::path::Path;
+use std::process::Command;
+
+use qhost_e2e::processes::{ADMIN_ENV, qhost_binary};
+
+/// A fenced block of a guide: its language and its text.
+#[derive(Debug)]
+struct Block {
+    lang: String,
+    text: String,
+}
+
+/// The fenced blocks of `guide` before the heading `stop` (the end of its walk-through).
+fn walk_through(guide: &str, stop: &str) -> Vec<Block> {
+    let mut blocks = Vec::new();
+    let mut open: Option<Block> = None;
+    for line in guide.lines() {
+        match open.as_mut() {
+            None if line == stop => break,
+            None => {
+                if let Some(lang) = line.strip_prefix("```") {
+                    open = Some(Block {
+                        lang: lang.trim().to_string(),
+                        text: String::new(),
+                    });
+                }
+            }
+            Some(_) if line == "```" => blocks.extend(open.take()),
+            Some(block) => {
+                block.text.push_str(line);
+                block.text.push('\n');
+            }
+        }
+    }
+    assert!(open.is_none(), "an unclosed block");
+    blocks
+}
+
+/// The file a source block says it is, by its first line (`# app.py`, `// src/lib.rs`).
+fn file_name(block: &Block) -> Option<&str> {
+    let first = block.text.lines().next()?;
+    let name = (first
+        .strip_prefix("# ")
+        .or_else(|| first.strip_prefix("// ")))?;
+    let source = ["toml", "rust", "python", "js"].contains(&block.lang.as_str());
+    (source && !name.contains(' ') && name.contains('.')).then_some(name)
+}
+
+/// The summary table in `output`: its header line and the rows under it, blanks folded.
+fn summary(output: &str) -> Vec<String> {
+    let fold = |l: &str| l.split_whitespace().collect::<Vec<_>>().join(" ");
+    output
+        .lines()
+        .skip_while(|l| {
+            let mut words = l.split_whitespace();
+            !(words.next() == Some("queue") && words.any(|w| w == "received"))
+        })
+        .take_while(|l| !l.trim().is_empty())
+        .map(fold)
+        .collect()
+}
+
+/// Carries out the walk-through of `guide` (a file under `docs/`) up to the heading `stop`.
+fn run_guide(guide: &str, stop: &str) {
+    let root = qhost_e2e::workspace().canonicalize().expect("the checkout");
+    let root = root.display().to_string();
+    let text = std::fs::read_to_string(format!("{root}/docs/{guide}")).expect("the guide");
+    let dir = tempfile::tempdir().expect("a directory");
+    let bin = tempfile::tempdir().expect("a directory for qhost");
+    std::os::unix::fs::symlink(qhost_binary(), bin.path().join("qhost")).expect("qhost on PATH");
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let reader =
+        |s: &str| (s.replace("path/to/qhost", &root)).replace("\"../qhost/", &format!("\"{root}/"));
+    let mut last_output: Option<String> = None;
+    let mut shown = 0;
+    for block in walk_through(&text, stop) {
+        if let Some(name) = file_name(&block) {
+            let file = dir.path().join(name);
+            std::fs::create_dir_all(file.parent().expect("a parent")).expect("its directory");
+            std::fs::write(&file, reader(&block.text)).expect("writing the file");
+        } else if block.lang == "sh" {
+            last_output = Some(run_block(dir.path(), &path, &reader(&block.text), guide));
+        } else if block.lang == "text" && !summary(&block.text).is_empty() {
+            let ran = last_output.take().expect("a summary follows a shell block");
+            assert_eq!(
+                summary(&ran),
+                summary(&block.text),
+                "{guide}: what run printed, against what the guide shows:\n{ran}"
+            );
+            shown += 1;
+        }
+    }
+    assert!(shown > 0, "{guide} shows what a run prints");
+}
+
+/// Runs one shell block in `dir`; it must succeed. Returns what it printed.
+fn run_block(dir: &Path, path: &str, script: &str, guide: &str) -> String {
+    let out = Command::new("bash")
+        .args(["-e", "-o", "pipefail", "-c", script])
+        .current_dir(dir)
+        .env("PATH", path)
+        .env_remove("QHOST_CONFIG")
+        .env_remove("CARGO_TARGET_DIR")
+        .envs(ADMIN_ENV)
+        .output()
+        .expect("running bash");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{guide}: the block\n{script}\nfailed:\n{stdout}{stderr}"
+    );
+    stdout
+}
+
+#[test]
+fn the_rust_guide_runs_as_written() {
+    run_guide("handlers-rust.md", "## What the host does for you");
+}
+
+#[test]
+fn the_python_guide_runs_as_written() {
+    qhost_e2e::built_guests(); // leaves componentize-py in pip's cache
+    run_guide("handlers-python.md", "## Exceptions");
+}
+
+#[test]
+fn the_javascript_guide_runs_as_written() {
+    qhost_e2e::built_guests(); // leaves componentize-js in npm's cache
+    run_guide("handlers-javascript.md", "## Exceptions");
+}
+
+#[test]
+fn a_walk_through_is_read_block_by_block_up_to_its_end() {
+    let guide = "# T\n```toml\n# Cargo.toml\n[package]\n```\n```sh\nqhost run\n```\n\
+                 ```text\nqueue  plugin  received\ng  h  1\n```\n## Stop\n```sh\nnot run\n```\n";
+    let blocks = walk_through(guide, "## Stop");
+    let langs: Vec<&str> = blocks.iter().map(|b| b.lang.as_str()).collect();
+    assert_eq!(langs, ["toml", "sh", "text"]);
+    assert_eq!(file_name(&blocks[0]), Some("Cargo.toml"));
+    assert_eq!(file_name(&blocks[1]), None);
+    assert_eq!(summary(&blocks[2].text), ["queue plugin received", "g h 1"]);
+    let run = "queue g: plugin h loads\nqueue a  received\n1 2\n\nafter";
+    assert_eq!(summary(run), ["queue a received", "1 2"]);
+}
