@@ -101,6 +101,12 @@ impl Acker {
         (acker, task)
     }
 
+    /// Receipts handed over and not yet deleted (or given up on).
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> usize {
+        self.pending.load(Ordering::Relaxed)
+    }
+
     /// Queues a receipt for deletion.
     pub(crate) fn ack(&self, receipt: String) {
         self.pending.fetch_add(1, Ordering::Relaxed);

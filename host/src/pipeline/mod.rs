@@ -40,12 +40,16 @@ mod completer;
 mod context;
 mod deadletter;
 mod delivery;
+#[cfg(test)]
+mod fates;
 mod heartbeat;
 mod outbox;
 mod outbox_mark;
 mod receive;
 mod route;
 mod run;
+#[cfg(test)]
+mod test_bed;
 
 pub(crate) use acker::{AckTask, Acker};
 pub(crate) use completer::Completer;
