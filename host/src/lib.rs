@@ -21,7 +21,8 @@
 //! | [`handler`]     | what the pipeline invokes: a [`handler::Plugin`], wasm or native       |
 //! | [`payload`]     | claim check: payload stores (Redis, S3, local), pointers, allow-list  |
 //! | `pipeline`      | the data path: receive, route, lease, run, one fate per delivery      |
-//! | [`host`]        | wiring: backends by configuration, pollers, shutdown                  |
+//! | [`host`]        | wiring: backends by configuration and start-up checks ([`host::StartError`]), |
+//! |                 | pollers, shutdown                                                     |
 //! | [`dlq`]         | dead letters read and redriven (`qhost dlq`)                          |
 //! | [`oneshot`]     | one message through one plugin file, no queue or store (`invoke`)     |
 //! | [`scaffold`]    | a new handler project in Rust, Python or JavaScript (`new`)           |

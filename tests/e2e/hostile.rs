@@ -600,7 +600,7 @@ async fn an_unreadable_embedded_row_is_dead_lettered_alone() {
     let bodies = ["ack 1", "poison", "ack 2"];
     let msgs: Vec<_> = bodies.iter().map(|b| Outgoing::new("jobs", *b)).collect();
     setup.send(&msgs).await;
-    let db = rusqlite::Connection::open(setup.env.data_dir().join("qhost.db")).unwrap();
+    let db = rusqlite::Connection::open(qhost::config::database_in(&setup.env.data_dir())).unwrap();
     db.execute(
         "UPDATE messages SET attributes = '{not json' WHERE body = ?1",
         [b"poison".as_slice()],

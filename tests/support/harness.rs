@@ -111,13 +111,16 @@ impl TestEnv {
 
     /// The local idempotency store in this environment's data directory, for inspecting keys.
     pub fn store(&self) -> LocalStore {
-        LocalStore::open(Some(&self.data_dir().join("qhost.db"))).expect("local store")
+        LocalStore::open(Some(&qhost::config::database_in(&self.data_dir()))).expect("local store")
     }
 
     /// The local queue in this environment's data directory, for sending and peeking.
     pub fn queue(&self) -> LocalQueue {
-        LocalQueue::open(Some(&self.data_dir().join("qhost.db")), Default::default())
-            .expect("local queue")
+        LocalQueue::open(
+            Some(&qhost::config::database_in(&self.data_dir())),
+            Default::default(),
+        )
+        .expect("local queue")
     }
 }
 

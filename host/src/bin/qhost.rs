@@ -608,7 +608,7 @@ fn local_queue(config: &Config) -> anyhow::Result<qhost::source::local::LocalQue
     if config.source != qhost::config::SourceKind::Local {
         bail!("this works on the local queue only (source.kind = \"local\")");
     }
-    let path = config.data_dir.as_ref().map(|d| d.join("qhost.db"));
+    let path = config.database();
     qhost::source::local::LocalQueue::open(path.as_deref(), Default::default())
 }
 

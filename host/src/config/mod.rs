@@ -8,7 +8,7 @@ pub mod file;
 pub mod payload;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -167,7 +167,18 @@ impl Default for Config {
     }
 }
 
+/// The embedded database in `data_dir`: one file holds the local queue and the local store, so
+/// every part of qhost (and a test inspecting them) opens the same one.
+pub fn database_in(data_dir: &Path) -> PathBuf {
+    data_dir.join("qhost.db")
+}
+
 impl Config {
+    /// The embedded backends' database file, or `None` to keep it in memory.
+    pub fn database(&self) -> Option<PathBuf> {
+        self.data_dir.as_deref().map(database_in)
+    }
+
     /// Parses and checks configuration text.
     pub fn parse(text: &str) -> anyhow::Result<Self> {
         Self::from_raw(parse_raw(text)?)

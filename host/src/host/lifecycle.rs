@@ -1,0 +1,213 @@
+//! The host's lifecycle: run (pollers, readiness, the plugin watcher), drain at shutdown, and
+//! run until idle.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::{Host, IDLE_CHECK, RELEASE_DEADLINE};
+use crate::admin::health;
+use crate::config::Config;
+use crate::pipeline::{AckTask, Acker, Completer, OutboxMarks, QueueCtx, Shared, run_poller};
+use crate::progress::Progress;
+use crate::runtime::registry::Registry;
+use crate::runtime::{status, watch};
+use crate::source::QueueSource;
+
+impl Host {
+    /// Runs until `shutdown` is cancelled, then drains. Meanwhile the queues and the store are
+    /// checked for readiness, which ends with `shutdown`.
+    pub async fn run(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let watcher = self.watch_plugins()?;
+        let checks = self.watch_health(&shutdown);
+        let result = self.consume(shutdown).await;
+        checks.cancel();
+        if let Some(stop) = watcher {
+            stop.cancel();
+        }
+        if let Some(file) = self.status_file() {
+            status::remove_own(&file);
+        }
+        result
+    }
+
+    /// Starts the readiness checks, and marks the host draining once `shutdown` fires.
+    fn watch_health(&self, shutdown: &CancellationToken) -> CancellationToken {
+        let stop = CancellationToken::new();
+        let parts = health::Checked {
+            config: Arc::clone(&self.config),
+            source: Arc::clone(&self.source),
+            store: Arc::clone(&self.store),
+            metrics: Arc::clone(&self.metrics),
+            stats: Arc::clone(&self.stats),
+        };
+        tokio::spawn(health::watch(Arc::clone(&self.health), parts, stop.clone()));
+        let (health, shutdown, ended) = (Arc::clone(&self.health), shutdown.clone(), stop.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = shutdown.cancelled() => health.set_draining(),
+                _ = ended.cancelled() => {}
+            }
+        });
+        stop
+    }
+
+    /// The file where this host reports its plugins, if it has a data directory.
+    fn status_file(&self) -> Option<std::path::PathBuf> {
+        self.plugins.as_ref()?;
+        self.config.data_dir.as_deref().map(status::path)
+    }
+
+    /// Publishes the plugin status and, if configured, starts watching the plugins directory.
+    fn watch_plugins(&self) -> anyhow::Result<Option<CancellationToken>> {
+        let Some(plugins) = &self.plugins else {
+            return Ok(None);
+        };
+        let file = self.status_file();
+        let publish = move |registry: &Registry| {
+            if let Some(file) = &file
+                && let Err(e) = status::write(file, registry)
+            {
+                tracing::warn!(error = %format!("{e:#}"), "could not publish plugin status");
+            }
+        };
+        publish(&self.registry);
+        if !self.config.watch_plugins {
+            return Ok(None);
+        }
+        let stop = CancellationToken::new();
+        let registry = Arc::clone(&self.registry);
+        watch::spawn(Arc::clone(plugins), stop.clone(), move |_| {
+            publish(&registry)
+        })?;
+        Ok(Some(stop))
+    }
+
+    async fn consume(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let shared = Arc::new(self.shared());
+        let mut ackers = Vec::new();
+        let pollers = TaskTracker::new();
+        for q in &self.config.queues {
+            let progress = Arc::new(Progress::new());
+            self.health.track(&q.name, Arc::clone(&progress));
+            let (acker, task) = Acker::spawn(
+                Arc::clone(&self.source),
+                q.name.clone(),
+                Arc::clone(&self.stats),
+                progress,
+            );
+            ackers.push((q.name.clone(), task));
+            let ctx = Arc::new(QueueCtx {
+                shared: Arc::clone(&shared),
+                config: q.clone(),
+                acker,
+            });
+            tracing::info!(queue = %q.name, plugin = %q.plugin, pollers = q.pollers, "consuming");
+            for _ in 0..q.pollers {
+                pollers.spawn(run_poller(Arc::clone(&ctx), shutdown.clone()));
+            }
+        }
+        pollers.close();
+        pollers.wait().await;
+        self.drain(&shared).await;
+        flush_acks(ackers).await;
+        Ok(())
+    }
+
+    /// Runs until every consumed queue is empty and nothing is in flight (or `shutdown`).
+    pub async fn run_until_idle(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let idle = shutdown.child_token();
+        let watcher = tokio::spawn(watch_idle(
+            self.source(),
+            self.config.clone(),
+            Arc::clone(&self.registry),
+            idle.clone(),
+        ));
+        let result = self.run(idle.clone()).await;
+        idle.cancel();
+        watcher.await.context("idle watcher failed")?;
+        result
+    }
+
+    fn shared(&self) -> Shared {
+        Shared {
+            config: Arc::clone(&self.config),
+            source: Arc::clone(&self.source),
+            store: Arc::clone(&self.store),
+            registry: Arc::clone(&self.registry),
+            stats: Arc::clone(&self.stats),
+            metrics: Arc::clone(&self.metrics),
+            in_flight: Arc::new(Semaphore::new(self.config.max_in_flight)),
+            tasks: TaskTracker::new(),
+            abandon: self.abandon.child_token(),
+            completer: Completer::spawn(Arc::clone(&self.store)),
+            payloads: Arc::clone(&self.payloads),
+            tracer: self.tracer.clone(),
+            outbox_marks: OutboxMarks::default(),
+        }
+    }
+
+    /// Waits for in-flight messages for the grace period (or until abandoned), then releases
+    /// the rest, waiting for that no longer than [`RELEASE_DEADLINE`].
+    async fn drain(&self, shared: &Shared) {
+        shared.tasks.close();
+        let finished = tokio::select! {
+            r = tokio::time::timeout(self.config.shutdown_grace, shared.tasks.wait()) => r.is_ok(),
+            _ = shared.abandon.cancelled() => false,
+        };
+        if finished {
+            return;
+        }
+        tracing::warn!(grace = ?self.config.shutdown_grace, running = shared.tasks.len(), "releasing unfinished messages");
+        shared.abandon.cancel();
+        if tokio::time::timeout(RELEASE_DEADLINE, shared.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::error!(stuck = shared.tasks.len(), deadline = ?RELEASE_DEADLINE, "deliveries still waiting on a backend call after the release deadline; their messages come back when their visibility timeout lapses");
+        }
+    }
+}
+
+/// Closes every queue's ack task, together, and reports the deletes none could confirm.
+async fn flush_acks(ackers: Vec<(String, AckTask)>) {
+    let closing = ackers.into_iter().map(|(queue, task)| async move {
+        if let Err(unconfirmed) = task.close(RELEASE_DEADLINE).await {
+            tracing::error!(%queue, unconfirmed, deadline = ?RELEASE_DEADLINE, "deletes not confirmed at shutdown; those messages will be delivered again and found completed");
+        }
+    });
+    futures_util::future::join_all(closing).await;
+}
+
+/// Cancels `idle` once all consumed queues hold no messages, visible or not. A queue whose
+/// plugin is not loaded is not consumed, so it is not waited for (its messages stay).
+async fn watch_idle(
+    source: Arc<dyn QueueSource>,
+    config: Arc<Config>,
+    registry: Arc<Registry>,
+    idle: CancellationToken,
+) {
+    while !idle.is_cancelled() {
+        tokio::select! {
+            _ = idle.cancelled() => return,
+            _ = tokio::time::sleep(IDLE_CHECK) => {}
+        }
+        let mut empty = true;
+        for q in (config.queues.iter()).filter(|q| registry.get(&q.plugin).is_some()) {
+            match source.depth(&q.name).await {
+                Ok(d) if d.total() == 0 => {}
+                Ok(_) => empty = false,
+                Err(e) => {
+                    tracing::warn!(queue = %q.name, error = %e, "could not read queue depth");
+                    empty = false;
+                }
+            }
+        }
+        if empty {
+            idle.cancel();
+        }
+    }
+}

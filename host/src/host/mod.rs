@@ -1,0 +1,203 @@
+//! The host: backends chosen by configuration, plugins loaded, one poller per queue, and an
+//! orderly shutdown.
+//!
+//! Shutdown is passed in as a token. When it fires, pollers stop receiving; in-flight handlers
+//! get the grace period to finish; whatever is still running then is released (lease given
+//! back, message made visible) so another worker can take it at once; ack batches are flushed.
+//! The release and the flush each have a hard deadline ([`RELEASE_DEADLINE`]), so a call that
+//! hangs (an SDK request, a guest blocked in a host call) cannot keep the process from ending:
+//! what it held comes back when its visibility timeout lapses. A second token
+//! ([`Host::abandon_on`]) skips the rest of the grace period and releases at once. Shutdown
+//! reports what is true: deliveries still running after the release, and deletes handed to the
+//! ack tasks but not confirmed, each counted on its own.
+//!
+//! [`open`] opens the backends and makes the start-up checks; [`lifecycle`] runs and drains.
+
+mod lifecycle;
+mod open;
+
+pub use open::{StartError, open_plugins_unchecked, open_source, open_source_for, runtime_for};
+pub(crate) use open::{open_plugins, open_store};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::{Health, HostView};
+use crate::config::Config;
+use crate::idempotency::IdempotencyStore;
+use crate::metrics::Metrics;
+use crate::payload::Payloads;
+use crate::runtime::registry::Registry;
+use crate::runtime::reload::PluginDir;
+use crate::source::QueueSource;
+use crate::stats::Stats;
+use crate::traces::Tracer;
+
+/// How long releasing unfinished messages (after the grace period) and flushing the last acks
+/// may take before the host stops waiting for them.
+pub const RELEASE_DEADLINE: Duration = Duration::from_secs(10);
+/// How often `run_until_idle` checks whether all work is done.
+const IDLE_CHECK: Duration = Duration::from_millis(100);
+/// Instances kept free beyond the in-flight cap, for checks, reloads and the idle instances of
+/// plugins that reuse them.
+const SPARE_INSTANCES: u32 = 16;
+
+/// A configured host, ready to run.
+pub struct Host {
+    config: Arc<Config>,
+    source: Arc<dyn QueueSource>,
+    store: Arc<dyn IdempotencyStore>,
+    registry: Arc<Registry>,
+    plugins: Option<Arc<PluginDir>>,
+    payloads: Arc<Payloads>,
+    stats: Arc<Stats>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    abandon: CancellationToken,
+    /// Starts each delivery's span, when traces are on.
+    tracer: Option<Tracer>,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Host {
+    /// A host with the backends and plugins the configuration names.
+    pub async fn from_config(config: Config) -> anyhow::Result<Self> {
+        let plugins = open_plugins(&config).await?;
+        let source = open_source(&config)
+            .await
+            .context("opening the queue backend")?;
+        Self::with_plugins(config, source, plugins).await
+    }
+
+    /// A host with the plugins and idempotency store the configuration names, consuming from a
+    /// queue backend the caller built (an SQS client with its own credentials, say).
+    pub async fn with_source(config: Config, source: Arc<dyn QueueSource>) -> anyhow::Result<Self> {
+        let plugins = open_plugins(&config).await?;
+        Self::with_plugins(config, source, plugins).await
+    }
+
+    async fn with_plugins(
+        config: Config,
+        source: Arc<dyn QueueSource>,
+        plugins: Arc<PluginDir>,
+    ) -> anyhow::Result<Self> {
+        let store = open_store(&config)
+            .await
+            .context("opening the idempotency store")?;
+        let payloads = Payloads::open(&config)
+            .await
+            .context("opening the payload stores")?;
+        let mut host = Host::assemble(config, source, store, Arc::clone(plugins.registry()));
+        host.plugins = Some(plugins);
+        Ok(host.with_payloads(payloads))
+    }
+
+    /// A host from parts (for embedding, tests and benchmarks). Its plugins are the ones given;
+    /// no directory is watched.
+    pub fn new(
+        config: Config,
+        source: Arc<dyn QueueSource>,
+        store: Arc<dyn IdempotencyStore>,
+        registry: Registry,
+    ) -> Self {
+        Host::assemble(config, source, store, Arc::new(registry))
+    }
+
+    fn assemble(
+        config: Config,
+        source: Arc<dyn QueueSource>,
+        store: Arc<dyn IdempotencyStore>,
+        registry: Arc<Registry>,
+    ) -> Self {
+        let stats = Arc::new(Stats::default());
+        let metrics = Metrics::new(&config, Arc::clone(&stats), Arc::clone(&registry));
+        Host {
+            config: Arc::new(config),
+            source,
+            store,
+            registry,
+            plugins: None,
+            payloads: Arc::new(Payloads::disabled()),
+            stats,
+            metrics: Arc::new(metrics),
+            health: Arc::default(),
+            abandon: CancellationToken::new(),
+            tracer: None,
+        }
+    }
+
+    /// Ends the grace period early when `abandon` fires (a second signal, say): unfinished
+    /// messages are released at once.
+    pub fn abandon_on(mut self, abandon: CancellationToken) -> Self {
+        self.abandon = abandon;
+        self
+    }
+
+    /// Traces each delivery with `tracer` (see [`crate::traces`]).
+    pub fn traced_by(mut self, tracer: Tracer) -> Self {
+        self.tracer = Some(tracer);
+        self
+    }
+
+    /// Uses these payload stores (a host from parts has none).
+    pub fn with_payloads(mut self, mut payloads: Payloads) -> Self {
+        payloads.count_into(Arc::clone(&self.stats));
+        self.payloads = Arc::new(payloads);
+        self
+    }
+
+    /// The payload stores.
+    pub fn payloads(&self) -> Arc<Payloads> {
+        Arc::clone(&self.payloads)
+    }
+
+    /// The plugins directory this host loads from, if it was built from a configuration.
+    pub fn plugin_dir(&self) -> Option<&Arc<PluginDir>> {
+        self.plugins.as_ref()
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> Arc<Stats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.metrics)
+    }
+
+    /// What the admin listener serves for this host.
+    pub fn admin_view(&self) -> HostView {
+        HostView {
+            metrics: Arc::clone(&self.metrics),
+            health: Arc::clone(&self.health),
+            config: Arc::clone(&self.config),
+            plugins: Arc::clone(&self.registry),
+        }
+    }
+
+    /// The queue backend.
+    pub fn source(&self) -> Arc<dyn QueueSource> {
+        Arc::clone(&self.source)
+    }
+
+    /// The idempotency backend.
+    pub fn store(&self) -> Arc<dyn IdempotencyStore> {
+        Arc::clone(&self.store)
+    }
+
+    /// The loaded plugins.
+    pub fn registry(&self) -> Arc<Registry> {
+        Arc::clone(&self.registry)
+    }
+}

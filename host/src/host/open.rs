@@ -1,0 +1,374 @@
+//! Opening the backends a configuration names, and the checks that refuse a start which would
+//! fail later: a missing SQS queue or dead-letter queue, a queue routed to a plugin with no
+//! file or one that did not load, a plugin that may outlive a message's visibility without a
+//! heartbeat. Each refusal is a [`StartError`] an embedder can branch on, with the field to fix.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::SPARE_INSTANCES;
+use crate::config::{Config, SourceKind, StoreKind};
+use crate::idempotency::IdempotencyStore;
+use crate::idempotency::local::LocalStore;
+use crate::idempotency::redis::RedisStore;
+use crate::runtime::engine::{EngineSettings, Runtime};
+use crate::runtime::loader;
+use crate::runtime::registry::Registry;
+use crate::runtime::reload::PluginDir;
+use crate::source::local::{LocalQueue, Redrive};
+use crate::source::sqs::SqsQueue;
+use crate::source::{QueueSource, SourceError};
+
+/// Why the host refused to start: each names what to fix. Other failures at start (a store
+/// that cannot be reached, a file that cannot be read) stay plain errors with their context.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// An SQS queue the configuration names does not exist.
+    #[error("{}SQS queue `{queue}` does not exist", .field.as_ref().map(|f| format!("{f}: ")).unwrap_or_default())]
+    NoQueue {
+        /// The configuration field that names it (`queue[0].dead-letter`), if one does.
+        field: Option<String>,
+        /// The queue's name.
+        queue: String,
+    },
+    /// SQS could not be asked whether a queue exists.
+    #[error("cannot reach SQS to resolve queue `{queue}`: {error}")]
+    Unreachable {
+        /// The queue being resolved.
+        queue: String,
+        /// What the call said (in the message, so not also a cause that `{:#}` would repeat).
+        error: SourceError,
+    },
+    /// The plugins directory does not exist.
+    #[error(
+        "plugins directory {} does not exist: create it and put NAME.wasm files there, or name another with plugins-dir (--plugins-dir)",
+        .dir.display()
+    )]
+    NoPluginsDir {
+        /// The directory, absolute.
+        dir: PathBuf,
+    },
+    /// A queue routes to a plugin with no file in the plugins directory.
+    #[error(
+        "queue[{index}].plugin: queue `{queue}` routes to plugin `{plugin}`, but there is no {plugin}.wasm in {} (found: {})",
+        .dir.display(),
+        if .found.is_empty() { "none".to_string() } else { .found.join(", ") }
+    )]
+    NoPluginFile {
+        /// The queue's place in the configuration.
+        index: usize,
+        /// The queue's name.
+        queue: String,
+        /// The plugin it names.
+        plugin: String,
+        /// The plugins directory.
+        dir: PathBuf,
+        /// The plugins the directory holds.
+        found: Vec<String>,
+    },
+    /// A queue routes to a plugin (its own, or one of its routes) that did not load.
+    #[error(
+        "queue[{index}]: queue `{queue}` routes to plugin `{plugin}`, which did not load: {reason}\n\
+         check it with `qhost plugins check {}`; to start anyway, with this queue waiting \
+         unconsumed until the plugin loads, set allow-unloaded-plugins = true \
+         (or `qhost run --allow-unloaded-plugins`)",
+        .file.display()
+    )]
+    PluginNotLoaded {
+        /// The queue's place in the configuration.
+        index: usize,
+        /// The queue's name.
+        queue: String,
+        /// The plugin that did not load.
+        plugin: String,
+        /// Its load error, or that no file loaded.
+        reason: String,
+        /// Its file.
+        file: PathBuf,
+    },
+    /// Without a heartbeat, a plugin may run longer than its message stays hidden.
+    #[error(
+        "queue[{index}].heartbeat is false and `{queue}` hides a message for {visibility:?}, but plugin `{plugin}` may run for {timeout:?} (limits.timeout-ms): its messages would be delivered again while they run"
+    )]
+    OutlivesVisibility {
+        /// The queue's place in the configuration.
+        index: usize,
+        /// The queue's name.
+        queue: String,
+        /// How long it hides a received message.
+        visibility: std::time::Duration,
+        /// The plugin.
+        plugin: String,
+        /// How long the plugin may run.
+        timeout: std::time::Duration,
+    },
+}
+
+/// The local queue's redrive policies, from the queue configuration.
+fn redrives(config: &Config) -> HashMap<String, Redrive> {
+    config
+        .queues
+        .iter()
+        .filter_map(|q| {
+            let max_receives = q.max_receives?;
+            Some((
+                q.name.clone(),
+                Redrive {
+                    dead_letter: q.dead_letter.clone(),
+                    max_receives,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// Opens the queue backend the configuration names. For SQS, every consumed queue and its
+/// dead-letter queue must exist: a missing one (or an unreachable endpoint) is one clear error
+/// here, not a stream of failures later.
+pub async fn open_source(config: &Config) -> anyhow::Result<Arc<dyn QueueSource>> {
+    open_source_checking(config, None).await
+}
+
+/// Opens the queue backend for a one-off command that uses only `queues`: for SQS those must
+/// exist, and the configured consumed queues need not (sending to one queue works on a
+/// configuration whose other queues are not created yet).
+pub async fn open_source_for(
+    config: &Config,
+    queues: &[&str],
+) -> anyhow::Result<Arc<dyn QueueSource>> {
+    open_source_checking(config, Some(queues)).await
+}
+
+async fn open_source_checking(
+    config: &Config,
+    only: Option<&[&str]>,
+) -> anyhow::Result<Arc<dyn QueueSource>> {
+    match &config.source {
+        SourceKind::Local => {
+            let path = config.database();
+            Ok(Arc::new(LocalQueue::open(
+                path.as_deref(),
+                redrives(config),
+            )?))
+        }
+        SourceKind::Sqs(settings) => {
+            settings.check().await?;
+            let sqs = SqsQueue::connect(settings).await;
+            for q in &config.queues {
+                if let Some(url) = &q.url {
+                    sqs.set_url(&q.name, url);
+                }
+            }
+            match only {
+                None => check_queues(&sqs, config).await?,
+                Some(names) => {
+                    for name in names {
+                        check_queue(&sqs, name, None).await?;
+                    }
+                }
+            }
+            Ok(Arc::new(sqs))
+        }
+    }
+}
+
+/// Resolves queue `name`, which configuration `field` names (if one does).
+async fn check_queue(sqs: &SqsQueue, name: &str, field: Option<String>) -> Result<(), StartError> {
+    sqs.url(name).await.map(drop).map_err(|e| match e {
+        SourceError::UnknownQueue(_) => StartError::NoQueue {
+            field,
+            queue: name.to_string(),
+        },
+        error => StartError::Unreachable {
+            queue: name.to_string(),
+            error,
+        },
+    })
+}
+
+async fn check_queues(sqs: &SqsQueue, config: &Config) -> Result<(), StartError> {
+    for (i, q) in config.queues.iter().enumerate() {
+        for (field, name) in [("name", &q.name), ("dead-letter", &q.dead_letter)] {
+            check_queue(sqs, name, Some(format!("queue[{i}].{field}"))).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Opens the idempotency backend the configuration names.
+pub(crate) async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn IdempotencyStore>> {
+    match &config.store {
+        StoreKind::Local => {
+            let path = config.database();
+            Ok(Arc::new(LocalStore::open(path.as_deref())?))
+        }
+        StoreKind::Redis(target) => Ok(Arc::new(RedisStore::connect_to(target).await?)),
+    }
+}
+
+/// The engine sized for this configuration, with its compiled-code cache.
+pub fn runtime_for(config: &Config) -> anyhow::Result<Runtime> {
+    let runtime = Runtime::new(EngineSettings {
+        max_instances: config.max_in_flight as u32 + SPARE_INSTANCES,
+        max_memory_mib: config.max_plugin_memory_mib,
+        send: config.payload.send_shape(),
+        idle_instances: SPARE_INSTANCES / 2,
+    })?
+    .with_secrets(config.secrets.clone());
+    let runtime = match &config.http_ca_file {
+        Some(ca_file) => runtime.with_http_ca(ca_file)?,
+        None => runtime,
+    };
+    match &config.compiled_cache {
+        Some(dir) => runtime.with_cache(dir),
+        None => Ok(runtime),
+    }
+}
+
+/// Loads the plugins directory into a new registry, logging each file that does not load, and
+/// checks that every queue routes to a plugin that at least has a file there.
+pub(crate) async fn open_plugins(config: &Config) -> anyhow::Result<Arc<PluginDir>> {
+    let plugins = open_plugins_unchecked(config).await?;
+    check_routes(config, &config.plugins_dir)?;
+    check_loaded(config, plugins.registry())?;
+    check_deadlines(config, plugins.registry())?;
+    Ok(plugins)
+}
+
+/// A queue whose plugin (or one of its routes) did not load would take none of its messages:
+/// refused at start with the load error, unless the configuration allows it (the queue then
+/// waits, unconsumed, until the plugin loads).
+fn check_loaded(config: &Config, registry: &Registry) -> Result<(), StartError> {
+    if config.allow_unloaded_plugins {
+        return Ok(());
+    }
+    for (i, q) in config.queues.iter().enumerate() {
+        for name in q.plugins() {
+            if registry.get(name).is_some() {
+                continue;
+            }
+            return Err(StartError::PluginNotLoaded {
+                index: i,
+                queue: q.name.clone(),
+                plugin: name.to_string(),
+                reason: registry.why_not_serving(name),
+                file: config.plugins_dir.join(format!("{name}.wasm")),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Loads the plugins directory into a new registry, without checking the queues' routes.
+pub async fn open_plugins_unchecked(config: &Config) -> anyhow::Result<Arc<PluginDir>> {
+    let dir = config.plugins_dir.clone();
+    if !dir.is_dir() {
+        let dir = std::path::absolute(&dir).unwrap_or(dir);
+        return Err(StartError::NoPluginsDir { dir }.into());
+    }
+    let runtime = runtime_for(config)?;
+    let plugins = Arc::new(PluginDir::new(runtime, &dir, Arc::default()));
+    let report = {
+        let plugins = Arc::clone(&plugins);
+        tokio::task::spawn_blocking(move || plugins.sync()).await??
+    };
+    report.log(plugins.registry());
+    let counters = plugins.runtime().counters();
+    tracing::info!(
+        compiled = counters.compiled(),
+        from_cache = counters.cache_hits(),
+        "plugins ready"
+    );
+    Ok(plugins)
+}
+
+/// Without a heartbeat nothing extends a message's visibility while its handler runs, so a
+/// plugin that may run longer than that would have its message delivered again mid-run:
+/// refused at start.
+fn check_deadlines(config: &Config, registry: &Registry) -> Result<(), StartError> {
+    for (i, q) in config
+        .queues
+        .iter()
+        .enumerate()
+        .filter(|(_, q)| !q.heartbeat)
+    {
+        for name in q.plugins() {
+            let Some(plugin) = registry.get(name) else {
+                continue;
+            };
+            let timeout = plugin.manifest.timeout();
+            if timeout > q.visibility {
+                return Err(StartError::OutlivesVisibility {
+                    index: i,
+                    queue: q.name.clone(),
+                    visibility: q.visibility,
+                    plugin: name.to_string(),
+                    timeout,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A queue naming a plugin with no file is a configuration mistake, refused at start.
+fn check_routes(config: &Config, dir: &Path) -> anyhow::Result<()> {
+    for (i, q) in config.queues.iter().enumerate() {
+        if !dir.join(format!("{}.wasm", q.plugin)).is_file() {
+            let found: Vec<String> = loader::plugin_files(dir)?
+                .iter()
+                .filter_map(|p| loader::plugin_name(p))
+                .collect();
+            return Err(StartError::NoPluginFile {
+                index: i,
+                queue: q.name.clone(),
+                plugin: q.plugin.clone(),
+                dir: dir.to_path_buf(),
+                found,
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_the_field_to_fix_and_says_its_cause_once() {
+        let missing = |field: Option<&str>| StartError::NoQueue {
+            field: field.map(String::from),
+            queue: "jobs-dlq".into(),
+        };
+        assert_eq!(
+            missing(Some("queue[0].dead-letter")).to_string(),
+            "queue[0].dead-letter: SQS queue `jobs-dlq` does not exist"
+        );
+        assert_eq!(
+            missing(None).to_string(),
+            "SQS queue `jobs-dlq` does not exist"
+        );
+        let unreachable = anyhow::Error::from(StartError::Unreachable {
+            queue: "jobs".into(),
+            error: SourceError::TimedOut("GetQueueUrl".into()),
+        });
+        assert_eq!(
+            format!("{unreachable:#}"),
+            "cannot reach SQS to resolve queue `jobs`: GetQueueUrl: no answer within the deadline"
+        );
+        let no_file = StartError::NoPluginFile {
+            index: 1,
+            queue: "jobs".into(),
+            plugin: "mailer".into(),
+            dir: PathBuf::from("/srv/plugins"),
+            found: vec![],
+        };
+        assert_eq!(
+            no_file.to_string(),
+            "queue[1].plugin: queue `jobs` routes to plugin `mailer`, but there is no mailer.wasm in /srv/plugins (found: none)"
+        );
+    }
+}
