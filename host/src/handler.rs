@@ -4,14 +4,10 @@
 //! same trait, which lets benchmarks measure the sandbox against a baseline and lets qhost be
 //! embedded as a library. The pipeline cannot tell the two apart.
 
-use std::sync::Arc;
 use std::time::Duration;
-
-use tokio::sync::Semaphore;
 
 use crate::message::{Attribute, Outgoing};
 use crate::runtime::Costs;
-use crate::runtime::manifest::Manifest;
 
 /// The message a handler sees: the queue's message plus what the host decided about it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,77 +121,5 @@ where
 {
     async fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
         self(msg)
-    }
-}
-
-/// A loaded plugin: name, version, policy and the code to run.
-#[derive(Clone)]
-pub struct Plugin {
-    /// The name messages are routed by (the file stem for `.wasm` plugins).
-    pub name: String,
-    /// A short content hash for wasm plugins; what the embedder says for native ones.
-    pub version: String,
-    /// Limits, idempotency policy and config.
-    pub manifest: Manifest,
-    invoker: Arc<dyn Invoke>,
-    slots: Option<Arc<Semaphore>>,
-}
-
-impl std::fmt::Debug for Plugin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Plugin")
-            .field("name", &self.name)
-            .field("version", &self.version)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Plugin {
-    /// A plugin from any invoker.
-    pub fn new(
-        name: impl Into<String>,
-        version: impl Into<String>,
-        manifest: Manifest,
-        invoker: Arc<dyn Invoke>,
-    ) -> Self {
-        let slots = manifest
-            .limits
-            .concurrency
-            .map(|n| Arc::new(Semaphore::new(n as usize)));
-        Plugin {
-            name: name.into(),
-            version: version.into(),
-            manifest,
-            invoker,
-            slots,
-        }
-    }
-
-    /// The plugin's concurrency limit, if its manifest sets one: a call holds a permit.
-    pub fn slots(&self) -> Option<&Arc<Semaphore>> {
-        self.slots.as_ref()
-    }
-
-    /// Takes over the permits of the version this one replaces (when the limit is the same),
-    /// so calls finishing on the old version still count against the limit during a reload.
-    pub fn share_slots_with(&mut self, old: &Plugin) {
-        if self.manifest.limits.concurrency == old.manifest.limits.concurrency {
-            self.slots = old.slots.clone();
-        }
-    }
-
-    /// Handles one message.
-    pub async fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
-        self.invoker.invoke(msg).await
-    }
-
-    /// Time spent instantiating and calling this plugin so far (`None` for native handlers).
-    pub fn costs(&self) -> Option<Costs> {
-        self.invoker.costs()
-    }
-
-    /// This version's outbound HTTP requests by result.
-    pub fn http_requests(&self) -> Vec<(&'static str, u64)> {
-        self.invoker.http_requests()
     }
 }

@@ -16,9 +16,11 @@
 //! | [`source`]      | the queue boundary ([`source::QueueSource`]); `sqs`, `local` (SQLite)  |
 //! | [`idempotency`] | leases and completed records ([`idempotency::IdempotencyStore`]); keys; |
 //! |                 | the fleet-wide rate limit ([`idempotency::rate`])                     |
-//! | [`runtime`]     | wasmtime engine, WIT bindings, guest state, plugin loading, registry; |
-//! |                 | outbound HTTP by grant (`runtime::http`)                              |
-//! | [`handler`]     | what the pipeline invokes: a [`handler::Plugin`], wasm or native       |
+//! | [`handler`]     | the invocation contract: message in, outcome out ([`handler::Invoke`]) |
+//! | [`runtime`]     | how one wasm call runs: engine, bindings, guest state, limits,       |
+//! |                 | outbound HTTP by grant (`runtime::http`); imports nothing of `plugin` |
+//! | [`plugin`]      | what the host serves: [`plugin::Plugin`], manifests, secrets, loading |
+//! |                 | (the one way into `runtime`), the registry, hot reload, status        |
 //! | [`payload`]     | claim check: payload stores (Redis, S3, local), pointers, allow-list  |
 //! | `pipeline`      | the data path: receive, route, lease, run, one fate per delivery      |
 //! | [`host`]        | wiring: backends by configuration and start-up checks ([`host::StartError`]), |
@@ -58,6 +60,7 @@ pub mod metrics;
 pub mod oneshot;
 pub mod payload;
 mod pipeline;
+pub mod plugin;
 mod progress;
 pub mod redis_link;
 pub mod runtime;

@@ -15,8 +15,8 @@ use crate::config::Config;
 use crate::handler::{Failure, HandlerMessage, Invocation};
 use crate::idempotency::key::KeyInput;
 use crate::message::Attribute;
+use crate::plugin::manifest::ConfigValue;
 use crate::runtime::Costs;
-use crate::runtime::manifest::ConfigValue;
 
 /// The message to run, and settings to change in the plugin's `[config]`.
 #[derive(Clone, Debug, Default)]
@@ -62,7 +62,7 @@ pub async fn invoke_file(config: &Config, path: &Path, request: Request) -> anyh
     let allow_http = request.allow_http;
     let (plugin, http_withheld) = tokio::task::spawn_blocking(move || {
         let mut withheld = Vec::new();
-        let loaded = crate::runtime::loader::load_file_with(&runtime, &file, |manifest| {
+        let loaded = crate::plugin::loader::load_file_with(&runtime, &file, |manifest| {
             let texts = overrides
                 .into_iter()
                 .map(|(k, v)| (k, ConfigValue::Text(v)));

@@ -8,7 +8,8 @@
 use std::time::{Duration, Instant};
 
 use qhost::Config;
-use qhost::handler::{Failure, HandlerMessage, Plugin};
+use qhost::handler::{Failure, HandlerMessage};
+use qhost::plugin::Plugin;
 
 const TIMEOUT: Duration = Duration::from_millis(200);
 
@@ -20,7 +21,7 @@ fn load() -> Plugin {
     let manifest = format!("[limits]\ntimeout-ms = {}\n", TIMEOUT.as_millis());
     std::fs::write(path.with_extension("toml"), manifest).expect("manifest");
     let runtime = qhost::host::runtime_for(&config).expect("engine");
-    qhost::runtime::loader::load_file(&runtime, &path).expect("loads")
+    qhost::plugin::loader::load_file(&runtime, &path).expect("loads")
 }
 
 fn message(body: &str, i: usize) -> HandlerMessage {

@@ -16,7 +16,8 @@ use std::time::Instant;
 
 use http_body_util::{BodyExt as _, Empty};
 use hyper::body::Bytes;
-use qhost::handler::{HandlerMessage, Outcome, Plugin};
+use qhost::handler::{HandlerMessage, Outcome};
+use qhost::plugin::Plugin;
 use qhost_e2e::api_server::ApiServer;
 use qhost_e2e::cpu::CpuTime;
 
@@ -48,7 +49,7 @@ fn load(api: &ApiServer) -> (tempfile::TempDir, Plugin) {
         ..Default::default()
     };
     let runtime = qhost::host::runtime_for(&config).expect("engine");
-    let plugin = qhost::runtime::loader::load_file(&runtime, &path).expect("loads");
+    let plugin = qhost::plugin::loader::load_file(&runtime, &path).expect("loads");
     (dir, plugin)
 }
 

@@ -10,10 +10,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use qhost::handler::{HandlerMessage, Outcome, Plugin};
+use qhost::handler::{HandlerMessage, Outcome};
 use qhost::idempotency::local::LocalStore;
 use qhost::message::Outgoing;
-use qhost::runtime::registry::Registry;
+use qhost::plugin::Plugin;
+use qhost::plugin::registry::Registry;
 use qhost::source::QueueSource;
 use qhost::source::local::LocalQueue;
 use qhost::{Config, Host};
@@ -43,7 +44,7 @@ fn load(bytes: &[u8], manifest: &str, config: &Config) -> Plugin {
     std::fs::write(&path, bytes).expect("plugin");
     std::fs::write(path.with_extension("toml"), manifest).expect("manifest");
     let runtime = qhost::host::runtime_for(config).expect("engine");
-    qhost::runtime::loader::load_file(&runtime, &path).expect("loads")
+    qhost::plugin::loader::load_file(&runtime, &path).expect("loads")
 }
 
 /// Mean microseconds per direct invocation, over `n`: in all, instantiating, in the call.

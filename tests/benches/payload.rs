@@ -10,7 +10,7 @@ use std::sync::Arc;
 use qhost::idempotency::local::LocalStore;
 use qhost::message::Outgoing;
 use qhost::payload::Payloads;
-use qhost::runtime::registry::Registry;
+use qhost::plugin::registry::Registry;
 use qhost::source::QueueSource;
 use qhost::source::local::LocalQueue;
 use qhost::{Config, Host};

@@ -15,13 +15,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use qhost::handler::{HandlerMessage, Invocation, Outcome, Plugin};
+use qhost::handler::{HandlerMessage, Invocation, Outcome};
 use qhost::idempotency::IdempotencyStore;
 use qhost::idempotency::local::LocalStore;
 use qhost::idempotency::redis::RedisStore;
 use qhost::message::Outgoing;
-use qhost::runtime::manifest::Manifest;
-use qhost::runtime::registry::Registry;
+use qhost::plugin::Plugin;
+use qhost::plugin::manifest::Manifest;
+use qhost::plugin::registry::Registry;
 use qhost::source::QueueSource;
 use qhost::source::local::LocalQueue;
 use qhost::traces::{Tracer, Traces};

@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use qhost::runtime::loader::version_of;
+use qhost::plugin::loader::version_of;
 use qhost::{Config, Host};
 use qhost_e2e::deploy;
 use qhost_e2e::harness::{Running, TestEnv, queue_toml, send_all};
@@ -156,7 +156,7 @@ async fn rename_to_served() {
     );
     println!(
         "  of which: debounce {:.0} ms, compiling the build alone {:.1} ms (median); the rest is sync, swap and the next poll",
-        ms(qhost::runtime::watch::DEBOUNCE),
+        ms(qhost::plugin::watch::DEBOUNCE),
         ms(compile)
     );
 }

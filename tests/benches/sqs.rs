@@ -25,7 +25,7 @@ use qhost::idempotency::IdempotencyStore;
 use qhost::idempotency::local::LocalStore;
 use qhost::idempotency::redis::RedisStore;
 use qhost::message::Outgoing;
-use qhost::runtime::registry::Registry;
+use qhost::plugin::registry::Registry;
 use qhost::source::QueueSource;
 use qhost::source::sqs::SqsQueue;
 use qhost::{Config, Host};

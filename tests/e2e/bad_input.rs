@@ -2,7 +2,7 @@
 //! plugins that trap, loop or eat memory, an unknown plugin in the configuration.
 
 use qhost::Host;
-use qhost::runtime::loader;
+use qhost::plugin::loader;
 use qhost::source::QueueSource;
 use qhost_e2e::harness::{TestEnv, attr, contents, queue_toml, run_until_idle, send_all};
 
@@ -172,8 +172,8 @@ async fn peak_concurrency(manifest: &str) -> usize {
         now: Arc::clone(&now),
         peak: Arc::clone(&peak),
     };
-    let manifest = qhost::runtime::manifest::Manifest::parse(manifest).expect("manifest");
-    let plugin = qhost::handler::Plugin::new("slow", "native", manifest, Arc::new(invoker));
+    let manifest = qhost::plugin::manifest::Manifest::parse(manifest).expect("manifest");
+    let plugin = qhost::plugin::Plugin::new("slow", "native", manifest, Arc::new(invoker));
     let mut config = env.config(&queue_toml("jobs", "slow"));
     config.max_in_flight = 16;
     let store = qhost::idempotency::local::LocalStore::open(None).expect("store");
@@ -181,7 +181,7 @@ async fn peak_concurrency(manifest: &str) -> usize {
         config,
         Arc::new(env.queue()),
         Arc::new(store),
-        qhost::runtime::registry::Registry::new([plugin]),
+        qhost::plugin::registry::Registry::new([plugin]),
     );
     let bodies: Vec<String> = (0..30).map(|i| i.to_string()).collect();
     let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();

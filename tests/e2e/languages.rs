@@ -35,7 +35,7 @@ fn install(env: &TestEnv, lang: &str, sent: &str, reuse: u32) -> String {
         )
         .replace("[limits]", &format!("[limits]\nreuse-instance = {reuse}"));
     env.install_bytes("email-reminder", &bytes, &manifest);
-    qhost::runtime::loader::version_of(&bytes)
+    qhost::plugin::loader::version_of(&bytes)
 }
 
 /// What every language must show: two emails with the key as Message-Id, from this version;

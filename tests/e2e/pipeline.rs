@@ -6,7 +6,7 @@ use std::time::Duration;
 use qhost::Host;
 use qhost::idempotency::KeyStatus;
 use qhost::message::Attribute;
-use qhost::runtime::registry::Registry;
+use qhost::plugin::registry::Registry;
 use qhost::source::QueueSource;
 use qhost_e2e::faults::FailingAcks;
 use qhost_e2e::harness::{Running, TestEnv, attr, contents, queue_toml, run_until_idle, send_all};

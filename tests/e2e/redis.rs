@@ -11,7 +11,7 @@ use qhost::idempotency::{
     Released,
 };
 use qhost::message::Outgoing;
-use qhost::runtime::registry::Registry;
+use qhost::plugin::registry::Registry;
 use qhost::source::QueueSource;
 use qhost_e2e::harness::{Running, TestEnv, contents, queue_toml, run_until_idle, send_all};
 use qhost_e2e::redis_server::{RedisServer, connect, record, shared_url, unique_namespace};

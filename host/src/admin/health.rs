@@ -27,8 +27,8 @@ use crate::config::Config;
 use crate::faults::Operation;
 use crate::idempotency::{IdempotencyError, IdempotencyStore};
 use crate::metrics::Metrics;
+use crate::plugin::registry::Registry;
 use crate::progress::Progress;
-use crate::runtime::registry::Registry;
 use crate::source::{QueueSource, SourceError};
 use crate::stats::Stats;
 

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::runtime::registry::Registry;
+use crate::plugin::registry::Registry;
 
 pub use health::Health;
 

@@ -688,7 +688,7 @@ fn shown(body: &[u8], attributes: &[Attribute]) -> String {
 
 fn check(config: &Config, file: &std::path::Path) -> anyhow::Result<()> {
     let runtime = qhost::host::runtime_for(config)?;
-    let report = qhost::runtime::inspect::check_file(&runtime, file)?;
+    let report = qhost::plugin::inspect::check_file(&runtime, file)?;
     println!("file:     {}", file.display());
     println!("version:  {}", report.version);
     println!("size:     {} bytes", report.size);
@@ -751,7 +751,7 @@ fn manifest_shown(file: &std::path::Path) -> String {
 }
 
 async fn list(config: &Config) -> anyhow::Result<()> {
-    use qhost::runtime::status::{self, HostPlugins};
+    use qhost::plugin::status::{self, HostPlugins};
     let live = config
         .data_dir
         .as_deref()

@@ -6,6 +6,7 @@
 pub mod deadlines;
 pub mod file;
 pub mod payload;
+mod secrets;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -15,11 +16,11 @@ use anyhow::{Context as _, bail};
 
 use crate::message::wire::{valid_plugin_name, valid_queue_name};
 use crate::redis_link::{RedisTarget, redacted};
-use crate::runtime::manifest::MAX_MEMORY_MIB;
-use crate::runtime::secrets::SecretsGrant;
+use crate::runtime::MAX_MEMORY_MIB;
 pub use deadlines::Deadlines;
 use file::{RawConfig, RawQueue};
 pub use payload::{PayloadConfig, PayloadPlace};
+pub use secrets::SecretsGrant;
 
 /// Where messages come from.
 #[derive(Clone, Debug, PartialEq, Eq)]

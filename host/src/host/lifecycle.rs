@@ -12,9 +12,9 @@ use super::{Host, IDLE_CHECK, RELEASE_DEADLINE};
 use crate::admin::health;
 use crate::config::Config;
 use crate::pipeline::{AckTask, Acker, Completer, OutboxMarks, QueueCtx, Shared, run_poller};
+use crate::plugin::registry::Registry;
+use crate::plugin::{status, watch};
 use crate::progress::Progress;
-use crate::runtime::registry::Registry;
-use crate::runtime::{status, watch};
 use crate::source::QueueSource;
 
 impl Host {

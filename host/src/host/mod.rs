@@ -11,7 +11,7 @@
 //! reports what is true: deliveries still running after the release, and deletes handed to the
 //! ack tasks but not confirmed, each counted on its own.
 //!
-//! [`open`] opens the backends and makes the start-up checks; [`lifecycle`] runs and drains.
+//! `open` opens the backends and makes the start-up checks; `lifecycle` runs and drains.
 
 mod lifecycle;
 mod open;
@@ -30,8 +30,8 @@ use crate::config::Config;
 use crate::idempotency::IdempotencyStore;
 use crate::metrics::Metrics;
 use crate::payload::Payloads;
-use crate::runtime::registry::Registry;
-use crate::runtime::reload::PluginDir;
+use crate::plugin::registry::Registry;
+use crate::plugin::reload::PluginDir;
 use crate::source::QueueSource;
 use crate::stats::Stats;
 use crate::traces::Tracer;

@@ -12,7 +12,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 
-use crate::runtime::registry::Registry;
+use crate::plugin::registry::Registry;
 use crate::stats::{Counts, PayloadFlow, Stats};
 
 /// Reads the host's counters and plugins on each scrape.

@@ -24,7 +24,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry as PromRegistry, Unit};
 
 use crate::config::Config;
-use crate::runtime::registry::Registry;
+use crate::plugin::registry::Registry;
 use crate::source::QueueDepth;
 use crate::stats::Stats;
 

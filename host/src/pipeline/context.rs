@@ -15,7 +15,7 @@ use crate::config::{Config, QueueConfig};
 use crate::idempotency::IdempotencyStore;
 use crate::metrics::Metrics;
 use crate::payload::Payloads;
-use crate::runtime::registry::Registry;
+use crate::plugin::registry::Registry;
 use crate::source::QueueSource;
 use crate::stats::{Event, Stats};
 use crate::traces::Tracer;

@@ -1,9 +1,9 @@
 //! Outbox stamping: what qhost adds to each message a handler asks to send, so that a copy
 //! re-sent after a crash is recognisable downstream ([`wire::stamp`]).
 
-use crate::handler::Plugin;
 use crate::message::Outgoing;
 use crate::message::wire;
+use crate::plugin::Plugin;
 
 /// Stamps each outbox message with its derived key (`PLUGIN:KEY/INDEX`) and the producing
 /// plugin's name and version. A wasm plugin's outbox is stamped as the handler sends (so it is

@@ -8,12 +8,12 @@ use std::sync::Arc;
 
 use super::context::QueueCtx;
 use super::delivery::{Delivery, Fate, Key, PluginRef};
-use crate::handler::Plugin;
 use crate::idempotency::LeaseRequest;
 use crate::idempotency::key::{KeyInput, KeySource, MissingKey, OnMissingKey, scoped};
 use crate::message::wire;
 use crate::message::{Received, find_attribute};
 use crate::payload::{Resolved, pointer};
+use crate::plugin::Plugin;
 use crate::stats::Event;
 
 /// A delivery ready for a lease.

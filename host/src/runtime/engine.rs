@@ -23,8 +23,8 @@ use super::cache::{CompileCounters, CompiledCache};
 use super::http::{self, TlsClient};
 use super::idle::IdleBudget;
 use super::pool;
-use super::secrets::SecretsGrant;
 use super::state::HostState;
+use crate::config::SecretsGrant;
 use crate::message::rules::SendShape;
 
 /// How often the epoch advances; timeouts are enforced to within about this much.

@@ -1,7 +1,8 @@
-//! The WebAssembly runtime: engine and instance pool, bindings, per-message state (with what the
-//! outbox accepts and the guest's stderr), loading (settings and the secrets they name), the
-//! compiled-code cache, the idle-instance budget, per-plugin costs, outbound HTTP by grant, the
-//! registry and hot reload.
+//! How one WebAssembly call runs: engine and instance pool, bindings, per-message state (with
+//! what the outbox accepts, the settings the guest reads and the guest's stderr), the
+//! compiled-code cache, the idle-instance budget, per-plugin costs and outbound HTTP by grant.
+//! What is served, and loaded from where, is the plugin module's business; nothing here imports
+//! it.
 
 pub(crate) mod bindings;
 pub(crate) mod cache;
@@ -11,22 +12,19 @@ pub mod engine;
 mod guest_error;
 pub(crate) mod http;
 mod idle;
-pub mod inspect;
-pub mod loader;
-pub mod manifest;
 mod outbox;
 mod pool;
-pub mod registry;
-pub mod reload;
-pub mod secrets;
+pub(crate) mod settings;
 pub(crate) mod state;
-pub mod status;
 mod stderr;
 pub(crate) mod wasm;
-pub mod watch;
 
 pub use cache::CompileCounters;
 pub use costs::Costs;
+pub use outbox::OutboxGrant;
+
+/// The most memory a plugin may ask for; the engine's instance pool is sized for it.
+pub const MAX_MEMORY_MIB: u64 = 4096;
 
 /// The WIT package this host serves, as `qhost plugins check` and `qhost --version` name it.
 pub const WIT_PACKAGE: &str = "qhost:handler@0.1.0";

@@ -8,15 +8,49 @@
 //! the message as it will travel, stamped with qhost's attributes and offloaded if it will be
 //! ([`rules::check_as_sent`]).
 
+use serde::Deserialize;
+
 use crate::message::Outgoing;
 use crate::message::rules::{self, SendShape};
 use crate::message::wire::{self, message_size};
-use crate::runtime::manifest::OutboxGrant;
 
 /// Outbox messages one invocation may queue.
 pub(crate) const MAX_OUTBOX_MESSAGES: usize = 100;
 /// The largest outbox body accepted: above SQS's 1 MiB a body needs the payload store.
 pub(crate) const MAX_OUTBOX_BODY: usize = 64 * 1024 * 1024;
+
+/// The outbox a plugin is granted: no queue unless named, and a cap on what one message may
+/// send, so a handler cannot make the host hold unbounded memory on its behalf.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct OutboxGrant {
+    /// Queue names the plugin may send to; `"*"` grants every queue.
+    #[serde(default)]
+    pub queues: Vec<String>,
+    /// Bytes (bodies and attributes) the plugin may send from one message.
+    #[serde(default = "default_outbox_bytes")]
+    pub max_bytes: usize,
+}
+
+impl Default for OutboxGrant {
+    fn default() -> Self {
+        OutboxGrant {
+            queues: Vec::new(),
+            max_bytes: default_outbox_bytes(),
+        }
+    }
+}
+
+fn default_outbox_bytes() -> usize {
+    8 << 20
+}
+
+impl OutboxGrant {
+    /// Whether the plugin may send to `queue`.
+    pub fn allows(&self, queue: &str) -> bool {
+        self.queues.iter().any(|q| q == "*" || q == queue)
+    }
+}
 
 /// One plugin's outbox rules.
 #[derive(Clone, Debug)]

@@ -18,7 +18,7 @@ use super::bindings::qhost::handler::{config, log, outbox, types};
 use super::convert;
 use super::http::{Call, HttpPolicy, OutboundHttp};
 use super::outbox::{OutboxPolicy, Sender};
-use super::secrets::Settings;
+use super::settings::Settings;
 use super::stderr::GuestStderr;
 use crate::message::Outgoing;
 

@@ -29,13 +29,36 @@ use super::convert;
 use super::costs::{CostCounters, Costs};
 use super::engine::Runtime;
 use super::guest_error::guest_error;
+use super::http::HttpGrant;
 use super::http::{HttpCounts, HttpPolicy, key_header};
 use super::idle::{IdleBudget, IdleSlot};
-use super::manifest::Manifest;
-use super::outbox::OutboxPolicy;
-use super::secrets::Settings;
+use super::outbox::{OutboxGrant, OutboxPolicy};
+use super::settings::Settings;
 use super::state::{CallContext, HostState};
 use crate::handler::{Failure, HandlerMessage, Invocation, Invoke};
+
+/// What a plugin's calls may do and use: the runtime's part of its manifest.
+#[derive(Clone, Debug)]
+pub(crate) struct Sandbox {
+    /// Where its outbox may send, and how much.
+    pub(crate) outbox: OutboxGrant,
+    /// The origins it may call.
+    pub(crate) http: HttpGrant,
+    /// Whether it may call out at all (only then are the platform's roots read).
+    pub(crate) calls_out: bool,
+    /// The header the host puts its idempotency key in (`""`: none).
+    pub(crate) idempotency_header: String,
+    /// Requests one call may make.
+    pub(crate) http_requests: u32,
+    /// Bytes of one response it may read.
+    pub(crate) http_response_bytes: u64,
+    /// Its memory limit.
+    pub(crate) memory_mib: u64,
+    /// Its wall-clock deadline per call.
+    pub(crate) timeout: Duration,
+    /// Messages one instance may handle.
+    pub(crate) reuse_instance: u32,
+}
 
 /// Runs one component's `handle`.
 pub(crate) struct WasmInvoker {
@@ -75,12 +98,11 @@ impl std::fmt::Debug for WasmInvoker {
 }
 
 impl WasmInvoker {
-    /// An invoker for a checked component of `runtime`, under its manifest's limits and
-    /// grants.
+    /// An invoker for a checked component of `runtime`, within `sandbox`.
     pub(crate) fn new(
         pre: HandlerPre<HostState>,
         id: (&str, &str),
-        manifest: &Manifest,
+        sandbox: Sandbox,
         settings: Settings,
         runtime: &Runtime,
     ) -> anyhow::Result<Self> {
@@ -88,16 +110,15 @@ impl WasmInvoker {
         let plugin: Arc<str> = plugin.into();
         let http = HttpPolicy {
             plugin: Arc::clone(&plugin),
-            grant: manifest.http_grant(),
-            key_header: key_header(&manifest.capabilities.idempotency_header)
-                .map_err(anyhow::Error::msg)?,
-            max_requests: manifest.limits.http_requests,
-            max_response_bytes: manifest.limits.http_response_bytes,
+            grant: sandbox.http,
+            key_header: key_header(&sandbox.idempotency_header).map_err(anyhow::Error::msg)?,
+            max_requests: sandbox.http_requests,
+            max_response_bytes: sandbox.http_response_bytes,
             // Reading the platform's roots is for plugins that may call out at all.
-            tls: if manifest.capabilities.http.is_empty() {
-                None
-            } else {
+            tls: if sandbox.calls_out {
                 Some(runtime.http_tls()?)
+            } else {
+                None
             },
             counts: Arc::new(HttpCounts::default()),
         };
@@ -108,13 +129,13 @@ impl WasmInvoker {
             version: version.into(),
             config: Arc::new(settings),
             outbox: Arc::new(OutboxPolicy {
-                grant: manifest.outbox.clone(),
+                grant: sandbox.outbox,
                 shape: runtime.send_shape(),
             }),
             http: Arc::new(http),
-            memory_bytes: manifest.limits.memory_mib << 20,
-            timeout: manifest.timeout(),
-            reuse: manifest.limits.reuse_instance.max(1),
+            memory_bytes: sandbox.memory_mib << 20,
+            timeout: sandbox.timeout,
+            reuse: sandbox.reuse_instance.max(1),
             idle: Mutex::default(),
             budget: runtime.idle_budget(),
             costs: CostCounters::default(),

@@ -24,10 +24,10 @@ use std::time::SystemTime;
 use anyhow::Context as _;
 use sha2::{Digest, Sha256};
 
-use super::engine::Runtime;
 use super::loader::{self, LoadError};
 use super::manifest::Manifest;
 use super::registry::Registry;
+use crate::runtime::engine::Runtime;
 
 /// What a name's files held when they were last loaded (or refused).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -10,13 +10,13 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use wasmtime::component::Component;
 
-use super::bindings::{HandlerPre, WIT_VERSION};
-use super::engine::Runtime;
 use super::manifest::Manifest;
 use super::secrets;
-use super::wasm::WasmInvoker;
-use crate::handler::Plugin;
 use crate::message::wire::valid_plugin_name;
+use crate::plugin::Plugin;
+use crate::runtime::bindings::{HandlerPre, WIT_VERSION};
+use crate::runtime::engine::Runtime;
+use crate::runtime::wasm::WasmInvoker;
 
 /// Hex digits of the content hash used as the version.
 const VERSION_LEN: usize = 12;
@@ -105,7 +105,7 @@ fn same_release(a: &str, b: &str) -> bool {
 pub(crate) fn check_world(
     runtime: &Runtime,
     component: &Component,
-) -> anyhow::Result<HandlerPre<super::state::HostState>> {
+) -> anyhow::Result<HandlerPre<crate::runtime::state::HostState>> {
     check_version(runtime, component)?;
     let pre = runtime
         .linker()
@@ -166,8 +166,14 @@ pub(crate) fn build(
     let settings = secrets::resolve(&manifest.config, runtime.secrets())
         .map_err(|why| fail(anyhow::anyhow!(why)))?;
     let version = version_of(bytes);
-    let invoker =
-        WasmInvoker::new(pre, (&name, &version), &manifest, settings, runtime).map_err(fail)?;
+    let invoker = WasmInvoker::new(
+        pre,
+        (&name, &version),
+        manifest.sandbox(),
+        settings,
+        runtime,
+    )
+    .map_err(fail)?;
     // Instantiated once now, so a plugin that compiles but cannot run (an initial memory or
     // table over the pool's limits, a start function that traps) is refused at load, and the
     // version it would replace keeps serving.

@@ -15,89 +15,14 @@
 //! kept in [`Settings`], whose `Debug` shows keys only.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::manifest::ConfigValue;
+pub use crate::config::SecretsGrant;
+pub use crate::runtime::settings::Settings;
 
 /// The largest secret file read.
 const MAX_SECRET_BYTES: u64 = 64 * 1024;
-
-/// What plugins may read from the host: `[secrets]` in the host's configuration.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SecretsGrant {
-    /// Variable names (`SENDGRID_API_KEY`) or prefixes (`SENDGRID_*`).
-    pub env: Vec<String>,
-    /// Directories whose files may be read (absolute).
-    pub dirs: Vec<PathBuf>,
-}
-
-impl SecretsGrant {
-    /// Checks a grant as written in the host's configuration.
-    pub fn check(&self) -> Result<(), String> {
-        for pattern in &self.env {
-            let name = pattern.strip_suffix('*').unwrap_or(pattern);
-            let valid = name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if name.is_empty() || !valid || name.starts_with(|c: char| c.is_ascii_digit()) {
-                return Err(format!(
-                    "secrets.env `{pattern}` is not a variable name or a NAME_* prefix (a bare \
-                     `*` would hand plugins every variable of the host, its credentials included)"
-                ));
-            }
-        }
-        for dir in &self.dirs {
-            if !dir.is_absolute() {
-                return Err(format!(
-                    "secrets.dirs `{}` must be an absolute path",
-                    dir.display()
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    fn allows_env(&self, name: &str) -> bool {
-        self.env.iter().any(|p| match p.strip_suffix('*') {
-            Some(prefix) => name.starts_with(prefix),
-            None => p == name,
-        })
-    }
-
-    /// `path` resolved (links followed), if it is inside a granted directory.
-    fn allowed_file(&self, path: &Path) -> Result<PathBuf, String> {
-        let real = path
-            .canonicalize()
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let inside = self.dirs.iter().any(|dir| {
-            dir.canonicalize()
-                .is_ok_and(|dir| real.starts_with(&dir) && real != dir)
-        });
-        if inside {
-            Ok(real)
-        } else {
-            Err(format!(
-                "{} is outside the directories the host's [secrets] dirs grants",
-                path.display()
-            ))
-        }
-    }
-}
-
-/// A plugin's settings, secrets resolved; `Debug` shows the keys, never the values.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Settings(BTreeMap<String, String>);
-
-impl std::fmt::Debug for Settings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_set().entries(self.0.keys()).finish()
-    }
-}
-
-impl Settings {
-    /// The setting with this key.
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).map(String::as_str)
-    }
-}
 
 /// Resolves `config` under `grant`, or says which setting cannot be read and why.
 pub fn resolve(
@@ -114,7 +39,7 @@ pub fn resolve(
         let value = resolved.map_err(|why| format!("config.{key}: {why}"))?;
         settings.insert(key.clone(), value);
     }
-    Ok(Settings(settings))
+    Ok(Settings::new(settings))
 }
 
 fn from_env(name: &str, grant: &SecretsGrant) -> Result<String, String> {

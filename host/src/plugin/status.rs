@@ -155,7 +155,7 @@ mod tests {
 
     #[test]
     fn a_row_shows_what_the_serving_version_may_call_and_its_rate() {
-        let manifest = crate::runtime::manifest::Manifest::parse(
+        let manifest = crate::plugin::manifest::Manifest::parse(
             "[capabilities]\nhttp = [\"https://api.example.com\"]\n[limits]\nrate = \"50/s\"\n",
         )
         .unwrap();
@@ -164,8 +164,7 @@ mod tests {
                 crate::handler::Outcome::Ack,
             ))
         };
-        let plugin =
-            crate::handler::Plugin::new("mailer", "v1", manifest, std::sync::Arc::new(ack));
+        let plugin = crate::plugin::Plugin::new("mailer", "v1", manifest, std::sync::Arc::new(ack));
         let status = HostPlugins::of(&Registry::new([plugin]));
         let row = &status.plugins[0];
         assert_eq!(row.http, ["https://api.example.com"]);

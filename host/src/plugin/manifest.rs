@@ -46,9 +46,8 @@ use crate::idempotency::key::{KeySource, OnMissingKey};
 use crate::idempotency::rate::Rate;
 use crate::message::wire::valid_queue_name;
 use crate::runtime::http::{self, HttpGrant};
-
-/// The most memory a plugin may ask for; the engine's instance pool is sized for it.
-pub const MAX_MEMORY_MIB: u64 = 4096;
+use crate::runtime::wasm::Sandbox;
+pub use crate::runtime::{MAX_MEMORY_MIB, OutboxGrant};
 
 /// A plugin's policy.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -129,41 +128,8 @@ fn default_key_header() -> String {
     "Idempotency-Key".into()
 }
 
-/// The outbox a plugin is granted: no queue unless named, and a cap on what one message may
-/// send, so a handler cannot make the host hold unbounded memory on its behalf.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct OutboxGrant {
-    /// Queue names the plugin may send to; `"*"` grants every queue.
-    #[serde(default)]
-    pub queues: Vec<String>,
-    /// Bytes (bodies and attributes) the plugin may send from one message.
-    #[serde(default = "default_outbox_bytes")]
-    pub max_bytes: usize,
-}
-
-impl Default for OutboxGrant {
-    fn default() -> Self {
-        OutboxGrant {
-            queues: Vec::new(),
-            max_bytes: default_outbox_bytes(),
-        }
-    }
-}
-
-fn default_outbox_bytes() -> usize {
-    8 << 20
-}
-
 /// The most any plugin may send from one message.
 pub const MAX_OUTBOX_BYTES: usize = 256 << 20;
-
-impl OutboxGrant {
-    /// Whether the plugin may send to `queue`.
-    pub fn allows(&self, queue: &str) -> bool {
-        self.queues.iter().any(|q| q == "*" || q == queue)
-    }
-}
 
 /// Where the key comes from and how long completed work is remembered.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
@@ -350,6 +316,21 @@ impl Manifest {
     /// The HTTP grant, parsed (`check` has refused a manifest whose patterns do not parse).
     pub(crate) fn http_grant(&self) -> HttpGrant {
         HttpGrant::parse(&self.capabilities.http).unwrap_or_default()
+    }
+
+    /// What its calls may do and use, as the runtime enforces it.
+    pub(crate) fn sandbox(&self) -> Sandbox {
+        Sandbox {
+            outbox: self.outbox.clone(),
+            http: self.http_grant(),
+            calls_out: !self.capabilities.http.is_empty(),
+            idempotency_header: self.capabilities.idempotency_header.clone(),
+            http_requests: self.limits.http_requests,
+            http_response_bytes: self.limits.http_response_bytes,
+            memory_mib: self.limits.memory_mib,
+            timeout: self.timeout(),
+            reuse_instance: self.limits.reuse_instance,
+        }
     }
 
     pub fn timeout(&self) -> Duration {

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use crate::handler::Plugin;
+use crate::plugin::Plugin;
 
 /// Loaded plugins by name.
 #[derive(Debug, Default)]

@@ -1,0 +1,96 @@
+//! What the host serves: a [`Plugin`] (a named, versioned build with its policy and the code to
+//! run), and how plugins get there and are kept current: manifests and the secrets they name,
+//! loading a file (the one place that reaches into [`crate::runtime`]), the registry of what
+//! serves, hot reload from the plugins directory, and the status the CLI reads.
+//!
+//! The arrows run one way: `plugin` uses `runtime` to build an invoker; `runtime` knows nothing
+//! of manifests, registries or files.
+
+pub mod inspect;
+pub mod loader;
+pub mod manifest;
+pub mod registry;
+pub mod reload;
+pub mod secrets;
+pub mod status;
+pub mod watch;
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+use crate::handler::{Failure, HandlerMessage, Invocation, Invoke};
+use crate::runtime::Costs;
+use manifest::Manifest;
+
+/// A loaded plugin: name, version, policy and the code to run.
+#[derive(Clone)]
+pub struct Plugin {
+    /// The name messages are routed by (the file stem for `.wasm` plugins).
+    pub name: String,
+    /// A short content hash for wasm plugins; what the embedder says for native ones.
+    pub version: String,
+    /// Limits, idempotency policy and config.
+    pub manifest: Manifest,
+    invoker: Arc<dyn Invoke>,
+    slots: Option<Arc<Semaphore>>,
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Plugin {
+    /// A plugin from any invoker.
+    pub fn new(
+        name: impl Into<String>,
+        version: impl Into<String>,
+        manifest: Manifest,
+        invoker: Arc<dyn Invoke>,
+    ) -> Self {
+        let slots = manifest
+            .limits
+            .concurrency
+            .map(|n| Arc::new(Semaphore::new(n as usize)));
+        Plugin {
+            name: name.into(),
+            version: version.into(),
+            manifest,
+            invoker,
+            slots,
+        }
+    }
+
+    /// The plugin's concurrency limit, if its manifest sets one: a call holds a permit.
+    pub fn slots(&self) -> Option<&Arc<Semaphore>> {
+        self.slots.as_ref()
+    }
+
+    /// Takes over the permits of the version this one replaces (when the limit is the same),
+    /// so calls finishing on the old version still count against the limit during a reload.
+    pub fn share_slots_with(&mut self, old: &Plugin) {
+        if self.manifest.limits.concurrency == old.manifest.limits.concurrency {
+            self.slots = old.slots.clone();
+        }
+    }
+
+    /// Handles one message.
+    pub async fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
+        self.invoker.invoke(msg).await
+    }
+
+    /// Time spent instantiating and calling this plugin so far (`None` for native handlers).
+    pub fn costs(&self) -> Option<Costs> {
+        self.invoker.costs()
+    }
+
+    /// This version's outbound HTTP requests by result.
+    pub fn http_requests(&self) -> Vec<(&'static str, u64)> {
+        self.invoker.http_requests()
+    }
+}
