@@ -56,8 +56,7 @@ pub(crate) async fn dispatch(
 /// A message that could not be read as it arrived is dead-lettered alone, with why.
 async fn malformed(queue: Arc<QueueCtx>, msg: Received, reason: String) -> Fate {
     let plugin = PluginRef::Named(queue.config.plugin.clone());
-    let delivery = Delivery::new(queue, msg, plugin);
-    delivery.record(Event::Received);
+    let delivery = Delivery::received(queue, msg, plugin);
     delivery
         .dead_letter(format!("malformed message: {reason}"))
         .await
@@ -150,8 +149,7 @@ async fn run_one(queue: Arc<QueueCtx>, msg: Received) -> Fate {
             Ok(resolved) => route_with(&queue, msg, resolved),
             Err(e) => {
                 let plugin = plugin_ref(&queue, &msg);
-                let delivery = Delivery::new(Arc::clone(&queue), msg, plugin);
-                delivery.record(Event::Received);
+                let delivery = Delivery::received(Arc::clone(&queue), msg, plugin);
                 return run::unfetchable(delivery, e).await;
             }
         }

@@ -1,28 +1,31 @@
-//! One received message through its life: a [`Delivery`] owns the message, its queue, the
-//! plugin it routes to, its key, its lease and its heartbeat, and ends through exactly one of
-//! its consuming methods. "One fate per delivery" is therefore a type guarantee: every path
-//! either finishes the message or leaves it in the queue to come back; none drops it.
+//! One received message through its life, in three stages, each its own type:
 //!
-//! | method          | the message                    | the lease           | counts as an attempt |
-//! |-----------------|--------------------------------|---------------------|----------------------|
-//! | [`ack`]         | outbox committed, then finish  | becomes completed   | —                    |
-//! | [`finish`]      | outbox sent, deleted           | (already completed) | —                    |
-//! | [`put_back`]    | visible again after a delay    | released            | no                   |
-//! | [`back_off`]    | put back on the retry schedule | released            | no (counts deferred) |
-//! | [`retry`]       | put back, or dead-lettered     | released, a failure | yes (a handler run)  |
-//! | [`dead_letter`] | sent to the DLQ, deleted       | released            | —                    |
-//! | [`let_lapse`]   | left to its visibility timeout | (lost to another)   | —                    |
+//! - [`Delivery`]: the message as received, with the plugin it routes to (loaded, or a name);
+//! - `Routed` (in `route`): a loaded plugin and the key to lease;
+//! - `Leased` (in `leased`): the lease held and its heartbeat running.
 //!
-//! Each method first stops the heartbeat and waits for an extension under way, so nothing it
-//! does to the message can be overtaken by a late extension. `retry` and `dead_letter` first
-//! confirm the lease is still held: a result reached after losing it is dropped
+//! Each stage ends through exactly one of its consuming methods, so "one fate per delivery" is
+//! a type guarantee: every path either finishes the message or leaves it in the queue to come
+//! back; none drops it. What needs a lease (ack, the fencing token, running the handler) exists
+//! only on `Leased`; a later stage's fates release or confirm its lease and end as this one's.
+//!
+//! | method          | the message                    | the lease (on `Leased`) | an attempt         |
+//! |-----------------|--------------------------------|-------------------------|--------------------|
+//! | `ack`           | outbox committed, then finish  | becomes completed       | —                  |
+//! | `finish`        | outbox sent, deleted           | (already completed)     | —                  |
+//! | [`put_back`]    | visible again after a delay    | released                | no                 |
+//! | [`back_off`]    | put back on the retry schedule | released                | no (deferred)      |
+//! | `retry`         | put back, or dead-lettered     | released, a failure     | yes (a handler run) |
+//! | [`dead_letter`] | sent to the DLQ, deleted       | released                | —                  |
+//! | [`let_lapse`]   | left to its visibility timeout | (lost to another)       | —                  |
+//!
+//! A leased stage first stops the heartbeat and waits for an extension under way, so nothing
+//! it does to the message can be overtaken by a late extension; its `retry` and `dead_letter`
+//! first confirm the lease is still held: a result reached after losing it is dropped
 //! (`let_lapse`), since the key's new owner decides.
 //!
-//! [`ack`]: Delivery::ack
-//! [`finish`]: Delivery::finish
 //! [`put_back`]: Delivery::put_back
 //! [`back_off`]: Delivery::back_off
-//! [`retry`]: Delivery::retry
 //! [`dead_letter`]: Delivery::dead_letter
 //! [`let_lapse`]: Delivery::let_lapse
 
@@ -32,13 +35,10 @@ use std::time::Duration;
 use super::backoff;
 use super::context::{QueueCtx, Shared};
 use super::deadletter::{self, Verdict};
-use super::heartbeat::Heartbeat;
-use super::outbox;
 use crate::faults::Operation;
-use crate::idempotency::{Completion, IdempotencyError, Lease, Released};
+use crate::idempotency::Released;
 use crate::message::{Outgoing, Received};
 use crate::metrics::InFlight;
-use crate::payload::OffloadError;
 use crate::plugin::Plugin;
 use crate::stats::Event;
 use crate::traces::MessageSpan;
@@ -63,9 +63,6 @@ pub(crate) enum PluginRef {
     Named(String),
 }
 
-/// Attempts allowed for a delivery known by its plugin's name only (no handler of it ran).
-const MAX_ATTEMPTS_WITHOUT_PLUGIN: u32 = 5;
-
 impl PluginRef {
     /// The plugin's name.
     pub(crate) fn name(&self) -> &str {
@@ -82,13 +79,6 @@ impl PluginRef {
             PluginRef::Named(_) => "-",
         }
     }
-
-    fn max_attempts(&self) -> u32 {
-        match self {
-            PluginRef::Loaded(p) => p.manifest.limits.max_attempts,
-            PluginRef::Named(_) => MAX_ATTEMPTS_WITHOUT_PLUGIN,
-        }
-    }
 }
 
 /// A message's idempotency key, as the handler sees it and as the store holds it.
@@ -100,21 +90,25 @@ pub(crate) struct Key {
     pub(crate) scoped: String,
 }
 
-/// One received message, from routing to its fate.
+/// How sending a dead letter went, for the stage that asked to decide what its lease becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lettered {
+    /// Sent: the message is deleted.
+    Sent,
+    /// Not sent: the message is to be put back, as deferred, for this long.
+    Kept(Duration),
+}
+
+/// One received message, before any lease.
 #[derive(Debug)]
 #[must_use = "a delivery ends through one of its fate methods"]
 pub(crate) struct Delivery {
     queue: Arc<QueueCtx>,
     msg: Received,
     plugin: PluginRef,
-    key: Option<Key>,
-    lease: Option<Lease>,
-    heartbeat: Option<Heartbeat>,
     /// Whether this delivery fetched and verified the payload its pointer names: only then
     /// may finishing it delete that payload.
     payload_verified: bool,
-    /// The sha256 of the body its handler ran on, recorded with the completed key.
-    ran_on: Option<String>,
     /// Counts it in flight until it ends.
     _in_flight: InFlight,
     /// Its trace span, ended with it.
@@ -122,7 +116,15 @@ pub(crate) struct Delivery {
 }
 
 impl Delivery {
-    /// A delivery of `msg` from `queue`, for `plugin`.
+    /// A delivery of `msg` just received from `queue`, for `plugin`: counted received.
+    pub(crate) fn received(queue: Arc<QueueCtx>, msg: Received, plugin: PluginRef) -> Self {
+        let delivery = Delivery::new(queue, msg, plugin);
+        delivery.record(Event::Received);
+        delivery
+    }
+
+    /// A delivery of `msg` from `queue` that was counted received already (a FIFO group's
+    /// later message, put back unrun with its group).
     pub(crate) fn new(queue: Arc<QueueCtx>, msg: Received, plugin: PluginRef) -> Self {
         let in_flight = queue.shared.metrics.in_flight();
         let shared = &queue.shared;
@@ -140,39 +142,13 @@ impl Delivery {
             queue,
             msg,
             plugin,
-            key: None,
-            lease: None,
-            heartbeat: None,
             payload_verified: false,
-            ran_on: None,
         }
-    }
-
-    /// Notes the sha256 of the body the handler runs on.
-    pub(crate) fn running_on(&mut self, sha256: String) {
-        self.ran_on = Some(sha256);
     }
 
     /// Notes that this delivery fetched and verified its payload.
     pub(crate) fn payload_verified(&mut self) {
         self.payload_verified = true;
-    }
-
-    /// The delivery with its idempotency key.
-    pub(crate) fn keyed(mut self, key: Key) -> Self {
-        let handler = &key.handler;
-        (self.span).set(|| vec![KeyValue::new("qhost.idempotency_key", handler.clone())]);
-        self.key = Some(key);
-        self
-    }
-
-    /// The delivery under `lease`, with its heartbeat running.
-    pub(crate) fn leased(mut self, lease: Lease) -> Self {
-        self.heartbeat = Heartbeat::start(&self.queue, &self.msg.receipt, &lease);
-        let token = lease.fencing_token;
-        (self.span).set(|| vec![KeyValue::new("qhost.fencing_token", token as i64)]);
-        self.lease = Some(lease);
-        self
     }
 
     /// The message.
@@ -181,23 +157,13 @@ impl Delivery {
     }
 
     /// Its queue.
-    pub(crate) fn queue(&self) -> &QueueCtx {
+    pub(crate) fn queue(&self) -> &Arc<QueueCtx> {
         &self.queue
     }
 
     /// The host's shared parts.
     pub(crate) fn shared(&self) -> &Shared {
         &self.queue.shared
-    }
-
-    /// Its key, once routed.
-    pub(crate) fn key(&self) -> Option<&Key> {
-        self.key.as_ref()
-    }
-
-    /// The fencing token of its lease, once leased.
-    pub(crate) fn fencing_token(&self) -> u64 {
-        self.lease.as_ref().map_or(0, |l| l.fencing_token)
     }
 
     /// Its trace span.
@@ -235,157 +201,10 @@ impl Delivery {
         backoff::delay(policy, self.msg.receive_count, asked_secs)
     }
 
-    /// Stops the heartbeat, waiting for an extension under way.
-    async fn stop_heartbeat(&mut self) {
-        if let Some(heartbeat) = self.heartbeat.take() {
-            heartbeat.stop().await;
-        }
-    }
-
-    /// Gives the lease back (if held) so the next delivery need not wait for it to lapse,
-    /// counting the run by `why`.
-    async fn release(&mut self, why: Released) {
-        let Some(lease) = self.lease.take() else {
-            return;
-        };
-        let plugin = self.plugin.name();
-        match self.shared().store.release(&lease, why).await {
-            Ok(()) => {}
-            Err(IdempotencyError::LeaseLost(key)) => {
-                tracing::warn!(plugin, %key, "lease had already passed to another worker")
-            }
-            Err(e) => {
-                if let Some(held_back) = self.backend_error(Operation::Release, e.is_timeout()) {
-                    tracing::warn!(plugin, key = %lease.key, error = %e, held_back, "could not release lease; it will lapse")
-                }
-            }
-        }
-    }
-
-    /// This delivery's attempt: the handler runs on its key so far (this one included) once
-    /// leased, or its deliveries when it never was.
-    fn attempt(&self) -> u32 {
-        self.lease
-            .as_ref()
-            .map_or(self.msg.receive_count, |l| l.failures + 1)
-    }
-
-    /// Whether the lease (if any) is still this delivery's. A failure or reject reached after
-    /// losing it is not this delivery's to act on: the new owner's run stands.
-    async fn still_held(&self) -> Result<(), IdempotencyError> {
-        match &self.lease {
-            Some(lease) => {
-                let ttl = self.queue.config.visibility;
-                self.shared().store.extend(lease, ttl).await
-            }
-            None => Ok(()),
-        }
-    }
-
-    /// Ends the delivery if its lease is gone (or cannot be confirmed); otherwise hands it back.
-    async fn unless_lost(self) -> Result<Self, Fate> {
-        match self.still_held().await {
-            Ok(()) => Ok(self),
-            Err(IdempotencyError::LeaseLost(key)) => {
-                let msg = &self.msg;
-                tracing::warn!(queue = %msg.queue, message_id = %msg.id, %key, "lease lost while the handler ran; leaving the message to its new owner");
-                Err(self.let_lapse(Event::LostLease).await)
-            }
-            Err(e) => {
-                if let Some(held_back) = self.backend_error(Operation::Extend, e.is_timeout()) {
-                    let msg = &self.msg;
-                    tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, held_back, "cannot confirm the lease; putting the message back");
-                }
-                Err(self.back_off().await)
-            }
-        }
-    }
-
-    /// The handler acked: large outbox messages are offloaded, the outbox is committed with
-    /// the completed record, then sent and the message deleted.
-    pub(crate) async fn ack(mut self, outbox: Vec<Outgoing>) -> Fate {
-        self.stop_heartbeat().await;
-        let stamped = match (&self.plugin, &self.key) {
-            (PluginRef::Loaded(plugin), Some(key)) => {
-                let mut outbox = outbox::stamp(&key.handler, plugin, outbox);
-                let shape = self.shared().config.payload.send_shape();
-                self.span.propagate(&mut outbox, &shape);
-                Some((outbox, plugin.manifest.dedup_window()))
-            }
-            _ => None,
-        };
-        let (Some(lease), Some((outbox, window))) = (self.lease.take(), stamped) else {
-            // Only a routed, leased delivery is run; without a lease nothing may be committed.
-            return self.let_lapse(Event::LostLease).await;
-        };
-        let shared = Arc::clone(&self.queue.shared);
-        // Large messages are offloaded before the outbox is recorded, so the completed record
-        // holds pointers, and a re-send after a crash reuses the same payload keys.
-        let outbox = match shared
-            .payloads
-            .offload_all(&shared.config.namespace, lease.fencing_token, outbox)
-            .await
-        {
-            Ok(outbox) => outbox,
-            Err(e) => return self.unsendable(lease, e).await,
-        };
-        let completion = Completion {
-            lease,
-            outbox: outbox.clone(),
-            window,
-            digest: self.ran_on.take(),
-        };
-        let step = self.span.step("complete");
-        let completed = shared.completer.complete(completion).await;
-        drop(step);
-        match completed {
-            Ok(()) => {
-                self.record(Event::Acked);
-                self.finish(outbox).await
-            }
-            Err(IdempotencyError::LeaseLost(_)) => {
-                let (msg, key) = (&self.msg, self.key.as_ref().map(|k| k.handler.as_str()));
-                tracing::warn!(queue = %msg.queue, message_id = %msg.id, key, "lease lost before completion; discarding this result");
-                // What this run offloaded was written under its own fencing token, beside the
-                // current owner's payloads: nobody will point at it.
-                tokio::spawn(async move {
-                    for m in outbox {
-                        shared.payloads.cleanup(&m.body, &m.attributes).await;
-                    }
-                });
-                self.let_lapse(Event::LostLease).await
-            }
-            Err(e) => {
-                if let Some(held_back) = self.backend_error(Operation::Complete, e.is_timeout()) {
-                    let msg = &self.msg;
-                    tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, held_back, "could not record completion; the message will come back");
-                }
-                self.back_off().await
-            }
-        }
-    }
-
-    /// An outbox that cannot be sent: too large with no payload store is a reject (the handler
-    /// would produce it again), an unreachable store a put-back.
-    async fn unsendable(mut self, lease: Lease, error: OffloadError) -> Fate {
-        self.lease = Some(lease);
-        match error {
-            OffloadError::TooLarge(reason) => self.dead_letter(format!("outbox: {reason}")).await,
-            OffloadError::Unavailable(reason) => {
-                if let Some(held_back) = self.backend_error(Operation::PayloadStore, false) {
-                    let msg = &self.msg;
-                    tracing::warn!(queue = %msg.queue, message_id = %msg.id, %reason, held_back, "outbox payload not stored; putting the message back");
-                }
-                self.back_off().await
-            }
-        }
-    }
-
-    /// Sends a completed key's outbox, records it sent, and deletes the message. If the send
-    /// fails the message is put back: its redelivery finds the key completed with the outbox
-    /// still pending and sends it then.
-    pub(crate) async fn finish(mut self, outbox: Vec<Outgoing>) -> Fate {
-        self.stop_heartbeat().await;
+    /// Sends a completed key's outbox, records it sent under `key`, and deletes the message. If
+    /// the send fails the message is put back: its redelivery finds the key completed with the
+    /// outbox still pending and sends it then.
+    pub(crate) async fn finish(self, outbox: Vec<Outgoing>, key: &Key) -> Fate {
         if !outbox.is_empty() {
             let shared = Arc::clone(&self.queue.shared);
             let mut step = self.span.step("outbox send");
@@ -410,38 +229,30 @@ impl Delivery {
                 return self.back_off().await;
             }
             self.record(Event::OutboxSent(outbox.len() as u64));
-            if let Some(key) = &self.key {
-                (shared.outbox_marks)
-                    .mark(&shared.store, &shared.stats, &key.scoped)
-                    .await;
-            }
+            (shared.outbox_marks)
+                .mark(&shared.store, &shared.stats, &key.scoped)
+                .await;
         }
-        let Delivery {
-            queue,
-            msg,
-            payload_verified,
-            ..
-        } = self;
-        queue.acker.ack(msg.receipt);
         // The work is recorded complete, so a later copy of this message is acked without its
         // payload: the payload can go, if this delivery verified it (a duplicate, or a message
         // pointing at someone else's payload, deletes nothing).
-        if payload_verified {
-            let payloads = Arc::clone(&queue.shared.payloads);
-            tokio::spawn(async move { payloads.cleanup(&msg.body, &msg.attributes).await });
+        if self.payload_verified {
+            let payloads = Arc::clone(&self.queue.shared.payloads);
+            let (body, attributes) = (self.msg.body.clone(), self.msg.attributes.clone());
+            tokio::spawn(async move { payloads.cleanup(&body, &attributes).await });
         }
+        self.delete()
+    }
+
+    /// Hands the message to the ack batcher. A dead letter keeps any payload it points at.
+    pub(crate) fn delete(self) -> Fate {
+        self.queue.acker.ack(self.msg.receipt);
         Fate::Gone
     }
 
-    /// Makes the message visible again after `delay`, releasing the lease, counting it as `why`
-    /// (a busy key, a release at shutdown, an outage). Not an attempt.
+    /// Makes the message visible again after `delay`, counting it as `why` (a busy key, a
+    /// release at shutdown, an outage). Not an attempt.
     pub(crate) async fn put_back(self, delay: Duration, why: Event) -> Fate {
-        self.put_back_as(delay, why, Released::NotRun).await
-    }
-
-    async fn put_back_as(mut self, delay: Duration, why: Event, ran: Released) -> Fate {
-        self.stop_heartbeat().await;
-        self.release(ran).await;
         self.record(why);
         let (queue, msg) = (&self.queue, &self.msg);
         if let Err(e) = queue
@@ -466,89 +277,79 @@ impl Delivery {
         self.put_back(delay, Event::Deferred).await
     }
 
-    /// A failed attempt: put back after the backoff (at least `asked_secs`), or dead-lettered
-    /// once the plugin's attempts are used up. Attempts count handler runs on the key (see
-    /// [`Delivery::attempt`]), so put-backs for other reasons never use them up.
-    pub(crate) async fn retry(self, reason: String, asked_secs: u32) -> Fate {
-        let delivery = match self.unless_lost().await {
-            Ok(delivery) => delivery,
-            Err(fate) => return fate,
-        };
-        let attempt = delivery.attempt();
-        if attempt >= delivery.plugin.max_attempts() {
-            // The lease was confirmed just above: no second round trip to confirm it again.
-            let reason = format!("gave up after {attempt} attempts: {reason}");
-            return delivery.send_dead_letter(reason).await;
-        }
-        let (msg, plugin) = (&delivery.msg, &delivery.plugin);
-        tracing::info!(queue = %msg.queue, message_id = %msg.id, plugin = plugin.name(), version = plugin.version(), attempt, %reason, "will retry");
-        let policy = &delivery.shared().config.retry;
-        let delay = backoff::delay(policy, attempt, asked_secs);
-        let ran = if delivery.lease.is_some() {
-            Released::Failed
-        } else {
-            Released::NotRun
-        };
-        delivery.put_back_as(delay, Event::Retried, ran).await
-    }
-
-    /// Sends the message to the dead-letter queue with `reason`, then deletes it and releases
-    /// the lease; if the send fails, puts it back. A delivery whose lease was lost meanwhile
-    /// is not dead-lettered: the new owner's run decides.
+    /// Sends the message to the dead-letter queue with `reason`, then deletes it; if the send
+    /// fails, puts it back.
     pub(crate) async fn dead_letter(self, reason: String) -> Fate {
-        match self.unless_lost().await {
-            Ok(delivery) => delivery.send_dead_letter(reason).await,
-            Err(fate) => fate,
+        let attempts = self.msg.receive_count;
+        match self.send_dead_letter(&reason, attempts).await {
+            Lettered::Sent => {
+                self.record(Event::DeadLettered);
+                self.delete()
+            }
+            Lettered::Kept(delay) => self.put_back(delay, Event::Deferred).await,
         }
     }
 
-    /// Dead-letters a delivery whose lease (if any) was just confirmed.
-    async fn send_dead_letter(mut self, reason: String) -> Fate {
-        self.stop_heartbeat().await;
+    /// Sends the dead letter for `attempts` handler runs, and says how it went, for the stage
+    /// that asked to end the delivery accordingly.
+    pub(crate) async fn send_dead_letter(&self, reason: &str, attempts: u32) -> Lettered {
         let (msg, plugin) = (&self.msg, &self.plugin);
         let verdict = Verdict {
             plugin: plugin.name(),
             version: plugin.version(),
-            attempts: self.attempt(),
-            reason: &reason,
+            attempts,
+            reason,
         };
         let letter = deadletter::letter(msg, &self.queue.config.dead_letter, &verdict);
         tracing::warn!(
             queue = %msg.queue, message_id = %msg.id, plugin = verdict.plugin, version = verdict.version,
             attempts = verdict.attempts, reason = %reason, "dead-lettering"
         );
-        self.span.error("dead_lettered", &reason);
-        let shared = Arc::clone(&self.queue.shared);
+        self.span.error("dead_lettered", reason);
+        let shared = &self.queue.shared;
         let mut step = self.span.step("dead letter send");
         let sent = shared.source.send(&[letter]).await;
         if let Err(e) = &sent {
             step.error("queue_send", e);
         }
         drop(step);
-        if let Err(e) = sent {
-            if e.is_permanent() {
-                // Nothing qhost can send will be taken: leave the message to the queue's own
-                // redrive policy, looking again only at the longest retry delay.
-                tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, "the dead-letter queue refuses this message; leaving it to the queue's redrive policy");
-                let delay = shared.config.retry.max;
-                return self.put_back(delay, Event::Deferred).await;
-            }
-            if let Some(held_back) = self.backend_error(Operation::Send, e.is_timeout()) {
-                tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, held_back, "dead-letter send failed; keeping the message");
-            }
-            return self.back_off().await;
+        let Err(e) = sent else {
+            return Lettered::Sent;
+        };
+        if e.is_permanent() {
+            // Nothing qhost can send will be taken: leave the message to the queue's own
+            // redrive policy, looking again only at the longest retry delay.
+            tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, "the dead-letter queue refuses this message; leaving it to the queue's redrive policy");
+            return Lettered::Kept(shared.config.retry.max);
         }
-        self.record(Event::DeadLettered);
-        self.release(Released::GaveUp).await;
-        self.queue.acker.ack(self.msg.receipt);
-        Fate::Gone
+        if let Some(held_back) = self.backend_error(Operation::Send, e.is_timeout()) {
+            tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, held_back, "dead-letter send failed; keeping the message");
+        }
+        Lettered::Kept(self.backoff_delay(0))
     }
 
     /// The lease passed to another worker, whose result stands: this one is dropped, and the
     /// message comes back when its visibility lapses, to be found completed or leased.
-    pub(crate) async fn let_lapse(mut self, why: Event) -> Fate {
-        self.stop_heartbeat().await;
+    pub(crate) fn let_lapse(self, why: Event) -> Fate {
         self.record(why);
         Fate::Back
+    }
+
+    /// Gives `lease` back with `why`, logging what the store said (a lease already passed on,
+    /// or a store that did not answer: it lapses by itself).
+    pub(crate) async fn release(&self, lease: &crate::idempotency::Lease, why: Released) {
+        use crate::idempotency::IdempotencyError;
+        let plugin = self.plugin.name();
+        match self.shared().store.release(lease, why).await {
+            Ok(()) => {}
+            Err(IdempotencyError::LeaseLost(key)) => {
+                tracing::warn!(plugin, %key, "lease had already passed to another worker")
+            }
+            Err(e) => {
+                if let Some(held_back) = self.backend_error(Operation::Release, e.is_timeout()) {
+                    tracing::warn!(plugin, key = %lease.key, error = %e, held_back, "could not release lease; it will lapse")
+                }
+            }
+        }
     }
 }

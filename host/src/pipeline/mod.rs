@@ -43,6 +43,7 @@ mod delivery;
 #[cfg(test)]
 mod fates;
 mod heartbeat;
+mod leased;
 mod outbox;
 mod outbox_mark;
 mod receive;

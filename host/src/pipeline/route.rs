@@ -15,18 +15,30 @@ use crate::message::{Received, find_attribute};
 use crate::payload::{Resolved, pointer};
 use crate::plugin::Plugin;
 use crate::stats::Event;
+use opentelemetry::KeyValue;
 
-/// A delivery ready for a lease.
+/// A delivery routed to a loaded plugin and keyed: ready for a lease.
 #[derive(Debug)]
+#[must_use = "a delivery ends through one of its fate methods"]
 pub(crate) struct Routed {
-    /// The delivery, keyed.
+    /// The delivery.
     pub(crate) delivery: Delivery,
     /// Its plugin.
     pub(crate) plugin: Arc<Plugin>,
+    /// Its key.
+    pub(crate) key: Key,
     /// The lease to ask for.
     pub(crate) request: LeaseRequest,
     /// The offloaded payload, when it was fetched (and verified) to derive the key.
     pub(crate) resolved: Option<Resolved>,
+}
+
+impl Routed {
+    /// A duplicate of completed work: sends the outbox still pending (if any) and deletes the
+    /// message, without running the handler.
+    pub(crate) async fn finish(self, outbox: Vec<crate::message::Outgoing>) -> Fate {
+        self.delivery.finish(outbox, &self.key).await
+    }
 }
 
 /// Why a message cannot be leased.
@@ -134,8 +146,7 @@ pub(crate) fn route_with(
             Ok(routed)
         }
         Err((plugin, error)) => {
-            let delivery = Delivery::new(Arc::clone(queue), msg, plugin);
-            delivery.record(Event::Received);
+            let delivery = Delivery::received(Arc::clone(queue), msg, plugin);
             Err(Box::new(Unroutable { delivery, error }))
         }
     }
@@ -153,11 +164,13 @@ fn routed(queue: &Arc<QueueCtx>, msg: Received, plugin: Arc<Plugin>, key: String
         window: plugin.manifest.dedup_window(),
     };
     let loaded = PluginRef::Loaded(Arc::clone(&plugin));
-    let delivery = Delivery::new(Arc::clone(queue), msg, loaded);
-    delivery.record(Event::Received);
+    let delivery = Delivery::received(Arc::clone(queue), msg, loaded);
+    let handler_key = key.handler.clone();
+    (delivery.span()).set(|| vec![KeyValue::new("qhost.idempotency_key", handler_key)]);
     Routed {
-        delivery: delivery.keyed(key),
+        delivery,
         plugin,
+        key,
         request,
         resolved: None,
     }

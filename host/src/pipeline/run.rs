@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::delivery::{Delivery, Fate};
+use super::leased::Leased;
 use super::route::Routed;
 use crate::digest::sha256_hex;
 use crate::faults::Operation;
@@ -36,31 +37,26 @@ fn busy_delay(delivery: &Delivery, lease_left: Duration) -> Duration {
 }
 
 /// Acts on what acquiring the delivery's key found.
-pub(crate) async fn leased(routed: Routed, acquired: Acquired) -> Fate {
-    let Routed {
-        delivery,
-        plugin,
-        resolved,
-        ..
-    } = routed;
-    let visibility = delivery.queue().config.visibility;
+pub(crate) async fn leased(mut routed: Routed, acquired: Acquired) -> Fate {
+    let visibility = routed.delivery.queue().config.visibility;
     if let Acquired::Completed {
         digest: Some(done), ..
     } = &acquired
-        && let Some(reason) = conflict(&delivery, &plugin, done)
+        && let Some(reason) = conflict(&routed, done)
     {
-        return delivery.dead_letter(reason).await;
+        return routed.delivery.dead_letter(reason).await;
     }
     match acquired {
         Acquired::Granted(lease) => {
-            let delivery = delivery.leased(lease);
-            match within_rate(&delivery, &plugin).await {
-                Ok(()) => run(delivery, plugin, resolved).await,
+            let resolved = routed.resolved.take();
+            let leased = Leased::new(routed, lease);
+            match within_rate(&leased).await {
+                Ok(()) => run(leased, resolved).await,
                 Err(Some(later)) => {
                     let delay = later.max(MIN_BUSY_DELAY);
-                    delivery.put_back(delay, Event::RateLimited).await
+                    leased.put_back(delay, Event::RateLimited).await
                 }
-                Err(None) => delivery.back_off().await,
+                Err(None) => leased.back_off().await,
             }
         }
         Acquired::Completed {
@@ -71,18 +67,18 @@ pub(crate) async fn leased(routed: Routed, acquired: Acquired) -> Fate {
             // The worker that completed the key is most likely sending this outbox right now;
             // sending it too would only make copies. Look again once that worker would have
             // finished, or been presumed dead.
-            let delay = busy_delay(&delivery, visibility - pending_for);
-            delivery.put_back(delay, Event::Busy).await
+            let delay = busy_delay(&routed.delivery, visibility - pending_for);
+            routed.delivery.put_back(delay, Event::Busy).await
         }
         Acquired::Completed { pending_outbox, .. } => {
-            let msg = delivery.msg();
+            let msg = routed.delivery.msg();
             tracing::debug!(queue = %msg.queue, message_id = %msg.id, "duplicate of completed work; acking without running");
-            delivery.record(Event::Duplicate);
-            delivery.finish(pending_outbox).await
+            routed.delivery.record(Event::Duplicate);
+            routed.finish(pending_outbox).await
         }
         Acquired::Busy { retry_after } => {
-            let delay = busy_delay(&delivery, retry_after);
-            delivery.put_back(delay, Event::Busy).await
+            let delay = busy_delay(&routed.delivery, retry_after);
+            routed.delivery.put_back(delay, Event::Busy).await
         }
     }
 }
@@ -90,7 +86,8 @@ pub(crate) async fn leased(routed: Routed, acquired: Acquired) -> Fate {
 /// Waits for the plugin's slot under its rate limit, if it has one (see `idempotency::rate`):
 /// `Ok` once the call may run; `Err(Some(when))` when the slot is too far off and the message
 /// should come back then; `Err(None)` when the store did not answer.
-async fn within_rate(delivery: &Delivery, plugin: &Plugin) -> Result<(), Option<Duration>> {
+async fn within_rate(leased: &Leased) -> Result<(), Option<Duration>> {
+    let (delivery, plugin) = (leased.delivery(), leased.plugin());
     let Some(limit) = plugin.manifest.limits.rate else {
         return Ok(());
     };
@@ -120,11 +117,13 @@ async fn within_rate(delivery: &Delivery, plugin: &Plugin) -> Result<(), Option<
 
 /// Resolves the payload (unless it was, to derive the key), invokes the handler (heartbeat
 /// running), and ends the delivery by the outcome.
-async fn run(mut delivery: Delivery, plugin: Arc<Plugin>, resolved: Option<Resolved>) -> Fate {
-    let shared = Arc::clone(&delivery.queue().shared);
+async fn run(mut leased: Leased, resolved: Option<Resolved>) -> Fate {
+    let shared = Arc::clone(&leased.delivery().queue().shared);
+    let plugin = Arc::clone(leased.plugin());
     let resolved = match resolved {
         Some(resolved) => Some(resolved),
         None => {
+            let delivery = leased.delivery();
             let msg = delivery.msg();
             let mut step =
                 pointer::is_pointer(&msg.attributes).then(|| delivery.span().step("payload fetch"));
@@ -136,53 +135,54 @@ async fn run(mut delivery: Delivery, plugin: Arc<Plugin>, resolved: Option<Resol
             match fetched {
                 Ok(resolved) => {
                     if resolved.is_some() {
-                        delivery.payload_verified();
+                        leased.delivery_mut().payload_verified();
                     }
                     resolved
                 }
-                Err(e) => return unfetchable(delivery, e).await,
+                Err(e) => return unfetchable_leased(leased, e).await,
             }
         }
     };
     if plugin.manifest.idempotency.key.may_name_other_bodies() {
-        delivery.running_on(match &resolved {
+        let sha256 = match &resolved {
             Some(r) => r.sha256.clone(),
-            None => sha256_hex(&delivery.msg().body),
-        });
+            None => sha256_hex(&leased.delivery().msg().body),
+        };
+        leased.running_on(sha256);
     }
-    let input = handler_message(&delivery, resolved);
+    let input = handler_message(&leased, resolved);
     let finished = tokio::select! {
-        result = invoke(&delivery, &plugin, input) => Some(result),
+        result = invoke(leased.delivery(), &plugin, input) => Some(result),
         _ = shared.abandon.cancelled() => None,
     };
     let Some(result) = finished else {
-        let msg = delivery.msg();
+        let msg = leased.delivery().msg();
         tracing::warn!(queue = %msg.queue, message_id = %msg.id, "shutdown grace over; releasing unfinished message");
-        return delivery.put_back(Duration::ZERO, Event::Released).await;
+        return leased.put_back(Duration::ZERO, Event::Released).await;
     };
     match result {
         Ok(Invocation {
             outcome: Outcome::Ack,
             outbox,
-        }) => delivery.ack(outbox).await,
+        }) => leased.ack(outbox).await,
         Ok(Invocation {
             outcome: Outcome::Retry(secs),
             ..
         }) => {
             let reason = "the handler asked for a retry".to_string();
-            delivery.retry(reason, secs).await
+            leased.retry(reason, secs).await
         }
         Ok(Invocation {
             outcome: Outcome::Reject(reason),
             ..
         }) => {
-            delivery.span().error("rejected", &reason);
-            delivery.dead_letter(reason).await
+            leased.delivery().span().error("rejected", &reason);
+            leased.dead_letter(reason).await
         }
         Err(failure) => {
-            delivery.span().error(failure.kind(), &failure);
-            delivery.record(Event::Failed);
-            delivery.retry(failure.to_string(), 0).await
+            leased.delivery().span().error(failure.kind(), &failure);
+            leased.delivery().record(Event::Failed);
+            leased.retry(failure.to_string(), 0).await
         }
     }
 }
@@ -201,16 +201,15 @@ fn body_digest(msg: &Received) -> Option<String> {
 /// another body. Reported (logged, counted) when it does; the reason to dead-letter it is
 /// returned when the plugin says `on-conflict = "reject"`, and otherwise it goes on as the
 /// duplicate it claims to be.
-fn conflict(delivery: &Delivery, plugin: &Plugin, done: &str) -> Option<String> {
+fn conflict(routed: &Routed, done: &str) -> Option<String> {
+    let delivery = &routed.delivery;
     let mine = body_digest(delivery.msg()).filter(|mine| !mine.eq_ignore_ascii_case(done))?;
-    let (msg, key) = (delivery.msg(), delivery.key().map(|k| k.handler.as_str()));
+    let (msg, key) = (delivery.msg(), routed.key.handler.as_str());
     tracing::warn!(queue = %msg.queue, message_id = %msg.id, key, ran = done, this = %mine, "a completed key came again with a different body");
     delivery.record(Event::Conflict);
-    (plugin.manifest.idempotency.on_conflict == OnConflict::Reject).then(|| {
-        format!(
-            "key `{}` was completed on a body with sha256 {done}, and this one's is {mine}",
-            key.unwrap_or_default()
-        )
+    let on_conflict = routed.plugin.manifest.idempotency.on_conflict;
+    (on_conflict == OnConflict::Reject).then(|| {
+        format!("key `{key}` was completed on a body with sha256 {done}, and this one's is {mine}")
     })
 }
 
@@ -222,29 +221,42 @@ pub(crate) async fn unfetchable(delivery: Delivery, error: ResolveError) -> Fate
     match error {
         ResolveError::Reject(reason) => delivery.dead_letter(reason).await,
         ResolveError::Retry(reason) => {
-            if let Some(held_back) = delivery.backend_error(Operation::PayloadFetch, false) {
-                let msg = delivery.msg();
-                tracing::warn!(queue = %msg.queue, message_id = %msg.id, %reason, held_back, "payload store unavailable; putting the message back");
-            }
+            payload_unavailable(&delivery, &reason);
             delivery.back_off().await
         }
     }
 }
 
+/// As [`unfetchable`], for a delivery that holds its lease (released as it ends).
+async fn unfetchable_leased(leased: Leased, error: ResolveError) -> Fate {
+    match error {
+        ResolveError::Reject(reason) => leased.dead_letter(reason).await,
+        ResolveError::Retry(reason) => {
+            payload_unavailable(leased.delivery(), &reason);
+            leased.back_off().await
+        }
+    }
+}
+
+/// Counts (and, once per burst, logs) a payload store that did not answer.
+fn payload_unavailable(delivery: &Delivery, reason: &str) {
+    if let Some(held_back) = delivery.backend_error(Operation::PayloadFetch, false) {
+        let msg = delivery.msg();
+        tracing::warn!(queue = %msg.queue, message_id = %msg.id, %reason, held_back, "payload store unavailable; putting the message back");
+    }
+}
+
 /// What the handler sees: the message (its payload fetched) and what the host decided.
-fn handler_message(delivery: &Delivery, resolved: Option<Resolved>) -> HandlerMessage {
-    let m = delivery.msg();
+fn handler_message(leased: &Leased, resolved: Option<Resolved>) -> HandlerMessage {
+    let m = leased.delivery().msg();
     let (body, attributes) = match resolved {
         Some(r) => (r.body, r.attributes),
         None => (m.body.clone(), m.attributes.clone()),
     };
     HandlerMessage {
         id: m.id.clone(),
-        idempotency_key: delivery
-            .key()
-            .map(|k| k.handler.clone())
-            .unwrap_or_default(),
-        fencing_token: delivery.fencing_token(),
+        idempotency_key: leased.key().handler.clone(),
+        fencing_token: leased.fencing_token(),
         queue: m.queue.clone(),
         body,
         attributes,

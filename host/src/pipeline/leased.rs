@@ -1,0 +1,274 @@
+//! The last stage of a delivery: its key's lease held and its heartbeat running. Only here can
+//! the handler's result be committed (`ack`), and only here is there a fencing token to hand
+//! the handler. Every other ending stops the heartbeat, settles the lease (released, counted a
+//! failure, or left to lapse) and then ends as the [`Delivery`] it wraps.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::backoff;
+use super::delivery::{Delivery, Fate, Key, Lettered};
+use super::heartbeat::Heartbeat;
+use super::outbox;
+use super::route::Routed;
+use crate::faults::Operation;
+use crate::idempotency::{Completion, IdempotencyError, Lease, Released};
+use crate::message::Outgoing;
+use crate::payload::OffloadError;
+use crate::plugin::Plugin;
+use crate::stats::Event;
+use opentelemetry::KeyValue;
+
+/// A delivery under its key's lease.
+#[derive(Debug)]
+#[must_use = "a delivery ends through one of its fate methods"]
+pub(crate) struct Leased {
+    delivery: Delivery,
+    plugin: Arc<Plugin>,
+    key: Key,
+    lease: Lease,
+    heartbeat: Option<Heartbeat>,
+    /// The sha256 of the body its handler ran on, recorded with the completed key.
+    ran_on: Option<String>,
+}
+
+impl Leased {
+    /// `routed` under `lease`, its heartbeat started (unless the queue runs without one).
+    pub(crate) fn new(routed: Routed, lease: Lease) -> Self {
+        let Routed {
+            delivery,
+            plugin,
+            key,
+            ..
+        } = routed;
+        let heartbeat = Heartbeat::start(delivery.queue(), &delivery.msg().receipt, &lease);
+        let token = lease.fencing_token;
+        let span = delivery.span();
+        span.set(|| vec![KeyValue::new("qhost.fencing_token", token as i64)]);
+        Leased {
+            delivery,
+            plugin,
+            key,
+            lease,
+            heartbeat,
+            ran_on: None,
+        }
+    }
+
+    /// The delivery it wraps.
+    pub(crate) fn delivery(&self) -> &Delivery {
+        &self.delivery
+    }
+
+    /// The delivery, to note what it learnt (a verified payload).
+    pub(crate) fn delivery_mut(&mut self) -> &mut Delivery {
+        &mut self.delivery
+    }
+
+    /// Its plugin.
+    pub(crate) fn plugin(&self) -> &Arc<Plugin> {
+        &self.plugin
+    }
+
+    /// Its key.
+    pub(crate) fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// The fencing token of its lease.
+    pub(crate) fn fencing_token(&self) -> u64 {
+        self.lease.fencing_token
+    }
+
+    /// Notes the sha256 of the body the handler runs on.
+    pub(crate) fn running_on(&mut self, sha256: String) {
+        self.ran_on = Some(sha256);
+    }
+
+    /// This delivery's attempt: the handler runs on its key so far, this one included.
+    fn attempt(&self) -> u32 {
+        self.lease.failures + 1
+    }
+
+    /// Stops the heartbeat, waiting for an extension under way.
+    async fn stop_heartbeat(&mut self) {
+        if let Some(heartbeat) = self.heartbeat.take() {
+            heartbeat.stop().await;
+        }
+    }
+
+    /// Stops the heartbeat and gives the lease back, counting the run by `why`; the delivery
+    /// is then to end without its lease.
+    async fn settle(mut self, why: Released) -> Delivery {
+        self.stop_heartbeat().await;
+        self.delivery.release(&self.lease, why).await;
+        self.delivery
+    }
+
+    /// Makes the message visible again after `delay`, releasing the lease unrun.
+    pub(crate) async fn put_back(self, delay: Duration, why: Event) -> Fate {
+        self.settle(Released::NotRun)
+            .await
+            .put_back(delay, why)
+            .await
+    }
+
+    /// Puts the message back on the retry schedule, releasing the lease unrun: something it
+    /// needs did not answer.
+    pub(crate) async fn back_off(self) -> Fate {
+        self.settle(Released::NotRun).await.back_off().await
+    }
+
+    /// The lease passed to another worker: drop this result, keep the message hidden.
+    pub(crate) async fn let_lapse(mut self, why: Event) -> Fate {
+        self.stop_heartbeat().await;
+        self.delivery.let_lapse(why)
+    }
+
+    /// Whether the lease is still this delivery's. A failure or reject reached after losing it
+    /// is not this delivery's to act on: the new owner's run stands.
+    async fn unless_lost(self) -> Result<Self, Fate> {
+        let ttl = self.delivery.queue().config.visibility;
+        match self.delivery.shared().store.extend(&self.lease, ttl).await {
+            Ok(()) => Ok(self),
+            Err(IdempotencyError::LeaseLost(key)) => {
+                let msg = self.delivery.msg();
+                tracing::warn!(queue = %msg.queue, message_id = %msg.id, %key, "lease lost while the handler ran; leaving the message to its new owner");
+                Err(self.let_lapse(Event::LostLease).await)
+            }
+            Err(e) => {
+                let timed_out = e.is_timeout();
+                if let Some(held_back) = self.delivery.backend_error(Operation::Extend, timed_out) {
+                    let msg = self.delivery.msg();
+                    tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, held_back, "cannot confirm the lease; putting the message back");
+                }
+                Err(self.back_off().await)
+            }
+        }
+    }
+
+    /// A failed attempt: put back after the backoff (at least `asked_secs`), or dead-lettered
+    /// once the plugin's attempts are used up. Attempts count handler runs on the key, so
+    /// put-backs for other reasons never use them up.
+    pub(crate) async fn retry(self, reason: String, asked_secs: u32) -> Fate {
+        let leased = match self.unless_lost().await {
+            Ok(leased) => leased,
+            Err(fate) => return fate,
+        };
+        let attempt = leased.attempt();
+        if attempt >= leased.plugin.manifest.limits.max_attempts {
+            // The lease was confirmed just above: no second round trip to confirm it again.
+            let reason = format!("gave up after {attempt} attempts: {reason}");
+            return leased.send_dead_letter(reason).await;
+        }
+        let (msg, plugin) = (leased.delivery.msg(), &leased.plugin);
+        tracing::info!(queue = %msg.queue, message_id = %msg.id, plugin = %plugin.name, version = %plugin.version, attempt, %reason, "will retry");
+        let delay = backoff::delay(&leased.delivery.shared().config.retry, attempt, asked_secs);
+        (leased.settle(Released::Failed).await)
+            .put_back(delay, Event::Retried)
+            .await
+    }
+
+    /// Dead-letters the message with `reason`, unless the lease was lost meanwhile (the new
+    /// owner's run decides).
+    pub(crate) async fn dead_letter(self, reason: String) -> Fate {
+        match self.unless_lost().await {
+            Ok(leased) => leased.send_dead_letter(reason).await,
+            Err(fate) => fate,
+        }
+    }
+
+    /// Dead-letters a delivery whose lease was just confirmed: once sent, the key is
+    /// forgotten (a redriven copy starts afresh); if not, the message is kept, released unrun.
+    async fn send_dead_letter(mut self, reason: String) -> Fate {
+        self.stop_heartbeat().await;
+        let attempts = self.attempt();
+        match self.delivery.send_dead_letter(&reason, attempts).await {
+            Lettered::Sent => {
+                self.delivery.record(Event::DeadLettered);
+                self.settle(Released::GaveUp).await.delete()
+            }
+            Lettered::Kept(delay) => self.put_back(delay, Event::Deferred).await,
+        }
+    }
+
+    /// The handler acked: large outbox messages are offloaded, the outbox is committed with
+    /// the completed record, then sent and the message deleted.
+    pub(crate) async fn ack(mut self, outbox: Vec<Outgoing>) -> Fate {
+        self.stop_heartbeat().await;
+        let shared = Arc::clone(&self.delivery.queue().shared);
+        let mut outbox = outbox::stamp(&self.key.handler, &self.plugin, outbox);
+        self.delivery
+            .span()
+            .propagate(&mut outbox, &shared.config.payload.send_shape());
+        // Large messages are offloaded before the outbox is recorded, so the completed record
+        // holds pointers, and a re-send after a crash reuses the same payload keys.
+        let token = self.lease.fencing_token;
+        let outbox = match (shared.payloads)
+            .offload_all(&shared.config.namespace, token, outbox)
+            .await
+        {
+            Ok(outbox) => outbox,
+            Err(e) => return self.unsendable(e).await,
+        };
+        let Leased {
+            delivery,
+            plugin,
+            key,
+            lease,
+            ran_on,
+            ..
+        } = self;
+        let completion = Completion {
+            lease,
+            outbox: outbox.clone(),
+            window: plugin.manifest.dedup_window(),
+            digest: ran_on,
+        };
+        let step = delivery.span().step("complete");
+        let completed = shared.completer.complete(completion).await;
+        drop(step);
+        match completed {
+            Ok(()) => {
+                delivery.record(Event::Acked);
+                delivery.finish(outbox, &key).await
+            }
+            Err(IdempotencyError::LeaseLost(_)) => {
+                let msg = delivery.msg();
+                tracing::warn!(queue = %msg.queue, message_id = %msg.id, key = %key.handler, "lease lost before completion; discarding this result");
+                // What this run offloaded was written under its own fencing token, beside the
+                // current owner's payloads: nobody will point at it.
+                tokio::spawn(async move {
+                    for m in outbox {
+                        shared.payloads.cleanup(&m.body, &m.attributes).await;
+                    }
+                });
+                delivery.let_lapse(Event::LostLease)
+            }
+            Err(e) => {
+                if let Some(held_back) = delivery.backend_error(Operation::Complete, e.is_timeout())
+                {
+                    let msg = delivery.msg();
+                    tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, held_back, "could not record completion; the message will come back");
+                }
+                delivery.back_off().await
+            }
+        }
+    }
+
+    /// An outbox that cannot be sent: too large with no payload store is a reject (the handler
+    /// would produce it again), an unreachable store a put-back.
+    async fn unsendable(self, error: OffloadError) -> Fate {
+        match error {
+            OffloadError::TooLarge(reason) => self.dead_letter(format!("outbox: {reason}")).await,
+            OffloadError::Unavailable(reason) => {
+                let delivery = self.delivery();
+                if let Some(held_back) = delivery.backend_error(Operation::PayloadStore, false) {
+                    let msg = delivery.msg();
+                    tracing::warn!(queue = %msg.queue, message_id = %msg.id, %reason, held_back, "outbox payload not stored; putting the message back");
+                }
+                self.back_off().await
+            }
+        }
+    }
+}
