@@ -1,0 +1,253 @@
+//! The command line: every command, its flags and their help, as clap reads them. Options
+//! of qhost itself (`--config`, `--plugins-dir`, `--data-dir`) come before the command.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail};
+use clap::{Args, Parser, Subcommand};
+
+use qhost::message::{Attribute, AttributeValue};
+
+/// `qhost --version`: the release, the WIT package it serves and the wasmtime it embeds (which
+/// decide what plugins it runs, and whether its compiled-code cache carries over).
+pub(crate) static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{} (serves {}, wasmtime {})",
+        env!("CARGO_PKG_VERSION"),
+        qhost::runtime::WIT_PACKAGE,
+        qhost::runtime::WASMTIME_VERSION
+    )
+});
+
+#[derive(Parser)]
+#[command(
+    name = "qhost",
+    version = VERSION.as_str(),
+    about = "Runs queue message handlers compiled to WebAssembly components"
+)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: Global,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Options of every command, given before it (`qhost -c qhost.toml run`).
+#[derive(Args)]
+pub(crate) struct Global {
+    /// Configuration file (TOML); its relative paths are relative to its directory. Default:
+    /// ./qhost.toml when there is one, otherwise the built-in defaults (the embedded queue and
+    /// store, plugins/ and .qhost/ here).
+    #[arg(long, short, env = "QHOST_CONFIG")]
+    pub(crate) config: Option<PathBuf>,
+    /// Overrides `plugins-dir`.
+    #[arg(long, env = "QHOST_PLUGINS_DIR")]
+    pub(crate) plugins_dir: Option<PathBuf>,
+    /// Overrides `data-dir` (where the local backends keep their database).
+    #[arg(long, env = "QHOST_DATA_DIR")]
+    pub(crate) data_dir: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Consume the configured queues until interrupted (SIGINT or SIGTERM), then print what was
+    /// done.
+    Run {
+        /// Exit once every consumed queue is empty and nothing is in flight, printing a summary.
+        #[arg(long)]
+        until_idle: bool,
+        /// Exit with code 6 if any message was dead-lettered during the run (for CI).
+        #[arg(long)]
+        fail_on_dead_letter: bool,
+        /// Start even if a queue's plugin does not load: that queue then waits, unconsumed,
+        /// until it does. Without it such a start is refused. Sets `allow-unloaded-plugins`.
+        #[arg(long)]
+        allow_unloaded_plugins: bool,
+        /// Where to serve /metrics, /healthz and /readyz (IP:PORT; port 0 picks a free port;
+        /// "" serves nothing). Overrides `[admin] listen`; default 127.0.0.1:9464.
+        #[arg(long, env = "QHOST_ADMIN_LISTEN", value_name = "IP:PORT")]
+        admin_listen: Option<String>,
+    },
+    /// Send a message to a queue.
+    Send(SendArgs),
+    /// Show messages waiting in a queue, without receiving them (local backend only).
+    Peek {
+        /// The queue.
+        #[arg(long, short)]
+        queue: String,
+        /// At most this many.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// Run one message through a plugin file, with no queue or store, and print what it
+    /// decided, what it would send and what it cost. Exit code: 0 ack, 3 retry, 4 reject (or
+    /// no idempotency key), 5 trap, timeout or memory limit.
+    Invoke(InvokeArgs),
+    /// Delete every message of a queue, after asking (or with --yes).
+    Purge {
+        /// The queue.
+        #[arg(long, short)]
+        queue: String,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Read and redrive dead-letter queues.
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+    },
+    /// Start a handler project that builds as it is: rust, python or js.
+    New {
+        /// The language: rust, python (py) or js.
+        language: qhost::scaffold::Language,
+        /// The plugin's name (letters, digits, `-`, `_`).
+        name: String,
+        /// Where to create it (default: ./NAME).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Check a deploy without running it: the configuration, and for every consumed queue its
+    /// plugin (and routes) loaded as `run` would, manifests included. Exits non-zero on any
+    /// problem: the command a deploy pipeline runs before shipping.
+    Check,
+    /// Inspect plugin files.
+    Plugins {
+        #[command(subcommand)]
+        command: PluginsCommand,
+    },
+}
+
+/// A message given on the command line.
+#[derive(Args)]
+pub(crate) struct MessageArgs {
+    /// Message body.
+    #[arg(
+        long,
+        conflicts_with = "body_file",
+        required_unless_present = "body_file"
+    )]
+    pub(crate) body: Option<String>,
+    /// Read the body from this file (`-`: standard input).
+    #[arg(long)]
+    pub(crate) body_file: Option<PathBuf>,
+    /// A string attribute NAME=VALUE, or a number attribute NAME:number=VALUE. Repeatable.
+    #[arg(long = "attr", value_name = "NAME=VALUE")]
+    pub(crate) attrs: Vec<String>,
+}
+
+impl MessageArgs {
+    /// The body (read from `--body-file` if given so) and the parsed attributes.
+    pub(crate) fn read(self) -> anyhow::Result<(Vec<u8>, Vec<Attribute>)> {
+        let body = match (self.body, self.body_file) {
+            (Some(b), _) => b.into_bytes(),
+            (None, Some(path)) if path.as_os_str() == "-" => {
+                let mut body = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut body)
+                    .context("reading the body from standard input")?;
+                body
+            }
+            (None, Some(path)) => {
+                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?
+            }
+            (None, None) => bail!("give --body or --body-file"),
+        };
+        let attributes = (self.attrs.iter())
+            .map(|a| parse_attr(a))
+            .collect::<anyhow::Result<_>>()?;
+        Ok((body, attributes))
+    }
+}
+
+#[derive(Args)]
+pub(crate) struct SendArgs {
+    /// The queue.
+    #[arg(long, short)]
+    pub(crate) queue: String,
+    #[command(flatten)]
+    pub(crate) message: MessageArgs,
+    /// Delay before the message is visible, in seconds.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) delay: u32,
+    /// FIFO message group.
+    #[arg(long)]
+    pub(crate) group: Option<String>,
+    /// Deliver this many copies under one message id, as SQS's at-least-once delivery
+    /// sometimes does (local queue only): a way to watch duplicate suppression work.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) copies: usize,
+}
+
+#[derive(Args)]
+pub(crate) struct InvokeArgs {
+    /// The plugin (its manifest, NAME.toml, is read from beside it).
+    pub(crate) file: PathBuf,
+    #[command(flatten)]
+    pub(crate) message: MessageArgs,
+    /// Set a `[config]` entry KEY=VALUE over the manifest's. Repeatable. (`--config` names
+    /// qhost's own configuration file.)
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub(crate) settings: Vec<String>,
+    /// Let the plugin call the HTTP origins its manifest grants. Without it, nothing is sent
+    /// anywhere: its requests are refused inside the guest (HTTP-request-denied).
+    #[arg(long)]
+    pub(crate) allow_http: bool,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum DlqCommand {
+    /// Show dead letters with why they were dead-lettered, leaving them in place.
+    Peek {
+        /// The dead-letter queue.
+        #[arg(long, short)]
+        queue: String,
+        /// At most this many.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// Send dead letters back to the queue each came from (or `--to`), so they run again;
+    /// each is deleted only once its copy is sent.
+    Redrive {
+        /// The dead-letter queue.
+        #[arg(long, short)]
+        queue: String,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// Send them here instead of their source queue.
+        #[arg(long)]
+        to: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum PluginsCommand {
+    /// Check that a .wasm implements the qhost:handler world, and list what it imports.
+    Check {
+        /// The .wasm file.
+        file: PathBuf,
+    },
+    /// List the plugins in the plugins directory with their versions and limits.
+    List,
+}
+
+pub(crate) fn parse_attr(text: &str) -> anyhow::Result<Attribute> {
+    let Some((name, value)) = text.split_once('=') else {
+        bail!("--attr `{text}` must be NAME=VALUE");
+    };
+    let value = value.to_string();
+    Ok(match name.split_once(':') {
+        Some((name, "number")) => {
+            value
+                .parse::<f64>()
+                .with_context(|| format!("--attr {name}: `{value}` is not a number"))?;
+            Attribute {
+                name: name.into(),
+                value: AttributeValue::Number(value),
+            }
+        }
+        Some((name, "string")) | Some((name, "")) => Attribute::string(name, value),
+        Some((_, kind)) => bail!("--attr `{text}`: unknown type `{kind}` (string or number)"),
+        None => Attribute::string(name, value),
+    })
+}

@@ -1,0 +1,81 @@
+//! `qhost invoke`: one message through one plugin file, with no queue, lease or effect.
+
+use anyhow::Context as _;
+
+use super::shown;
+use crate::args::InvokeArgs;
+use qhost::config::Config;
+
+pub(crate) async fn invoke(
+    config: Config,
+    args: InvokeArgs,
+) -> anyhow::Result<std::process::ExitCode> {
+    use qhost::handler::Outcome;
+    let (body, attributes) = args.message.read()?;
+    let request = qhost::oneshot::Request {
+        body,
+        attributes,
+        config: (args.settings.iter())
+            .map(|s| {
+                s.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .with_context(|| format!("--set `{s}` must be KEY=VALUE"))
+            })
+            .collect::<anyhow::Result<_>>()?,
+        allow_http: args.allow_http,
+    };
+    let report =
+        (qhost::oneshot::invoke_file(&config, &args.file, request).await).map_err(|e| {
+            match format!("{e:#}") {
+                text if text.contains("[secrets]") => {
+                    anyhow::anyhow!("{text}; or give the value with --set KEY=VALUE")
+                }
+                _ => e,
+            }
+        })?;
+    println!("plugin:   {} {}", report.plugin, report.version);
+    let (outcome, code) = match (&report.key, &report.result) {
+        (Err(e), _) => (format!("reject (not run): {e}"), 4),
+        (_, None) => ("not run".to_string(), 4),
+        (_, Some(Ok(invocation))) => match &invocation.outcome {
+            Outcome::Ack => ("ack".to_string(), 0),
+            Outcome::Retry(secs) => (format!("retry (after at least {secs} s)"), 3),
+            Outcome::Reject(reason) => (format!("reject: {reason}"), 4),
+        },
+        (_, Some(Err(failure))) => (
+            format!("failed: {failure} (retried, then dead-lettered, by a host)"),
+            5,
+        ),
+    };
+    if let Ok(key) = &report.key {
+        println!("key:      {key}");
+    }
+    println!("outcome:  {outcome}");
+    if let Some(Ok(invocation)) = &report.result {
+        let sent = if invocation.outcome == Outcome::Ack {
+            "would send"
+        } else {
+            "would discard"
+        };
+        println!("outbox:   {} message(s) it {sent}", invocation.outbox.len());
+        for m in &invocation.outbox {
+            println!("  -> {}  {}", m.queue, shown(&m.body, &m.attributes));
+        }
+    }
+    if !report.http_withheld.is_empty() {
+        println!(
+            "http:     not allowed ({} granted by its manifest); pass --allow-http to let it call them",
+            report.http_withheld.join(", ")
+        );
+    }
+    if let Some(c) = report.costs {
+        println!(
+            "cost:     {:.3} ms in all: instantiate {:.3} ms, call {:.3} ms, drop {:.3} ms",
+            report.took.as_secs_f64() * 1e3,
+            c.instantiate.as_secs_f64() * 1e3,
+            c.call.as_secs_f64() * 1e3,
+            c.drop.as_secs_f64() * 1e3,
+        );
+    }
+    Ok(std::process::ExitCode::from(code))
+}

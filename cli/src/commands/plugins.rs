@@ -1,0 +1,119 @@
+//! `qhost plugins check|list` and `qhost check`: a plugin file, the plugins a host serves,
+//! and a whole deploy checked as `qhost run` would load it.
+
+use anyhow::bail;
+
+use qhost::config::Config;
+
+pub(crate) fn check(config: &Config, file: &std::path::Path) -> anyhow::Result<()> {
+    let runtime = qhost::host::runtime_for(config)?;
+    let report = qhost::plugin::inspect::check_file(&runtime, file)?;
+    println!("file:     {}", file.display());
+    println!("version:  {}", report.version);
+    println!("size:     {} bytes", report.size);
+    println!("imports:  {}", report.imports.join(", "));
+    println!("exports:  {}", report.exports.join(", "));
+    match report.problem {
+        None => {
+            println!("world:    implements {}", qhost::runtime::WIT_PACKAGE);
+            println!("loads:    yes, with {}", manifest_shown(file));
+            Ok(())
+        }
+        Some(problem) => bail!("{} would not load: {problem}", file.display()),
+    }
+}
+
+/// `qhost check`: every consumed queue's plugins load as `run` would load them.
+pub(crate) async fn check_deploy(
+    config: &Config,
+    file: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let shown = file.map_or("the built-in defaults".into(), |f| f.display().to_string());
+    println!("config:   {shown}: {} queue(s)", config.queues.len());
+    let plugins = qhost::host::open_plugins_unchecked(config).await?;
+    let registry = plugins.registry();
+    let mut problems = 0;
+    for q in &config.queues {
+        for name in q.plugins() {
+            let path = config.plugins_dir.join(format!("{name}.wasm"));
+            match registry.get(name) {
+                Some(p) => println!(
+                    "queue {}: plugin {name} loads ({}, version {})",
+                    q.name,
+                    path.display(),
+                    p.version
+                ),
+                None => {
+                    problems += 1;
+                    let why = if path.is_file() {
+                        registry.why_not_serving(name)
+                    } else {
+                        format!("there is no {}", path.display())
+                    };
+                    println!("queue {}: plugin {name} does not load: {why}", q.name);
+                }
+            }
+        }
+    }
+    if problems > 0 {
+        bail!("{problems} problem(s): `qhost run` would refuse to start");
+    }
+    println!("ok: `qhost run` would start");
+    Ok(())
+}
+
+/// The manifest a plugin file loads with, as `plugins check` names it.
+pub(crate) fn manifest_shown(file: &std::path::Path) -> String {
+    let manifest = file.with_extension("toml");
+    if manifest.is_file() {
+        manifest.display().to_string()
+    } else {
+        format!("the default manifest (no {})", manifest.display())
+    }
+}
+
+pub(crate) async fn list(config: &Config) -> anyhow::Result<()> {
+    use qhost::plugin::status::{self, HostPlugins};
+    let live = config
+        .data_dir
+        .as_deref()
+        .and_then(|d| status::read_live(&status::path(d)));
+    let status = match live {
+        Some(status) => {
+            println!("as served by the running qhost (pid {}):", status.pid);
+            status
+        }
+        None => {
+            println!(
+                "no qhost is running on this data directory; loading {}:",
+                config.plugins_dir.display()
+            );
+            let plugins = qhost::host::open_plugins_unchecked(config).await?;
+            HostPlugins::of(plugins.registry())
+        }
+    };
+    for p in &status.plugins {
+        let version = p.version.as_deref().unwrap_or("(not serving)");
+        match &p.limits {
+            Some(l) => println!(
+                "{:<20} {:<12}  timeout {} ms, memory {} MiB, max attempts {}, concurrency {}{}",
+                p.name,
+                version,
+                l.timeout_ms,
+                l.memory_mib,
+                l.max_attempts,
+                l.concurrency
+                    .map_or_else(|| "unlimited".to_string(), |c| c.to_string()),
+                l.rate.map(|r| format!(", rate {r}")).unwrap_or_default(),
+            ),
+            None => println!("{:<20} {version}", p.name),
+        }
+        if !p.http.is_empty() {
+            println!("{:<20} may call: {}", "", p.http.join(", "));
+        }
+        if let Some(e) = &p.last_error {
+            println!("{:<20} last load error: {e}", "");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,101 @@
+//! The queue verbs: `send`, `peek` and `purge`.
+
+use anyhow::bail;
+
+use super::{local_queue, shown};
+use crate::args::SendArgs;
+use qhost::config::Config;
+use qhost::message::Outgoing;
+
+pub(crate) async fn send(config: Config, args: SendArgs) -> anyhow::Result<()> {
+    if args.queue.ends_with(".fifo") && args.group.is_none() {
+        bail!(
+            "`{}` is a FIFO queue: give the message group with --group GROUP",
+            args.queue
+        );
+    }
+    let (body, attributes) = args.message.read()?;
+    if let Some(a) = attributes.iter().find(|a| a.name.starts_with("qhost-")) {
+        bail!(
+            "--attr {}: names starting with qhost- are the host's own (keys, pointers, dead-letter \
+             verdicts) and cannot be sent; pick another name",
+            a.name
+        );
+    }
+    let source = qhost::host::open_source_for(&config, &[&args.queue]).await?;
+    let mut msg = Outgoing::new(args.queue.clone(), body);
+    msg.attributes = attributes;
+    msg.delay_seconds = args.delay;
+    msg.group_id = args.group;
+    // Large bodies go to the payload store, and a pointer in the message.
+    let payloads = qhost::payload::Payloads::open(&config).await?;
+    let msg = payloads
+        .offload_all(&config.namespace, 0, vec![msg])
+        .await?
+        .remove(0);
+    let ids = if args.copies == 1 {
+        source.send(&[msg]).await?
+    } else {
+        local_queue(&config)?
+            .send_copies(&[msg], args.copies)
+            .await?
+    };
+    for id in ids {
+        println!("{id}");
+    }
+    if config.queue(&args.queue).is_none() {
+        eprintln!(
+            "warning: no configured queue consumes `{}`: `qhost run` with this configuration \
+             will not take the message (configured: {})",
+            args.queue,
+            config
+                .queues
+                .iter()
+                .map(|q| q.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// `qhost purge`: asks on a terminal unless `yes`; refuses without one.
+pub(crate) async fn purge(config: Config, queue: &str, yes: bool) -> anyhow::Result<()> {
+    use std::io::{BufRead as _, IsTerminal as _};
+    if !yes {
+        if !std::io::stdin().is_terminal() {
+            bail!("purging deletes every message of `{queue}`: confirm with --yes");
+        }
+        eprint!("delete every message of `{queue}`? type the queue's name to confirm: ");
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        if answer.trim() != queue {
+            bail!("not purged");
+        }
+    }
+    match &config.source {
+        qhost::config::SourceKind::Local => {
+            let deleted = local_queue(&config)?.purge(queue).await?;
+            println!("purged `{queue}`: {deleted} message(s) deleted");
+        }
+        qhost::config::SourceKind::Sqs(settings) => {
+            settings.check().await?;
+            let sqs = qhost::source::sqs::SqsQueue::connect(settings).await;
+            sqs.purge(queue).await?;
+            println!("purging `{queue}`: SQS deletes its messages within a minute");
+        }
+    }
+    Ok(())
+}
+
+pub(crate) async fn peek(config: Config, queue: &str, limit: usize) -> anyhow::Result<()> {
+    let messages = local_queue(&config)?.peek(queue, limit).await?;
+    for m in &messages {
+        println!("{}  {}", m.id, shown(&m.body, &m.attributes));
+    }
+    // On stderr, so what scripts count on stdout stays one line a message.
+    if messages.is_empty() {
+        eprintln!("0 messages in `{queue}`");
+    }
+    Ok(())
+}
