@@ -79,20 +79,24 @@ async fn lease_and_spawn(queue: &Arc<QueueCtx>, ready: Vec<(Routed, Permit)>) {
         .iter()
         .map(|(r, _)| lease_step(r, ready.len()))
         .collect();
-    let answers = match queue.shared.store.acquire(&requests).await {
-        Ok(answers) if answers.len() == ready.len() => answers,
-        Ok(answers) => {
-            let e = IdempotencyError::Corrupt(format!(
-                "{} answers to {} requests",
-                answers.len(),
-                ready.len()
-            ));
-            vec![Err(e); ready.len()]
-        }
-        Err(e) => vec![Err(e); ready.len()],
-    };
+    let answers = each_answer(ready.len(), queue.shared.store.acquire(&requests).await);
     for (((routed, permit), answer), step) in ready.into_iter().zip(answers).zip(steps) {
         spawn(queue, leased(routed, answer, step), permit);
+    }
+}
+
+/// The store's answer for each of `n` lease requests: its own, or the call's error for all.
+fn each_answer(
+    n: usize,
+    answer: StoreResult<Vec<StoreResult<Acquired>>>,
+) -> Vec<StoreResult<Acquired>> {
+    match answer {
+        Ok(answers) if answers.len() == n => answers,
+        Ok(answers) => {
+            let e = IdempotencyError::Corrupt(format!("{} answers to {n} requests", answers.len()));
+            vec![Err(e); n]
+        }
+        Err(e) => vec![Err(e); n],
     }
 }
 
@@ -161,17 +165,9 @@ async fn run_one(queue: Arc<QueueCtx>, msg: Received) -> Fate {
         Err(unroutable) => return (*unroutable).end().await,
     };
     let step = lease_step(&routed, 1);
-    let answer = match (queue.shared.store)
-        .acquire(std::slice::from_ref(&routed.request))
-        .await
-    {
-        Ok(mut answers) if answers.len() == 1 => answers.remove(0),
-        Ok(answers) => Err(IdempotencyError::Corrupt(format!(
-            "{} answers to one request",
-            answers.len()
-        ))),
-        Err(e) => Err(e),
-    };
+    let store = &queue.shared.store;
+    let answered = store.acquire(std::slice::from_ref(&routed.request)).await;
+    let answer = each_answer(1, answered).remove(0);
     leased(routed, answer, step).await
 }
 

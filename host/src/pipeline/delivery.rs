@@ -36,7 +36,7 @@ use super::backoff;
 use super::context::{QueueCtx, Shared};
 use super::deadletter::{self, Verdict};
 use crate::faults::Operation;
-use crate::idempotency::Released;
+use crate::idempotency::{IdempotencyError, Lease, Released};
 use crate::message::{Outgoing, Received};
 use crate::metrics::InFlight;
 use crate::plugin::Plugin;
@@ -337,8 +337,7 @@ impl Delivery {
 
     /// Gives `lease` back with `why`, logging what the store said (a lease already passed on,
     /// or a store that did not answer: it lapses by itself).
-    pub(crate) async fn release(&self, lease: &crate::idempotency::Lease, why: Released) {
-        use crate::idempotency::IdempotencyError;
+    pub(crate) async fn release(&self, lease: &Lease, why: Released) {
         let plugin = self.plugin.name();
         match self.shared().store.release(lease, why).await {
             Ok(()) => {}

@@ -11,7 +11,7 @@ use super::delivery::{Delivery, Fate, Key, PluginRef};
 use crate::idempotency::LeaseRequest;
 use crate::idempotency::key::{KeyInput, KeySource, MissingKey, OnMissingKey, scoped};
 use crate::message::wire;
-use crate::message::{Received, find_attribute};
+use crate::message::{Outgoing, Received, find_attribute};
 use crate::payload::{Resolved, pointer};
 use crate::plugin::Plugin;
 use crate::stats::Event;
@@ -36,7 +36,7 @@ pub(crate) struct Routed {
 impl Routed {
     /// A duplicate of completed work: sends the outbox still pending (if any) and deletes the
     /// message, without running the handler.
-    pub(crate) async fn finish(self, outbox: Vec<crate::message::Outgoing>) -> Fate {
+    pub(crate) async fn finish(self, outbox: Vec<Outgoing>) -> Fate {
         self.delivery.finish(outbox, &self.key).await
     }
 }
