@@ -16,7 +16,9 @@ use qhost::payload::Payloads;
 use qhost::payload::pointer;
 use qhost::source::QueueSource;
 use qhost::source::sqs::SqsQueue;
-use qhost_e2e::harness::{Running, TestEnv, attr, contents, queue_toml, run_until_idle};
+use qhost_e2e::harness::{
+    Running, TestEnv, attr, contents, eventually, queue_toml, run_until_idle,
+};
 use qhost_e2e::redis_server::{RedisServer, shared_url, unique_namespace};
 use qhost_e2e::sqs_server::{
     TEST_ENV, create_bucket, create_queue, drain, endpoint, object_keys, s3_client, s3_payloads,
@@ -127,8 +129,13 @@ async fn the_redis_store_offloads_just_over_the_threshold_and_the_handler_sees_t
         let v: serde_json::Value = serde_json::from_slice(body).unwrap();
         format!("{ns}:payload:{}", v[1]["key"].as_str().unwrap())
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(redis_get(&key(offloaded_body)).await, None);
+    let consumed = key(offloaded_body);
+    eventually(
+        Duration::from_secs(10),
+        "the consumed payload is deleted",
+        async || redis_get(&consumed).await.is_none(),
+    )
+    .await;
     assert_eq!(redis_get(&key(&echoed[0].body)).await, Some(echo));
     let c = host.stats().total();
     assert_eq!((c.invoked, c.acked, c.dead_lettered), (4, 4, 0), "{c:?}");
@@ -190,11 +197,12 @@ async fn a_5_mib_payload_crosses_sqs_through_s3_and_is_deleted_after_the_ack() {
 
     let got = texts(&drain(&sink).await);
     assert_eq!(got, vec![digest(&body, "kind")]);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        object_keys(&bucket).await.is_empty(),
-        "deleted after the ack"
-    );
+    eventually(
+        Duration::from_secs(10),
+        "deleted after the ack",
+        async || object_keys(&bucket).await.is_empty(),
+    )
+    .await;
     let c = host.stats().total();
     assert_eq!((c.invoked, c.dead_lettered), (1, 0), "{c:?}");
 }
@@ -253,11 +261,12 @@ async fn a_message_from_the_python_extended_client_reaches_the_handler_whole() {
     let mut body = body.into_bytes();
     body.resize(300_000, b'p');
     assert_eq!(texts(&drain(&sink).await), vec![digest(&body, "color")]);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        object_keys(&theirs).await.is_empty(),
-        "deleted after the ack, as the Java client does"
-    );
+    eventually(
+        Duration::from_secs(10),
+        "deleted after the ack, as the Java client does",
+        async || object_keys(&theirs).await.is_empty(),
+    )
+    .await;
     assert_eq!(host.stats().total().dead_lettered, 0);
 }
 

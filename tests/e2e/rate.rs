@@ -13,7 +13,7 @@ use qhost::source::QueueSource;
 use qhost::source::sqs::SqsQueue;
 use qhost_e2e::admin::{get, sample};
 use qhost_e2e::api_server::{ApiServer, Reply};
-use qhost_e2e::harness::TestEnv;
+use qhost_e2e::harness::{TestEnv, eventually};
 use qhost_e2e::processes::HostProcess;
 use qhost_e2e::redis_server::{shared_url, unique_namespace};
 use qhost_e2e::sqs_server::{create_queue, drain, endpoint, sdk_config, unique};
@@ -114,27 +114,37 @@ async fn two_hosts_together_keep_a_plugin_under_its_rate() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // Let the last acks land, then read both hosts' counts.
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let (a, b) = hosts;
-    let mut outcomes: BTreeMap<&str, f64> = BTreeMap::new();
-    for host in [&a, &b] {
-        let (status, metrics) = get(host.admin_addr(), "/metrics");
-        assert_eq!(status, 200);
-        for outcome in ["acked", "dead_lettered", "rate_limited", "retried"] {
-            let n = sample(
-                &metrics,
-                "qhost_messages_handled_total",
-                &[
-                    ("queue", queue.as_str()),
-                    ("plugin", "mailer"),
-                    ("outcome", outcome),
-                ],
-            )
-            .unwrap_or(0.0);
-            *outcomes.entry(outcome).or_default() += n;
+    // Both hosts' counts, added up.
+    let counted = || {
+        let mut outcomes: BTreeMap<&str, f64> = BTreeMap::new();
+        for host in [&a, &b] {
+            let (status, metrics) = get(host.admin_addr(), "/metrics");
+            assert_eq!(status, 200);
+            for outcome in ["acked", "dead_lettered", "rate_limited", "retried"] {
+                let n = sample(
+                    &metrics,
+                    "qhost_messages_handled_total",
+                    &[
+                        ("queue", queue.as_str()),
+                        ("plugin", "mailer"),
+                        ("outcome", outcome),
+                    ],
+                )
+                .unwrap_or(0.0);
+                *outcomes.entry(outcome).or_default() += n;
+            }
         }
-    }
+        outcomes
+    };
+    // The last acks land a moment after the last request.
+    eventually(
+        Duration::from_secs(10),
+        "every run's ack counted",
+        async || counted()["acked"] >= JOBS as f64,
+    )
+    .await;
+    let outcomes = counted();
     a.stop();
     b.stop();
 

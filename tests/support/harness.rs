@@ -124,6 +124,20 @@ impl TestEnv {
     }
 }
 
+/// Waits until `done` answers true, asking every 50 ms; fails naming `what` after `limit`. For
+/// an effect that follows another asynchronously (a payload deleted after its ack), where a
+/// fixed sleep would either waste time or, on a loaded machine, not be long enough.
+pub async fn eventually(limit: Duration, what: &str, done: impl AsyncFn() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !done().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {limit:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A queue section for `name` handled by `plugin`, polling briefly.
 pub fn queue_toml(name: &str, plugin: &str) -> String {
     format!(
