@@ -31,7 +31,7 @@
 //!
 //! [config]                      # read by the plugin through the `config` import
 //! greeting = "hello"
-//! api-key = { env = "SENDGRID_API_KEY" }       # secrets the host grants (runtime::secrets)
+//! api-key = { env = "SENDGRID_API_KEY" }       # secrets the host grants (plugin::secrets)
 //! token = { file = "/run/secrets/sendgrid" }
 //! ```
 
@@ -71,7 +71,7 @@ pub struct Manifest {
 }
 
 /// A `[config]` value as written: text, or where the host reads a secret when the plugin
-/// loads (see `runtime::secrets`).
+/// loads (see `plugin::secrets`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConfigValue {
     /// The value itself.
