@@ -8,7 +8,7 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use self::qhost::handler::types::{Attribute, AttributeValue};
+pub(crate) use self::qhost::handler::types::{Attribute, AttributeValue};
 
 /// The version of the `qhost:handler` package this host serves.
 pub(crate) const WIT_VERSION: &str = "0.1.0";
