@@ -233,15 +233,21 @@ impl Delivery {
                 .mark(&shared.store, &shared.stats, &key.scoped)
                 .await;
         }
+        let Delivery {
+            queue,
+            msg,
+            payload_verified,
+            ..
+        } = self;
+        queue.acker.ack(msg.receipt);
         // The work is recorded complete, so a later copy of this message is acked without its
         // payload: the payload can go, if this delivery verified it (a duplicate, or a message
         // pointing at someone else's payload, deletes nothing).
-        if self.payload_verified {
-            let payloads = Arc::clone(&self.queue.shared.payloads);
-            let (body, attributes) = (self.msg.body.clone(), self.msg.attributes.clone());
-            tokio::spawn(async move { payloads.cleanup(&body, &attributes).await });
+        if payload_verified {
+            let payloads = Arc::clone(&queue.shared.payloads);
+            tokio::spawn(async move { payloads.cleanup(&msg.body, &msg.attributes).await });
         }
-        self.delete()
+        Fate::Gone
     }
 
     /// Hands the message to the ack batcher. A dead letter keeps any payload it points at.

@@ -165,8 +165,8 @@ fn routed(queue: &Arc<QueueCtx>, msg: Received, plugin: Arc<Plugin>, key: String
     };
     let loaded = PluginRef::Loaded(Arc::clone(&plugin));
     let delivery = Delivery::received(Arc::clone(queue), msg, loaded);
-    let handler_key = key.handler.clone();
-    (delivery.span()).set(|| vec![KeyValue::new("qhost.idempotency_key", handler_key)]);
+    let handler_key = &key.handler;
+    (delivery.span()).set(|| vec![KeyValue::new("qhost.idempotency_key", handler_key.clone())]);
     Routed {
         delivery,
         plugin,
