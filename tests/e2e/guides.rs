@@ -4,8 +4,10 @@
 //!
 //! What a reader replaces is replaced here too, and nothing else: `path/to/qhost` (and the
 //! Rust guide's `../qhost`) becomes this checkout. The toolchains are installed as the guides
-//! say (`pip install`, `npm install`, `rustup target add`), from the caches the guest plugins'
-//! builds left.
+//! say (`pip install`, `npm install`, `cargo build`), but offline, like every test: from what
+//! `scripts/build-guest-plugins` fetched (a wheel to find, a primed npm cache) and the crates
+//! the workspace's own build left in cargo's cache. A guide whose versions drift from those
+//! fails here.
 
 use std::path::Path;
 use std::process::Command;
@@ -108,10 +110,15 @@ fn run_guide(guide: &str, stop: &str) {
 
 /// Runs one shell block in `dir`; it must succeed. Returns what it printed.
 fn run_block(dir: &Path, path: &str, script: &str, guide: &str) -> String {
+    let wheels = qhost_e2e::workspace().join("target/tools/wheels");
     let out = Command::new("bash")
         .args(["-e", "-o", "pipefail", "-c", script])
         .current_dir(dir)
         .env("PATH", path)
+        .env("PIP_NO_INDEX", "1")
+        .env("PIP_FIND_LINKS", wheels)
+        .env("npm_config_offline", "true")
+        .env("CARGO_NET_OFFLINE", "true")
         .env_remove("QHOST_CONFIG")
         .env_remove("CARGO_TARGET_DIR")
         .envs(ADMIN_ENV)
@@ -128,18 +135,19 @@ fn run_block(dir: &Path, path: &str, script: &str, guide: &str) -> String {
 
 #[test]
 fn the_rust_guide_runs_as_written() {
+    qhost_e2e::built_plugins(); // the guest SDK's crates in cargo's cache
     run_guide("handlers-rust.md", "## What the host does for you");
 }
 
 #[test]
 fn the_python_guide_runs_as_written() {
-    qhost_e2e::built_guests(); // leaves componentize-py in pip's cache
+    qhost_e2e::built_guests(); // fetches the componentize-py wheel
     run_guide("handlers-python.md", "## Exceptions");
 }
 
 #[test]
 fn the_javascript_guide_runs_as_written() {
-    qhost_e2e::built_guests(); // leaves componentize-js in npm's cache
+    qhost_e2e::built_guests(); // primes npm's cache with componentize-js
     run_guide("handlers-javascript.md", "## Exceptions");
 }
 

@@ -65,9 +65,11 @@ fn build(language: &str, name: &str, dir: &Path) -> PathBuf {
         said.contains(&args.join(" ")),
         "the documented command: {said}"
     );
+    // Offline, like every test: the crates a Rust project needs are in cargo's cache.
     let out = Command::new(&program)
         .current_dir(dir)
         .args(&args)
+        .env("CARGO_NET_OFFLINE", "true")
         .output()
         .unwrap_or_else(|e| panic!("running {}: {e}", program.display()));
     assert!(
