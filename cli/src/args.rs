@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context as _, bail};
 use clap::{Args, Parser, Subcommand};
 
-use qhost::message::{Attribute, AttributeValue};
+use qhost::{Attribute, AttributeValue};
 
 /// `qhost --version`: the release, the WIT package it serves and the wasmtime it embeds (which
 /// decide what plugins it runs, and whether its compiled-code cache carries over).
@@ -14,8 +14,8 @@ pub(crate) static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::ne
     format!(
         "{} (serves {}, wasmtime {})",
         env!("CARGO_PKG_VERSION"),
-        qhost::runtime::WIT_PACKAGE,
-        qhost::runtime::WASMTIME_VERSION
+        qhost::WIT_PACKAGE,
+        qhost::WASMTIME_VERSION
     )
 });
 
@@ -52,22 +52,7 @@ pub(crate) struct Global {
 pub(crate) enum Command {
     /// Consume the configured queues until interrupted (SIGINT or SIGTERM), then print what was
     /// done.
-    Run {
-        /// Exit once every consumed queue is empty and nothing is in flight, printing a summary.
-        #[arg(long)]
-        until_idle: bool,
-        /// Exit with code 6 if any message was dead-lettered during the run (for CI).
-        #[arg(long)]
-        fail_on_dead_letter: bool,
-        /// Start even if a queue's plugin does not load: that queue then waits, unconsumed,
-        /// until it does. Without it such a start is refused. Sets `allow-unloaded-plugins`.
-        #[arg(long)]
-        allow_unloaded_plugins: bool,
-        /// Where to serve /metrics, /healthz and /readyz (IP:PORT; port 0 picks a free port;
-        /// "" serves nothing). Overrides `[admin] listen`; default 127.0.0.1:9464.
-        #[arg(long, env = "QHOST_ADMIN_LISTEN", value_name = "IP:PORT")]
-        admin_listen: Option<String>,
-    },
+    Run(RunFlags),
     /// Send a message to a queue.
     Send(SendArgs),
     /// Show messages waiting in a queue, without receiving them (local backend only).
@@ -98,15 +83,7 @@ pub(crate) enum Command {
         command: DlqCommand,
     },
     /// Start a handler project that builds as it is: rust, python or js.
-    New {
-        /// The language: rust, python (py) or js.
-        language: qhost::scaffold::Language,
-        /// The plugin's name (letters, digits, `-`, `_`).
-        name: String,
-        /// Where to create it (default: ./NAME).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-    },
+    New(NewArgs),
     /// Check a deploy without running it: the configuration, and for every consumed queue its
     /// plugin (and routes) loaded as `run` would, manifests included. Exits non-zero on any
     /// problem: the command a deploy pipeline runs before shipping.
@@ -116,6 +93,37 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: PluginsCommand,
     },
+}
+
+/// `qhost run`'s flags.
+#[derive(Args)]
+pub(crate) struct RunFlags {
+    /// Exit once every consumed queue is empty and nothing is in flight, printing a summary.
+    #[arg(long)]
+    pub(crate) until_idle: bool,
+    /// Exit with code 6 if any message was dead-lettered during the run (for CI).
+    #[arg(long)]
+    pub(crate) fail_on_dead_letter: bool,
+    /// Start even if a queue's plugin does not load: that queue then waits, unconsumed,
+    /// until it does. Without it such a start is refused. Sets `allow-unloaded-plugins`.
+    #[arg(long)]
+    pub(crate) allow_unloaded_plugins: bool,
+    /// Where to serve /metrics, /healthz and /readyz (IP:PORT; port 0 picks a free port;
+    /// "" serves nothing). Overrides `[admin] listen`; default 127.0.0.1:9464.
+    #[arg(long, env = "QHOST_ADMIN_LISTEN", value_name = "IP:PORT")]
+    pub(crate) admin_listen: Option<String>,
+}
+
+/// `qhost new`'s arguments.
+#[derive(Args)]
+pub(crate) struct NewArgs {
+    /// The language: rust, python (py) or js.
+    pub(crate) language: qhost::Language,
+    /// The plugin's name (letters, digits, `-`, `_`).
+    pub(crate) name: String,
+    /// Where to create it (default: ./NAME).
+    #[arg(long)]
+    pub(crate) dir: Option<PathBuf>,
 }
 
 /// A message given on the command line.

@@ -16,12 +16,11 @@ mod commands;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::Parser as _;
 
-use args::{Cli, Command, DlqCommand, Global, PluginsCommand};
+use args::{Cli, Command, DlqCommand, Global, NewArgs, PluginsCommand, RunFlags};
 use commands::*;
-use qhost::config::{self, Config};
+use qhost::{Config, Overrides};
 
 /// How long the process waits, once done, for threads still busy (a guest blocked in a host
 /// call).
@@ -29,8 +28,8 @@ const EXIT_WAIT: Duration = Duration::from_secs(1);
 
 pub fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    match qhost::logging::LogFormat::from_env() {
-        Ok(format) => qhost::logging::init(format),
+    match qhost::LogFormat::from_env() {
+        Ok(format) => qhost::init_logging(format),
         Err(e) => {
             eprintln!("error: {e}");
             return std::process::ExitCode::from(2);
@@ -65,90 +64,64 @@ fn config_file(global: &Global) -> Option<PathBuf> {
 /// The configuration file read when none is named, if it exists.
 const DEFAULT_CONFIG: &str = "qhost.toml";
 
-fn load_config(global: &Global) -> anyhow::Result<Config> {
+fn load_config(global: &Global, run: Option<&RunFlags>) -> anyhow::Result<Config> {
     let file = config_file(global);
-    let mut raw = match &file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading config file {}", path.display()))?;
-            let mut raw = config::parse_raw(&text)
-                .with_context(|| format!("in config file {}", path.display()))?;
-            let dir = std::path::absolute(path)?.parent().map(PathBuf::from);
-            raw.relative_to(&dir.unwrap_or_default());
-            if global.config.is_none() {
-                tracing::info!(file = %path.display(), "using the configuration file in this directory");
-            }
-            raw
-        }
-        None => config::file::RawConfig::default(),
+    if let (Some(path), None) = (&file, &global.config) {
+        tracing::info!(file = %path.display(), "using the configuration file in this directory");
+    }
+    let overrides = Overrides {
+        plugins_dir: global.plugins_dir.clone(),
+        data_dir: global.data_dir.clone(),
+        admin_listen: run.and_then(|r| r.admin_listen.clone()),
+        allow_unloaded_plugins: run.is_some_and(|r| r.allow_unloaded_plugins),
     };
-    if let Some(dir) = &global.plugins_dir {
-        raw.plugins_dir = Some(dir.clone());
-    }
-    if let Some(dir) = &global.data_dir {
-        raw.data_dir = Some(dir.clone());
-    }
-    let context = file
-        .as_ref()
-        .map(|p| format!("in config file {}", p.display()));
-    Config::from_raw(raw).with_context(|| context.unwrap_or_else(|| "in the configuration".into()))
+    Config::load(file.as_deref(), overrides)
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
-    if let Command::New {
-        language,
-        name,
-        dir,
-    } = &cli.command
-    {
-        let dir = dir.clone().unwrap_or_else(|| PathBuf::from(name));
-        for file in qhost::scaffold::create(*language, name, &dir)? {
-            println!("created {}", file.display());
-        }
-        println!(
-            "next: the build and try-out commands are in {}",
-            dir.join("README.md").display()
-        );
-        return Ok(std::process::ExitCode::SUCCESS);
-    }
-    let config = load_config(&cli.global)?;
+    let global = &cli.global;
+    let config = || load_config(global, None);
     match cli.command {
-        Command::Run {
-            until_idle,
-            fail_on_dead_letter,
-            allow_unloaded_plugins,
-            admin_listen,
-        } => {
-            let mut config = config;
-            if let Some(text) = admin_listen {
-                config.admin_listen = config::admin_listen(&text)?;
-            }
-            config.allow_unloaded_plugins |= allow_unloaded_plugins;
-            let dead = run(config, until_idle).await?;
-            if fail_on_dead_letter && dead > 0 {
+        Command::New(args) => new(args),
+        Command::Run(flags) => {
+            let config = load_config(global, Some(&flags))?;
+            let dead = run(config, flags.until_idle).await?;
+            if flags.fail_on_dead_letter && dead > 0 {
                 eprintln!("error: {dead} message(s) were dead-lettered (--fail-on-dead-letter)");
                 return Ok(std::process::ExitCode::from(DEAD_LETTERED));
             }
             Ok(())
         }
-        Command::Send(args) => send(config, args).await,
-        Command::Peek { queue, limit } => peek(config, &queue, limit).await,
-        Command::Purge { queue, yes } => purge(config, &queue, yes).await,
-        Command::Invoke(args) => return invoke(config, args).await,
+        Command::Send(args) => send(config()?, args).await,
+        Command::Peek { queue, limit } => peek(config()?, &queue, limit).await,
+        Command::Purge { queue, yes } => purge(config()?, &queue, yes).await,
+        Command::Invoke(args) => return invoke(config()?, args).await,
         Command::Dlq {
             command: DlqCommand::Peek { queue, limit },
-        } => dlq_peek(config, &queue, limit).await,
+        } => dlq_peek(config()?, &queue, limit).await,
         Command::Dlq {
             command: DlqCommand::Redrive { queue, limit, to },
-        } => dlq_redrive(config, &queue, limit, to.as_deref()).await,
-        Command::New { .. } => unreachable!("handled before the configuration is read"),
-        Command::Check => check_deploy(&config, config_file(&cli.global).as_deref()).await,
+        } => dlq_redrive(config()?, &queue, limit, to.as_deref()).await,
+        Command::Check => check_deploy(&config()?, config_file(global).as_deref()).await,
         Command::Plugins {
             command: PluginsCommand::Check { file },
-        } => check(&config, &file),
+        } => check(&config()?, &file),
         Command::Plugins {
             command: PluginsCommand::List,
-        } => list(&config).await,
+        } => list(&config()?).await,
     }
     .map(|()| std::process::ExitCode::SUCCESS)
+}
+
+/// `qhost new`: a handler project that builds as it is.
+fn new(args: NewArgs) -> anyhow::Result<()> {
+    let dir = args.dir.unwrap_or_else(|| PathBuf::from(&args.name));
+    for file in qhost::create_project(args.language, &args.name, &dir)? {
+        println!("created {}", file.display());
+    }
+    println!(
+        "next: the build and try-out commands are in {}",
+        dir.join("README.md").display()
+    );
+    Ok(())
 }

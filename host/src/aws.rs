@@ -88,7 +88,7 @@ pub struct AwsSettings {
 
 impl AwsSettings {
     /// The AWS configuration chain, with these overrides and qhost's HTTPS client.
-    pub async fn load(&self) -> aws_config::SdkConfig {
+    pub(crate) async fn load(&self) -> aws_config::SdkConfig {
         let deadlines = &self.deadlines;
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
             .http_client(https_client())
@@ -105,7 +105,7 @@ impl AwsSettings {
     /// Checks, before any call, what the SDK would otherwise report as a configuration error
     /// deep inside its first request: that a region is set and that the standard chain finds
     /// credentials. Each failure says where it looked and what to set.
-    pub async fn check(&self) -> anyhow::Result<()> {
+    pub(crate) async fn check(&self) -> anyhow::Result<()> {
         use aws_sdk_sqs::config::ProvideCredentials as _;
         let sdk = self.load().await;
         if sdk.region().is_none() {
@@ -139,7 +139,7 @@ impl AwsSettings {
 
 /// The HTTPS client qhost's AWS clients use (for an SDK configuration built by hand, as
 /// `SqsQueue::from_sdk_config` takes).
-pub fn https_client() -> SharedHttpClient {
+pub(crate) fn https_client() -> SharedHttpClient {
     aws_smithy_http_client::Builder::new()
         .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
         .build_https()

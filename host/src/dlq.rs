@@ -35,7 +35,7 @@ pub struct Verdict {
 }
 
 /// The verdict on a dead letter (fields qhost did not write read as empty).
-pub fn verdict(msg: &Received) -> Verdict {
+pub(crate) fn verdict(msg: &Received) -> Verdict {
     let text = |name: &str| {
         find_attribute(&msg.attributes, name)
             .and_then(|a| a.text())
@@ -61,7 +61,7 @@ const VERDICT_ATTRIBUTES: [&str; 5] = [
 
 /// The original attributes of a dead letter: its own without the verdict, and those folded into
 /// `qhost-original-attributes` unfolded.
-pub fn original_attributes(msg: &Received) -> Result<Vec<Attribute>, String> {
+pub(crate) fn original_attributes(msg: &Received) -> Result<Vec<Attribute>, String> {
     let mut out = Vec::new();
     for a in &msg.attributes {
         if a.name == wire::DEAD_LETTER_ORIGINAL_ATTRIBUTES {
@@ -77,7 +77,7 @@ pub fn original_attributes(msg: &Received) -> Result<Vec<Attribute>, String> {
 
 /// Up to `limit` messages of `queue`, left where they are. SQS has no peek: each is received
 /// with a visibility timeout of zero, so it stays available (its receive count goes up by one).
-pub async fn peek(
+pub(crate) async fn peek(
     source: &dyn QueueSource,
     queue: &str,
     limit: usize,
@@ -112,7 +112,7 @@ pub struct Redriven {
 
 /// Sends up to `limit` dead letters from `dead_letter_queue` back to `to`, or to the queue each
 /// came from.
-pub async fn redrive(
+pub(crate) async fn redrive(
     source: &dyn QueueSource,
     dead_letter_queue: &str,
     to: Option<&str>,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 /// A backend whose call failed (a network error, a server error, a timeout).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
+pub(crate) enum Backend {
     /// The queue service: receive, delete, visibility, send.
     Queue,
     /// The idempotency store.
@@ -24,10 +24,10 @@ pub enum Backend {
 
 impl Backend {
     /// Every backend, in the order [`Stats::backend_errors`] reports them.
-    pub const ALL: [Backend; 3] = [Backend::Queue, Backend::Idempotency, Backend::Payload];
+    pub(crate) const ALL: [Backend; 3] = [Backend::Queue, Backend::Idempotency, Backend::Payload];
 
     /// Its name in metrics.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Backend::Queue => "queue",
             Backend::Idempotency => "idempotency",
@@ -36,7 +36,7 @@ impl Backend {
     }
 
     /// The `error.type` a trace records for a failed call to it.
-    pub fn error_type(self) -> &'static str {
+    pub(crate) fn error_type(self) -> &'static str {
         match self {
             Backend::Queue => "queue_error",
             Backend::Idempotency => "idempotency_store_error",
@@ -50,7 +50,7 @@ pub(crate) const BURST: Duration = Duration::from_secs(10);
 
 /// A call to a backend, as metrics and logs name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Operation {
+pub(crate) enum Operation {
     /// `ReceiveMessage`.
     Receive,
     /// `DeleteMessageBatch`.
@@ -83,7 +83,7 @@ pub enum Operation {
 
 impl Operation {
     /// Every operation, in the order metrics list them.
-    pub const ALL: [Operation; 14] = [
+    pub(crate) const ALL: [Operation; 14] = [
         Operation::Receive,
         Operation::Delete,
         Operation::ChangeVisibility,
@@ -101,7 +101,7 @@ impl Operation {
     ];
 
     /// The backend it calls.
-    pub fn backend(self) -> Backend {
+    pub(crate) fn backend(self) -> Backend {
         match self {
             Operation::Receive
             | Operation::Delete
@@ -114,7 +114,7 @@ impl Operation {
     }
 
     /// Its name in metrics and logs: SQS's for queue calls, qhost's for the stores.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Operation::Receive => "ReceiveMessage",
             Operation::Delete => "DeleteMessageBatch",

@@ -10,65 +10,129 @@
 //!
 //! | module          | role                                                                  |
 //! |-----------------|-----------------------------------------------------------------------|
-//! | [`config`]      | the TOML file, checked into a [`config::Config`]                      |
-//! | [`message`]     | the host's message types; [`message::wire`], the wire contract (leaf); |
-//! |                 | [`message::rules`], SQS's rules for a message to be sent              |
-//! | [`source`]      | the queue boundary ([`source::QueueSource`]); `sqs`, `local` (SQLite)  |
-//! | [`idempotency`] | leases and completed records ([`idempotency::IdempotencyStore`]); keys; |
-//! |                 | the fleet-wide rate limit ([`idempotency::rate`])                     |
-//! | [`handler`]     | the invocation contract: message in, outcome out ([`handler::Invoke`]) |
-//! | [`runtime`]     | how one wasm call runs: engine, bindings, guest state, limits,       |
+//! | `config`        | the TOML file, checked into a `config::Config`                      |
+//! | `message`       | the host's message types; `message::wire`, the wire contract (leaf); |
+//! |                 | `message::rules`, SQS's rules for a message to be sent              |
+//! | `source`        | the queue boundary (`source::QueueSource`); `sqs`, `local` (SQLite)  |
+//! | `idempotency`   | leases and completed records (`idempotency::IdempotencyStore`); keys; |
+//! |                 | the fleet-wide rate limit (`idempotency::rate`)                     |
+//! | `handler`       | the invocation contract: message in, outcome out (`handler::Invoke`) |
+//! | `runtime`       | how one wasm call runs: engine, bindings, guest state, limits,       |
 //! |                 | outbound HTTP by grant (`runtime::http`); imports nothing of `plugin` |
-//! | [`plugin`]      | what the host serves: [`plugin::Plugin`], manifests, secrets, loading |
+//! | `plugin`        | what the host serves: `plugin::Plugin`, manifests, secrets, loading |
 //! |                 | (the one way into `runtime`), the registry, hot reload, status        |
-//! | [`payload`]     | claim check: payload stores (Redis, S3, local), pointers, allow-list  |
+//! | `payload`       | claim check: payload stores (Redis, S3, local), pointers, allow-list  |
 //! | `pipeline`      | the data path: receive, route, lease, run, one fate per delivery      |
-//! | [`host`]        | wiring: backends by configuration and start-up checks ([`host::StartError`]), |
+//! | `host`          | wiring: backends by configuration and start-up checks (`host::StartError`), |
 //! |                 | pollers, shutdown                                                     |
-//! | [`dlq`]         | dead letters read and redriven (`qhost dlq`)                          |
-//! | [`oneshot`]     | one message through one plugin file, no queue or store (`invoke`)     |
-//! | [`scaffold`]    | a new handler project in Rust, Python or JavaScript (`new`)           |
-//! | [`aws`]         | the AWS configuration chain shared by the SQS and S3 backends, and   |
+//! | `dlq`           | dead letters read and redriven (`qhost dlq`)                          |
+//! | `queues`        | the operator's verbs on a configuration's queues: send, peek, purge, dlq |
+//! | `oneshot`       | one message through one plugin file, no queue or store (`invoke`)     |
+//! | `scaffold`      | a new handler project in Rust, Python or JavaScript (`new`)           |
+//! | `aws`           | the AWS configuration chain shared by the SQS and S3 backends, and   |
 //! |                 | the deadlines of their calls                                          |
-//! | [`stats`]       | counters per queue and plugin                                         |
-//! | [`faults`]      | failed backend calls by operation (timeouts apart), logged per burst  |
+//! | `stats`         | counters per queue and plugin                                         |
+//! | `faults`        | failed backend calls by operation (timeouts apart), logged per burst  |
 //! | `progress`      | when each queue last finished a message, for readiness                |
-//! | [`metrics`]     | Prometheus metrics, reading the counters at scrape time               |
-//! | [`admin`]       | the admin listener: `/metrics`, `/healthz`, `/readyz`; readiness      |
-//! | [`traces`]      | OpenTelemetry spans per message, OTLP export, W3C context on messages |
+//! | `metrics`       | Prometheus metrics, reading the counters at scrape time               |
+//! | `admin`         | the admin listener: `/metrics`, `/healthz`, `/readyz`; readiness      |
+//! | `traces`        | OpenTelemetry spans per message, OTLP export, W3C context on messages |
 //! | `sqlite`        | the embedded database behind the local backends                       |
 //! | `digest`        | sha256 as hex, the one digest form qhost writes                       |
+//! | `testing`       | what the tests and benchmarks reach into (feature `test-support`)     |
 //!
-//! Only the embedding API is public: the host, its configuration, the message types, the
-//! backend traits with their implementations, and plugins. The pipeline's stages are
-//! crate-private.
+//! Every module is crate-private. What an embedder uses is re-exported at the crate root (below):
+//! the host and its configuration, the message types, the three boundary traits with their
+//! errors and implementations, plugins and their outcomes, the operator's verbs (`Queues`,
+//! `invoke_file`), and the read side of stats, metrics, the admin listener and traces. What the
+//! workspace's tests reach for beyond that is in `testing`, behind the `test-support` feature.
+//! `unreachable_pub` (a workspace lint) keeps every other item crate-private.
 
 #![deny(unsafe_code)]
 
-pub mod admin;
-pub mod aws;
-pub mod config;
+mod admin;
+mod aws;
+mod config;
 mod digest;
-pub mod dlq;
-pub mod faults;
-pub mod handler;
-pub mod host;
-pub mod idempotency;
-pub mod logging;
-pub mod message;
-pub mod metrics;
-pub mod oneshot;
-pub mod payload;
+mod dlq;
+mod faults;
+mod handler;
+mod host;
+mod idempotency;
+mod logging;
+mod message;
+mod metrics;
+mod oneshot;
+mod payload;
 mod pipeline;
-pub mod plugin;
+mod plugin;
 mod progress;
-pub mod redis_link;
-pub mod runtime;
-pub mod scaffold;
-pub mod source;
+mod queues;
+mod redis_link;
+mod runtime;
+mod scaffold;
+mod source;
 mod sqlite;
-pub mod stats;
-pub mod traces;
+mod stats;
+mod traces;
 
-pub use config::Config;
-pub use host::Host;
+// The embedding API. Everything else is crate-private: the pipeline's stages, the runtime's
+// internals, the counters' writers.
+
+// The host and its configuration.
+pub use config::{
+    Config, Deadlines, Overrides, PayloadConfig, PayloadPlace, QueueConfig, RetryPolicy,
+    SecretsGrant, SourceKind, StoreKind,
+};
+pub use host::{Host, StartError, load_plugins, runtime_for};
+
+// Messages.
+pub use message::{Attribute, AttributeValue, Outgoing, Received};
+
+// The three boundaries, with their implementations.
+pub use aws::{AwsDeadlines, AwsSettings};
+pub use idempotency::local::LocalStore;
+pub use idempotency::rate::{Admission, Rate};
+pub use idempotency::redis::RedisStore;
+pub use idempotency::{
+    Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
+    Released, StoreResult,
+};
+pub use payload::Payloads;
+pub use payload::local::LocalPayloads;
+pub use payload::redis::RedisPayloads;
+pub use payload::s3::{S3Bucket, S3Payloads};
+pub use payload::store::{PayloadError, PayloadStore};
+pub use redis_link::{RedisDeadlines, RedisTarget};
+pub use source::local::LocalQueue;
+pub use source::sqs::SqsQueue;
+pub use source::{QueueDepth, QueueSource, SourceError};
+
+// Plugins: loading, the invocation contract, what a host serves.
+pub use handler::{Failure, HandlerMessage, Invocation, Invoke, Outcome};
+pub use plugin::Plugin;
+pub use plugin::inspect::{CheckReport, check_file as check_plugin_file};
+pub use plugin::loader::{LoadError, load_file as load_plugin, version_of as plugin_version};
+pub use plugin::manifest::Manifest;
+pub use plugin::registry::Registry;
+pub use plugin::status::{HostPlugins, PluginRow};
+pub use runtime::engine::Runtime;
+pub use runtime::{Costs, WASMTIME_VERSION, WIT_PACKAGE};
+
+// What an operator runs against a configuration: the queue verbs, one message through one
+// plugin file, a new handler project.
+pub use dlq::Verdict;
+pub use oneshot::{InvokeReport, InvokeRequest, Ran, invoke_file};
+pub use queues::{DeadLetter, Purged, Queues, Redriven};
+pub use scaffold::{Language, create as create_project};
+
+// Seeing a running host.
+pub use admin::{AdminError, AdminServer, HostView};
+pub use logging::{LogFormat, init as init_logging};
+pub use metrics::Metrics;
+pub use stats::{Counts, Stats};
+pub use traces::{TraceError, Tracer, Traces};
+
+/// What the tests and benchmarks reach into (the `test-support` feature).
+#[cfg(feature = "test-support")]
+pub mod testing;

@@ -18,7 +18,7 @@ pub(crate) fn is_json() -> bool {
 }
 
 /// The variable that picks the format.
-pub const FORMAT_VAR: &str = "QHOST_LOG_FORMAT";
+pub(crate) const FORMAT_VAR: &str = "QHOST_LOG_FORMAT";
 
 /// How log lines are written to stderr.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

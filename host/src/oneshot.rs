@@ -20,7 +20,7 @@ use crate::runtime::Costs;
 
 /// The message to run, and settings to change in the plugin's `[config]`.
 #[derive(Clone, Debug, Default)]
-pub struct Request {
+pub struct InvokeRequest {
     /// The body.
     pub body: Vec<u8>,
     /// Its attributes.
@@ -34,16 +34,15 @@ pub struct Request {
 
 /// What happened.
 #[derive(Debug)]
-pub struct Report {
+pub struct InvokeReport {
     /// The plugin name (the file stem).
     pub plugin: String,
     /// Its version (content hash).
     pub version: String,
-    /// The key its manifest derives, or why there is none (then it did not run).
-    pub key: Result<String, String>,
-    /// The handler's answer, or how it failed; `None` when it did not run.
-    pub result: Option<Result<Invocation, Failure>>,
-    /// Instantiate, call and drop time of this one call.
+    /// Whether it ran, and its answer.
+    pub ran: Ran,
+    /// Instantiate, call and drop time of this one call (none when it did not run, or for a
+    /// plugin that does not count them).
     pub costs: Option<Costs>,
     /// Wall-clock time of the whole invocation.
     pub took: Duration,
@@ -51,11 +50,37 @@ pub struct Report {
     pub http_withheld: Vec<String>,
 }
 
+/// Whether the handler ran: one of three, so a report cannot say it ran without a key.
+#[derive(Debug)]
+pub enum Ran {
+    /// The manifest derives no key from this message, so a host would reject it unrun.
+    NoKey(String),
+    /// It ran under `key` and answered.
+    Answered {
+        /// The idempotency key it ran under.
+        key: String,
+        /// Its outcome and what its outbox holds.
+        invocation: Invocation,
+    },
+    /// It ran under `key` and failed (a trap, the deadline, the memory limit); a host would
+    /// retry it, then dead-letter it.
+    Failed {
+        /// The idempotency key it ran under.
+        key: String,
+        /// How it failed.
+        failure: Failure,
+    },
+}
+
 /// The queue name the handler is told its message came from.
-pub const QUEUE: &str = "invoke";
+pub(crate) const QUEUE: &str = "invoke";
 
 /// Loads `path` and runs `request` through it once.
-pub async fn invoke_file(config: &Config, path: &Path, request: Request) -> anyhow::Result<Report> {
+pub async fn invoke_file(
+    config: &Config,
+    path: &Path,
+    request: InvokeRequest,
+) -> anyhow::Result<InvokeReport> {
     let runtime = crate::host::runtime_for(config)?;
     let overrides = request.config.clone();
     let file = path.to_path_buf();
@@ -84,15 +109,14 @@ pub async fn invoke_file(config: &Config, path: &Path, request: Request) -> anyh
         attributes: &request.attributes,
         sha256: None,
     };
-    let key = (idempotency.key)
-        .derive_or(input, idempotency.on_missing)
-        .map_err(|e| e.to_string());
+    let key = (idempotency.key).derive_or(input, idempotency.on_missing);
     // Loading may have run an instance already (a check): only this call's costs count.
     let before = plugin.costs().unwrap_or_default();
     let started = Instant::now();
-    let result = match &key {
-        Ok(key) => Some(
-            plugin
+    let ran = match key {
+        Err(e) => Ran::NoKey(e.to_string()),
+        Ok(key) => {
+            let answer = plugin
                 .invoke(HandlerMessage {
                     id,
                     idempotency_key: key.clone(),
@@ -104,18 +128,24 @@ pub async fn invoke_file(config: &Config, path: &Path, request: Request) -> anyh
                     sent_at_ms: now_ms(),
                     group_id: None,
                 })
-                .await,
-        ),
-        Err(_) => None,
+                .await;
+            match answer {
+                Ok(invocation) => Ran::Answered { key, invocation },
+                Err(failure) => Ran::Failed { key, failure },
+            }
+        }
     };
-    Ok(Report {
+    let costs = match ran {
+        Ran::NoKey(_) => None,
+        _ => plugin.costs().map(|after| since(&before, after)),
+    };
+    Ok(InvokeReport {
         http_withheld,
         took: started.elapsed(),
         plugin: plugin.name.clone(),
         version: plugin.version.clone(),
-        key,
-        result,
-        costs: plugin.costs().map(|after| since(&before, after)),
+        ran,
+        costs,
     })
 }
 

@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub use crate::faults::Backend;
+pub(crate) use crate::faults::Backend;
 use crate::faults::{Faults, Operation};
 
 /// What happened to messages of one queue and plugin.
@@ -49,7 +49,7 @@ pub struct Counts {
 
 /// Something that happened to one message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Event {
+pub(crate) enum Event {
     /// A delivery arrived.
     Received,
     /// The handler was invoked.
@@ -83,7 +83,7 @@ pub enum Event {
 impl Event {
     /// The outcome this event ends a delivery with, as metrics and traces name it; `None` for
     /// events along the way.
-    pub fn outcome(self) -> Option<&'static str> {
+    pub(crate) fn outcome(self) -> Option<&'static str> {
         match self {
             Event::Acked => Some("acked"),
             Event::Duplicate => Some("duplicate"),
@@ -143,7 +143,7 @@ impl Counts {
 
 /// Which way payload bytes moved through a claim-check store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PayloadFlow {
+pub(crate) enum PayloadFlow {
     /// Fetched for a handler, through a pointer.
     Fetched,
     /// Stored for an outgoing message too large to send as it is.
@@ -168,7 +168,7 @@ pub struct Stats {
 
 impl Stats {
     /// Records an event.
-    pub fn record(&self, queue: &str, plugin: &str, event: Event) {
+    pub(crate) fn record(&self, queue: &str, plugin: &str, event: Event) {
         let Ok(mut map) = self.counts.lock() else {
             return;
         };
@@ -183,7 +183,7 @@ impl Stats {
     }
 
     /// Counts an invocation of this plugin version.
-    pub fn record_invocation(&self, plugin: &str, version: &str) {
+    pub(crate) fn record_invocation(&self, plugin: &str, version: &str) {
         let Ok(mut map) = self.versions.lock() else {
             return;
         };
@@ -205,17 +205,17 @@ impl Stats {
     }
 
     /// Failed calls by operation: (operation, timeouts, other errors), for those that failed.
-    pub fn failures_by_operation(&self) -> Vec<(Operation, u64, u64)> {
+    pub(crate) fn failures_by_operation(&self) -> Vec<(Operation, u64, u64)> {
         self.faults.counts()
     }
 
     /// Failed calls to each backend, as [`Backend::ALL`].
-    pub fn backend_errors(&self) -> [(Backend, u64); 3] {
+    pub(crate) fn backend_errors(&self) -> [(Backend, u64); 3] {
         Backend::ALL.map(|b| (b, self.backend_errors[b as usize].load(Ordering::Relaxed)))
     }
 
     /// Counts payload bytes that moved through a payload store.
-    pub fn record_payload(&self, flow: PayloadFlow, bytes: u64) {
+    pub(crate) fn record_payload(&self, flow: PayloadFlow, bytes: u64) {
         let counter = match flow {
             PayloadFlow::Fetched => &self.payload_fetched,
             PayloadFlow::Stored => &self.payload_stored,
@@ -224,7 +224,7 @@ impl Stats {
     }
 
     /// Payload bytes moved so far that way.
-    pub fn payload_bytes(&self, flow: PayloadFlow) -> u64 {
+    pub(crate) fn payload_bytes(&self, flow: PayloadFlow) -> u64 {
         match flow {
             PayloadFlow::Fetched => self.payload_fetched.load(Ordering::Relaxed),
             PayloadFlow::Stored => self.payload_stored.load(Ordering::Relaxed),

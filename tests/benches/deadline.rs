@@ -8,8 +8,8 @@
 use std::time::{Duration, Instant};
 
 use qhost::Config;
-use qhost::handler::{Failure, HandlerMessage};
-use qhost::plugin::Plugin;
+use qhost::Plugin;
+use qhost::{Failure, HandlerMessage};
 
 const TIMEOUT: Duration = Duration::from_millis(200);
 
@@ -20,8 +20,8 @@ fn load() -> Plugin {
     std::fs::write(&path, qhost_e2e::plugin_bytes("fixture")).expect("plugin");
     let manifest = format!("[limits]\ntimeout-ms = {}\n", TIMEOUT.as_millis());
     std::fs::write(path.with_extension("toml"), manifest).expect("manifest");
-    let runtime = qhost::host::runtime_for(&config).expect("engine");
-    qhost::plugin::loader::load_file(&runtime, &path).expect("loads")
+    let runtime = qhost::runtime_for(&config).expect("engine");
+    qhost::load_plugin(&runtime, &path).expect("loads")
 }
 
 fn message(body: &str, i: usize) -> HandlerMessage {

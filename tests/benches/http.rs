@@ -16,8 +16,8 @@ use std::time::Instant;
 
 use http_body_util::{BodyExt as _, Empty};
 use hyper::body::Bytes;
-use qhost::handler::{HandlerMessage, Outcome};
-use qhost::plugin::Plugin;
+use qhost::Plugin;
+use qhost::{HandlerMessage, Outcome};
 use qhost_e2e::api_server::ApiServer;
 use qhost_e2e::cpu::CpuTime;
 
@@ -48,8 +48,8 @@ fn load(api: &ApiServer) -> (tempfile::TempDir, Plugin) {
         compiled_cache: Some(qhost_e2e::workspace().join("target/test-compiled-cache")),
         ..Default::default()
     };
-    let runtime = qhost::host::runtime_for(&config).expect("engine");
-    let plugin = qhost::plugin::loader::load_file(&runtime, &path).expect("loads");
+    let runtime = qhost::runtime_for(&config).expect("engine");
+    let plugin = qhost::load_plugin(&runtime, &path).expect("loads");
     (dir, plugin)
 }
 

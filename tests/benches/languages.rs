@@ -10,14 +10,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use qhost::handler::{HandlerMessage, Outcome};
-use qhost::idempotency::local::LocalStore;
-use qhost::message::Outgoing;
-use qhost::plugin::Plugin;
-use qhost::plugin::registry::Registry;
-use qhost::source::QueueSource;
-use qhost::source::local::LocalQueue;
+use qhost::LocalQueue;
+use qhost::LocalStore;
+use qhost::Outgoing;
+use qhost::Plugin;
+use qhost::QueueSource;
+use qhost::Registry;
 use qhost::{Config, Host};
+use qhost::{HandlerMessage, Outcome};
 
 const QUEUE: &str = "reminders";
 
@@ -43,8 +43,8 @@ fn load(bytes: &[u8], manifest: &str, config: &Config) -> Plugin {
     let path = dir.path().join("email-reminder.wasm");
     std::fs::write(&path, bytes).expect("plugin");
     std::fs::write(path.with_extension("toml"), manifest).expect("manifest");
-    let runtime = qhost::host::runtime_for(config).expect("engine");
-    qhost::plugin::loader::load_file(&runtime, &path).expect("loads")
+    let runtime = qhost::runtime_for(config).expect("engine");
+    qhost::load_plugin(&runtime, &path).expect("loads")
 }
 
 /// Mean microseconds per direct invocation, over `n`: in all, instantiating, in the call.

@@ -7,12 +7,12 @@
 
 use std::sync::Arc;
 
-use qhost::idempotency::local::LocalStore;
-use qhost::message::Outgoing;
-use qhost::payload::Payloads;
-use qhost::plugin::registry::Registry;
-use qhost::source::QueueSource;
-use qhost::source::local::LocalQueue;
+use qhost::LocalQueue;
+use qhost::LocalStore;
+use qhost::Outgoing;
+use qhost::Payloads;
+use qhost::QueueSource;
+use qhost::Registry;
 use qhost::{Config, Host};
 
 const QUEUE: &str = "bench";
@@ -43,7 +43,7 @@ async fn measure(size: usize, n: usize) -> (f64, f64, usize) {
         .expect("offload");
     let offloaded = msgs
         .iter()
-        .filter(|m| qhost::payload::pointer::is_pointer(&m.attributes))
+        .filter(|m| qhost::testing::is_pointer(&m.attributes))
         .count();
     let source = Arc::new(LocalQueue::open(None, Default::default()).expect("queue"));
     for chunk in msgs.chunks(10) {

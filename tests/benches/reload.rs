@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use qhost::plugin::loader::version_of;
+use qhost::plugin_version as version_of;
 use qhost::{Config, Host};
 use qhost_e2e::deploy;
 use qhost_e2e::harness::{Running, TestEnv, queue_toml, send_all};
@@ -78,10 +78,7 @@ async fn restart_to_ready() {
 }
 
 /// Sends a message every few milliseconds until `stop`.
-async fn stream(
-    env_queue: qhost::source::local::LocalQueue,
-    stop: tokio_util::sync::CancellationToken,
-) {
+async fn stream(env_queue: qhost::LocalQueue, stop: tokio_util::sync::CancellationToken) {
     let mut i = 0u64;
     while !stop.is_cancelled() {
         send_all(&env_queue, "jobs", &[&format!("ack {i}")], &[]).await;
@@ -130,7 +127,7 @@ async fn rename_to_served() {
     assert_eq!(c.failures + c.dead_lettered, 0, "{c:?}");
 
     // The same builds compiled alone, without the cache: the floor under a reload.
-    let runtime = qhost::host::runtime_for(&Config {
+    let runtime = qhost::runtime_for(&Config {
         compiled_cache: None,
         ..env.config("")
     })
@@ -139,7 +136,7 @@ async fn rename_to_served() {
     for n in 0..SWAPS {
         let build = deploy::build_variant(&v1, &format!("bench-{n}"));
         let started = Instant::now();
-        runtime.compile(&build).expect("compiles");
+        qhost::testing::compile(&runtime, &build).expect("compiles");
         compiles.push(started.elapsed());
     }
     let (served, compile) = (median(latencies.clone()), median(compiles));
@@ -156,7 +153,7 @@ async fn rename_to_served() {
     );
     println!(
         "  of which: debounce {:.0} ms, compiling the build alone {:.1} ms (median); the rest is sync, swap and the next poll",
-        ms(qhost::plugin::watch::DEBOUNCE),
+        ms(qhost::testing::WATCH_DEBOUNCE),
         ms(compile)
     );
 }

@@ -516,7 +516,7 @@ fn send_and_peek_say_what_is_wrong_and_what_is_there() {
     let (code, _, stderr) = run_in(dir.path(), &args);
     assert_eq!(code, Some(1));
     assert!(
-        stderr.contains("--attr qhost-foo: names starting with qhost- are the host's own"),
+        stderr.contains("attribute qhost-foo: names starting with qhost- are the host's own"),
         "{stderr}"
     );
     let (code, _, stderr) = run_in(dir.path(), &["send", "--queue", "other", "--body", "x"]);

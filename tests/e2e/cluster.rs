@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use qhost::idempotency::redis::RedisStore;
-use qhost::idempotency::{Acquired, Completion, IdempotencyStore, Lease, LeaseRequest};
-use qhost::payload::redis::RedisPayloads;
-use qhost::payload::store::{PayloadError, PayloadStore};
+use qhost::RedisPayloads;
+use qhost::RedisStore;
+use qhost::{Acquired, Completion, IdempotencyStore, Lease, LeaseRequest};
+use qhost::{PayloadError, PayloadStore};
 use qhost_e2e::harness::{TestEnv, contents, queue_toml, run_until_idle, send_all};
 use qhost_e2e::redis_cluster::RedisCluster;
 use qhost_e2e::redis_server::unique_namespace;
@@ -16,7 +16,7 @@ use qhost_e2e::redis_tls::PASSWORD;
 fn requests(ns: &str, n: usize) -> Vec<LeaseRequest> {
     (0..n)
         .map(|i| LeaseRequest {
-            key: qhost::idempotency::key::scoped(ns, "p", &format!("job-{i}")),
+            key: qhost::testing::scoped_key(ns, "p", &format!("job-{i}")),
             ttl: Duration::from_secs(30),
             window: Duration::from_secs(60),
         })

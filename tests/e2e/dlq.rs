@@ -6,8 +6,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use qhost::message::Outgoing;
-use qhost::source::QueueSource;
+use qhost::Outgoing;
+use qhost::QueueSource;
 use qhost_e2e::harness::TestEnv;
 use qhost_e2e::processes::{HostProcess, qhost_binary, summary_column};
 use qhost_e2e::sqs_server::{TEST_ENV, create_queue, endpoint, sdk_config, unique};
@@ -146,8 +146,7 @@ async fn dead_letters_are_peeked_and_redriven_on_sqs() {
         "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\nregion = \"us-east-1\"",
         endpoint()
     );
-    let queue: Arc<dyn QueueSource> =
-        Arc::new(qhost::source::sqs::SqsQueue::from_sdk_config(&sdk_config()));
+    let queue: Arc<dyn QueueSource> = Arc::new(qhost::SqsQueue::from_sdk_config(&sdk_config()));
     dead_letter_fix_and_redrive(&env, &source, queue, &jobs, &sent).await;
 }
 
@@ -178,8 +177,7 @@ async fn purge_asks_then_empties_the_local_queue_and_an_sqs_queue() {
         "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\nregion = \"us-east-1\"",
         endpoint()
     );
-    let sqs: Arc<dyn QueueSource> =
-        Arc::new(qhost::source::sqs::SqsQueue::from_sdk_config(&sdk_config()));
+    let sqs: Arc<dyn QueueSource> = Arc::new(qhost::SqsQueue::from_sdk_config(&sdk_config()));
     let env = TestEnv::new();
     purge_on(&env, &source, sqs, &jobs).await;
 }

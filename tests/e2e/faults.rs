@@ -13,9 +13,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use qhost::message::{Attribute, Outgoing};
-use qhost::source::QueueSource;
-use qhost::source::sqs::SqsQueue;
+use qhost::QueueSource;
+use qhost::SqsQueue;
+use qhost::{Attribute, Outgoing};
 use qhost_e2e::admin::{get, sample};
 use qhost_e2e::fault_proxy::{Fault, FaultProxy};
 use qhost_e2e::harness::{TestEnv, attr, contents, take_all};
@@ -73,7 +73,7 @@ fn jobs(n: usize, queue: &str, sink: &str) -> Vec<Outgoing> {
 /// Effects on the sink by derived key: the fencing tokens of the runs that made them.
 type Effects = BTreeMap<String, Vec<u64>>;
 
-fn add_effects(effects: &mut Effects, msgs: Vec<qhost::message::Received>) {
+fn add_effects(effects: &mut Effects, msgs: Vec<qhost::Received>) {
     for m in msgs {
         let key = attr(&m, "qhost-idempotency-key")
             .expect("derived key")
@@ -473,9 +473,7 @@ fn silent_server() -> (SocketAddr, std::thread::JoinHandle<()>) {
 
 /// Runs `call`, which must fail within `limit` (the test fails rather than hang past it).
 /// The one answer of a batched store call for one key: the call's error, or the key's own.
-fn only<T>(
-    answers: qhost::idempotency::StoreResult<Vec<qhost::idempotency::StoreResult<T>>>,
-) -> qhost::idempotency::StoreResult<T> {
+fn only<T>(answers: qhost::StoreResult<Vec<qhost::StoreResult<T>>>) -> qhost::StoreResult<T> {
     let mut answers = answers?;
     assert_eq!(answers.len(), 1, "one answer for one request");
     answers.remove(0)
@@ -500,12 +498,12 @@ async fn every_sqs_and_s3_call_ends_at_its_deadline_when_no_answer_comes() {
         .behavior_version(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new("us-east-1"))
         .endpoint_url(format!("http://{addr}"))
-        .http_client(qhost::aws::https_client())
+        .http_client(qhost::testing::https_client())
         .credentials_provider(aws_sdk_sqs::config::SharedCredentialsProvider::new(
             aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "qhost-tests"),
         ))
         .build();
-    let deadlines = qhost::aws::AwsDeadlines {
+    let deadlines = qhost::AwsDeadlines {
         connect: Duration::from_secs(1),
         call: Duration::from_millis(300),
         receive_margin: Duration::from_millis(300),
@@ -556,8 +554,8 @@ async fn every_sqs_and_s3_call_ends_at_its_deadline_when_no_answer_comes() {
         );
     }
 
-    let s3 = qhost::payload::s3::S3Payloads::with_deadlines(&silent, true, deadlines).bucket("b");
-    use qhost::payload::store::PayloadStore as _;
+    let s3 = qhost::S3Payloads::with_deadlines(&silent, true, deadlines).bucket("b");
+    use qhost::PayloadStore as _;
     for (operation, error) in [
         (
             "PutObject",
@@ -581,20 +579,20 @@ async fn every_sqs_and_s3_call_ends_at_its_deadline_when_no_answer_comes() {
 
 #[tokio::test]
 async fn every_redis_store_call_ends_at_its_deadline_when_the_server_stops() {
-    use qhost::idempotency::{Completion, IdempotencyStore as _, LeaseRequest, Released};
+    use qhost::{Completion, IdempotencyStore as _, LeaseRequest, Released};
     let redis = RedisServer::start();
-    let mut target = qhost::redis_link::RedisTarget::single(redis.url());
+    let mut target = qhost::RedisTarget::single(redis.url());
     target.deadlines.response = Duration::from_millis(300);
-    let store = qhost::idempotency::redis::RedisStore::connect_to(&target)
+    let store = qhost::RedisStore::connect_to(&target)
         .await
         .expect("connect");
     let request = LeaseRequest {
-        key: qhost::idempotency::key::scoped(&unique_namespace("deadline"), "p", "k"),
+        key: qhost::testing::scoped_key(&unique_namespace("deadline"), "p", "k"),
         ttl: Duration::from_secs(30),
         window: Duration::from_secs(60),
     };
     let lease = match only(store.acquire(std::slice::from_ref(&request)).await).expect("acquire") {
-        qhost::idempotency::Acquired::Granted(lease) => lease,
+        qhost::Acquired::Granted(lease) => lease,
         other => panic!("{other:?}"),
     };
     redis.pause();
@@ -605,7 +603,7 @@ async fn every_redis_store_call_ends_at_its_deadline_when_the_server_stops() {
         window: request.window,
         digest: None,
     };
-    let rate = qhost::idempotency::rate::Rate::parse("10/s").expect("a rate");
+    let rate = qhost::Rate::parse("10/s").expect("a rate");
     let errors = [
         (
             "acquire",
@@ -652,10 +650,10 @@ async fn every_redis_store_call_ends_at_its_deadline_when_the_server_stops() {
         .expect("answers again once the server continues");
 
     let (addr, _server) = silent_server();
-    let mut silent = qhost::redis_link::RedisTarget::single(format!("redis://{addr}/"));
+    let mut silent = qhost::RedisTarget::single(format!("redis://{addr}/"));
     silent.deadlines.connect = Duration::from_millis(300);
     silent.deadlines.response = Duration::from_millis(300);
-    let connecting = qhost::idempotency::redis::RedisStore::connect_to(&silent);
+    let connecting = qhost::RedisStore::connect_to(&silent);
     let e = fails_in_time("connect", limit, connecting).await;
     assert!(e.contains("cannot connect"), "{e}");
 }
@@ -664,7 +662,7 @@ async fn every_redis_store_call_ends_at_its_deadline_when_the_server_stops() {
 async fn a_long_poll_waits_its_whole_wait_though_other_calls_have_a_shorter_deadline() {
     let name = unique("long-poll");
     qhost_e2e::sqs_server::create_queue(&name, &[]).await;
-    let deadlines = qhost::aws::AwsDeadlines {
+    let deadlines = qhost::AwsDeadlines {
         connect: Duration::from_secs(2),
         call: Duration::from_millis(500),
         receive_margin: Duration::from_secs(2),

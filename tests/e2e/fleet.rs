@@ -15,9 +15,9 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use qhost::message::{Attribute, Outgoing};
-use qhost::source::QueueSource;
-use qhost::source::sqs::SqsQueue;
+use qhost::QueueSource;
+use qhost::SqsQueue;
+use qhost::{Attribute, Outgoing};
 use qhost_e2e::harness::{TestEnv, attr};
 use qhost_e2e::processes::HostProcess;
 use qhost_e2e::redis_cluster::RedisCluster;
@@ -164,7 +164,7 @@ async fn a_fleet_on_a_cluster_survives_a_killed_host_and_a_killed_primary() {
         .expect("cluster connection");
     let mut lost_with_the_primary = 0;
     for i in 0..JOBS {
-        let key = qhost::idempotency::key::scoped(&ns, "fixture", &format!("j-{i}"));
+        let key = qhost::testing::scoped_key(&ns, "fixture", &format!("j-{i}"));
         let (state, fence): (Option<String>, Option<u64>) = record_cmd(&key)
             .query_async(&mut conn)
             .await

@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use qhost::Host;
-use qhost::idempotency::key::scoped;
-use qhost::idempotency::{Acquired, IdempotencyStore, LeaseRequest};
-use qhost::message::{Attribute, AttributeValue, Outgoing, Received};
-use qhost::payload::{Payloads, pointer};
-use qhost::source::QueueSource;
-use qhost::source::sqs::SqsQueue;
+use qhost::Payloads;
+use qhost::QueueSource;
+use qhost::SqsQueue;
+use qhost::testing::scoped_key as scoped;
+use qhost::{Acquired, IdempotencyStore, LeaseRequest};
+use qhost::{Attribute, AttributeValue, Outgoing, Received};
 use qhost_e2e::harness::{TestEnv, attr, contents, run_until_idle};
 use qhost_e2e::sqs_server::{
     client, create_bucket, create_queue, drain, endpoint, s3_payloads, sdk_config, unique,
@@ -439,13 +439,12 @@ async fn a_duplicate_pointing_at_another_messages_payload_deletes_nothing() {
         run_until_idle(&host).await;
 
         let real = Outgoing::new(&jobs, big_body(&sink, 3000)).with_attribute(job("j-2"));
-        let offloaded = host
-            .payloads()
+        let offloaded = qhost::testing::payloads(&host)
             .offload_all("qhost", 0, vec![real])
             .await
             .expect("offload")
             .remove(0);
-        assert!(pointer::is_pointer(&offloaded.attributes));
+        assert!(qhost::testing::is_pointer(&offloaded.attributes));
         // Completed work's key, with the other message's pointer.
         let mut thief = offloaded.clone();
         thief.attributes.retain(|a| a.name != "job-id");
@@ -507,13 +506,16 @@ async fn a_plugin_keyed_by_the_body_is_keyed_by_the_payload_not_its_pointer() {
             Outgoing::new(&ids, json(3000).as_str()),
             Outgoing::new(&shas, sha_body.as_str()),
         ];
-        let copies = host
-            .payloads()
+        let copies = qhost::testing::payloads(&host)
             .offload_all("qhost", 0, copies)
             .await
             .expect("offload");
-        assert!(copies.iter().all(|m| pointer::is_pointer(&m.attributes)));
-        host.payloads()
+        assert!(
+            copies
+                .iter()
+                .all(|m| qhost::testing::is_pointer(&m.attributes))
+        );
+        qhost::testing::payloads(&host)
             .cleanup(&copies[1].body, &copies[1].attributes)
             .await;
         setup.send(&copies).await;
@@ -600,7 +602,8 @@ async fn an_unreadable_embedded_row_is_dead_lettered_alone() {
     let bodies = ["ack 1", "poison", "ack 2"];
     let msgs: Vec<_> = bodies.iter().map(|b| Outgoing::new("jobs", *b)).collect();
     setup.send(&msgs).await;
-    let db = rusqlite::Connection::open(qhost::config::database_in(&setup.env.data_dir())).unwrap();
+    let db =
+        rusqlite::Connection::open(qhost::testing::database_in(&setup.env.data_dir())).unwrap();
     db.execute(
         "UPDATE messages SET attributes = '{not json' WHERE body = ?1",
         [b"poison".as_slice()],

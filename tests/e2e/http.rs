@@ -59,7 +59,7 @@ async fn every_re_run_of_a_message_repeats_its_idempotency_key() {
     let url = api.url("/v3/mail/send");
     for _ in 0..2 {
         for job in 0..JOBS {
-            let attr = qhost::message::Attribute::string("job", format!("job-{job}"));
+            let attr = qhost::Attribute::string("job", format!("job-{job}"));
             let body = format!("post:{url}");
             send_all(&env.queue(), "reminders", &[&body], &[attr]).await;
         }

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use qhost::Host;
-use qhost::message::{Attribute, Outgoing, Received, wire};
-use qhost::payload::Payloads;
-use qhost::payload::pointer;
-use qhost::source::QueueSource;
-use qhost::source::sqs::SqsQueue;
+use qhost::Payloads;
+use qhost::QueueSource;
+use qhost::SqsQueue;
+use qhost::testing::wire;
+use qhost::{Attribute, Outgoing, Received};
 use qhost_e2e::harness::{
     Running, TestEnv, attr, contents, eventually, queue_toml, run_until_idle,
 };
@@ -79,14 +79,13 @@ async fn the_redis_store_offloads_just_over_the_threshold_and_the_handler_sees_t
         .map(|b| Outgoing::new("jobs", b.clone()))
         .collect();
     // The path `qhost send` takes.
-    let sent = host
-        .payloads()
+    let sent = qhost::testing::payloads(&host)
         .offload_all(&ns, 0, msgs)
         .await
         .expect("offload");
     let pointers: Vec<bool> = sent
         .iter()
-        .map(|m| pointer::is_pointer(&m.attributes))
+        .map(|m| qhost::testing::is_pointer(&m.attributes))
         .collect();
     assert_eq!(
         pointers,
@@ -114,11 +113,10 @@ async fn the_redis_store_offloads_just_over_the_threshold_and_the_handler_sees_t
     let echoed = contents(&env.queue(), "echoed").await;
     assert_eq!(echoed.len(), 1);
     assert!(
-        pointer::is_pointer(&echoed[0].attributes),
+        qhost::testing::is_pointer(&echoed[0].attributes),
         "the outbox message was offloaded"
     );
-    let back = host
-        .payloads()
+    let back = qhost::testing::payloads(&host)
         .resolve(&echoed[0].body, &echoed[0].attributes)
         .await
         .expect("resolves")
@@ -183,12 +181,11 @@ async fn a_5_mib_payload_crosses_sqs_through_s3_and_is_deleted_after_the_ack() {
     let body = digest_body(&sink, 5 << 20);
     let mut msg = Outgoing::new(&jobs, body.clone());
     msg.attributes.push(Attribute::string("kind", "big"));
-    let sent = host
-        .payloads()
+    let sent = qhost::testing::payloads(&host)
         .offload_all("t", 0, vec![msg])
         .await
         .expect("offload");
-    assert!(pointer::is_pointer(&sent[0].attributes));
+    assert!(qhost::testing::is_pointer(&sent[0].attributes));
     assert_eq!(object_keys(&bucket).await.len(), 1, "stored in S3");
     let sqs = SqsQueue::from_sdk_config(&sdk_config());
     sqs.send(&sent).await.expect("send pointer");
@@ -391,7 +388,7 @@ async fn java_style_pointers_resolve_and_bad_pointers_are_dead_lettered_with_rea
         let got = attr(letter, "qhost-dead-letter-reason").unwrap_or_default();
         assert!(got.contains(reason.unwrap()), "{body}: {got}");
         assert!(
-            pointer::is_pointer(&letter.attributes),
+            qhost::testing::is_pointer(&letter.attributes),
             "the dead letter keeps its pointer"
         );
     }
@@ -414,14 +411,13 @@ async fn an_unreachable_payload_store_is_a_retry_not_a_reject() {
         redis.url(),
         queue_toml("jobs", "fixture")
     ));
-    config.retry = qhost::config::RetryPolicy {
+    config.retry = qhost::RetryPolicy {
         base: Duration::from_secs(1),
         max: Duration::from_secs(2),
     };
     let host = env.host(config).await;
     let body = digest_body("sink", 5000);
-    let sent = host
-        .payloads()
+    let sent = qhost::testing::payloads(&host)
         .offload_all("t", 0, vec![Outgoing::new("jobs", body.clone())])
         .await
         .expect("offload");

@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use qhost::Attribute;
 use qhost::Host;
-use qhost::idempotency::KeyStatus;
-use qhost::message::Attribute;
-use qhost::plugin::registry::Registry;
-use qhost::source::QueueSource;
+use qhost::KeyStatus;
+use qhost::QueueSource;
+use qhost::Registry;
 use qhost_e2e::faults::FailingAcks;
 use qhost_e2e::harness::{Running, TestEnv, attr, contents, queue_toml, run_until_idle, send_all};
 
@@ -75,9 +75,9 @@ async fn a_redelivery_after_a_failed_delete_is_acked_without_running() {
     );
     let real = Host::from_config(config.clone()).await.unwrap();
     // Every delete attempt of the first batch fails, so the message comes back with the same id.
-    let source = Arc::new(FailingAcks::new(real.source(), 3));
+    let source = Arc::new(FailingAcks::new(qhost::testing::source(&real), 3));
     let registry = Registry::new(real.registry().get("fixture").map(|p| (*p).clone()));
-    let host = Host::new(config, source, real.store(), registry);
+    let host = Host::new(config, source, qhost::testing::store(&real), registry);
     let ids = send_all(&env.queue(), "jobs", &["send:out:done"], &[]).await;
 
     run_until_idle(&host).await;

@@ -8,9 +8,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use qhost::message::{Attribute, Outgoing};
-use qhost::source::QueueSource;
-use qhost::source::sqs::SqsQueue;
+use qhost::QueueSource;
+use qhost::SqsQueue;
+use qhost::{Attribute, Outgoing};
 use qhost_e2e::admin::{get, sample};
 use qhost_e2e::api_server::{ApiServer, Reply};
 use qhost_e2e::harness::{TestEnv, eventually};

@@ -5,14 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use qhost::Host;
-use qhost::idempotency::redis::RedisStore;
-use qhost::idempotency::{
+use qhost::Outgoing;
+use qhost::QueueSource;
+use qhost::RedisStore;
+use qhost::Registry;
+use qhost::{
     Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
     Released,
 };
-use qhost::message::Outgoing;
-use qhost::plugin::registry::Registry;
-use qhost::source::QueueSource;
 use qhost_e2e::harness::{Running, TestEnv, contents, queue_toml, run_until_idle, send_all};
 use qhost_e2e::redis_server::{RedisServer, connect, record, shared_url, unique_namespace};
 use qhost_e2e::redis_tls::{PASSWORD, TlsRedis};
@@ -40,7 +40,7 @@ async fn grant(store: &RedisStore, key: &str, ttl: Duration) -> Lease {
 #[tokio::test]
 async fn leases_complete_once_and_a_lapsed_owner_is_refused() {
     let store = RedisStore::connect(&shared_url()).await.unwrap();
-    let key = qhost::idempotency::key::scoped(&unique_namespace("store"), "p", "k");
+    let key = qhost::testing::scoped_key(&unique_namespace("store"), "p", "k");
 
     let first = grant(&store, &key, Duration::from_millis(300)).await;
     assert_eq!(first.fencing_token, 1);
@@ -114,7 +114,7 @@ async fn one_record_per_key_keeps_its_token_and_counts_failed_runs() {
     let store = RedisStore::connect(&shared_url()).await.unwrap();
     let mut conn = connect(&shared_url()).await;
     let ns = unique_namespace("failures");
-    let key = qhost::idempotency::key::scoped(&ns, "p", "k");
+    let key = qhost::testing::scoped_key(&ns, "p", "k");
     let ttl = Duration::from_secs(30);
 
     let first = grant(&store, &key, ttl).await;
@@ -210,7 +210,7 @@ async fn completed(store: &RedisStore, key: &str) -> (usize, Option<String>) {
 async fn a_completed_record_shrinks_to_a_string_once_its_outbox_is_sent() {
     let store = RedisStore::connect(&shared_url()).await.unwrap();
     let mut conn = connect(&shared_url()).await;
-    let key = qhost::idempotency::key::scoped(&unique_namespace("compact"), "p", "k");
+    let key = qhost::testing::scoped_key(&unique_namespace("compact"), "p", "k");
     let lease = grant(&store, &key, Duration::from_secs(30)).await;
     let digest = "ab".repeat(32);
     let done = Completion {
@@ -261,7 +261,7 @@ async fn records_of_the_earlier_layout_are_honoured() {
     let mut conn = connect(&shared_url()).await;
     let ns = unique_namespace("layout");
     let [done, leased, released] =
-        ["done", "leased", "released"].map(|k| qhost::idempotency::key::scoped(&ns, "p", k));
+        ["done", "leased", "released"].map(|k| qhost::testing::scoped_key(&ns, "p", k));
     let mut pipe = redis::pipe();
     pipe.cmd("HSET")
         .arg(&done)
@@ -328,7 +328,7 @@ async fn a_batch_is_leased_in_one_round_trip() {
     let requests: Vec<_> = (0..10)
         .map(|i| {
             request(
-                &qhost::idempotency::key::scoped(&ns, "p", &i.to_string()),
+                &qhost::testing::scoped_key(&ns, "p", &i.to_string()),
                 Duration::from_secs(5),
             )
         })
@@ -400,8 +400,8 @@ async fn a_handler_that_outlives_its_lease_cannot_complete_over_the_new_owner() 
         format!("{err:#}").contains("queue[0].heartbeat is false"),
         "{err:#}"
     );
-    let loaded = qhost::host::open_plugins_unchecked(&config).await.unwrap();
-    let registry = Registry::new(loaded.registry().get("fixture").map(|p| (*p).clone()));
+    let loaded = qhost::load_plugins(&config).await.unwrap();
+    let registry = Registry::new(loaded.get("fixture").map(|p| (*p).clone()));
     let store = RedisStore::connect(&shared_url()).await.unwrap();
     let host = Host::new(config, Arc::new(env.queue()), Arc::new(store), registry);
     // The second one rejects after its lease lapsed: dropped, not dead-lettered, since the key's
@@ -431,7 +431,7 @@ async fn a_handler_that_outlives_its_lease_cannot_complete_over_the_new_owner() 
         .collect();
     assert_eq!(bodies, vec!["2"], "only the newer owner's outbox went out");
     let mut conn = connect(&shared_url()).await;
-    let key = qhost::idempotency::key::scoped(&ns, "fixture", &ids[0]);
+    let key = qhost::testing::scoped_key(&ns, "fixture", &ids[0]);
     assert_eq!(
         record(&mut conn, &key).await,
         (Some("completed".into()), Some(2))
@@ -573,11 +573,11 @@ async fn tls_with_a_password_and_a_private_ca() {
 /// back; an idle key lets a call run at once.
 #[tokio::test]
 async fn the_rate_limit_reserves_slots_alike_on_redis_and_the_embedded_store() {
-    use qhost::idempotency::rate::{self, Admission, Rate};
+    use qhost::{Admission, Rate};
     let rate = Rate::parse("20/s").expect("a rate");
     let redis = RedisStore::connect(&shared_url()).await.expect("redis");
-    let local = qhost::idempotency::local::LocalStore::open(None).expect("local store");
-    let key = rate::key(&unique_namespace("rate"), "mailer");
+    let local = qhost::LocalStore::open(None).expect("local store");
+    let key = qhost::testing::rate_key(&unique_namespace("rate"), "mailer");
     for store in [&redis as &dyn IdempotencyStore, &local] {
         let mut waits = Vec::new();
         let later = loop {

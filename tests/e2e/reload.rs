@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use qhost::Host;
-use qhost::plugin::loader::version_of;
+use qhost::plugin_version as version_of;
 use qhost_e2e::deploy;
 use qhost_e2e::harness::{Running, TestEnv, attr, contents, queue_toml, run_until_idle, send_all};
 use qhost_e2e::plugin_bytes;
@@ -266,7 +266,7 @@ async fn a_slow_overwrite_in_place_is_never_served_half_written() {
 async fn a_removed_plugin_keeps_its_messages_until_it_is_added_again() {
     let (env, v1, _) = worker_env();
     let mut config = env.config(&queue_toml("jobs", "worker"));
-    config.retry = qhost::config::RetryPolicy {
+    config.retry = qhost::RetryPolicy {
         base: Duration::from_secs(1),
         max: Duration::from_secs(2),
     };
@@ -320,14 +320,8 @@ async fn a_restart_with_a_warm_cache_compiles_nothing() {
     env.install("worker", "fixture", "");
     env.install("email-reminder", "email-reminder", "");
     let config = env.config(&queue_toml("jobs", "worker"));
-    let counts = |host: &Host| {
-        let c = host
-            .plugin_dir()
-            .expect("loaded from a directory")
-            .runtime()
-            .counters();
-        (c.compiled(), c.cache_hits())
-    };
+    let counts =
+        |host: &Host| qhost::testing::compile_counts(host).expect("loaded from a directory");
 
     let cold = Host::from_config(config.clone()).await.unwrap();
     assert_eq!(counts(&cold), (2, 0), "a cold start compiles each plugin");

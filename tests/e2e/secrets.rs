@@ -30,7 +30,7 @@ fn secret_env(var: &str) -> (TestEnv, tempfile::TempDir, String) {
     (env, secrets, grant)
 }
 
-fn bodies(out: &[qhost::message::Received]) -> Vec<String> {
+fn bodies(out: &[qhost::Received]) -> Vec<String> {
     let mut bodies = body_texts(out);
     bodies.sort();
     bodies

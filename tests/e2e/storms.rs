@@ -8,9 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use qhost::message::{Attribute, Outgoing};
-use qhost::source::QueueSource;
-use qhost::source::local::LocalQueue;
+use qhost::LocalQueue;
+use qhost::QueueSource;
+use qhost::{Attribute, Outgoing};
 use qhost_e2e::harness::{TestEnv, attr, contents};
 use qhost_e2e::processes::{HostProcess, summary_column};
 use qhost_e2e::redis_server::{connect, record_cmd, record_reply, shared_url, unique_namespace};
@@ -96,7 +96,7 @@ async fn records(ns: &str, plugin: &str, keys: &[String]) -> Vec<(Option<String>
     for chunk in keys.chunks(500) {
         let mut pipe = redis::pipe();
         for k in chunk {
-            let record = qhost::idempotency::key::scoped(ns, plugin, k);
+            let record = qhost::testing::scoped_key(ns, plugin, k);
             pipe.add_command(record_cmd(&record));
         }
         let rows: Vec<(Option<String>, Option<u64>)> =

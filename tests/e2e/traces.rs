@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use qhost::message::{Attribute, Outgoing};
-use qhost::source::QueueSource as _;
-use qhost::source::local::LocalQueue;
+use qhost::LocalQueue;
+use qhost::QueueSource as _;
+use qhost::{Attribute, Outgoing};
 use qhost_e2e::harness::{TestEnv, attr, queue_toml};
 use qhost_e2e::otlp::{Receiver, Span};
 

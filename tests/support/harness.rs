@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use qhost::idempotency::local::LocalStore;
-use qhost::message::{Attribute, Outgoing, Received};
-use qhost::source::local::LocalQueue;
+use qhost::LocalQueue;
+use qhost::LocalStore;
+use qhost::{Attribute, Outgoing, Received};
 use qhost::{Config, Host};
 use tokio_util::sync::CancellationToken;
 
@@ -111,13 +111,13 @@ impl TestEnv {
 
     /// The local idempotency store in this environment's data directory, for inspecting keys.
     pub fn store(&self) -> LocalStore {
-        LocalStore::open(Some(&qhost::config::database_in(&self.data_dir()))).expect("local store")
+        LocalStore::open(Some(&qhost::testing::database_in(&self.data_dir()))).expect("local store")
     }
 
     /// The local queue in this environment's data directory, for sending and peeking.
     pub fn queue(&self) -> LocalQueue {
         LocalQueue::open(
-            Some(&qhost::config::database_in(&self.data_dir())),
+            Some(&qhost::testing::database_in(&self.data_dir())),
             Default::default(),
         )
         .expect("local queue")
@@ -147,7 +147,7 @@ pub fn queue_toml(name: &str, plugin: &str) -> String {
 
 /// Sends bodies to `name` through any queue backend, each with `attributes`.
 pub async fn send_all(
-    queue: &dyn qhost::source::QueueSource,
+    queue: &dyn qhost::QueueSource,
     name: &str,
     bodies: &[&str],
     attributes: &[Attribute],
@@ -180,7 +180,7 @@ pub async fn contents(queue: &LocalQueue, name: &str) -> Vec<Received> {
 /// Everything `queue` of `source` holds, received and deleted as it goes, in the order
 /// received; each receive long-polls for `wait` (zero: only what is there now).
 pub async fn take_all(
-    source: &dyn qhost::source::QueueSource,
+    source: &dyn qhost::QueueSource,
     queue: &str,
     wait: Duration,
 ) -> Vec<Received> {
@@ -207,7 +207,7 @@ pub fn body_texts(msgs: &[Received]) -> Vec<String> {
 
 /// The text of attribute `name` on `msg`.
 pub fn attr<'a>(msg: &'a Received, name: &str) -> Option<&'a str> {
-    qhost::message::find_attribute(&msg.attributes, name).and_then(|a| a.text())
+    qhost::testing::find_attribute(&msg.attributes, name).and_then(|a| a.text())
 }
 
 /// A host running in the background until [`Running::stop`].

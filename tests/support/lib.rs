@@ -104,7 +104,7 @@ pub fn plugin_bytes(crate_name: &str) -> Vec<u8> {
 
 /// The fixture plugin, installed as `NAME.wasm` in a temporary directory and loaded by an engine
 /// sized for `config`, as the host would load it.
-pub fn fixture_plugin(name: &str, config: &qhost::Config) -> qhost::plugin::Plugin {
+pub fn fixture_plugin(name: &str, config: &qhost::Config) -> qhost::Plugin {
     let dir = tempfile::tempdir().expect("temporary directory");
     let path = dir.path().join(format!("{name}.wasm"));
     std::fs::write(&path, plugin_bytes("fixture")).expect("installing the fixture");
@@ -113,8 +113,8 @@ pub fn fixture_plugin(name: &str, config: &qhost::Config) -> qhost::plugin::Plug
         compiled_cache: None,
         ..config.clone()
     };
-    let runtime = qhost::host::runtime_for(&config).expect("engine");
-    qhost::plugin::loader::load_file(&runtime, &path).expect("loading the fixture")
+    let runtime = qhost::runtime_for(&config).expect("engine");
+    qhost::load_plugin(&runtime, &path).expect("loading the fixture")
 }
 
 /// Runs `host` until its queues are empty, checks that each of its `n` messages ran and was

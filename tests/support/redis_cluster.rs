@@ -221,12 +221,12 @@ impl RedisCluster {
     }
 
     /// The cluster as a store target, every node a seed.
-    pub fn target(&self) -> qhost::redis_link::RedisTarget {
-        qhost::redis_link::RedisTarget {
+    pub fn target(&self) -> qhost::RedisTarget {
+        qhost::RedisTarget {
             urls: self.urls(),
             cluster: true,
             ca_file: self.access.tls.as_ref().map(|dir| dir.join("ca.crt")),
-            deadlines: qhost::redis_link::RedisDeadlines::default(),
+            deadlines: qhost::RedisDeadlines::default(),
         }
     }
 

@@ -112,7 +112,7 @@ pub fn sdk_config_for(endpoint: &str) -> aws_config::SdkConfig {
         .region(aws_config::Region::new("us-east-1"))
         .timeout_config(patient)
         .endpoint_url(endpoint)
-        .http_client(qhost::aws::https_client())
+        .http_client(qhost::testing::https_client())
         .credentials_provider(aws_sdk_sqs::config::SharedCredentialsProvider::new(
             credentials,
         ))
@@ -166,8 +166,8 @@ pub async fn arn(url: &str) -> String {
 }
 
 /// The server's S3 side (moto serves S3 on the same endpoint), as qhost's payload stores see it.
-pub fn s3_payloads() -> qhost::payload::s3::S3Payloads {
-    qhost::payload::s3::S3Payloads::from_sdk_config(&sdk_config(), true)
+pub fn s3_payloads() -> qhost::S3Payloads {
+    qhost::S3Payloads::from_sdk_config(&sdk_config(), true)
 }
 
 /// A raw S3 client for the server, path-style, for setting buckets up and looking inside.
@@ -206,22 +206,22 @@ pub async fn object_keys(bucket: &str) -> Vec<String> {
 
 /// Everything in a queue, in the order received, deleting as it goes (a FIFO group stays
 /// blocked while any of its messages is received and not deleted).
-pub async fn drain(queue: &str) -> Vec<qhost::message::Received> {
+pub async fn drain(queue: &str) -> Vec<qhost::Received> {
     drain_at(endpoint(), queue).await
 }
 
 /// A client for the server at `endpoint` as the tests use it to look inside: patient, since it
 /// is the tests' instrument and not what they assert on.
-pub fn patient_queue(endpoint: &str) -> qhost::source::sqs::SqsQueue {
-    let patient = qhost::aws::AwsDeadlines {
+pub fn patient_queue(endpoint: &str) -> qhost::SqsQueue {
+    let patient = qhost::AwsDeadlines {
         connect: Duration::from_secs(10),
         call: Duration::from_secs(60),
         receive_margin: Duration::from_secs(60),
     };
-    qhost::source::sqs::SqsQueue::with_deadlines(&sdk_config_for(endpoint), patient)
+    qhost::SqsQueue::with_deadlines(&sdk_config_for(endpoint), patient)
 }
 
 /// [`drain`] on the server at `endpoint`.
-pub async fn drain_at(endpoint: &str, queue: &str) -> Vec<qhost::message::Received> {
+pub async fn drain_at(endpoint: &str, queue: &str) -> Vec<qhost::Received> {
     crate::harness::take_all(&patient_queue(endpoint), queue, Duration::from_secs(1)).await
 }

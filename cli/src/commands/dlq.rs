@@ -2,19 +2,15 @@
 
 use anyhow::bail;
 
-use super::local_queue;
-use qhost::config::Config;
+use qhost::{Config, Queues};
 
 pub(crate) async fn dlq_peek(config: Config, queue: &str, limit: usize) -> anyhow::Result<()> {
-    let letters = match config.source {
-        qhost::config::SourceKind::Local => local_queue(&config)?.peek(queue, limit).await?,
-        _ => {
-            let source = qhost::host::open_source_for(&config, &[queue]).await?;
-            qhost::dlq::peek(source.as_ref(), queue, limit).await?
-        }
-    };
-    for m in &letters {
-        let v = qhost::dlq::verdict(m);
+    let letters = Queues::open(&config, &[queue])
+        .await?
+        .dead_letters(queue, limit)
+        .await?;
+    for letter in &letters {
+        let (m, v) = (&letter.message, &letter.verdict);
         let body = String::from_utf8_lossy(&m.body);
         let preview: String = body.chars().take(200).collect();
         let more = if body.chars().count() > 200 {
@@ -44,8 +40,10 @@ pub(crate) async fn dlq_redrive(
     to: Option<&str>,
 ) -> anyhow::Result<()> {
     let queues: Vec<&str> = std::iter::once(queue).chain(to).collect();
-    let source = qhost::host::open_source_for(&config, &queues).await?;
-    let done = qhost::dlq::redrive(source.as_ref(), queue, to, limit).await?;
+    let done = Queues::open(&config, &queues)
+        .await?
+        .redrive(queue, to, limit)
+        .await?;
     for (id, target) in &done.moved {
         println!("{id} -> {target}");
     }

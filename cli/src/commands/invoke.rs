@@ -4,15 +4,14 @@ use anyhow::Context as _;
 
 use super::shown;
 use crate::args::InvokeArgs;
-use qhost::config::Config;
+use qhost::{Config, InvokeRequest, Outcome, Ran};
 
 pub(crate) async fn invoke(
     config: Config,
     args: InvokeArgs,
 ) -> anyhow::Result<std::process::ExitCode> {
-    use qhost::handler::Outcome;
     let (body, attributes) = args.message.read()?;
-    let request = qhost::oneshot::Request {
+    let request = InvokeRequest {
         body,
         attributes,
         config: (args.settings.iter())
@@ -24,34 +23,32 @@ pub(crate) async fn invoke(
             .collect::<anyhow::Result<_>>()?,
         allow_http: args.allow_http,
     };
-    let report =
-        (qhost::oneshot::invoke_file(&config, &args.file, request).await).map_err(|e| {
-            match format!("{e:#}") {
-                text if text.contains("[secrets]") => {
-                    anyhow::anyhow!("{text}; or give the value with --set KEY=VALUE")
-                }
-                _ => e,
+    let report = (qhost::invoke_file(&config, &args.file, request).await).map_err(|e| {
+        match format!("{e:#}") {
+            text if text.contains("[secrets]") => {
+                anyhow::anyhow!("{text}; or give the value with --set KEY=VALUE")
             }
-        })?;
+            _ => e,
+        }
+    })?;
     println!("plugin:   {} {}", report.plugin, report.version);
-    let (outcome, code) = match (&report.key, &report.result) {
-        (Err(e), _) => (format!("reject (not run): {e}"), 4),
-        (_, None) => ("not run".to_string(), 4),
-        (_, Some(Ok(invocation))) => match &invocation.outcome {
+    let (outcome, code) = match &report.ran {
+        Ran::NoKey(why) => (format!("reject (not run): {why}"), 4),
+        Ran::Answered { invocation, .. } => match &invocation.outcome {
             Outcome::Ack => ("ack".to_string(), 0),
             Outcome::Retry(secs) => (format!("retry (after at least {secs} s)"), 3),
             Outcome::Reject(reason) => (format!("reject: {reason}"), 4),
         },
-        (_, Some(Err(failure))) => (
+        Ran::Failed { failure, .. } => (
             format!("failed: {failure} (retried, then dead-lettered, by a host)"),
             5,
         ),
     };
-    if let Ok(key) = &report.key {
+    if let Ran::Answered { key, .. } | Ran::Failed { key, .. } = &report.ran {
         println!("key:      {key}");
     }
     println!("outcome:  {outcome}");
-    if let Some(Ok(invocation)) = &report.result {
+    if let Ran::Answered { invocation, .. } = &report.ran {
         let sent = if invocation.outcome == Outcome::Ack {
             "would send"
         } else {

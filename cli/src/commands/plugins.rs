@@ -3,11 +3,10 @@
 
 use anyhow::bail;
 
-use qhost::config::Config;
+use qhost::{Config, HostPlugins};
 
 pub(crate) fn check(config: &Config, file: &std::path::Path) -> anyhow::Result<()> {
-    let runtime = qhost::host::runtime_for(config)?;
-    let report = qhost::plugin::inspect::check_file(&runtime, file)?;
+    let report = qhost::check_plugin_file(&qhost::runtime_for(config)?, file)?;
     println!("file:     {}", file.display());
     println!("version:  {}", report.version);
     println!("size:     {} bytes", report.size);
@@ -15,7 +14,7 @@ pub(crate) fn check(config: &Config, file: &std::path::Path) -> anyhow::Result<(
     println!("exports:  {}", report.exports.join(", "));
     match report.problem {
         None => {
-            println!("world:    implements {}", qhost::runtime::WIT_PACKAGE);
+            println!("world:    implements {}", qhost::WIT_PACKAGE);
             println!("loads:    yes, with {}", manifest_shown(file));
             Ok(())
         }
@@ -30,8 +29,7 @@ pub(crate) async fn check_deploy(
 ) -> anyhow::Result<()> {
     let shown = file.map_or("the built-in defaults".into(), |f| f.display().to_string());
     println!("config:   {shown}: {} queue(s)", config.queues.len());
-    let plugins = qhost::host::open_plugins_unchecked(config).await?;
-    let registry = plugins.registry();
+    let registry = qhost::load_plugins(config).await?;
     let mut problems = 0;
     for q in &config.queues {
         for name in q.plugins() {
@@ -73,11 +71,7 @@ pub(crate) fn manifest_shown(file: &std::path::Path) -> String {
 }
 
 pub(crate) async fn list(config: &Config) -> anyhow::Result<()> {
-    use qhost::plugin::status::{self, HostPlugins};
-    let live = config
-        .data_dir
-        .as_deref()
-        .and_then(|d| status::read_live(&status::path(d)));
+    let live = config.data_dir.as_deref().and_then(HostPlugins::read_live);
     let status = match live {
         Some(status) => {
             println!("as served by the running qhost (pid {}):", status.pid);
@@ -88,8 +82,7 @@ pub(crate) async fn list(config: &Config) -> anyhow::Result<()> {
                 "no qhost is running on this data directory; loading {}:",
                 config.plugins_dir.display()
             );
-            let plugins = qhost::host::open_plugins_unchecked(config).await?;
-            HostPlugins::of(plugins.registry())
+            HostPlugins::of(&*qhost::load_plugins(config).await?)
         }
     };
     for p in &status.plugins {

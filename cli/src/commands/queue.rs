@@ -2,10 +2,9 @@
 
 use anyhow::bail;
 
-use super::{local_queue, shown};
+use super::shown;
 use crate::args::SendArgs;
-use qhost::config::Config;
-use qhost::message::Outgoing;
+use qhost::{Config, Outgoing, Purged, Queues};
 
 pub(crate) async fn send(config: Config, args: SendArgs) -> anyhow::Result<()> {
     if args.queue.ends_with(".fifo") && args.group.is_none() {
@@ -15,31 +14,12 @@ pub(crate) async fn send(config: Config, args: SendArgs) -> anyhow::Result<()> {
         );
     }
     let (body, attributes) = args.message.read()?;
-    if let Some(a) = attributes.iter().find(|a| a.name.starts_with("qhost-")) {
-        bail!(
-            "--attr {}: names starting with qhost- are the host's own (keys, pointers, dead-letter \
-             verdicts) and cannot be sent; pick another name",
-            a.name
-        );
-    }
-    let source = qhost::host::open_source_for(&config, &[&args.queue]).await?;
     let mut msg = Outgoing::new(args.queue.clone(), body);
     msg.attributes = attributes;
     msg.delay_seconds = args.delay;
     msg.group_id = args.group;
-    // Large bodies go to the payload store, and a pointer in the message.
-    let payloads = qhost::payload::Payloads::open(&config).await?;
-    let msg = payloads
-        .offload_all(&config.namespace, 0, vec![msg])
-        .await?
-        .remove(0);
-    let ids = if args.copies == 1 {
-        source.send(&[msg]).await?
-    } else {
-        local_queue(&config)?
-            .send_copies(&[msg], args.copies)
-            .await?
-    };
+    let queues = Queues::open(&config, &[&args.queue]).await?;
+    let ids = queues.send(msg, args.copies).await?;
     for id in ids {
         println!("{id}");
     }
@@ -73,23 +53,20 @@ pub(crate) async fn purge(config: Config, queue: &str, yes: bool) -> anyhow::Res
             bail!("not purged");
         }
     }
-    match &config.source {
-        qhost::config::SourceKind::Local => {
-            let deleted = local_queue(&config)?.purge(queue).await?;
-            println!("purged `{queue}`: {deleted} message(s) deleted");
-        }
-        qhost::config::SourceKind::Sqs(settings) => {
-            settings.check().await?;
-            let sqs = qhost::source::sqs::SqsQueue::connect(settings).await;
-            sqs.purge(queue).await?;
-            println!("purging `{queue}`: SQS deletes its messages within a minute");
+    match Queues::open(&config, &[queue]).await?.purge(queue).await? {
+        Purged::Deleted(n) => println!("purged `{queue}`: {n} message(s) deleted"),
+        Purged::Requested => {
+            println!("purging `{queue}`: SQS deletes its messages within a minute")
         }
     }
     Ok(())
 }
 
 pub(crate) async fn peek(config: Config, queue: &str, limit: usize) -> anyhow::Result<()> {
-    let messages = local_queue(&config)?.peek(queue, limit).await?;
+    let messages = Queues::open(&config, &[queue])
+        .await?
+        .peek(queue, limit)
+        .await?;
     for m in &messages {
         println!("{}  {}", m.id, shown(&m.body, &m.attributes));
     }

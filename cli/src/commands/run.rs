@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
-use qhost::config::Config;
+use qhost::{AdminServer, Config, Host, Traces};
 
 /// How long a second signal's release may take before the process exits regardless.
 pub(crate) const FORCED_EXIT: Duration = Duration::from_secs(5);
@@ -24,14 +24,14 @@ pub(crate) async fn run(config: Config, until_idle: bool) -> anyhow::Result<u64>
     // Bound before the plugins load: a port in use fails at once, and probes get answers
     // (live, not ready) while plugins compile.
     let admin = match config.admin_listen {
-        Some(addr) => Some(qhost::admin::AdminServer::start(addr).await?),
+        Some(addr) => Some(AdminServer::start(addr).await?),
         None => None,
     };
-    let traces = qhost::traces::Traces::from_env()?;
+    let traces = Traces::from_env()?;
     if let Some(traces) = &traces {
         tracing::info!(endpoint = traces.endpoint(), "exporting traces over OTLP");
     }
-    let mut host = qhost::Host::from_config(config).await?.abandon_on(abandon);
+    let mut host = Host::from_config(config).await?.abandon_on(abandon);
     if let Some(traces) = &traces {
         host = host.traced_by(traces.tracer());
     }

@@ -33,13 +33,13 @@ use crate::source::{QueueSource, SourceError};
 use crate::stats::Stats;
 
 /// How often the checker asks the queues and the store.
-pub const CHECK_INTERVAL: Duration = Duration::from_secs(2);
+pub(crate) const CHECK_INTERVAL: Duration = Duration::from_secs(2);
 /// How long one check may take before it counts as failed.
-pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 /// How old a check's last answer may be before it no longer counts.
-pub const STALE_AFTER: Duration = Duration::from_secs(15);
+pub(crate) const STALE_AFTER: Duration = Duration::from_secs(15);
 /// How long the checker may go without running before the process is reported not live.
-pub const STALLED_AFTER: Duration = Duration::from_secs(60);
+pub(crate) const STALLED_AFTER: Duration = Duration::from_secs(60);
 
 /// The last answer of one checked backend.
 #[derive(Clone, Debug)]

@@ -5,7 +5,7 @@
 //! ([`AdminServer::serve_host`]) it serves that host's metrics and readiness. It is plain
 //! HTTP/1.1 on hyper, meant for loopback or a pod network; nothing it serves changes state.
 
-pub mod health;
+pub(crate) mod health;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -23,7 +23,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::plugin::registry::Registry;
 
-pub use health::Health;
+pub(crate) use health::Health;
 
 /// How long a client may take to send its request headers.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);

@@ -17,7 +17,7 @@ use crate::redis_link::RedisDeadlines;
 /// `[timeouts]` as written.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct RawTimeouts {
+pub(crate) struct RawTimeouts {
     pub connect_ms: Option<u64>,
     pub sqs_call_ms: Option<u64>,
     pub sqs_receive_margin_ms: Option<u64>,

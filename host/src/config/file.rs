@@ -7,7 +7,7 @@ use serde::Deserialize;
 /// `qhost.toml` as parsed, before checking.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct RawConfig {
+pub(crate) struct RawConfig {
     pub plugins_dir: Option<PathBuf>,
     pub data_dir: Option<PathBuf>,
     pub max_in_flight: Option<u32>,
@@ -32,7 +32,7 @@ impl RawConfig {
     /// Makes the file's relative paths relative to `base`, the directory it was read from (as
     /// a user reads them), and fills in the directories' defaults there: a configuration means
     /// the same from any working directory.
-    pub fn relative_to(&mut self, base: &Path) {
+    pub(crate) fn relative_to(&mut self, base: &Path) {
         let at = |p: &mut PathBuf| {
             if p.is_relative() {
                 *p = base.join(&*p);
@@ -50,7 +50,7 @@ impl RawConfig {
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct RawSource {
+pub(crate) struct RawSource {
     pub kind: Option<String>,
     pub region: Option<String>,
     pub endpoint_url: Option<String>,
@@ -58,7 +58,7 @@ pub struct RawSource {
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct RawIdempotency {
+pub(crate) struct RawIdempotency {
     pub kind: Option<String>,
     pub namespace: Option<String>,
     pub url: Option<String>,
@@ -69,33 +69,33 @@ pub struct RawIdempotency {
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct RawSecrets {
+pub(crate) struct RawSecrets {
     pub env: Option<Vec<String>>,
     pub dirs: Option<Vec<PathBuf>>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct RawHttp {
+pub(crate) struct RawHttp {
     pub ca_file: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct RawAdmin {
+pub(crate) struct RawAdmin {
     pub listen: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct RawRetry {
+pub(crate) struct RawRetry {
     pub base_secs: Option<f64>,
     pub max_secs: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct RawQueue {
+pub(crate) struct RawQueue {
     pub name: Option<String>,
     pub url: Option<String>,
     pub plugin: Option<String>,

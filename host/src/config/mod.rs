@@ -3,9 +3,10 @@
 //! a default that serves the embedded demo, so `qhost run` needs no file at all. A bad value
 //! is one error naming the field, before anything starts.
 
-pub mod deadlines;
-pub mod file;
-pub mod payload;
+mod deadlines;
+mod file;
+mod load;
+mod payload;
 mod secrets;
 
 use std::net::SocketAddr;
@@ -19,6 +20,7 @@ use crate::redis_link::{RedisTarget, redacted};
 use crate::runtime::MAX_MEMORY_MIB;
 pub use deadlines::Deadlines;
 use file::{RawConfig, RawQueue};
+pub use load::Overrides;
 pub use payload::{PayloadConfig, PayloadPlace};
 pub use secrets::SecretsGrant;
 
@@ -147,11 +149,11 @@ pub struct Config {
 
 /// Where the admin listener binds unless told otherwise: loopback, Prometheus's exporter port
 /// range.
-pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
+pub(crate) const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
 
 /// The admin listener's address as written: `HOST:PORT` with a literal IP (port 0 picks a free
 /// one), or `""` for none.
-pub fn admin_listen(text: &str) -> anyhow::Result<Option<SocketAddr>> {
+pub(crate) fn admin_listen(text: &str) -> anyhow::Result<Option<SocketAddr>> {
     if text.is_empty() {
         return Ok(None);
     }
@@ -170,7 +172,7 @@ impl Default for Config {
 
 /// The embedded database in `data_dir`: one file holds the local queue and the local store, so
 /// every part of qhost (and a test inspecting them) opens the same one.
-pub fn database_in(data_dir: &Path) -> PathBuf {
+pub(crate) fn database_in(data_dir: &Path) -> PathBuf {
     data_dir.join("qhost.db")
 }
 
@@ -186,7 +188,7 @@ impl Config {
     }
 
     /// Checks a parsed configuration, filling in defaults.
-    pub fn from_raw(raw: RawConfig) -> anyhow::Result<Self> {
+    pub(crate) fn from_raw(raw: RawConfig) -> anyhow::Result<Self> {
         let max_in_flight = raw.max_in_flight.unwrap_or(32);
         in_range("max-in-flight", max_in_flight, 1, 4096)?;
         let max_plugin_memory_mib = raw.max_plugin_memory_mib.unwrap_or(512);
@@ -291,7 +293,7 @@ impl Config {
 }
 
 /// Parses the file form only (flags are applied to it before checking).
-pub fn parse_raw(text: &str) -> anyhow::Result<RawConfig> {
+pub(crate) fn parse_raw(text: &str) -> anyhow::Result<RawConfig> {
     toml::from_str(text).map_err(|e| {
         let message = e.to_string();
         let message = message.trim_end();

@@ -164,7 +164,7 @@ impl PayloadConfig {
 /// `[payload]` as written.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct RawPayload {
+pub(crate) struct RawPayload {
     pub store: Option<String>,
     pub threshold_bytes: Option<u64>,
     pub always: Option<bool>,

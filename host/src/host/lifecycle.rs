@@ -121,7 +121,7 @@ impl Host {
     pub async fn run_until_idle(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let idle = shutdown.child_token();
         let watcher = tokio::spawn(watch_idle(
-            self.source(),
+            Arc::clone(&self.source),
             self.config.clone(),
             Arc::clone(&self.registry),
             idle.clone(),

@@ -16,8 +16,8 @@
 mod lifecycle;
 mod open;
 
-pub use open::{StartError, open_plugins_unchecked, open_source, open_source_for, runtime_for};
-pub(crate) use open::{open_plugins, open_store};
+pub use open::{StartError, load_plugins, runtime_for};
+pub(crate) use open::{open_plugins, open_source, open_sqs, open_store, redrives};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +38,7 @@ use crate::traces::Tracer;
 
 /// How long releasing unfinished messages (after the grace period) and flushing the last acks
 /// may take before the host stops waiting for them.
-pub const RELEASE_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const RELEASE_DEADLINE: Duration = Duration::from_secs(10);
 /// How often `run_until_idle` checks whether all work is done.
 const IDLE_CHECK: Duration = Duration::from_millis(100);
 /// Instances kept free beyond the in-flight cap, for checks, reloads and the idle instances of
@@ -157,12 +157,14 @@ impl Host {
     }
 
     /// The payload stores.
-    pub fn payloads(&self) -> Arc<Payloads> {
+    #[cfg(feature = "test-support")]
+    pub(crate) fn payloads(&self) -> Arc<Payloads> {
         Arc::clone(&self.payloads)
     }
 
     /// The plugins directory this host loads from, if it was built from a configuration.
-    pub fn plugin_dir(&self) -> Option<&Arc<PluginDir>> {
+    #[cfg(feature = "test-support")]
+    pub(crate) fn plugin_dir(&self) -> Option<&Arc<PluginDir>> {
         self.plugins.as_ref()
     }
 
@@ -187,12 +189,14 @@ impl Host {
     }
 
     /// The queue backend.
-    pub fn source(&self) -> Arc<dyn QueueSource> {
+    #[cfg(feature = "test-support")]
+    pub(crate) fn source(&self) -> Arc<dyn QueueSource> {
         Arc::clone(&self.source)
     }
 
     /// The idempotency backend.
-    pub fn store(&self) -> Arc<dyn IdempotencyStore> {
+    #[cfg(feature = "test-support")]
+    pub(crate) fn store(&self) -> Arc<dyn IdempotencyStore> {
         Arc::clone(&self.store)
     }
 

@@ -106,7 +106,7 @@ pub enum StartError {
 }
 
 /// The local queue's redrive policies, from the queue configuration.
-fn redrives(config: &Config) -> HashMap<String, Redrive> {
+pub(crate) fn redrives(config: &Config) -> HashMap<String, Redrive> {
     config
         .queues
         .iter()
@@ -126,24 +126,7 @@ fn redrives(config: &Config) -> HashMap<String, Redrive> {
 /// Opens the queue backend the configuration names. For SQS, every consumed queue and its
 /// dead-letter queue must exist: a missing one (or an unreachable endpoint) is one clear error
 /// here, not a stream of failures later.
-pub async fn open_source(config: &Config) -> anyhow::Result<Arc<dyn QueueSource>> {
-    open_source_checking(config, None).await
-}
-
-/// Opens the queue backend for a one-off command that uses only `queues`: for SQS those must
-/// exist, and the configured consumed queues need not (sending to one queue works on a
-/// configuration whose other queues are not created yet).
-pub async fn open_source_for(
-    config: &Config,
-    queues: &[&str],
-) -> anyhow::Result<Arc<dyn QueueSource>> {
-    open_source_checking(config, Some(queues)).await
-}
-
-async fn open_source_checking(
-    config: &Config,
-    only: Option<&[&str]>,
-) -> anyhow::Result<Arc<dyn QueueSource>> {
+pub(crate) async fn open_source(config: &Config) -> anyhow::Result<Arc<dyn QueueSource>> {
     match &config.source {
         SourceKind::Local => {
             let path = config.database();
@@ -152,25 +135,33 @@ async fn open_source_checking(
                 redrives(config),
             )?))
         }
-        SourceKind::Sqs(settings) => {
-            settings.check().await?;
-            let sqs = SqsQueue::connect(settings).await;
-            for q in &config.queues {
-                if let Some(url) = &q.url {
-                    sqs.set_url(&q.name, url);
-                }
-            }
-            match only {
-                None => check_queues(&sqs, config).await?,
-                Some(names) => {
-                    for name in names {
-                        check_queue(&sqs, name, None).await?;
-                    }
-                }
-            }
-            Ok(Arc::new(sqs))
+        SourceKind::Sqs(_) => Ok(Arc::new(open_sqs(config, None).await?)),
+    }
+}
+
+/// Connects to SQS as the configuration says, and checks that the queues exist: `only` these,
+/// or every consumed queue and its dead-letter queue. A one-off command that uses one queue
+/// names it, so it works before the configuration's other queues are created.
+pub(crate) async fn open_sqs(config: &Config, only: Option<&[&str]>) -> anyhow::Result<SqsQueue> {
+    let SourceKind::Sqs(settings) = &config.source else {
+        anyhow::bail!("the configuration's source is not SQS");
+    };
+    settings.check().await?;
+    let sqs = SqsQueue::connect(settings).await;
+    for q in &config.queues {
+        if let Some(url) = &q.url {
+            sqs.set_url(&q.name, url);
         }
     }
+    match only {
+        None => check_queues(&sqs, config).await?,
+        Some(names) => {
+            for name in names {
+                check_queue(&sqs, name, None).await?;
+            }
+        }
+    }
+    Ok(sqs)
 }
 
 /// Resolves queue `name`, which configuration `field` names (if one does).
@@ -261,7 +252,7 @@ fn check_loaded(config: &Config, registry: &Registry) -> Result<(), StartError> 
 }
 
 /// Loads the plugins directory into a new registry, without checking the queues' routes.
-pub async fn open_plugins_unchecked(config: &Config) -> anyhow::Result<Arc<PluginDir>> {
+pub(crate) async fn open_plugins_unchecked(config: &Config) -> anyhow::Result<Arc<PluginDir>> {
     let dir = config.plugins_dir.clone();
     if !dir.is_dir() {
         let dir = std::path::absolute(&dir).unwrap_or(dir);
@@ -281,6 +272,13 @@ pub async fn open_plugins_unchecked(config: &Config) -> anyhow::Result<Arc<Plugi
         "plugins ready"
     );
     Ok(plugins)
+}
+
+/// The plugins directory loaded as a host loads it (each file that does not load is logged and
+/// reported by the registry), without the start-up checks of the queues' routes: what
+/// `qhost check` and `qhost plugins list` look at.
+pub async fn load_plugins(config: &Config) -> anyhow::Result<Arc<Registry>> {
+    Ok(Arc::clone(open_plugins_unchecked(config).await?.registry()))
 }
 
 /// Without a heartbeat nothing extends a message's visibility while its handler runs, so a

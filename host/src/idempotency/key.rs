@@ -15,7 +15,7 @@ use crate::message::{Attribute, Received, find_attribute};
 /// Where a plugin's idempotency key comes from.
 #[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub enum KeySource {
+pub(crate) enum KeySource {
     /// The queue's message id.
     #[default]
     MessageId,
@@ -31,7 +31,7 @@ impl KeySource {
     /// Whether two bodies can share a key: only when a producer names the key (an attribute,
     /// a JSON field). A message id names one send (redeliveries carry its body), and a body
     /// hash is the body; for those, remembering which body ran would only cost memory.
-    pub fn may_name_other_bodies(&self) -> bool {
+    pub(crate) fn may_name_other_bodies(&self) -> bool {
         matches!(self, KeySource::Attribute(_) | KeySource::JsonPointer(_))
     }
 }
@@ -39,7 +39,7 @@ impl KeySource {
 /// What to do with a message whose configured key source is absent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum OnMissingKey {
+pub(crate) enum OnMissingKey {
     /// Dead-letter it: without its key the host cannot tell duplicates apart.
     #[default]
     Reject,
@@ -95,7 +95,7 @@ impl From<KeySource> for String {
 /// Why no key could be derived.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("idempotency key source `{key_source}` is missing from the message: {detail}")]
-pub struct MissingKey {
+pub(crate) struct MissingKey {
     /// The configured source.
     pub key_source: KeySource,
     /// What was missing.
@@ -105,7 +105,7 @@ pub struct MissingKey {
 /// What a key is derived from: a message's id, and its body and attributes as its handler sees
 /// them (an offloaded payload fetched, not its pointer).
 #[derive(Clone, Copy, Debug)]
-pub struct KeyInput<'a> {
+pub(crate) struct KeyInput<'a> {
     /// The message id.
     pub id: &'a str,
     /// The body.
@@ -129,14 +129,8 @@ impl<'a> From<&'a Received> for KeyInput<'a> {
 }
 
 impl KeySource {
-    /// Whether the key comes from the body, so an offloaded message needs its payload (or,
-    /// for `body-sha256`, its pointer's digest) to be keyed.
-    pub fn reads_body(&self) -> bool {
-        matches!(self, KeySource::BodySha256 | KeySource::JsonPointer(_))
-    }
-
     /// The key for `msg`, unscoped.
-    pub fn derive<'a>(&self, msg: impl Into<KeyInput<'a>>) -> Result<String, MissingKey> {
+    pub(crate) fn derive<'a>(&self, msg: impl Into<KeyInput<'a>>) -> Result<String, MissingKey> {
         let msg = msg.into();
         let missing = |detail: &str| MissingKey {
             key_source: self.clone(),
@@ -167,7 +161,7 @@ impl KeySource {
     }
 
     /// The key for `msg`, falling back to the message id if `on_missing` says so.
-    pub fn derive_or<'a>(
+    pub(crate) fn derive_or<'a>(
         &self,
         msg: impl Into<KeyInput<'a>>,
         on_missing: OnMissingKey,
@@ -184,7 +178,7 @@ impl KeySource {
 ///
 /// The braces are a Redis Cluster hash tag: every record of one key (lease, fencing counter,
 /// outbox) shares a slot, so each script touches one slot.
-pub fn scoped(namespace: &str, plugin: &str, key: &str) -> String {
+pub(crate) fn scoped(namespace: &str, plugin: &str, key: &str) -> String {
     format!("{namespace}:{{{plugin}:{key}}}")
 }
 

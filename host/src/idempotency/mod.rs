@@ -20,10 +20,10 @@
 //! handler runs, not deliveries: a message put back while its key was busy, while a store was
 //! down or while its outbox was pending has used up nothing.
 
-pub mod key;
-pub mod local;
-pub mod rate;
-pub mod redis;
+pub(crate) mod key;
+pub(crate) mod local;
+pub(crate) mod rate;
+pub(crate) mod redis;
 
 use std::time::Duration;
 

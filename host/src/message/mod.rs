@@ -5,8 +5,8 @@
 //! pipeline never depends on aws-sdk or wasmtime types.
 
 mod as_base64;
-pub mod rules;
-pub mod wire;
+pub(crate) mod rules;
+pub(crate) mod wire;
 
 use serde::{Deserialize, Serialize};
 
@@ -58,7 +58,7 @@ impl Attribute {
 }
 
 /// Finds an attribute by name.
-pub fn find_attribute<'a>(attributes: &'a [Attribute], name: &str) -> Option<&'a Attribute> {
+pub(crate) fn find_attribute<'a>(attributes: &'a [Attribute], name: &str) -> Option<&'a Attribute> {
     attributes.iter().find(|a| a.name == name)
 }
 

@@ -16,11 +16,11 @@
 //! The bytes fetched and stored are counted here, where they move, into the host's [`Stats`]
 //! once a host owns the stores ([`Payloads::count_into`]).
 
-pub mod local;
-pub mod pointer;
-pub mod redis;
-pub mod s3;
-pub mod store;
+pub(crate) mod local;
+pub(crate) mod pointer;
+pub(crate) mod redis;
+pub(crate) mod s3;
+pub(crate) mod store;
 
 use std::sync::Arc;
 
@@ -91,7 +91,7 @@ pub struct Payloads {
 
 impl Payloads {
     /// No stores: messages are never offloaded, and every pointer is refused.
-    pub fn disabled() -> Self {
+    pub(crate) fn disabled() -> Self {
         Payloads::default()
     }
 

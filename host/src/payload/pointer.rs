@@ -23,7 +23,7 @@ use crate::message::{Attribute, find_attribute};
 
 /// Where a payload lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Location {
+pub(crate) enum Location {
     /// An S3 object.
     S3 {
         /// Bucket.
@@ -49,7 +49,7 @@ impl std::fmt::Display for Location {
 
 /// A parsed pointer: where the payload is and what it must be.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Pointer {
+pub(crate) struct Pointer {
     /// Where.
     pub location: Location,
     /// Its size in bytes.
@@ -59,7 +59,7 @@ pub struct Pointer {
 }
 
 /// Whether a message with these attributes carries a pointer rather than its body.
-pub fn is_pointer(attributes: &[Attribute]) -> bool {
+pub(crate) fn is_pointer(attributes: &[Attribute]) -> bool {
     POINTER_SIZES
         .iter()
         .any(|name| find_attribute(attributes, name).is_some())
@@ -78,7 +78,7 @@ pub(crate) fn carried_digest(body: &[u8], attributes: &[Attribute]) -> Option<St
 /// Why a message marked as a pointer cannot be followed: it never will be, so the message is
 /// dead-lettered with this reason.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PointerError {
+pub(crate) enum PointerError {
     /// The size attribute is not a number of bytes.
     #[error("attribute {0} is not a size in bytes")]
     BadSize(&'static str),

@@ -123,7 +123,7 @@ pub fn load_file(runtime: &Runtime, path: &Path) -> Result<Plugin, LoadError> {
 }
 
 /// As [`load_file`], with its manifest changed by `edit` first (`qhost invoke --config`).
-pub fn load_file_with(
+pub(crate) fn load_file_with(
     runtime: &Runtime,
     path: &Path,
     edit: impl FnOnce(&mut Manifest),

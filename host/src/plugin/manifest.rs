@@ -47,7 +47,7 @@ use crate::idempotency::rate::Rate;
 use crate::message::wire::valid_queue_name;
 use crate::runtime::http::{self, HttpGrant};
 use crate::runtime::wasm::Sandbox;
-pub use crate::runtime::{MAX_MEMORY_MIB, OutboxGrant};
+pub(crate) use crate::runtime::{MAX_MEMORY_MIB, OutboxGrant};
 
 /// A plugin's policy.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -55,25 +55,25 @@ pub use crate::runtime::{MAX_MEMORY_MIB, OutboxGrant};
 pub struct Manifest {
     /// Idempotency policy.
     #[serde(default)]
-    pub idempotency: Idempotency,
+    pub(crate) idempotency: Idempotency,
     /// Resource limits.
     #[serde(default)]
-    pub limits: Limits,
+    pub(crate) limits: Limits,
     /// What the plugin may reach beyond the host: nothing by default.
     #[serde(default)]
-    pub capabilities: Capabilities,
+    pub(crate) capabilities: Capabilities,
     /// Where the plugin may send, and how much.
     #[serde(default)]
-    pub outbox: OutboxGrant,
+    pub(crate) outbox: OutboxGrant,
     /// Settings the plugin reads through `config.get`.
     #[serde(default)]
-    pub config: BTreeMap<String, ConfigValue>,
+    pub(crate) config: BTreeMap<String, ConfigValue>,
 }
 
 /// A `[config]` value as written: text, or where the host reads a secret when the plugin
 /// loads (see `plugin::secrets`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ConfigValue {
+pub(crate) enum ConfigValue {
     /// The value itself.
     Text(String),
     /// `{ env = "NAME" }`: the host's environment variable.
@@ -105,7 +105,7 @@ impl<'de> Deserialize<'de> for ConfigValue {
 /// What a plugin may reach beyond the host (see `runtime::http`).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct Capabilities {
+pub(crate) struct Capabilities {
     /// Origins the plugin may call over HTTP: `SCHEME://HOST[:PORT]`, `*.` before a name,
     /// `*` for any port. None by default.
     #[serde(default)]
@@ -129,12 +129,12 @@ fn default_key_header() -> String {
 }
 
 /// The most any plugin may send from one message.
-pub const MAX_OUTBOX_BYTES: usize = 256 << 20;
+pub(crate) const MAX_OUTBOX_BYTES: usize = 256 << 20;
 
 /// Where the key comes from and how long completed work is remembered.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct Idempotency {
+pub(crate) struct Idempotency {
     /// The key source.
     #[serde(default)]
     pub key: KeySource,
@@ -153,7 +153,7 @@ pub struct Idempotency {
 /// different work, which idempotency libraries call a payload mismatch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum OnConflict {
+pub(crate) enum OnConflict {
     /// Log it and count it (`conflict`), and ack it as the duplicate it claims to be.
     #[default]
     Report,
@@ -218,9 +218,9 @@ fn default_http_response_bytes() -> u64 {
 }
 
 /// The most requests per message a manifest may allow.
-pub const MAX_HTTP_REQUESTS: u32 = 1000;
+pub(crate) const MAX_HTTP_REQUESTS: u32 = 1000;
 /// The largest response body a manifest may allow.
-pub const MAX_HTTP_RESPONSE_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_HTTP_RESPONSE_BYTES: u64 = 64 << 20;
 
 fn default_reuse() -> u32 {
     1
@@ -260,7 +260,7 @@ impl Manifest {
     }
 
     /// Reads the manifest at `path`, or the defaults if there is no such file.
-    pub fn load_or_default(path: &Path) -> anyhow::Result<Self> {
+    pub(crate) fn load_or_default(path: &Path) -> anyhow::Result<Self> {
         match std::fs::read_to_string(path) {
             Ok(text) => Self::parse(&text).with_context(|| format!("in {}", path.display())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
@@ -338,7 +338,7 @@ impl Manifest {
     }
 
     /// The dedup window as a duration.
-    pub fn dedup_window(&self) -> Duration {
+    pub(crate) fn dedup_window(&self) -> Duration {
         Duration::from_secs(self.idempotency.dedup_window_secs)
     }
 }

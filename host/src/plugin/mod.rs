@@ -6,14 +6,14 @@
 //! The arrows run one way: `plugin` uses `runtime` to build an invoker; `runtime` knows nothing
 //! of manifests, registries or files.
 
-pub mod inspect;
-pub mod loader;
-pub mod manifest;
-pub mod registry;
-pub mod reload;
-pub mod secrets;
-pub mod status;
-pub mod watch;
+pub(crate) mod inspect;
+pub(crate) mod loader;
+pub(crate) mod manifest;
+pub(crate) mod registry;
+pub(crate) mod reload;
+pub(crate) mod secrets;
+pub(crate) mod status;
+pub(crate) mod watch;
 
 use std::sync::Arc;
 
@@ -31,7 +31,7 @@ pub struct Plugin {
     /// A short content hash for wasm plugins; what the embedder says for native ones.
     pub version: String,
     /// Limits, idempotency policy and config.
-    pub manifest: Manifest,
+    pub(crate) manifest: Manifest,
     invoker: Arc<dyn Invoke>,
     slots: Option<Arc<Semaphore>>,
 }
@@ -67,13 +67,13 @@ impl Plugin {
     }
 
     /// The plugin's concurrency limit, if its manifest sets one: a call holds a permit.
-    pub fn slots(&self) -> Option<&Arc<Semaphore>> {
+    pub(crate) fn slots(&self) -> Option<&Arc<Semaphore>> {
         self.slots.as_ref()
     }
 
     /// Takes over the permits of the version this one replaces (when the limit is the same),
     /// so calls finishing on the old version still count against the limit during a reload.
-    pub fn share_slots_with(&mut self, old: &Plugin) {
+    pub(crate) fn share_slots_with(&mut self, old: &Plugin) {
         if self.manifest.limits.concurrency == old.manifest.limits.concurrency {
             self.slots = old.slots.clone();
         }
@@ -90,7 +90,7 @@ impl Plugin {
     }
 
     /// This version's outbound HTTP requests by result.
-    pub fn http_requests(&self) -> Vec<(&'static str, u64)> {
+    pub(crate) fn http_requests(&self) -> Vec<(&'static str, u64)> {
         self.invoker.http_requests()
     }
 }

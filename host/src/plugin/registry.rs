@@ -25,7 +25,7 @@ pub struct Registry {
 
 /// How a load of a plugin's files ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum LoadResult {
+pub(crate) enum LoadResult {
     /// A version was loaded and serves (first load or reload).
     Loaded,
     /// The file or its manifest was refused; the previous version, if any, still serves.
@@ -36,7 +36,7 @@ pub enum LoadResult {
 
 impl LoadResult {
     /// Its name in metrics.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             LoadResult::Loaded => "loaded",
             LoadResult::Failed => "failed",
@@ -78,7 +78,7 @@ impl Registry {
     /// Adds or replaces a plugin, and forgets why an earlier file under its name did not load.
     /// Both happen under the errors' lock, so no reader sees the new version beside the old
     /// error.
-    pub fn insert(&self, plugin: Plugin) {
+    pub(crate) fn insert(&self, plugin: Plugin) {
         self.count(&plugin.name, LoadResult::Loaded);
         let plugin = Arc::new(plugin);
         let mut errors = self.errors_mut();
@@ -92,7 +92,7 @@ impl Registry {
     }
 
     /// Removes a plugin; calls in flight finish.
-    pub fn remove(&self, name: &str) {
+    pub(crate) fn remove(&self, name: &str) {
         self.count(name, LoadResult::Removed);
         self.plugins.rcu(|map| {
             let mut map = BTreeMap::clone(map);
@@ -102,7 +102,7 @@ impl Registry {
     }
 
     /// Records why the latest file under `name` did not load.
-    pub fn set_error(&self, name: &str, reason: String) {
+    pub(crate) fn set_error(&self, name: &str, reason: String) {
         self.count(name, LoadResult::Failed);
         self.errors_mut().insert(name.to_string(), reason);
     }
@@ -114,7 +114,7 @@ impl Registry {
     }
 
     /// Forgets the load error of `name` (its latest file loaded, or is gone).
-    pub fn clear_error(&self, name: &str) {
+    pub(crate) fn clear_error(&self, name: &str) {
         self.errors_mut().remove(name);
     }
 
@@ -125,7 +125,7 @@ impl Registry {
     }
 
     /// Loads of each plugin name by result, since the host started.
-    pub fn loads(&self) -> BTreeMap<(String, LoadResult), u64> {
+    pub(crate) fn loads(&self) -> BTreeMap<(String, LoadResult), u64> {
         self.loads.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 

@@ -38,7 +38,7 @@ struct Fingerprint {
 
 /// What one [`PluginDir::sync`] changed.
 #[derive(Debug, Default)]
-pub struct SyncReport {
+pub(crate) struct SyncReport {
     /// Plugins loaded or replaced: name and new version.
     pub loaded: Vec<(String, String)>,
     /// Files that did not load (the previous version, if any, still serves).
@@ -49,12 +49,12 @@ pub struct SyncReport {
 
 impl SyncReport {
     /// Whether nothing changed.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.loaded.is_empty() && self.failed.is_empty() && self.unloaded.is_empty()
     }
 
     /// Logs each change.
-    pub fn log(&self, registry: &Registry) {
+    pub(crate) fn log(&self, registry: &Registry) {
         for (name, version) in &self.loaded {
             tracing::info!(plugin = %name, %version, "plugin loaded");
         }
@@ -79,7 +79,7 @@ impl SyncReport {
 
 /// The plugins directory and the registry it feeds.
 #[derive(Debug)]
-pub struct PluginDir {
+pub(crate) struct PluginDir {
     runtime: Runtime,
     dir: PathBuf,
     registry: Arc<Registry>,
@@ -112,7 +112,7 @@ fn sha256(bytes: &[u8]) -> [u8; 32] {
 impl PluginDir {
     /// The directory `dir`, loading into `registry` with `runtime`. Nothing is read until
     /// [`PluginDir::sync`].
-    pub fn new(runtime: Runtime, dir: &Path, registry: Arc<Registry>) -> Self {
+    pub(crate) fn new(runtime: Runtime, dir: &Path, registry: Arc<Registry>) -> Self {
         PluginDir {
             runtime,
             dir: dir.to_path_buf(),
@@ -122,22 +122,22 @@ impl PluginDir {
     }
 
     /// The directory watched.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// The registry fed.
-    pub fn registry(&self) -> &Arc<Registry> {
+    pub(crate) fn registry(&self) -> &Arc<Registry> {
         &self.registry
     }
 
     /// The runtime plugins are compiled with.
-    pub fn runtime(&self) -> &Runtime {
+    pub(crate) fn runtime(&self) -> &Runtime {
         &self.runtime
     }
 
     /// Brings the registry in step with the directory (blocking: may compile).
-    pub fn sync(&self) -> anyhow::Result<SyncReport> {
+    pub(crate) fn sync(&self) -> anyhow::Result<SyncReport> {
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         let mut report = SyncReport::default();
         let mut present = BTreeSet::new();

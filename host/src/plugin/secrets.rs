@@ -18,14 +18,14 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::manifest::ConfigValue;
-pub use crate::config::SecretsGrant;
-pub use crate::runtime::settings::Settings;
+pub(crate) use crate::config::SecretsGrant;
+pub(crate) use crate::runtime::settings::Settings;
 
 /// The largest secret file read.
 const MAX_SECRET_BYTES: u64 = 64 * 1024;
 
 /// Resolves `config` under `grant`, or says which setting cannot be read and why.
-pub fn resolve(
+pub(crate) fn resolve(
     config: &BTreeMap<String, ConfigValue>,
     grant: &SecretsGrant,
 ) -> Result<Settings, String> {

@@ -72,8 +72,15 @@ impl HostPlugins {
     }
 }
 
+impl HostPlugins {
+    /// What the host running on `data_dir` serves, if one runs there.
+    pub fn read_live(data_dir: &Path) -> Option<HostPlugins> {
+        read_live(&path(data_dir))
+    }
+}
+
 /// The status file in `data_dir`.
-pub fn path(data_dir: &Path) -> PathBuf {
+pub(crate) fn path(data_dir: &Path) -> PathBuf {
     data_dir.join(FILE_NAME)
 }
 
@@ -107,7 +114,7 @@ fn owned_by_another(file: &Path) -> bool {
 }
 
 /// The status a live host wrote to `file`, if there is one and its writer still runs.
-pub fn read_live(file: &Path) -> Option<HostPlugins> {
+pub(crate) fn read_live(file: &Path) -> Option<HostPlugins> {
     let text = std::fs::read(file).ok()?;
     let status: HostPlugins = serde_json::from_slice(&text).ok()?;
     Path::new(&format!("/proc/{}", status.pid))

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::reload::{PluginDir, SyncReport};
 
 /// Quiet time after the last event before the directory is synced.
-pub const DEBOUNCE: Duration = Duration::from_millis(200);
+pub(crate) const DEBOUNCE: Duration = Duration::from_millis(200);
 /// Sync this often even without events.
 pub(crate) const RESCAN: Duration = Duration::from_secs(30);
 

@@ -36,19 +36,19 @@ use wasmtime::component::Component;
 
 /// How components were obtained since the runtime started.
 #[derive(Debug, Default)]
-pub struct CompileCounters {
+pub(crate) struct CompileCounters {
     compiled: AtomicU64,
     cache_hits: AtomicU64,
 }
 
 impl CompileCounters {
     /// Components compiled by Cranelift.
-    pub fn compiled(&self) -> u64 {
+    pub(crate) fn compiled(&self) -> u64 {
         self.compiled.load(Ordering::Relaxed)
     }
 
     /// Components loaded from the cache without compiling.
-    pub fn cache_hits(&self) -> u64 {
+    pub(crate) fn cache_hits(&self) -> u64 {
         self.cache_hits.load(Ordering::Relaxed)
     }
 

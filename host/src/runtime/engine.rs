@@ -32,7 +32,7 @@ pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// Sizes for the engine's instance pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EngineSettings {
+pub(crate) struct EngineSettings {
     /// Component instances alive at once (in-flight messages plus headroom for checks).
     pub max_instances: u32,
     /// The largest linear memory any plugin may have, in MiB.
@@ -68,7 +68,7 @@ impl std::fmt::Debug for Runtime {
 
 impl Runtime {
     /// Builds the engine, starts its epoch ticker, and prepares the linker.
-    pub fn new(settings: EngineSettings) -> anyhow::Result<Self> {
+    pub(crate) fn new(settings: EngineSettings) -> anyhow::Result<Self> {
         let mut config = Config::new();
         config
             .wasm_component_model(true)
@@ -106,14 +106,14 @@ impl Runtime {
     }
 
     /// Lets plugins' `[config]` read the secrets `grant` names (none by default).
-    pub fn with_secrets(mut self, grant: SecretsGrant) -> Self {
+    pub(crate) fn with_secrets(mut self, grant: SecretsGrant) -> Self {
         self.secrets = grant;
         self
     }
 
     /// Trusts the CA certificates in `ca_file` (PEM) for plugins' HTTPS requests, besides the
     /// platform's roots.
-    pub fn with_http_ca(self, ca_file: &Path) -> anyhow::Result<Self> {
+    pub(crate) fn with_http_ca(self, ca_file: &Path) -> anyhow::Result<Self> {
         let client = http::tls_client(Some(ca_file))?;
         let _ = self.http_tls.set(client);
         Ok(self)
@@ -134,13 +134,13 @@ impl Runtime {
     }
 
     /// Keeps compiled components in `dir`, so unchanged plugins are not compiled again.
-    pub fn with_cache(mut self, dir: &Path) -> anyhow::Result<Self> {
+    pub(crate) fn with_cache(mut self, dir: &Path) -> anyhow::Result<Self> {
         self.cache = CompiledCache::open(dir, &self.engine)?;
         Ok(self)
     }
 
     /// How many components were compiled, and how many came from the cache.
-    pub fn counters(&self) -> &CompileCounters {
+    pub(crate) fn counters(&self) -> &CompileCounters {
         &self.counters
     }
 
@@ -171,7 +171,7 @@ impl Runtime {
 
     /// Compiles a component, or loads it from the compiled-code cache (CPU-heavy on a miss:
     /// call it off the async threads).
-    pub fn compile(&self, bytes: &[u8]) -> anyhow::Result<Component> {
+    pub(crate) fn compile(&self, bytes: &[u8]) -> anyhow::Result<Component> {
         match &self.cache {
             Some(cache) => cache.load_or_compile(&self.engine, &self.counters, bytes),
             None => {

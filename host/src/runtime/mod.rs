@@ -7,8 +7,8 @@
 pub(crate) mod bindings;
 pub(crate) mod cache;
 mod convert;
-pub mod costs;
-pub mod engine;
+pub(crate) mod costs;
+pub(crate) mod engine;
 mod guest_error;
 pub(crate) mod http;
 mod idle;
@@ -19,12 +19,11 @@ pub(crate) mod state;
 mod stderr;
 pub(crate) mod wasm;
 
-pub use cache::CompileCounters;
 pub use costs::Costs;
-pub use outbox::OutboxGrant;
+pub(crate) use outbox::OutboxGrant;
 
 /// The most memory a plugin may ask for; the engine's instance pool is sized for it.
-pub const MAX_MEMORY_MIB: u64 = 4096;
+pub(crate) const MAX_MEMORY_MIB: u64 = 4096;
 
 /// The WIT package this host serves, as `qhost plugins check` and `qhost --version` name it.
 pub const WIT_PACKAGE: &str = "qhost:handler@0.1.0";

@@ -23,7 +23,7 @@ pub(crate) const MAX_OUTBOX_BODY: usize = 64 * 1024 * 1024;
 /// send, so a handler cannot make the host hold unbounded memory on its behalf.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct OutboxGrant {
+pub(crate) struct OutboxGrant {
     /// Queue names the plugin may send to; `"*"` grants every queue.
     #[serde(default)]
     pub queues: Vec<String>,
@@ -47,7 +47,7 @@ fn default_outbox_bytes() -> usize {
 
 impl OutboxGrant {
     /// Whether the plugin may send to `queue`.
-    pub fn allows(&self, queue: &str) -> bool {
+    pub(crate) fn allows(&self, queue: &str) -> bool {
         self.queues.iter().any(|q| q == "*" || q == queue)
     }
 }

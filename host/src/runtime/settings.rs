@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 /// A plugin's settings, secrets resolved; `Debug` shows the keys, never the values.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Settings(BTreeMap<String, String>);
+pub(crate) struct Settings(BTreeMap<String, String>);
 
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -20,7 +20,7 @@ impl Settings {
     }
 
     /// The setting with this key.
-    pub fn get(&self, key: &str) -> Option<&str> {
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(String::as_str)
     }
 }

@@ -77,7 +77,7 @@ impl LocalQueue {
     }
 
     /// Deletes every message of `queue`, visible or not (`qhost purge`); returns how many.
-    pub async fn purge(&self, queue: &str) -> anyhow::Result<u64> {
+    pub(crate) async fn purge(&self, queue: &str) -> anyhow::Result<u64> {
         let queue = queue.to_string();
         let deleted = self
             .db

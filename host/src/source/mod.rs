@@ -4,8 +4,8 @@
 //! because SQS is the strictest queue qhost targets: at-least-once delivery, a visibility
 //! timeout that hides a received message, a receipt handle per delivery, and batch deletes.
 
-pub mod local;
-pub mod sqs;
+pub(crate) mod local;
+pub(crate) mod sqs;
 
 use std::time::Duration;
 

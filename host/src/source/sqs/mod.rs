@@ -141,7 +141,7 @@ impl SqsQueue {
 
     /// Deletes every message of `queue` (`PurgeQueue`: SQS takes up to a minute, and allows
     /// one purge a minute per queue).
-    pub async fn purge(&self, queue: &str) -> Result<(), SourceError> {
+    pub(crate) async fn purge(&self, queue: &str) -> Result<(), SourceError> {
         let url = self.url(queue).await?;
         count(&self.requests.other);
         (self.client.purge_queue().queue_url(url).send().await)

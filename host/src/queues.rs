@@ -1,0 +1,160 @@
+//! The operator's verbs on a configuration's queue backend: send a message (offloaded as the
+//! host offloads), look at waiting messages and dead letters, purge, and redrive. The `qhost`
+//! command's `send`, `peek`, `purge` and `dlq` are these, and so is any tool an embedder builds:
+//! which backend the configuration names is decided here, once.
+
+use std::sync::Arc;
+
+use anyhow::bail;
+
+use crate::config::{Config, SourceKind};
+use crate::dlq::{self, Verdict};
+use crate::host::open_sqs;
+use crate::message::{Outgoing, Received, wire};
+use crate::payload::Payloads;
+use crate::source::QueueSource;
+use crate::source::local::LocalQueue;
+use crate::source::sqs::SqsQueue;
+
+pub use crate::dlq::Redriven;
+
+/// A configuration's queue backend, opened for the queues a command names.
+#[derive(Debug)]
+pub struct Queues {
+    config: Config,
+    backend: Backend,
+}
+
+#[derive(Debug)]
+enum Backend {
+    Local(Arc<LocalQueue>),
+    Sqs(Arc<SqsQueue>),
+}
+
+/// A dead letter with what qhost wrote on it.
+#[derive(Clone, Debug)]
+pub struct DeadLetter {
+    /// The message as it sits in the dead-letter queue.
+    pub message: Received,
+    /// Why it was dead-lettered, by which plugin, from which queue.
+    pub verdict: Verdict,
+}
+
+/// What a purge did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purged {
+    /// The embedded queue deleted this many messages.
+    Deleted(u64),
+    /// SQS took the request; it deletes the messages within a minute.
+    Requested,
+}
+
+impl Queues {
+    /// Opens the configuration's queue backend; on SQS, `queues` must exist (the configured
+    /// consumed queues need not: sending to one queue works before the others are created).
+    pub async fn open(config: &Config, queues: &[&str]) -> anyhow::Result<Self> {
+        let backend = match &config.source {
+            SourceKind::Local => Backend::Local(Arc::new(local_queue(config)?)),
+            SourceKind::Sqs(_) => Backend::Sqs(Arc::new(open_sqs(config, Some(queues)).await?)),
+        };
+        let config = config.clone();
+        Ok(Queues { config, backend })
+    }
+
+    fn source(&self) -> &dyn QueueSource {
+        match &self.backend {
+            Backend::Local(q) => q.as_ref(),
+            Backend::Sqs(q) => q.as_ref(),
+        }
+    }
+
+    fn local(&self, verb: &str) -> anyhow::Result<&LocalQueue> {
+        match &self.backend {
+            Backend::Local(q) => Ok(q),
+            Backend::Sqs(_) => {
+                bail!("{verb} works on the local queue only (source.kind = \"local\")")
+            }
+        }
+    }
+
+    /// Sends `msg` `copies` times under one message id (more than one copy, as an
+    /// at-least-once queue may deliver it, on the embedded queue only); a body over the
+    /// configuration's threshold goes to the payload store and a pointer is sent. Returns the
+    /// message ids. Attributes named `qhost-…` are the host's own and are refused.
+    pub async fn send(&self, msg: Outgoing, copies: usize) -> anyhow::Result<Vec<String>> {
+        if let Some(a) = msg
+            .attributes
+            .iter()
+            .find(|a| a.name.starts_with(wire::RESERVED_PREFIX))
+        {
+            bail!(
+                "attribute {}: names starting with {} are the host's own (keys, pointers, \
+                 dead-letter verdicts) and cannot be sent; pick another name",
+                a.name,
+                wire::RESERVED_PREFIX
+            );
+        }
+        let local = if copies == 1 {
+            None
+        } else {
+            Some(self.local("sending copies")?)
+        };
+        let payloads = Payloads::open(&self.config).await?;
+        let msg = payloads
+            .offload_all(&self.config.namespace, 0, vec![msg])
+            .await?;
+        Ok(match local {
+            None => self.source().send(&msg).await?,
+            Some(local) => local.send_copies(&msg, copies).await?,
+        })
+    }
+
+    /// Up to `limit` messages waiting in `queue`, left as they are (embedded queue only: SQS
+    /// has no peek that leaves a message's receive count alone).
+    pub async fn peek(&self, queue: &str, limit: usize) -> anyhow::Result<Vec<Received>> {
+        self.local("peek")?.peek(queue, limit).await
+    }
+
+    /// Deletes every message of `queue`.
+    pub async fn purge(&self, queue: &str) -> anyhow::Result<Purged> {
+        match &self.backend {
+            Backend::Local(q) => Ok(Purged::Deleted(q.purge(queue).await?)),
+            Backend::Sqs(q) => {
+                q.purge(queue).await?;
+                Ok(Purged::Requested)
+            }
+        }
+    }
+
+    /// Up to `limit` dead letters of `queue` with their verdicts. On SQS each is received with
+    /// a visibility timeout of zero, so it stays available (its receive count goes up).
+    pub async fn dead_letters(&self, queue: &str, limit: usize) -> anyhow::Result<Vec<DeadLetter>> {
+        let messages = match &self.backend {
+            Backend::Local(q) => q.peek(queue, limit).await?,
+            Backend::Sqs(q) => dlq::peek(q.as_ref(), queue, limit).await?,
+        };
+        Ok(messages
+            .into_iter()
+            .map(|message| DeadLetter {
+                verdict: dlq::verdict(&message),
+                message,
+            })
+            .collect())
+    }
+
+    /// Sends up to `limit` dead letters of `queue` back to `to`, or to the queue each came from.
+    pub async fn redrive(
+        &self,
+        queue: &str,
+        to: Option<&str>,
+        limit: usize,
+    ) -> anyhow::Result<Redriven> {
+        Ok(dlq::redrive(self.source(), queue, to, limit).await?)
+    }
+}
+
+/// The embedded queue the configuration's data directory holds.
+fn local_queue(config: &Config) -> anyhow::Result<LocalQueue> {
+    let path = config.database();
+    LocalQueue::open(path.as_deref(), crate::host::redrives(config))
+}
