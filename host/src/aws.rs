@@ -36,14 +36,14 @@ pub struct AwsDeadlines {
 
 impl AwsDeadlines {
     /// The defaults for SQS: answers take milliseconds, so seconds mean a lost answer.
-    pub const SQS: AwsDeadlines = AwsDeadlines {
+    pub(crate) const SQS: AwsDeadlines = AwsDeadlines {
         connect: Duration::from_secs(3),
         call: Duration::from_secs(5),
         receive_margin: Duration::from_secs(5),
     };
 
     /// The defaults for S3: a payload of many megabytes takes longer to move.
-    pub const S3: AwsDeadlines = AwsDeadlines {
+    pub(crate) const S3: AwsDeadlines = AwsDeadlines {
         call: Duration::from_secs(30),
         ..AwsDeadlines::SQS
     };

@@ -82,7 +82,7 @@ pub enum Failure {
 
 impl Failure {
     /// A short name for the kind of failure, as traces record it in `error.type`.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Failure::Trap(_) => "trap",
             Failure::Timeout(_) => "timeout",

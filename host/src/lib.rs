@@ -80,11 +80,13 @@ mod traces;
 // internals, the counters' writers.
 
 // The host and its configuration.
-pub use config::{
-    Config, Deadlines, Overrides, PayloadConfig, PayloadPlace, QueueConfig, RetryPolicy,
-    SecretsGrant, SourceKind, StoreKind,
-};
-pub use host::{Host, StartError, load_plugins, runtime_for};
+pub use config::deadlines::Deadlines;
+pub use config::load::Overrides;
+pub use config::payload::{PayloadConfig, PayloadPlace};
+pub use config::secrets::SecretsGrant;
+pub use config::{Config, QueueConfig, RetryPolicy, SourceKind, StoreKind};
+pub use host::Host;
+pub use host::open::{StartError, load_plugins, runtime_for};
 
 // Messages.
 pub use message::{Attribute, AttributeValue, Outgoing, Received};
@@ -113,17 +115,18 @@ pub use handler::{Failure, HandlerMessage, Invocation, Invoke, Outcome};
 pub use plugin::Plugin;
 pub use plugin::inspect::{CheckReport, check_file as check_plugin_file};
 pub use plugin::loader::{LoadError, load_file as load_plugin, version_of as plugin_version};
-pub use plugin::manifest::Manifest;
+pub use plugin::manifest::{Limits, Manifest};
 pub use plugin::registry::Registry;
 pub use plugin::status::{HostPlugins, PluginRow};
+pub use runtime::costs::Costs;
 pub use runtime::engine::Runtime;
-pub use runtime::{Costs, WASMTIME_VERSION, WIT_PACKAGE};
+pub use runtime::{WASMTIME_VERSION, WIT_PACKAGE};
 
 // What an operator runs against a configuration: the queue verbs, one message through one
 // plugin file, a new handler project.
-pub use dlq::Verdict;
+pub use dlq::{Redriven, Verdict};
 pub use oneshot::{InvokeReport, InvokeRequest, Ran, invoke_file};
-pub use queues::{DeadLetter, Purged, Queues, Redriven};
+pub use queues::{DeadLetter, Purged, Queues};
 pub use scaffold::{Language, create as create_project};
 
 // Seeing a running host.
@@ -131,7 +134,8 @@ pub use admin::{AdminError, AdminServer, HostView};
 pub use logging::{LogFormat, init as init_logging};
 pub use metrics::Metrics;
 pub use stats::{Counts, Stats};
-pub use traces::{TraceError, Tracer, Traces};
+pub use traces::Tracer;
+pub use traces::install::{TraceError, Traces};
 
 /// What the tests and benchmarks reach into (the `test-support` feature).
 #[cfg(feature = "test-support")]

@@ -1,8 +1,10 @@
 //! Log output: text for people (the default), or one JSON object per line for log pipelines
-//! (`QHOST_LOG_FORMAT=json`), each carrying the fields of the spans it was logged in (plugin,
-//! version and message id for everything a handler logs) beside its own. `QHOST_LOG` filters
-//! either way (`info` by default, with the AWS configuration chain's own warnings left out: a
-//! missing region or credentials is one error of qhost's that says where it looked).
+//! (`QHOST_LOG_FORMAT=json`), each carrying the spans it was logged in (`spans`: the delivery's
+//! queue and message id, the handler call's plugin and version) beside its own fields; a
+//! handler's line repeats those at the top level, where log pipelines look for them.
+//! `QHOST_LOG` filters either way (`info` by default, with the AWS configuration chain's own
+//! warnings left out: a missing region or credentials is one error of qhost's that says where it
+//! looked).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -31,7 +33,7 @@ pub enum LogFormat {
 
 impl LogFormat {
     /// The format `value` names (`text` or `json`), or why it names none.
-    pub fn parse(value: Option<&str>) -> Result<Self, String> {
+    pub(crate) fn parse(value: Option<&str>) -> Result<Self, String> {
         match value.map(str::trim) {
             None | Some("") | Some("text") => Ok(LogFormat::Text),
             Some("json") => Ok(LogFormat::Json),
@@ -63,7 +65,7 @@ pub fn init(format: LogFormat) {
             .json()
             .flatten_event(true)
             .with_current_span(true)
-            .with_span_list(false)
+            .with_span_list(true)
             .init(),
     }
 }

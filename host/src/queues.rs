@@ -9,14 +9,14 @@ use anyhow::bail;
 
 use crate::config::{Config, SourceKind};
 use crate::dlq::{self, Verdict};
-use crate::host::open_sqs;
+use crate::host::{open_local, open_sqs};
 use crate::message::{Outgoing, Received, wire};
 use crate::payload::Payloads;
 use crate::source::QueueSource;
 use crate::source::local::LocalQueue;
 use crate::source::sqs::SqsQueue;
 
-pub use crate::dlq::Redriven;
+pub(crate) use crate::dlq::Redriven;
 
 /// A configuration's queue backend, opened for the queues a command names.
 #[derive(Debug)]
@@ -54,8 +54,10 @@ impl Queues {
     /// consumed queues need not: sending to one queue works before the others are created).
     pub async fn open(config: &Config, queues: &[&str]) -> anyhow::Result<Self> {
         let backend = match &config.source {
-            SourceKind::Local => Backend::Local(Arc::new(local_queue(config)?)),
-            SourceKind::Sqs(_) => Backend::Sqs(Arc::new(open_sqs(config, Some(queues)).await?)),
+            SourceKind::Local => Backend::Local(Arc::new(open_local(config)?)),
+            SourceKind::Sqs(settings) => {
+                Backend::Sqs(Arc::new(open_sqs(config, settings, Some(queues)).await?))
+            }
         };
         let config = config.clone();
         Ok(Queues { config, backend })
@@ -151,10 +153,4 @@ impl Queues {
     ) -> anyhow::Result<Redriven> {
         Ok(dlq::redrive(self.source(), queue, to, limit).await?)
     }
-}
-
-/// The embedded queue the configuration's data directory holds.
-fn local_queue(config: &Config) -> anyhow::Result<LocalQueue> {
-    let path = config.database();
-    LocalQueue::open(path.as_deref(), crate::host::redrives(config))
 }

@@ -172,10 +172,14 @@ fn json_logs_are_one_object_per_line_with_the_handlers_fields() {
             .is_some_and(|id| !id.is_empty())
     );
     assert_eq!(from_handler["span"]["name"], "invoke", "{from_handler}");
+    let delivery = (from_handler["spans"].as_array())
+        .and_then(|spans| spans.iter().find(|s| s["name"] == "delivery"))
+        .unwrap_or_else(|| panic!("no delivery span in {from_handler}"));
     assert_eq!(
-        from_handler["span"]["message_id"], from_handler["message_id"],
+        delivery["message_id"], from_handler["message_id"],
         "{from_handler}"
     );
+    assert_eq!(delivery["queue"], "reminders", "{from_handler}");
 }
 
 #[test]

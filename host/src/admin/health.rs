@@ -50,7 +50,7 @@ struct Answer {
 
 /// What the checker saw, and whether the host is draining.
 #[derive(Debug, Default)]
-pub struct Health {
+pub(crate) struct Health {
     draining: AtomicBool,
     answers: Mutex<BTreeMap<String, Answer>>,
     ticked: Mutex<Option<Instant>>,
@@ -60,7 +60,7 @@ pub struct Health {
 
 impl Health {
     /// Marks the host as draining: not ready from now on.
-    pub fn set_draining(&self) {
+    pub(crate) fn set_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
     }
 
@@ -110,7 +110,7 @@ impl Health {
     }
 
     /// `Ok` when live, or why not.
-    pub fn liveness(&self) -> Result<(), String> {
+    pub(crate) fn liveness(&self) -> Result<(), String> {
         match *self.ticked.lock().unwrap_or_else(|e| e.into_inner()) {
             Some(at) if at.elapsed() > STALLED_AFTER => Err(format!(
                 "the health checker has not run for {}s: the async runtime is stalled",
@@ -121,7 +121,7 @@ impl Health {
     }
 
     /// `Ok` when ready to take messages, or every reason it is not.
-    pub fn readiness(&self, config: &Config, plugins: &Registry) -> Result<(), Vec<String>> {
+    pub(crate) fn readiness(&self, config: &Config, plugins: &Registry) -> Result<(), Vec<String>> {
         let mut reasons = Vec::new();
         if self.draining.load(Ordering::Relaxed) {
             reasons.push("draining: shutting down after a signal".to_string());

@@ -65,13 +65,20 @@ impl AdminError {
 #[derive(Clone, Debug)]
 pub struct HostView {
     /// The host's metrics.
-    pub metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<Metrics>,
     /// Its health.
-    pub health: Arc<Health>,
+    pub(crate) health: Arc<Health>,
     /// Its configuration (the consumed queues).
-    pub config: Arc<Config>,
+    pub(crate) config: Arc<Config>,
     /// Its plugins.
-    pub plugins: Arc<Registry>,
+    pub(crate) plugins: Arc<Registry>,
+}
+
+impl HostView {
+    /// Whether the host is ready to consume (what `/readyz` answers), or every reason it is not.
+    pub fn readiness(&self) -> Result<(), Vec<String>> {
+        self.health.readiness(&self.config, &self.plugins)
+    }
 }
 
 /// A bound, serving admin listener; it stops when dropped.
@@ -180,7 +187,7 @@ fn respond(host: Option<&HostView>, req: &Request<Incoming>) -> Response<Full<By
         },
         ("/readyz", host) => {
             let readiness = match host {
-                Some(h) => h.health.readiness(&h.config, &h.plugins),
+                Some(h) => h.readiness(),
                 None => Err(vec![
                     "starting: loading plugins and opening the backends".into(),
                 ]),

@@ -3,11 +3,11 @@
 //! a default that serves the embedded demo, so `qhost run` needs no file at all. A bad value
 //! is one error naming the field, before anything starts.
 
-mod deadlines;
+pub(crate) mod deadlines;
 mod file;
-mod load;
-mod payload;
-mod secrets;
+pub(crate) mod load;
+pub(crate) mod payload;
+pub(crate) mod secrets;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -18,11 +18,10 @@ use anyhow::{Context as _, bail};
 use crate::message::wire::{valid_plugin_name, valid_queue_name};
 use crate::redis_link::{RedisTarget, redacted};
 use crate::runtime::MAX_MEMORY_MIB;
-pub use deadlines::Deadlines;
+pub(crate) use deadlines::Deadlines;
 use file::{RawConfig, RawQueue};
-pub use load::Overrides;
-pub use payload::{PayloadConfig, PayloadPlace};
-pub use secrets::SecretsGrant;
+pub(crate) use payload::{PayloadConfig, PayloadPlace};
+pub(crate) use secrets::SecretsGrant;
 
 /// Where messages come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,7 +35,7 @@ pub enum SourceKind {
 impl SourceKind {
     /// The `messaging.system` value metrics and traces carry: OpenTelemetry's well-known
     /// `aws_sqs`, or `qhost_local` for the embedded queue.
-    pub fn messaging_system(&self) -> &'static str {
+    pub(crate) fn messaging_system(&self) -> &'static str {
         match self {
             SourceKind::Sqs(_) => "aws_sqs",
             SourceKind::Local => "qhost_local",
@@ -178,7 +177,7 @@ pub(crate) fn database_in(data_dir: &Path) -> PathBuf {
 
 impl Config {
     /// The embedded backends' database file, or `None` to keep it in memory.
-    pub fn database(&self) -> Option<PathBuf> {
+    pub(crate) fn database(&self) -> Option<PathBuf> {
         self.data_dir.as_deref().map(database_in)
     }
 

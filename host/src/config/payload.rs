@@ -116,7 +116,7 @@ pub struct PayloadConfig {
 
 impl PayloadConfig {
     /// How messages leave the host under this configuration, for checking them beforehand.
-    pub fn send_shape(&self) -> SendShape {
+    pub(crate) fn send_shape(&self) -> SendShape {
         SendShape {
             offload_above: self.store.as_ref().map(|_| self.threshold),
             offload_always: self.always,
@@ -149,7 +149,7 @@ impl Default for PayloadConfig {
 
 impl PayloadConfig {
     /// The allow-list, for error messages.
-    pub fn allow_list_text(&self) -> String {
+    pub(crate) fn allow_list_text(&self) -> String {
         if self.allow.is_empty() {
             return "none: no payload store is configured".into();
         }

@@ -15,7 +15,7 @@ pub struct SecretsGrant {
 
 impl SecretsGrant {
     /// Checks a grant as written in the host's configuration.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         for pattern in &self.env {
             let name = pattern.strip_suffix('*').unwrap_or(pattern);
             let valid = name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');

@@ -14,10 +14,9 @@
 //! `open` opens the backends and makes the start-up checks; `lifecycle` runs and drains.
 
 mod lifecycle;
-mod open;
+pub(crate) mod open;
 
-pub use open::{StartError, load_plugins, runtime_for};
-pub(crate) use open::{open_plugins, open_source, open_sqs, open_store, redrives};
+pub(crate) use open::{open_local, open_plugins, open_source, open_sqs, open_store, runtime_for};
 
 use std::sync::Arc;
 use std::time::Duration;

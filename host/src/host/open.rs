@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::SPARE_INSTANCES;
+use crate::aws::AwsSettings;
 use crate::config::{Config, SourceKind, StoreKind};
 use crate::idempotency::IdempotencyStore;
 use crate::idempotency::local::LocalStore;
@@ -106,7 +107,7 @@ pub enum StartError {
 }
 
 /// The local queue's redrive policies, from the queue configuration.
-pub(crate) fn redrives(config: &Config) -> HashMap<String, Redrive> {
+fn redrives(config: &Config) -> HashMap<String, Redrive> {
     config
         .queues
         .iter()
@@ -128,24 +129,25 @@ pub(crate) fn redrives(config: &Config) -> HashMap<String, Redrive> {
 /// here, not a stream of failures later.
 pub(crate) async fn open_source(config: &Config) -> anyhow::Result<Arc<dyn QueueSource>> {
     match &config.source {
-        SourceKind::Local => {
-            let path = config.database();
-            Ok(Arc::new(LocalQueue::open(
-                path.as_deref(),
-                redrives(config),
-            )?))
-        }
-        SourceKind::Sqs(_) => Ok(Arc::new(open_sqs(config, None).await?)),
+        SourceKind::Local => Ok(Arc::new(open_local(config)?)),
+        SourceKind::Sqs(settings) => Ok(Arc::new(open_sqs(config, settings, None).await?)),
     }
 }
 
-/// Connects to SQS as the configuration says, and checks that the queues exist: `only` these,
-/// or every consumed queue and its dead-letter queue. A one-off command that uses one queue
-/// names it, so it works before the configuration's other queues are created.
-pub(crate) async fn open_sqs(config: &Config, only: Option<&[&str]>) -> anyhow::Result<SqsQueue> {
-    let SourceKind::Sqs(settings) = &config.source else {
-        anyhow::bail!("the configuration's source is not SQS");
-    };
+/// The embedded queue in the configuration's data directory (in memory without one), with the
+/// configured queues' redrive policies.
+pub(crate) fn open_local(config: &Config) -> anyhow::Result<LocalQueue> {
+    LocalQueue::open(config.database().as_deref(), redrives(config))
+}
+
+/// Connects to SQS with the configuration's `settings`, and checks that the queues exist:
+/// `only` these, or every consumed queue and its dead-letter queue. A one-off command that uses
+/// one queue names it, so it works before the configuration's other queues are created.
+pub(crate) async fn open_sqs(
+    config: &Config,
+    settings: &AwsSettings,
+    only: Option<&[&str]>,
+) -> anyhow::Result<SqsQueue> {
     settings.check().await?;
     let sqs = SqsQueue::connect(settings).await;
     for q in &config.queues {

@@ -60,7 +60,7 @@ impl IdempotencyError {
     }
 
     /// Whether the call ran out of time, as metrics tell it apart from an error.
-    pub fn is_timeout(&self) -> bool {
+    pub(crate) fn is_timeout(&self) -> bool {
         matches!(self, IdempotencyError::TimedOut(_))
     }
 

@@ -57,13 +57,13 @@ impl Rate {
     }
 
     /// The time between calls at the rate, in microseconds.
-    pub fn interval_us(&self) -> u64 {
+    pub(crate) fn interval_us(&self) -> u64 {
         (self.per.as_micros() as u64 / u64::from(self.count)).max(1)
     }
 
     /// How far ahead of its slot a call may run: a burst of a tenth of the count (at least
     /// one call, so the first call of an idle period runs at once).
-    pub fn tolerance_us(&self) -> u64 {
+    pub(crate) fn tolerance_us(&self) -> u64 {
         let burst = u64::from((self.count / 10).max(1));
         self.interval_us() * (burst - 1)
     }

@@ -84,7 +84,7 @@ fn size_with(msg: &Outgoing, sent: AsSent) -> usize {
 /// How the host sends a message a handler asked for: as it is, or its body offloaded to the
 /// payload store with a pointer in its place.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SendShape {
+pub(crate) struct SendShape {
     /// Messages larger than this as sent are offloaded; `None` without a payload store.
     pub offload_above: Option<usize>,
     /// Every message is offloaded, whatever its size.
@@ -94,11 +94,6 @@ pub struct SendShape {
 }
 
 impl SendShape {
-    /// Whether `msg` travels offloaded.
-    pub fn offloads(&self, msg: &Outgoing) -> bool {
-        self.offloads_at(size_as_sent(msg))
-    }
-
     /// Whether a message of `size` bytes as sent travels offloaded.
     fn offloads_at(&self, size: usize) -> bool {
         self.offload_above

@@ -66,7 +66,7 @@ impl std::fmt::Debug for Metrics {
 
 impl Metrics {
     /// Metrics for a host with this configuration, reading `stats` and `plugins` at scrape time.
-    pub fn new(config: &Config, stats: Arc<Stats>, plugins: Arc<Registry>) -> Self {
+    pub(crate) fn new(config: &Config, stats: Arc<Stats>, plugins: Arc<Registry>) -> Self {
         let system = config.source.messaging_system();
         let mut registry = PromRegistry::default();
         let process = Family::<ProcessLabels, Histogram>::new_with_constructor(|| {

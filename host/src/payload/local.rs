@@ -40,7 +40,7 @@ fn io(e: std::io::Error) -> PayloadError {
 
 impl LocalPayloads {
     /// A store in `dir` (created), or in memory.
-    pub fn open(dir: Option<PathBuf>) -> anyhow::Result<Self> {
+    pub(crate) fn open(dir: Option<PathBuf>) -> anyhow::Result<Self> {
         if let Some(dir) = &dir {
             std::fs::create_dir_all(dir).map_err(|e| {
                 anyhow::anyhow!("creating the payload directory {}: {e}", dir.display())

@@ -48,7 +48,7 @@ pub enum ResolveError {
 
 impl ResolveError {
     /// A short name for it, as traces record it in `error.type`.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             ResolveError::Reject(_) => "bad_pointer",
             ResolveError::Retry(_) => "payload_store_error",
@@ -234,7 +234,7 @@ impl Payloads {
 
     /// `msg` as it should be sent: itself, or its payload stored under the key `key_for` names
     /// (asked only when the message is offloaded) and a pointer in its place.
-    pub async fn offload(
+    pub(crate) async fn offload(
         &self,
         msg: Outgoing,
         key_for: impl FnOnce(&Outgoing) -> String,

@@ -44,7 +44,7 @@ where
 
 impl S3Payloads {
     /// A client with the standard AWS chain, and `settings`' region and endpoint if given.
-    pub async fn connect(settings: &AwsSettings) -> Self {
+    pub(crate) async fn connect(settings: &AwsSettings) -> Self {
         let sdk = settings.load().await;
         Self::with_deadlines(&sdk, settings.s3_path_style(), settings.deadlines)
     }

@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tokio::sync::OwnedSemaphorePermit;
+use tracing::{Instrument as _, Span};
 
 use super::context::QueueCtx;
-use super::delivery::{Delivery, Fate, PluginRef};
+use super::delivery::{Delivery, Fate, PluginRef, log_span};
 use super::heartbeat::Hold;
 use super::route::{Routed, needs_payload, plugin_ref, route, route_with};
 use super::run;
@@ -30,21 +31,29 @@ pub(crate) async fn dispatch(
     let mut ready = Vec::new();
     for msg in batch {
         let permit = permits.pop();
-        if let Some(reason) = msg.malformed.clone() {
-            spawn(queue, malformed(Arc::clone(queue), msg, reason), permit);
-            continue;
-        }
-        if needs_payload(queue, &msg) && msg.group_id.is_none() {
-            spawn(queue, run_one(Arc::clone(queue), msg), permit);
-            continue;
-        }
-        if let Some(group) = msg.group_id.clone() {
+        if let Some(group) = msg.group_id.clone()
+            && msg.malformed.is_none()
+        {
             groups.entry(group).or_default().push((msg, permit));
             continue;
         }
-        match route(queue, msg) {
-            Ok(routed) => ready.push((routed, permit)),
-            Err(unroutable) => spawn(queue, (*unroutable).end(), permit),
+        let span = log_span(&msg);
+        if let Some(reason) = msg.malformed.clone() {
+            let task = malformed(Arc::clone(queue), msg, reason);
+            spawn(queue, task.instrument(span), permit);
+            continue;
+        }
+        if needs_payload(queue, &msg) {
+            spawn(
+                queue,
+                run_one(Arc::clone(queue), msg).instrument(span),
+                permit,
+            );
+            continue;
+        }
+        match span.in_scope(|| route(queue, msg)) {
+            Ok(routed) => ready.push((routed, permit, span)),
+            Err(unroutable) => spawn(queue, (*unroutable).end().instrument(span), permit),
         }
     }
     for chain in groups.into_values() {
@@ -70,18 +79,18 @@ fn spawn<F: Future<Output = Fate> + Send + 'static>(queue: &QueueCtx, task: F, p
 }
 
 /// Leases the ready messages in one call and starts their tasks.
-async fn lease_and_spawn(queue: &Arc<QueueCtx>, ready: Vec<(Routed, Permit)>) {
+async fn lease_and_spawn(queue: &Arc<QueueCtx>, ready: Vec<(Routed, Permit, Span)>) {
     if ready.is_empty() {
         return;
     }
-    let requests: Vec<LeaseRequest> = ready.iter().map(|(r, _)| r.request.clone()).collect();
+    let requests: Vec<LeaseRequest> = ready.iter().map(|(r, ..)| r.request.clone()).collect();
     let steps: Vec<StepSpan> = ready
         .iter()
-        .map(|(r, _)| lease_step(r, ready.len()))
+        .map(|(r, ..)| lease_step(r, ready.len()))
         .collect();
     let answers = each_answer(ready.len(), queue.shared.store.acquire(&requests).await);
-    for (((routed, permit), answer), step) in ready.into_iter().zip(answers).zip(steps) {
-        spawn(queue, leased(routed, answer, step), permit);
+    for (((routed, permit, span), answer), step) in ready.into_iter().zip(answers).zip(steps) {
+        spawn(queue, leased(routed, answer, step).instrument(span), permit);
     }
 }
 
@@ -138,8 +147,7 @@ fn lease_found(step: &mut StepSpan, acquired: &Acquired) {
 /// using up an attempt.
 async fn fail_closed(delivery: Delivery, error: &IdempotencyError) -> Fate {
     if let Some(held_back) = delivery.backend_error(Operation::Acquire, error.is_timeout()) {
-        let msg = delivery.msg();
-        tracing::error!(queue = %msg.queue, message_id = %msg.id, %error, held_back, "idempotency store unavailable; putting the message back");
+        tracing::error!(%error, held_back, "idempotency store unavailable; putting the message back");
     }
     delivery.back_off().await
 }
@@ -184,14 +192,15 @@ async fn run_group(queue: Arc<QueueCtx>, chain: Vec<(Received, Permit)>) -> Fate
     let mut messages = chain.into_iter();
     for (msg, _permit) in messages.by_ref() {
         hold.let_go(&msg.receipt).await;
-        if run_one(Arc::clone(&queue), msg).await == Fate::Back {
+        let span = log_span(&msg);
+        if run_one(Arc::clone(&queue), msg).instrument(span).await == Fate::Back {
             for (later, _permit) in messages {
                 hold.let_go(&later.receipt).await;
+                let span = log_span(&later);
                 let plugin = PluginRef::Named(queue.config.plugin.clone());
                 let delivery = Delivery::new(Arc::clone(&queue), later, plugin);
-                delivery
-                    .put_back(std::time::Duration::ZERO, Event::Busy)
-                    .await;
+                let put_back = delivery.put_back(std::time::Duration::ZERO, Event::Busy);
+                put_back.instrument(span).await;
             }
             return Fate::Back;
         }

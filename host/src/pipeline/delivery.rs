@@ -44,6 +44,12 @@ use crate::stats::Event;
 use crate::traces::MessageSpan;
 use opentelemetry::KeyValue;
 
+/// The log span of one delivery, carrying its ids: every line logged while the delivery is
+/// handled (its own, the lease's, the handler's) is inside it, so none repeats them.
+pub(crate) fn log_span(msg: &Received) -> tracing::Span {
+    tracing::info_span!("delivery", queue = %msg.queue, message_id = %msg.id)
+}
+
 /// Where a message stands once the host is done with this delivery.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Fate {
@@ -223,8 +229,7 @@ impl Delivery {
                     return self.dead_letter(reason).await;
                 }
                 if let Some(held_back) = self.backend_error(Operation::Send, e.is_timeout()) {
-                    let msg = &self.msg;
-                    tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, held_back, "outbox send failed; will resend on redelivery");
+                    tracing::warn!(error = %e, held_back, "outbox send failed; will resend on redelivery");
                 }
                 return self.back_off().await;
             }
@@ -270,7 +275,7 @@ impl Delivery {
             // It comes back anyway when its visibility timeout lapses.
             if let Some(held_back) = self.backend_error(Operation::ChangeVisibility, e.is_timeout())
             {
-                tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, held_back, "could not set the retry delay");
+                tracing::warn!(error = %e, held_back, "could not set the retry delay");
             }
         }
         Fate::Back
@@ -308,7 +313,7 @@ impl Delivery {
         };
         let letter = deadletter::letter(msg, &self.queue.config.dead_letter, &verdict);
         tracing::warn!(
-            queue = %msg.queue, message_id = %msg.id, plugin = verdict.plugin, version = verdict.version,
+            plugin = verdict.plugin, version = verdict.version,
             attempts = verdict.attempts, reason = %reason, "dead-lettering"
         );
         self.span.error("dead_lettered", reason);
@@ -325,11 +330,11 @@ impl Delivery {
         if e.is_permanent() {
             // Nothing qhost can send will be taken: leave the message to the queue's own
             // redrive policy, looking again only at the longest retry delay.
-            tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, "the dead-letter queue refuses this message; leaving it to the queue's redrive policy");
+            tracing::error!(error = %e, "the dead-letter queue refuses this message; leaving it to the queue's redrive policy");
             return Lettered::Kept(shared.config.retry.max);
         }
         if let Some(held_back) = self.backend_error(Operation::Send, e.is_timeout()) {
-            tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, held_back, "dead-letter send failed; keeping the message");
+            tracing::error!(error = %e, held_back, "dead-letter send failed; keeping the message");
         }
         Lettered::Kept(self.backoff_delay(0))
     }

@@ -132,15 +132,13 @@ impl Leased {
         match self.delivery.shared().store.extend(&self.lease, ttl).await {
             Ok(()) => Ok(self),
             Err(IdempotencyError::LeaseLost(key)) => {
-                let msg = self.delivery.msg();
-                tracing::warn!(queue = %msg.queue, message_id = %msg.id, %key, "lease lost while the handler ran; leaving the message to its new owner");
+                tracing::warn!(%key, "lease lost while the handler ran; leaving the message to its new owner");
                 Err(self.let_lapse(Event::LostLease).await)
             }
             Err(e) => {
                 let timed_out = e.is_timeout();
                 if let Some(held_back) = self.delivery.backend_error(Operation::Extend, timed_out) {
-                    let msg = self.delivery.msg();
-                    tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, held_back, "cannot confirm the lease; putting the message back");
+                    tracing::warn!(error = %e, held_back, "cannot confirm the lease; putting the message back");
                 }
                 Err(self.back_off().await)
             }
@@ -161,8 +159,8 @@ impl Leased {
             let reason = format!("gave up after {attempt} attempts: {reason}");
             return leased.send_dead_letter(reason).await;
         }
-        let (msg, plugin) = (leased.delivery.msg(), &leased.plugin);
-        tracing::info!(queue = %msg.queue, message_id = %msg.id, plugin = %plugin.name, version = %plugin.version, attempt, %reason, "will retry");
+        let plugin = &leased.plugin;
+        tracing::info!(plugin = %plugin.name, version = %plugin.version, attempt, %reason, "will retry");
         let delay = backoff::delay(&leased.delivery.shared().config.retry, attempt, asked_secs);
         (leased.settle(Released::Failed).await)
             .put_back(delay, Event::Retried)
@@ -234,8 +232,7 @@ impl Leased {
                 delivery.finish(outbox, &key).await
             }
             Err(IdempotencyError::LeaseLost(_)) => {
-                let msg = delivery.msg();
-                tracing::warn!(queue = %msg.queue, message_id = %msg.id, key = %key.handler, "lease lost before completion; discarding this result");
+                tracing::warn!(key = %key.handler, "lease lost before completion; discarding this result");
                 // What this run offloaded was written under its own fencing token, beside the
                 // current owner's payloads: nobody will point at it.
                 tokio::spawn(async move {
@@ -248,8 +245,7 @@ impl Leased {
             Err(e) => {
                 if let Some(held_back) = delivery.backend_error(Operation::Complete, e.is_timeout())
                 {
-                    let msg = delivery.msg();
-                    tracing::error!(queue = %msg.queue, message_id = %msg.id, error = %e, held_back, "could not record completion; the message will come back");
+                    tracing::error!(error = %e, held_back, "could not record completion; the message will come back");
                 }
                 delivery.back_off().await
             }
@@ -264,8 +260,7 @@ impl Leased {
             OffloadError::Unavailable(reason) => {
                 let delivery = self.delivery();
                 if let Some(held_back) = delivery.backend_error(Operation::PayloadStore, false) {
-                    let msg = delivery.msg();
-                    tracing::warn!(queue = %msg.queue, message_id = %msg.id, %reason, held_back, "outbox payload not stored; putting the message back");
+                    tracing::warn!(%reason, held_back, "outbox payload not stored; putting the message back");
                 }
                 self.back_off().await
             }

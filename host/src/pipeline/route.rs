@@ -85,8 +85,7 @@ impl Unroutable {
         let reason = self.error.to_string();
         match self.error {
             RouteError::NoPlugin { .. } => {
-                let msg = self.delivery.msg();
-                tracing::warn!(queue = %msg.queue, message_id = %msg.id, %reason, "putting the message back until its plugin loads");
+                tracing::warn!(%reason, "putting the message back until its plugin loads");
                 let delay = self.delivery.backoff_delay(0);
                 self.delivery.put_back(delay, Event::Deferred).await
             }

@@ -71,8 +71,7 @@ pub(crate) async fn leased(mut routed: Routed, acquired: Acquired) -> Fate {
             routed.delivery.put_back(delay, Event::Busy).await
         }
         Acquired::Completed { pending_outbox, .. } => {
-            let msg = routed.delivery.msg();
-            tracing::debug!(queue = %msg.queue, message_id = %msg.id, "duplicate of completed work; acking without running");
+            tracing::debug!("duplicate of completed work; acking without running");
             routed.delivery.record(Event::Duplicate);
             routed.finish(pending_outbox).await
         }
@@ -101,14 +100,12 @@ async fn within_rate(leased: &Leased) -> Result<(), Option<Duration>> {
             Ok(())
         }
         Ok(Admission::Later(when)) => {
-            let msg = delivery.msg();
-            tracing::debug!(queue = %msg.queue, message_id = %msg.id, plugin = %plugin.name, %limit, "over the rate limit; putting the message back");
+            tracing::debug!(plugin = %plugin.name, %limit, "over the rate limit; putting the message back");
             Err(Some(when))
         }
         Err(e) => {
             if let Some(held_back) = delivery.backend_error(Operation::Admit, e.is_timeout()) {
-                let msg = delivery.msg();
-                tracing::warn!(queue = %msg.queue, message_id = %msg.id, error = %e, held_back, "could not check the rate limit; putting the message back");
+                tracing::warn!(error = %e, held_back, "could not check the rate limit; putting the message back");
             }
             Err(None)
         }
@@ -156,8 +153,7 @@ async fn run(mut leased: Leased, resolved: Option<Resolved>) -> Fate {
         _ = shared.abandon.cancelled() => None,
     };
     let Some(result) = finished else {
-        let msg = leased.delivery().msg();
-        tracing::warn!(queue = %msg.queue, message_id = %msg.id, "shutdown grace over; releasing unfinished message");
+        tracing::warn!("shutdown grace over; releasing unfinished message");
         return leased.put_back(Duration::ZERO, Event::Released).await;
     };
     match result {
@@ -204,8 +200,8 @@ fn body_digest(msg: &Received) -> Option<String> {
 fn conflict(routed: &Routed, done: &str) -> Option<String> {
     let delivery = &routed.delivery;
     let mine = body_digest(delivery.msg()).filter(|mine| !mine.eq_ignore_ascii_case(done))?;
-    let (msg, key) = (delivery.msg(), routed.key.handler.as_str());
-    tracing::warn!(queue = %msg.queue, message_id = %msg.id, key, ran = done, this = %mine, "a completed key came again with a different body");
+    let key = routed.key.handler.as_str();
+    tracing::warn!(key, ran = done, this = %mine, "a completed key came again with a different body");
     delivery.record(Event::Conflict);
     let on_conflict = routed.plugin.manifest.idempotency.on_conflict;
     (on_conflict == OnConflict::Reject).then(|| {
@@ -241,8 +237,7 @@ async fn unfetchable_leased(leased: Leased, error: ResolveError) -> Fate {
 /// Counts (and, once per burst, logs) a payload store that did not answer.
 fn payload_unavailable(delivery: &Delivery, reason: &str) {
     if let Some(held_back) = delivery.backend_error(Operation::PayloadFetch, false) {
-        let msg = delivery.msg();
-        tracing::warn!(queue = %msg.queue, message_id = %msg.id, %reason, held_back, "payload store unavailable; putting the message back");
+        tracing::warn!(%reason, held_back, "payload store unavailable; putting the message back");
     }
 }
 
@@ -298,7 +293,7 @@ async fn invoke(
     delivery.record(Event::Invoked);
     let stats = &delivery.shared().stats;
     stats.record_invocation(&plugin.name, &plugin.version);
-    let span = tracing::info_span!("invoke", plugin = %plugin.name, version = %plugin.version, message_id = %input.id, queue = %input.queue, trace_id = tracing::field::Empty);
+    let span = tracing::info_span!("invoke", plugin = %plugin.name, version = %plugin.version, trace_id = tracing::field::Empty);
     if let Some(trace_id) = delivery.span().trace_id() {
         span.record("trace_id", trace_id);
     }

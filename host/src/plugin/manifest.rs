@@ -333,7 +333,7 @@ impl Manifest {
         }
     }
 
-    pub fn timeout(&self) -> Duration {
+    pub(crate) fn timeout(&self) -> Duration {
         Duration::from_millis(self.limits.timeout_ms)
     }
 

@@ -79,7 +79,7 @@ impl RedisTarget {
     }
 
     /// The target without credentials, for messages: the first URL's scheme, host and port.
-    pub fn display(&self) -> String {
+    pub(crate) fn display(&self) -> String {
         let first = self.urls.first().map(String::as_str).unwrap_or_default();
         let shown = redacted(first);
         if self.cluster {

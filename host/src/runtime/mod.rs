@@ -19,7 +19,7 @@ pub(crate) mod state;
 mod stderr;
 pub(crate) mod wasm;
 
-pub use costs::Costs;
+pub(crate) use costs::Costs;
 pub(crate) use outbox::OutboxGrant;
 
 /// The most memory a plugin may ask for; the engine's instance pool is sized for it.

@@ -164,9 +164,9 @@ impl log::Host for HostState {
                 .find(|i| message.is_char_boundary(*i));
             message.truncate(cut.unwrap_or(0));
         }
-        // In text, the invoke span around this call shows the plugin, version, message and
-        // queue already, when the filter enables it (a disabled span costs the message path
-        // nothing, and then the line carries them itself).
+        // In text, the delivery and invoke spans around this call show the queue, message,
+        // plugin and version already, when the filter enables them (a disabled span costs the
+        // message path nothing, and then the line carries them itself).
         let in_invoke = tracing::Span::current()
             .metadata()
             .is_some_and(|m| m.name() == "invoke");

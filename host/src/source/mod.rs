@@ -43,7 +43,7 @@ impl SourceError {
     }
 
     /// Whether the call ran out of time, as metrics and logs tell it apart from an error.
-    pub fn is_timeout(&self) -> bool {
+    pub(crate) fn is_timeout(&self) -> bool {
         matches!(self, SourceError::TimedOut(_))
     }
 }

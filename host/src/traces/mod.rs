@@ -22,14 +22,13 @@
 
 mod carrier;
 mod client;
-mod install;
+pub(crate) mod install;
 mod span;
 
 use std::sync::Arc;
 
 use opentelemetry_sdk::trace::SdkTracer;
 
-pub use install::{TraceError, Traces};
 pub(crate) use span::{MessageSpan, StepSpan};
 
 /// What starts a host's spans; cheap to clone.

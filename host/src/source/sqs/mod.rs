@@ -107,7 +107,7 @@ fn is_fifo(queue: &str) -> bool {
 
 impl SqsQueue {
     /// A client from the AWS configuration chain, with these overrides.
-    pub async fn connect(settings: &AwsSettings) -> Self {
+    pub(crate) async fn connect(settings: &AwsSettings) -> Self {
         Self::with_deadlines(&settings.load().await, settings.deadlines)
     }
 
