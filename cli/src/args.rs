@@ -93,6 +93,26 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: PluginsCommand,
     },
+    /// Read Celery task messages as qhost does.
+    Celery {
+        #[command(subcommand)]
+        command: CeleryCommand,
+    },
+}
+
+/// `qhost celery …`.
+#[derive(Subcommand)]
+pub(crate) enum CeleryCommand {
+    /// Decode a Celery message (an SQS body as a Celery producer sent it) and print its task,
+    /// arguments and schedule, the key qhost leases it under, and with --queue the plugin that
+    /// queue routes it to. Without FILE, the first message waiting in --queue (embedded queue).
+    Inspect {
+        /// A file holding the message body; `-` reads stdin.
+        file: Option<PathBuf>,
+        /// The configured Celery queue whose routes and serializers apply.
+        #[arg(long, short)]
+        queue: Option<String>,
+    },
 }
 
 /// `qhost run`'s flags.

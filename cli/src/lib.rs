@@ -8,7 +8,7 @@
 //! | module     | role                                                              |
 //! |------------|-------------------------------------------------------------------|
 //! | `args`     | the command line as clap reads it                                 |
-//! | `commands` | one file per family of commands: run, send/peek/purge, invoke, dlq, plugins and check |
+//! | `commands` | one file per family of commands: run, send/peek/purge, invoke, dlq, plugins and check, celery |
 
 mod args;
 mod commands;
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use clap::Parser as _;
 
-use args::{Cli, Command, DlqCommand, Global, NewArgs, PluginsCommand, RunFlags};
+use args::{CeleryCommand, Cli, Command, DlqCommand, Global, NewArgs, PluginsCommand, RunFlags};
 use commands::*;
 use qhost::{Config, Overrides};
 
@@ -109,6 +109,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Plugins {
             command: PluginsCommand::List,
         } => list(&config()?).await,
+        Command::Celery {
+            command: CeleryCommand::Inspect { file, queue },
+        } => celery_inspect(config()?, file.as_deref(), queue.as_deref()).await,
     }
     .map(|()| std::process::ExitCode::SUCCESS)
 }

@@ -52,6 +52,7 @@
 
 mod admin;
 mod aws;
+mod celery;
 mod config;
 mod digest;
 mod dlq;
@@ -80,6 +81,9 @@ mod traces;
 // internals, the counters' writers.
 
 // The host and its configuration.
+pub use celery::ContentType as CeleryContentType;
+pub use celery::inspect::{CeleryReport, inspect as inspect_celery};
+pub use config::celery::CeleryQueue;
 pub use config::deadlines::Deadlines;
 pub use config::load::Overrides;
 pub use config::payload::{PayloadConfig, PayloadPlace};

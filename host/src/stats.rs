@@ -45,6 +45,8 @@ pub struct Counts {
     pub released: u64,
     /// Deliveries of a completed key whose body differs from the one that ran.
     pub conflicts: u64,
+    /// Celery tasks received after their `expires`, acked without running.
+    pub expired: u64,
 }
 
 /// Something that happened to one message.
@@ -78,6 +80,8 @@ pub(crate) enum Event {
     Released,
     /// A completed key came with another body.
     Conflict,
+    /// A Celery task past its expiry, acked without running.
+    Expired,
 }
 
 impl Event {
@@ -93,6 +97,7 @@ impl Event {
             Event::Deferred => Some("deferred"),
             Event::DeadLettered => Some("dead_lettered"),
             Event::Released => Some("released"),
+            Event::Expired => Some("expired"),
             Event::LostLease => Some("lease_lost"),
             Event::Received
             | Event::Invoked
@@ -120,6 +125,7 @@ impl Counts {
             Event::LostLease => self.lost_leases += 1,
             Event::Released => self.released += 1,
             Event::Conflict => self.conflicts += 1,
+            Event::Expired => self.expired += 1,
         }
     }
 
@@ -128,6 +134,7 @@ impl Counts {
         self.invoked += o.invoked;
         self.acked += o.acked;
         self.duplicates += o.duplicates;
+        self.expired += o.expired;
         self.busy += o.busy;
         self.rate_limited += o.rate_limited;
         self.retried += o.retried;

@@ -1,12 +1,14 @@
 //! One file per family of commands, each a function the dispatcher calls with the checked
 //! configuration; and what more than one of them shows.
 
+mod celery;
 mod dlq;
 mod invoke;
 mod plugins;
 mod queue;
 mod run;
 
+pub(crate) use celery::inspect as celery_inspect;
 pub(crate) use dlq::{dlq_peek, dlq_redrive};
 pub(crate) use invoke::invoke;
 pub(crate) use plugins::{check, check_deploy, list};

@@ -3,6 +3,7 @@
 //! a default that serves the embedded demo, so `qhost run` needs no file at all. A bad value
 //! is one error naming the field, before anything starts.
 
+pub(crate) mod celery;
 pub(crate) mod deadlines;
 mod file;
 pub(crate) mod load;
@@ -18,6 +19,7 @@ use anyhow::{Context as _, bail};
 use crate::message::wire::{valid_plugin_name, valid_queue_name};
 use crate::redis_link::{RedisTarget, redacted};
 use crate::runtime::MAX_MEMORY_MIB;
+use celery::{CeleryQueue, celery_of};
 pub(crate) use deadlines::Deadlines;
 use file::{RawConfig, RawQueue};
 pub(crate) use payload::{PayloadConfig, PayloadPlace};
@@ -94,12 +96,22 @@ pub struct QueueConfig {
     /// Whether to extend the lease and visibility while a handler runs. Off only for handlers
     /// that must never outlive their visibility timeout (and for tests of lease expiry).
     pub heartbeat: bool,
+    /// For a queue that Celery producers send to (`format = "celery"`): its task routes and
+    /// accepted serializers.
+    pub celery: Option<CeleryQueue>,
 }
 
 impl QueueConfig {
-    /// Every plugin the queue may run: its own, then its routes.
+    /// Every plugin the queue may run, once each: its own, then its routes (or its Celery
+    /// tasks' plugins).
     pub fn plugins(&self) -> impl Iterator<Item = &str> {
-        std::iter::once(self.plugin.as_str()).chain(self.routes.iter().map(String::as_str))
+        let tasks = self.celery.iter().flat_map(|c| c.tasks.values());
+        let mut seen = std::collections::BTreeSet::new();
+        std::iter::once(&self.plugin)
+            .chain(&self.routes)
+            .chain(tasks)
+            .map(String::as_str)
+            .filter(move |name| seen.insert(*name))
     }
 }
 
@@ -341,14 +353,19 @@ fn in_range<T: PartialOrd + std::fmt::Display>(
 
 fn queue(index: usize, q: RawQueue) -> anyhow::Result<QueueConfig> {
     let field = |f: &str| format!("queue[{index}].{f}");
+    let celery = celery_of(&q, &field)?;
     let name = q
         .name
         .with_context(|| format!("{} is required", field("name")))?;
     if !valid_queue_name(&name) {
         bail!("{} `{name}` is not a valid queue name", field("name"));
     }
-    let plugin = q
-        .plugin
+    // A Celery queue routed by `tasks` alone names its first task's plugin where one plugin
+    // stands for the queue (its dead letters' verdicts, its metrics).
+    let first_routed = celery
+        .as_ref()
+        .and_then(|c| c.tasks.values().next().cloned());
+    let plugin = (q.plugin.clone().or(first_routed))
         .with_context(|| format!("{} is required", field("plugin")))?;
     if !valid_plugin_name(&plugin) {
         bail!(
@@ -403,6 +420,7 @@ fn queue(index: usize, q: RawQueue) -> anyhow::Result<QueueConfig> {
         routes,
         max_receives: q.max_receives,
         heartbeat: q.heartbeat.unwrap_or(true),
+        celery,
     })
 }
 

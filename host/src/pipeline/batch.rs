@@ -7,10 +7,11 @@ use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::{Instrument as _, Span};
 
+use super::celery;
 use super::context::QueueCtx;
 use super::delivery::{Delivery, Fate, PluginRef, log_span};
 use super::heartbeat::Hold;
-use super::route::{Routed, needs_payload, plugin_ref, route, route_with};
+use super::route::{Routed, Unroutable, needs_payload, plugin_ref, route_with};
 use super::run;
 use crate::faults::Operation;
 use crate::idempotency::{Acquired, IdempotencyError, LeaseRequest, StoreResult};
@@ -51,7 +52,7 @@ pub(crate) async fn dispatch(
             );
             continue;
         }
-        match span.in_scope(|| route(queue, msg)) {
+        match span.in_scope(|| route(queue, msg, None)) {
             Ok(routed) => ready.push((routed, permit, span)),
             Err(unroutable) => spawn(queue, (*unroutable).end().instrument(span), permit),
         }
@@ -76,6 +77,19 @@ fn spawn<F: Future<Output = Fate> + Send + 'static>(queue: &QueueCtx, task: F, p
         task.await;
         drop(permit);
     });
+}
+
+/// Routes and keys a message (`resolved`: its payload, when fetched first) as its queue reads
+/// it: a Celery task by its name and id, anything else as its plugin's manifest says.
+fn route(
+    queue: &Arc<QueueCtx>,
+    msg: Received,
+    resolved: Option<crate::payload::Resolved>,
+) -> Result<Routed, Box<Unroutable>> {
+    match &queue.config.celery {
+        Some(routes) => celery::route(queue, msg, resolved, routes),
+        None => route_with(queue, msg, resolved),
+    }
 }
 
 /// Leases the ready messages in one call and starts their tasks.
@@ -158,7 +172,7 @@ async fn run_one(queue: Arc<QueueCtx>, msg: Received) -> Fate {
     let routed = if needs_payload(&queue, &msg) {
         let payloads = Arc::clone(&queue.shared.payloads);
         match payloads.resolve(&msg.body, &msg.attributes).await {
-            Ok(resolved) => route_with(&queue, msg, resolved),
+            Ok(resolved) => route(&queue, msg, resolved),
             Err(e) => {
                 let plugin = plugin_ref(&queue, &msg);
                 let delivery = Delivery::received(Arc::clone(&queue), msg, plugin);
@@ -166,7 +180,7 @@ async fn run_one(queue: Arc<QueueCtx>, msg: Received) -> Fate {
             }
         }
     } else {
-        route(&queue, msg)
+        route(&queue, msg, None)
     };
     let routed = match routed {
         Ok(routed) => routed,

@@ -22,6 +22,7 @@
 //! | `receive`    | the per-queue poll loop and its in-flight permits                   |
 //! | `batch`      | a received batch: FIFO groups, one lease call, a task per message   |
 //! | `route`      | plugin and idempotency key for a message                            |
+//! | `celery`     | the same for a Celery task message: by task name and task id        |
 //! | `run`        | what the lease found; resolve, invoke, end by the outcome           |
 //! | `delivery`   | one message's life and its fates                                    |
 //! | `heartbeat`  | lease and visibility extension while a delivery is leased           |
@@ -36,6 +37,9 @@
 mod acker;
 pub(crate) mod backoff;
 mod batch;
+mod celery;
+#[cfg(test)]
+mod celery_fates;
 mod completer;
 mod context;
 mod deadletter;

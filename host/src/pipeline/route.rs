@@ -1,13 +1,17 @@
 //! Route and key: which plugin handles a message, and what key it is leased under.
 //!
-//! Every received message passes here once and becomes a [`Delivery`]: [`Routed`] (a loaded
-//! plugin and a key, ready for a lease) or [`Unroutable`] (ended at once: put back, using no
-//! attempt, while its plugin is not loaded; dead-lettered when the message itself is at fault).
+//! Every received message passes here once (a Celery queue's through `pipeline::celery`, which
+//! ends the same way) and becomes a [`Delivery`]: [`Routed`] (a loaded plugin and a key, ready
+//! for a lease) or [`Unroutable`] (ended at once: put back, using no attempt, while its plugin
+//! is not loaded or a task is not due; acked unrun when a task expired; dead-lettered when the
+//! message itself is at fault).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::context::QueueCtx;
 use super::delivery::{Delivery, Fate, Key, PluginRef};
+use crate::celery::DecodeError;
 use crate::idempotency::LeaseRequest;
 use crate::idempotency::key::{KeyInput, KeySource, MissingKey, OnMissingKey, scoped};
 use crate::message::wire;
@@ -68,13 +72,41 @@ pub(crate) enum RouteError {
     /// The plugin's key source is missing from the message: dead-lettered.
     #[error(transparent)]
     NoKey(#[from] MissingKey),
+    /// A Celery queue's message that is not a task qhost runs: dead-lettered.
+    #[error(transparent)]
+    Celery(#[from] DecodeError),
+    /// A Celery task whose name the queue does not route, with no default plugin:
+    /// dead-lettered.
+    #[error(
+        "task `{task}` is not one this queue routes (tasks: {routed}) and it has no default plugin"
+    )]
+    UnknownTask {
+        /// The task name.
+        task: String,
+        /// The names the queue routes.
+        routed: String,
+    },
+    /// A Celery task not due yet: put back hidden until it is, no attempt used.
+    #[error("not due until its eta {eta}")]
+    NotDue {
+        /// The eta as the message wrote it.
+        eta: String,
+        /// How long to hide it: until then, or as long as SQS allows at a time.
+        wait: Duration,
+    },
+    /// A Celery task past its expiry: acked without running.
+    #[error("expired at {expires}")]
+    Expired {
+        /// The expiry as the message wrote it.
+        expires: String,
+    },
 }
 
 /// A delivery that cannot be leased, and why.
 #[derive(Debug)]
 pub(crate) struct Unroutable {
-    delivery: Delivery,
-    error: RouteError,
+    pub(super) delivery: Delivery,
+    pub(super) error: RouteError,
 }
 
 impl Unroutable {
@@ -89,9 +121,19 @@ impl Unroutable {
                 let delay = self.delivery.backoff_delay(0);
                 self.delivery.put_back(delay, Event::Deferred).await
             }
-            RouteError::BadRoute { .. } | RouteError::NoKey(_) => {
-                self.delivery.dead_letter(reason).await
+            RouteError::NotDue { wait, .. } => {
+                tracing::debug!(%reason, "putting the task back until it is due");
+                self.delivery.put_back(wait, Event::Deferred).await
             }
+            RouteError::Expired { .. } => {
+                tracing::info!(%reason, "acking the task without running it");
+                self.delivery.record(Event::Expired);
+                self.delivery.delete()
+            }
+            RouteError::BadRoute { .. }
+            | RouteError::NoKey(_)
+            | RouteError::Celery(_)
+            | RouteError::UnknownTask { .. } => self.delivery.dead_letter(reason).await,
         }
     }
 }
@@ -103,16 +145,15 @@ pub(crate) fn needs_payload(queue: &QueueCtx, msg: &Received) -> bool {
     if !pointer::is_pointer(&msg.attributes) {
         return false;
     }
+    if queue.config.celery.is_some() {
+        // The task's envelope, and so its name and id, is the payload.
+        return true;
+    }
     match plugin_for(queue, msg).map(|p| p.manifest.idempotency.key.clone()) {
         Ok(KeySource::JsonPointer(_)) => true,
         Ok(KeySource::BodySha256) => pointer::carried_digest(&msg.body, &msg.attributes).is_none(),
         _ => false,
     }
-}
-
-/// Routes a message and derives its key; counts it received.
-pub(crate) fn route(queue: &Arc<QueueCtx>, msg: Received) -> Result<Routed, Box<Unroutable>> {
-    route_with(queue, msg, None)
 }
 
 /// Routes a message whose key may come from its fetched payload, `resolved`.
@@ -152,7 +193,12 @@ pub(crate) fn route_with(
 }
 
 /// A keyed delivery for `plugin`, with the lease request for its key.
-fn routed(queue: &Arc<QueueCtx>, msg: Received, plugin: Arc<Plugin>, key: String) -> Routed {
+pub(super) fn routed(
+    queue: &Arc<QueueCtx>,
+    msg: Received,
+    plugin: Arc<Plugin>,
+    key: String,
+) -> Routed {
     let key = Key {
         scoped: scoped(&queue.shared.config.namespace, &plugin.name, &key),
         handler: key,

@@ -91,11 +91,26 @@ impl TestBed {
         handler: impl Invoke,
         wrap: impl FnOnce(Arc<LocalStore>) -> Arc<dyn IdempotencyStore>,
     ) -> TestBed {
+        let queue = format!("plugin = \"{PLUGIN}\"\n");
+        TestBed::build(&queue, manifest, handler, wrap)
+    }
+
+    /// A bed whose queue has `queue` (its `[[queue]]` lines beside the name and visibility).
+    pub(crate) fn with_queue(queue: &str, manifest: &str, handler: impl Invoke) -> TestBed {
+        TestBed::build(queue, manifest, handler, |local| local)
+    }
+
+    fn build(
+        queue: &str,
+        manifest: &str,
+        handler: impl Invoke,
+        wrap: impl FnOnce(Arc<LocalStore>) -> Arc<dyn IdempotencyStore>,
+    ) -> TestBed {
         let local = Arc::new(LocalStore::open(None).expect("an in-memory store"));
         let store = wrap(Arc::clone(&local));
         let config = Config::parse(&format!(
             "[retry]\nbase-secs = 1\nmax-secs = 60\n\
-             [[queue]]\nname = \"{JOBS}\"\nplugin = \"{PLUGIN}\"\nvisibility-timeout-secs = 30\n"
+             [[queue]]\nname = \"{JOBS}\"\nvisibility-timeout-secs = 30\n{queue}"
         ))
         .expect("the bed's configuration");
         let manifest = Manifest::parse(manifest).expect("the bed's manifest");
@@ -130,6 +145,12 @@ impl TestBed {
     /// Sends a job keyed `job` (the `job` attribute) with `body` to the bed's queue.
     pub(crate) async fn send(&self, job: &str, body: &str) {
         let msg = Outgoing::new(JOBS, body).with_attribute(Attribute::string("job", job));
+        self.source.send(&[msg]).await.expect("sent");
+    }
+
+    /// Sends `body` as it is to the bed's queue.
+    pub(crate) async fn send_body(&self, body: impl Into<Vec<u8>>) {
+        let msg = Outgoing::new(JOBS, body);
         self.source.send(&[msg]).await.expect("sent");
     }
 

@@ -1,0 +1,98 @@
+//! Route and key for a Celery task message (a queue with `format = "celery"`).
+//!
+//! The message is decoded (`crate::celery`) and routed by its task name to one of the queue's
+//! `tasks` plugins (or its default `plugin`); nothing in the message can pick another. The lease
+//! is keyed by the task id (a republished retry by the id and its retry count, see
+//! `Task::key`), whatever key source the plugin's manifest names: Celery's id is what makes two
+//! deliveries the same task. The handler gets the task as a JSON body with `celery-*` attributes
+//! beside the message's own; the message as sent stays what is dead-lettered or redriven.
+//!
+//! A task not due yet (`eta`, `countdown`) is put back hidden until it is, up to SQS's 12-hour
+//! visibility at a time, using no attempt. A task past its `expires` is acked without running and
+//! counted as `expired`, as a Celery worker revokes it. What does not decode, and a task name the
+//! queue does not route, is dead-lettered with the reason.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::context::QueueCtx;
+use super::delivery::{Delivery, PluginRef};
+use super::route::{RouteError, Routed, Unroutable, routed};
+use crate::celery;
+use crate::config::celery::CeleryQueue;
+use crate::digest::sha256_hex;
+use crate::message::Received;
+use crate::payload::Resolved;
+
+/// The longest a task not due yet is hidden at a time: SQS's most visibility timeout. A task
+/// due later comes back then and is hidden again, each time a receive but not an attempt.
+const MAX_HIDDEN: Duration = Duration::from_secs(12 * 3600);
+
+/// Routes a Celery task message; `resolved` is its payload when it came offloaded (the envelope
+/// is then the payload).
+pub(super) fn route(
+    queue: &Arc<QueueCtx>,
+    msg: Received,
+    resolved: Option<Resolved>,
+    celery: &CeleryQueue,
+) -> Result<Routed, Box<Unroutable>> {
+    let raw = resolved.as_ref().map_or(&msg.body, |r| &r.body);
+    let named = |name: &str| PluginRef::Named(name.to_string());
+    let task = match celery::decode(raw, &celery.accept) {
+        Ok(task) => task,
+        Err(e) => return unroutable(queue, msg, named(&queue.config.plugin), e.into()),
+    };
+    let Some(name) = celery.plugin_for(&task.name) else {
+        let error = RouteError::UnknownTask {
+            task: task.name,
+            routed: celery.tasks.keys().cloned().collect::<Vec<_>>().join(", "),
+        };
+        return unroutable(queue, msg, named(&queue.config.plugin), error);
+    };
+    let now = SystemTime::now();
+    if task.expired(now) {
+        let expires = task.expires.map(|e| e.text).unwrap_or_default();
+        return unroutable(queue, msg, named(name), RouteError::Expired { expires });
+    }
+    if let Some(wait) = task.due_in(now) {
+        let eta = task.eta.map(|e| e.text).unwrap_or_default();
+        let wait = wait.min(MAX_HIDDEN);
+        return unroutable(queue, msg, named(name), RouteError::NotDue { eta, wait });
+    }
+    let registry = &queue.shared.registry;
+    let Some(plugin) = registry.get(name) else {
+        let why = registry.why_not_serving(name);
+        let error = RouteError::NoPlugin {
+            name: name.to_string(),
+            why,
+        };
+        return unroutable(queue, msg, named(name), error);
+    };
+    let from_payload = resolved.is_some();
+    let mut attributes = match resolved {
+        Some(r) => r.attributes,
+        None => msg.attributes.clone(),
+    };
+    attributes.splice(0..0, task.attributes());
+    let mut routed = routed(queue, msg, plugin, task.key());
+    if from_payload {
+        routed.delivery.payload_verified();
+    }
+    let body = task.handler_body();
+    routed.resolved = Some(Resolved {
+        sha256: sha256_hex(&body),
+        body,
+        attributes,
+    });
+    Ok(routed)
+}
+
+fn unroutable(
+    queue: &Arc<QueueCtx>,
+    msg: Received,
+    plugin: PluginRef,
+    error: RouteError,
+) -> Result<Routed, Box<Unroutable>> {
+    let delivery = Delivery::received(Arc::clone(queue), msg, plugin);
+    Err(Box::new(Unroutable { delivery, error }))
+}
