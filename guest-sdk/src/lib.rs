@@ -49,6 +49,8 @@ pub mod bindings {
     });
 }
 
+#[cfg(feature = "celery")]
+pub mod celery;
 pub mod config;
 pub mod http;
 pub mod log;

@@ -8,6 +8,7 @@
 
 mod admin;
 mod bad_input;
+mod celery;
 mod cli;
 mod cluster;
 mod dlq;

@@ -1,0 +1,188 @@
+//! Celery's own producer, unchanged, sending to SQS (moto, on loopback) through kombu's SQS
+//! transport, and qhost consuming that queue with `format = "celery"`: each task runs once
+//! through a Rust plugin, whatever serializer or compression sent it, a second publish of a
+//! task id runs nothing, a countdown waits, an expired task is dropped, and what qhost will not
+//! run (pickle, a task the queue does not route, a message that is not Celery's) is
+//! dead-lettered with why while everything else flows.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use qhost::{Host, Received, SqsQueue};
+use qhost_e2e::harness::{Running, TestEnv, attr};
+use qhost_e2e::sqs_server::{TEST_ENV, create_queue, drain, endpoint, sdk_config, unique};
+use serde_json::Value;
+
+/// Runs Celery's producer (tests/support/celery_producer.py): its task ids by case.
+fn produce(queue: &str, sink: &str) -> BTreeMap<String, String> {
+    let python = qhost_e2e::workspace().join("target/tools/moto/bin/python");
+    let script = qhost_e2e::workspace().join("tests/support/celery_producer.py");
+    let out = Command::new(python)
+        .envs(TEST_ENV)
+        .arg(script)
+        .args([endpoint(), queue, sink])
+        .output()
+        .expect("running the Celery producer");
+    assert!(
+        out.status.success(),
+        "celery producer: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the producer's ids")
+}
+
+/// Takes messages from `queue` until `n` have come (or a minute passed).
+async fn collect(queue: &str, n: usize) -> Vec<Received> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut got = Vec::new();
+    while got.len() < n && Instant::now() < deadline {
+        got.extend(drain(queue).await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tasks_from_celery_s_own_producer_run_once_each_and_the_rest_is_dead_lettered() {
+    let env = TestEnv::new();
+    let (queue, sink) = (unique("celery"), unique("celery-done"));
+    let dlq = format!("{queue}-dlq");
+    for q in [&queue, &dlq, &sink] {
+        create_queue(q, &[]).await;
+    }
+    env.install(
+        "fixture",
+        "fixture",
+        &format!("[outbox]\nqueues = [\"{sink}\"]\n"),
+    );
+    let ids = produce(&queue, &sink);
+    let config = env.config(&format!(
+        "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\n\
+         [[queue]]\nname = \"{queue}\"\nformat = \"celery\"\n\
+         tasks = {{ \"proj.tasks.echo\" = \"fixture\" }}\naccept-content = [\"json\", \"msgpack\"]\n\
+         wait-time-secs = 1\nvisibility-timeout-secs = 5\n",
+        endpoint()
+    ));
+    let host = Host::with_source(config, Arc::new(SqsQueue::from_sdk_config(&sdk_config())))
+        .await
+        .expect("host starts");
+    let running = Running::start(host);
+
+    let ran = collect(&sink, 5).await;
+    let dead = collect(&dlq, 3).await;
+    running
+        .wait_for(Duration::from_secs(10), |h| {
+            let c = h.stats().total();
+            c.expired == 1 && c.duplicates == 1
+        })
+        .await;
+    let host = running.stop().await;
+
+    // Each task the queue routes ran once, whatever serializer or compression sent it.
+    let tasks: BTreeMap<String, Value> = (ran.iter())
+        .map(|m| {
+            let task: Value = serde_json::from_slice(&m.body).expect("the task as JSON");
+            (task["id"].as_str().unwrap().to_string(), task)
+        })
+        .collect();
+    assert_eq!(ran.len(), 5, "{tasks:#?}");
+    assert_eq!(tasks.len(), 5, "no task ran twice: {tasks:#?}");
+    for case in ["plain", "countdown", "msgpack", "zlib", "when"] {
+        assert!(tasks.contains_key(&ids[case]), "{case} ran: {tasks:#?}");
+    }
+    let plain = &tasks[&ids["plain"]];
+    assert_eq!(plain["task"], "proj.tasks.echo");
+    assert_eq!(plain["args"][1], 1);
+    assert_eq!(plain["kwargs"]["month"], "2026-12");
+    assert_eq!(tasks[&ids["msgpack"]]["args"][1], 3);
+    assert_eq!(tasks[&ids["zlib"]]["args"][1], 4);
+    assert_eq!(
+        tasks[&ids["when"]]["args"][1], "2026-12-02T10:00:00+00:00",
+        "kombu's datetime tag reaches the handler as its ISO string"
+    );
+    assert!(
+        tasks[&ids["countdown"]]["eta"].is_string(),
+        "the countdown became an eta the host waited for"
+    );
+
+    // What qhost will not run is dead-lettered with why; the expired task is dropped unrun.
+    let mut reasons: Vec<String> = (dead.iter())
+        .map(|m| {
+            attr(m, "qhost-dead-letter-reason")
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    reasons.sort();
+    assert_eq!(reasons.len(), 3, "{reasons:#?}");
+    assert!(reasons.iter().any(|r| r.contains("pickle")), "{reasons:#?}");
+    assert!(
+        (reasons.iter()).any(
+            |r| r.contains("task `proj.tasks.nobody_routes_this` is not one this queue routes")
+        ),
+        "{reasons:#?}"
+    );
+    assert!(
+        (reasons.iter()).any(|r| r.contains("not a Celery message")),
+        "{reasons:#?}"
+    );
+    // A dead letter is the message as Celery sent it, so a redrive sends Celery's message back.
+    let unrouted = (dead.iter()).find_map(|m| {
+        qhost::inspect_celery(&m.body, None)
+            .ok()
+            .filter(|r| r.id == ids["unknown"])
+    });
+    assert!(
+        unrouted.is_some(),
+        "the unrouted task's dead letter is its Celery message"
+    );
+    let c = host.stats().total();
+    assert_eq!(
+        (c.invoked, c.acked, c.duplicates, c.expired, c.dead_lettered),
+        (5, 5, 1, 1, 3),
+        "{c:?}"
+    );
+    assert!(drain(&queue).await.is_empty(), "nothing left behind");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn celery_inspect_reads_a_message_celery_sent_and_says_where_a_queue_routes_it() {
+    let env = TestEnv::new();
+    let queue = unique("celery-inspect");
+    create_queue(&queue, &[]).await;
+    let ids = produce(&queue, "unused");
+    let plain = (drain(&queue).await.into_iter())
+        .find(|m| qhost::inspect_celery(&m.body, None).is_ok_and(|r| r.id == ids["plain"]))
+        .expect("the plain task");
+    std::fs::create_dir_all(env.data_dir()).unwrap();
+    let file = env.data_dir().join("message.txt");
+    std::fs::write(&file, &plain.body).unwrap();
+    let config = env.config_file(&format!(
+        "[[queue]]\nname = \"{queue}\"\nformat = \"celery\"\n\
+         tasks = {{ \"proj.tasks.other\" = \"fixture\" }}\n"
+    ));
+    let out = Command::new(qhost_e2e::processes::qhost_binary())
+        .arg("--config")
+        .arg(&config)
+        .args(["celery", "inspect"])
+        .arg(&file)
+        .args(["--queue", &queue])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "task      proj.tasks.echo".to_string(),
+        format!("key       {}", ids["plain"]),
+        "kwargs    {\"month\":\"2026-12\"}".to_string(),
+        "plugin    none (not routed: the queue routes proj.tasks.other and has no default plugin; it would be dead-lettered)".to_string(),
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "`{line}` in:\n{stdout}");
+    }
+}
