@@ -30,6 +30,9 @@ pub struct HandlerMessage {
     pub sent_at_ms: u64,
     /// FIFO message group.
     pub group_id: Option<String>,
+    /// A deadline for this message lower than the plugin's own `timeout-ms` (a Celery task's
+    /// hard `timelimit`); it never raises the plugin's.
+    pub time_limit: Option<Duration>,
 }
 
 /// What a handler decided.

@@ -127,6 +127,7 @@ pub async fn invoke_file(
                     receive_count: 1,
                     sent_at_ms: now_ms(),
                     group_id: None,
+                    time_limit: None,
                 })
                 .await;
             match answer {

@@ -35,6 +35,7 @@ fn message(body: &str, i: usize) -> HandlerMessage {
         receive_count: 1,
         sent_at_ms: 0,
         group_id: None,
+        time_limit: None,
     }
 }
 

@@ -32,6 +32,7 @@ fn message(i: usize, body: &str) -> HandlerMessage {
         receive_count: 1,
         sent_at_ms: 0,
         group_id: None,
+        time_limit: None,
     }
 }
 

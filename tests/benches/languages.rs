@@ -70,6 +70,7 @@ async fn per_message(plugin: &Plugin, n: usize) -> PerMessage {
             receive_count: 1,
             sent_at_ms: 0,
             group_id: None,
+            time_limit: None,
         };
         let out = plugin.invoke(msg).await.expect("handled");
         assert_eq!(out.outcome, Outcome::Ack);

@@ -1,7 +1,8 @@
 //! Celery's own producer, unchanged, sending to SQS (moto, on loopback) through kombu's SQS
 //! transport, and qhost consuming that queue with `format = "celery"`: each task runs once
 //! through a Rust plugin, whatever serializer or compression sent it, a second publish of a
-//! task id runs nothing, a countdown waits, an expired task is dropped, and what qhost will not
+//! task id runs nothing, a countdown waits, an expired task is dropped, a time limit caps the
+//! run, and what qhost will not
 //! run (pickle, a task the queue does not route, a message that is not Celery's) is
 //! dead-lettered with why while everything else flows.
 
@@ -55,7 +56,7 @@ async fn tasks_from_celery_s_own_producer_run_once_each_and_the_rest_is_dead_let
     env.install(
         "fixture",
         "fixture",
-        &format!("[outbox]\nqueues = [\"{sink}\"]\n"),
+        &format!("[outbox]\nqueues = [\"{sink}\"]\n[limits]\nmax-attempts = 1\n"),
     );
     let ids = produce(&queue, &sink);
     let config = env.config(&format!(
@@ -71,7 +72,7 @@ async fn tasks_from_celery_s_own_producer_run_once_each_and_the_rest_is_dead_let
     let running = Running::start(host);
 
     let ran = collect(&sink, 5).await;
-    let dead = collect(&dlq, 3).await;
+    let dead = collect(&dlq, 4).await;
     running
         .wait_for(Duration::from_secs(10), |h| {
             let c = h.stats().total();
@@ -116,7 +117,11 @@ async fn tasks_from_celery_s_own_producer_run_once_each_and_the_rest_is_dead_let
         })
         .collect();
     reasons.sort();
-    assert_eq!(reasons.len(), 3, "{reasons:#?}");
+    assert_eq!(reasons.len(), 4, "{reasons:#?}");
+    assert!(
+        (reasons.iter()).any(|r| r.contains("plugin timed out after 1s")),
+        "the task's time limit, not the plugin's 10 s: {reasons:#?}"
+    );
     assert!(reasons.iter().any(|r| r.contains("pickle")), "{reasons:#?}");
     assert!(
         (reasons.iter()).any(
@@ -141,7 +146,7 @@ async fn tasks_from_celery_s_own_producer_run_once_each_and_the_rest_is_dead_let
     let c = host.stats().total();
     assert_eq!(
         (c.invoked, c.acked, c.duplicates, c.expired, c.dead_lettered),
-        (5, 5, 1, 1, 3),
+        (6, 5, 1, 1, 4),
         "{c:?}"
     );
     assert!(drain(&queue).await.is_empty(), "nothing left behind");

@@ -33,6 +33,10 @@ ids["when"] = app.send_task(
 ids["expired"] = app.send_task(
     "proj.tasks.echo", args=[echo, 5], expires=datetime(2020, 1, 1, tzinfo=timezone.utc)
 ).id
+# A hard time limit below the plugin's own deadline caps the run.
+ids["time_limited"] = app.send_task(
+    "proj.tasks.echo", args=[f"sleep:5000;{echo}"], time_limit=1, soft_time_limit=0.5
+).id
 ids["pickle"] = app.send_task("proj.tasks.echo", args=[echo, 6], serializer="pickle").id
 ids["unknown"] = app.send_task("proj.tasks.nobody_routes_this", args=[echo]).id
 sqs = boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1")

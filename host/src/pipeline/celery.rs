@@ -9,8 +9,9 @@
 //!
 //! A task not due yet (`eta`, `countdown`) is put back hidden until it is, up to SQS's 12-hour
 //! visibility at a time, using no attempt. A task past its `expires` is acked without running and
-//! counted as `expired`, as a Celery worker revokes it. What does not decode, and a task name the
-//! queue does not route, is dead-lettered with the reason.
+//! counted as `expired`, as a Celery worker revokes it. A hard `timelimit` below the plugin's
+//! deadline becomes the run's. What does not decode, and a task name the queue does not route,
+//! is dead-lettered with the reason.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -78,6 +79,9 @@ pub(super) fn route(
     if from_payload {
         routed.delivery.payload_verified();
     }
+    routed.time_limit = (task.time_limit.0)
+        .filter(|s| *s < MAX_HIDDEN.as_secs_f64())
+        .map(Duration::from_secs_f64);
     let body = task.handler_body();
     routed.resolved = Some(Resolved {
         sha256: sha256_hex(&body),

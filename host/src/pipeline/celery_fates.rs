@@ -71,6 +71,34 @@ async fn a_task_sent_twice_runs_once_keyed_by_its_task_id() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_task_s_hard_time_limit_is_the_handler_s_deadline() {
+    let (bed, seen) = celery_bed(&routed_by_name());
+    let mut headers = v2_headers("proj.tasks.remind", "limited");
+    headers["timelimit"] = json!([2.5, 1]);
+    bed.send_body(kombu(headers, "application/json", b"[[], {}, {}]"))
+        .await;
+    bed.send_body(v2_json("proj.tasks.remind", "free", json!([]), json!({})))
+        .await;
+    bed.deliver().await;
+
+    let mut limits: Vec<_> = (seen.lock().unwrap().iter())
+        .map(|m| (m.idempotency_key.clone(), m.time_limit))
+        .collect();
+    limits.sort();
+    assert_eq!(
+        limits,
+        [
+            ("free".to_string(), None),
+            (
+                "limited".to_string(),
+                Some(std::time::Duration::from_millis(2500))
+            )
+        ]
+    );
+    bed.close().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_retry_celery_republished_runs_again_and_its_copies_once() {
     let (bed, seen) = celery_bed(&routed_by_name());
     bed.send_body(v2_json("proj.tasks.remind", "t1", json!([]), json!({})))

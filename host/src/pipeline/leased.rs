@@ -30,6 +30,8 @@ pub(crate) struct Leased {
     heartbeat: Option<Heartbeat>,
     /// The sha256 of the body its handler ran on, recorded with the completed key.
     ran_on: Option<String>,
+    /// A deadline lower than the plugin's, from the message.
+    time_limit: Option<Duration>,
 }
 
 impl Leased {
@@ -39,6 +41,7 @@ impl Leased {
             delivery,
             plugin,
             key,
+            time_limit,
             ..
         } = routed;
         let heartbeat = Heartbeat::start(delivery.queue(), &delivery.msg().receipt, &lease);
@@ -52,7 +55,13 @@ impl Leased {
             lease,
             heartbeat,
             ran_on: None,
+            time_limit,
         }
+    }
+
+    /// The message's own deadline, when lower than the plugin's.
+    pub(crate) fn time_limit(&self) -> Option<Duration> {
+        self.time_limit
     }
 
     /// The delivery it wraps.

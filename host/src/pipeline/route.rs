@@ -33,8 +33,11 @@ pub(crate) struct Routed {
     pub(crate) key: Key,
     /// The lease to ask for.
     pub(crate) request: LeaseRequest,
-    /// The offloaded payload, when it was fetched (and verified) to derive the key.
+    /// The offloaded payload, when it was fetched (and verified) to derive the key; for a
+    /// Celery task, the task as the handler is given it.
     pub(crate) resolved: Option<Resolved>,
+    /// A deadline lower than the plugin's, from the message (a Celery task's time limit).
+    pub(crate) time_limit: Option<Duration>,
 }
 
 impl Routed {
@@ -218,6 +221,7 @@ pub(super) fn routed(
         key,
         request,
         resolved: None,
+        time_limit: None,
     }
 }
 

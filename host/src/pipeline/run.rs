@@ -258,6 +258,7 @@ fn handler_message(leased: &Leased, resolved: Option<Resolved>) -> HandlerMessag
         receive_count: m.receive_count,
         sent_at_ms: m.sent_at_ms,
         group_id: m.group_id.clone(),
+        time_limit: leased.time_limit(),
     }
 }
 

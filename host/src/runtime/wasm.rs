@@ -255,10 +255,11 @@ impl Invoke for WasmInvoker {
     async fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
         // The deadline is checked first whenever the task wakes: once it has passed, the guest
         // is not given another slice. Its HTTP requests time out by it too.
-        let deadline = tokio::time::Instant::now() + self.timeout;
+        let limit = msg.time_limit.map_or(self.timeout, |t| t.min(self.timeout));
+        let deadline = tokio::time::Instant::now() + limit;
         tokio::select! {
             biased;
-            () = tokio::time::sleep_until(deadline) => Err(Failure::Timeout(self.timeout)),
+            () = tokio::time::sleep_until(deadline) => Err(Failure::Timeout(limit)),
             result = self.call(msg, deadline) => result,
         }
     }
