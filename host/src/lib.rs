@@ -83,7 +83,7 @@ mod traces;
 // The host and its configuration.
 pub use celery::ContentType as CeleryContentType;
 pub use celery::inspect::{CeleryReport, inspect as inspect_celery};
-pub use config::celery::CeleryQueue;
+pub use config::celery::{CeleryQueue, CeleryResults};
 pub use config::deadlines::Deadlines;
 pub use config::load::Overrides;
 pub use config::payload::{PayloadConfig, PayloadPlace};

@@ -191,3 +191,78 @@ async fn celery_inspect_reads_a_message_celery_sent_and_says_where_a_queue_route
         assert!(stdout.lines().any(|l| l == line), "`{line}` in:\n{stdout}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_celery_caller_waiting_on_a_result_gets_it_and_a_rejection_is_re_raised() {
+    let env = TestEnv::new();
+    let queue = unique("celery-results");
+    create_queue(&queue, &[]).await;
+    create_queue(&format!("{queue}-dlq"), &[]).await;
+    env.install("fixture", "fixture", "");
+    let redis = "redis://127.0.0.1:6379/0";
+    let config = env.config(&format!(
+        "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\n\
+         [celery]\nresult-backend = \"{redis}\"\nresult-expires-secs = 600\n\
+         [[queue]]\nname = \"{queue}\"\nformat = \"celery\"\n\
+         tasks = {{ \"proj.tasks.echo\" = \"fixture\" }}\nwait-time-secs = 1\n",
+        endpoint()
+    ));
+    let host = Host::with_source(config, Arc::new(SqsQueue::from_sdk_config(&sdk_config())))
+        .await
+        .expect("host starts");
+    let running = Running::start(host);
+
+    let python = qhost_e2e::workspace().join("target/tools/moto/bin/python");
+    let script = qhost_e2e::workspace().join("tests/support/celery_caller.py");
+    let caller = tokio::process::Command::new(python)
+        .envs(TEST_ENV)
+        .arg(script)
+        .args([endpoint(), &queue, redis])
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), caller)
+        .await
+        .expect("the caller got its results in time")
+        .expect("running the Celery caller");
+    running.stop().await;
+    assert!(
+        out.status.success(),
+        "caller: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answers: BTreeMap<String, Value> = (String::from_utf8_lossy(&out.stdout).lines())
+        .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line"))
+        .map(|v| (v["case"].as_str().unwrap().to_string(), v))
+        .collect();
+
+    let acked = &answers["acked"];
+    assert_eq!(
+        (&acked["state"], &acked["value"]),
+        (&"SUCCESS".into(), &Value::Null),
+        "{acked}"
+    );
+    let rejected = &answers["rejected"];
+    assert_eq!(rejected["state"], "FAILURE", "{rejected}");
+    assert_eq!(rejected["raised"], "TaskRejected", "{rejected}");
+    assert!(
+        rejected["message"]
+            .as_str()
+            .unwrap()
+            .contains("no such customer"),
+        "{rejected}"
+    );
+    let mut conn = redis::Client::open(redis)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let id = acked["id"].as_str().unwrap();
+    let ttl: i64 = redis::cmd("TTL")
+        .arg(format!("celery-task-meta-{id}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        (500..=600).contains(&ttl),
+        "kept for result-expires-secs: {ttl}"
+    );
+}

@@ -23,6 +23,7 @@
 mod content;
 mod envelope;
 pub(crate) mod inspect;
+pub(crate) mod results;
 mod task;
 
 pub use content::ContentType;

@@ -2,12 +2,72 @@
 //! name, and which serializers the queue reads.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use anyhow::bail;
+use serde::Deserialize;
 
 use super::file::RawQueue;
 use crate::celery::ContentType;
 use crate::message::wire::valid_plugin_name;
+use crate::redis_link::redacted;
+
+/// `[celery]` as written.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawCelery {
+    pub result_backend: Option<String>,
+    pub result_expires_secs: Option<u64>,
+}
+
+/// Where qhost writes Celery's result records, as a Celery worker with the Redis result backend
+/// does (`[celery] result-backend`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct CeleryResults {
+    /// The Redis server's URL (`redis://…` or `rediss://…`).
+    pub url: String,
+    /// How long a record is kept (`result-expires-secs`; Celery's `result_expires`, a day).
+    pub expires: Duration,
+}
+
+impl std::fmt::Debug for CeleryResults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CeleryResults")
+            .field("url", &redacted(&self.url))
+            .field("expires", &self.expires)
+            .finish()
+    }
+}
+
+/// The checked `[celery]` section: `None` without a result backend.
+pub(super) fn results_of(raw: Option<RawCelery>) -> anyhow::Result<Option<CeleryResults>> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    let Some(url) = raw.result_backend else {
+        if raw.result_expires_secs.is_some() {
+            bail!("celery.result-expires-secs needs celery.result-backend");
+        }
+        return Ok(None);
+    };
+    if !(url.starts_with("redis://") || url.starts_with("rediss://"))
+        || redis::parse_redis_url(&url).is_none()
+    {
+        bail!(
+            "celery.result-backend `{}` must be a redis:// or rediss:// URL (the Redis result \
+             backend is the one qhost writes)",
+            redacted(&url)
+        );
+    }
+    let expires = raw.result_expires_secs.unwrap_or(86_400);
+    if expires == 0 {
+        bail!("celery.result-expires-secs must be positive");
+    }
+    Ok(Some(CeleryResults {
+        url,
+        expires: Duration::from_secs(expires),
+    }))
+}
 
 /// How a Celery queue's tasks are routed and read.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -24,6 +24,7 @@ pub(crate) struct RawConfig {
     pub secrets: Option<RawSecrets>,
     pub http: Option<RawHttp>,
     pub timeouts: Option<super::deadlines::RawTimeouts>,
+    pub celery: Option<super::celery::RawCelery>,
     #[serde(rename = "queue")]
     pub queues: Option<Vec<RawQueue>>,
 }

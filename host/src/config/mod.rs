@@ -19,7 +19,7 @@ use anyhow::{Context as _, bail};
 use crate::message::wire::{valid_plugin_name, valid_queue_name};
 use crate::redis_link::{RedisTarget, redacted};
 use crate::runtime::MAX_MEMORY_MIB;
-use celery::{CeleryQueue, celery_of};
+use celery::{CeleryQueue, CeleryResults, celery_of, results_of};
 pub(crate) use deadlines::Deadlines;
 use file::{RawConfig, RawQueue};
 pub(crate) use payload::{PayloadConfig, PayloadPlace};
@@ -145,6 +145,8 @@ pub struct Config {
     pub retry: RetryPolicy,
     /// Consumed queues.
     pub queues: Vec<QueueConfig>,
+    /// Where Celery result records go (`[celery] result-backend`), if anywhere.
+    pub celery_results: Option<CeleryResults>,
     /// Payload offload (claim check).
     pub payload: PayloadConfig,
     /// Where `qhost run` serves `/metrics`, `/healthz` and `/readyz`; `None` serves nothing.
@@ -236,6 +238,10 @@ impl Config {
             None => vec![queue(0, default_queue())?],
         };
         check_unique(&queues)?;
+        let celery_results = results_of(raw.celery)?;
+        if celery_results.is_some() && queues.iter().all(|q| q.celery.is_none()) {
+            bail!("celery.result-backend is set, but no queue has format = \"celery\"");
+        }
         let data_dir = raw.data_dir.unwrap_or_else(|| ".qhost".into());
         let deadlines = deadlines::deadlines(raw.timeouts.unwrap_or_default())?;
         let mut source = source_kind(raw.source.unwrap_or_default())?;
@@ -294,6 +300,7 @@ impl Config {
                 max: Duration::from_secs_f64(max),
             },
             queues,
+            celery_results,
         })
     }
 

@@ -1,6 +1,7 @@
 //! The host's lifecycle: run (pollers, readiness, the plugin watcher), drain at shutdown, and
 //! run until idle.
 
+use crate::celery::results::ResultBackend;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -147,6 +148,19 @@ impl Host {
             payloads: Arc::clone(&self.payloads),
             tracer: self.tracer.clone(),
             outbox_marks: OutboxMarks::default(),
+            celery_results: self.celery_results(),
+        }
+    }
+
+    /// The Celery result backend the configuration names (it connects on its first record).
+    fn celery_results(&self) -> Option<Arc<ResultBackend>> {
+        let settings = self.config.celery_results.as_ref()?;
+        match ResultBackend::new(settings, self.config.deadlines.redis) {
+            Ok(backend) => Some(Arc::new(backend)),
+            Err(e) => {
+                tracing::error!(error = %e, "Celery result records will not be written");
+                None
+            }
         }
     }
 

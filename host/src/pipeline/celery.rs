@@ -76,6 +76,9 @@ pub(super) fn route(
     };
     attributes.splice(0..0, task.attributes());
     let mut routed = routed(queue, msg, plugin, task.key());
+    if !task.ignore_result {
+        routed.delivery.records_result_of(task.id.clone());
+    }
     if from_payload {
         routed.delivery.payload_verified();
     }

@@ -2,6 +2,7 @@
 //! settings and ack batcher ([`QueueCtx`]), which holds the host's part so that a delivery
 //! carries one handle to everything it may need.
 
+use crate::celery::results::ResultBackend;
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
@@ -48,6 +49,8 @@ pub(crate) struct Shared {
     pub(crate) tracer: Option<Tracer>,
     /// Marks sent outboxes, retrying when the store does not answer.
     pub(crate) outbox_marks: OutboxMarks,
+    /// Where Celery tasks' result records go, when configured.
+    pub(crate) celery_results: Option<Arc<ResultBackend>>,
 }
 
 impl std::fmt::Debug for Shared {

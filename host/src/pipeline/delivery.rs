@@ -35,6 +35,7 @@ use std::time::Duration;
 use super::backoff;
 use super::context::{QueueCtx, Shared};
 use super::deadletter::{self, Verdict};
+use crate::celery::results::TaskState;
 use crate::faults::Operation;
 use crate::idempotency::{IdempotencyError, Lease, Released};
 use crate::message::{Outgoing, Received};
@@ -43,6 +44,7 @@ use crate::plugin::Plugin;
 use crate::stats::Event;
 use crate::traces::MessageSpan;
 use opentelemetry::KeyValue;
+use tracing::Instrument as _;
 
 /// The log span of one delivery, carrying its ids: every line logged while the delivery is
 /// handled (its own, the lease's, the handler's) is inside it, so none repeats them.
@@ -119,6 +121,8 @@ pub(crate) struct Delivery {
     _in_flight: InFlight,
     /// Its trace span, ended with it.
     span: MessageSpan,
+    /// The Celery task id whose result record this delivery writes, if it writes one.
+    result_for: Option<String>,
 }
 
 impl Delivery {
@@ -149,7 +153,32 @@ impl Delivery {
             msg,
             plugin,
             payload_verified: false,
+            result_for: None,
         }
+    }
+
+    /// Notes that this delivery is Celery task `id`, whose result record it writes when it
+    /// ends after a run (if the host has a result backend).
+    pub(crate) fn records_result_of(&mut self, id: String) {
+        if self.queue.shared.celery_results.is_some() {
+            self.result_for = Some(id);
+        }
+    }
+
+    /// Writes the Celery result record of this delivery's task, if it has one, beside the
+    /// delivery's end (a record that cannot be written is logged; the run stands).
+    pub(crate) fn record_result(&self, state: TaskState) {
+        let shared = &self.queue.shared;
+        let (Some(id), Some(backend)) = (&self.result_for, &shared.celery_results) else {
+            return;
+        };
+        let (id, backend) = (id.clone(), Arc::clone(backend));
+        let write = async move {
+            if let Err(e) = backend.record(&id, &state).await {
+                tracing::warn!(task_id = %id, error = %e, "could not write the Celery result record");
+            }
+        };
+        shared.tasks.spawn(write.in_current_span());
     }
 
     /// Notes that this delivery fetched and verified its payload.
@@ -238,6 +267,7 @@ impl Delivery {
                 .mark(&shared.store, &shared.stats, &key.scoped)
                 .await;
         }
+        self.record_result(TaskState::Success);
         let Delivery {
             queue,
             msg,

@@ -11,6 +11,7 @@ use super::delivery::{Delivery, Fate, Key, Lettered};
 use super::heartbeat::Heartbeat;
 use super::outbox;
 use super::route::Routed;
+use crate::celery::results::TaskState;
 use crate::faults::Operation;
 use crate::idempotency::{Completion, IdempotencyError, Lease, Released};
 use crate::message::Outgoing;
@@ -193,6 +194,7 @@ impl Leased {
         match self.delivery.send_dead_letter(&reason, attempts).await {
             Lettered::Sent => {
                 self.delivery.record(Event::DeadLettered);
+                self.delivery.record_result(TaskState::Failure(reason));
                 self.settle(Released::GaveUp).await.delete()
             }
             Lettered::Kept(delay) => self.put_back(delay, Event::Deferred).await,

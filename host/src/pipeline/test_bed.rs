@@ -75,6 +75,7 @@ impl Shared {
             payloads: Arc::new(Payloads::disabled()),
             tracer: None,
             outbox_marks: OutboxMarks::default(),
+            celery_results: None,
         }
     }
 }

@@ -1,0 +1,27 @@
+"""A Celery caller that waits on its tasks' results, as web code calling `.get()` does: it sends
+each task through Celery on kombu's SQS transport and waits on Celery's Redis result backend.
+It prints one JSON line per task: the value `get()` returned, or the exception it raised.
+
+usage: celery_caller.py ENDPOINT QUEUE REDIS_URL
+"""
+import json
+import sys
+from urllib.parse import urlparse
+
+from celery import Celery
+
+endpoint, queue, backend = sys.argv[1], sys.argv[2], sys.argv[3]
+where = urlparse(endpoint)
+app = Celery("proj", broker=f"sqs://test:test@{where.hostname}:{where.port}", backend=backend)
+app.conf.broker_transport_options = {"region": "us-east-1", "is_secure": False}
+app.conf.task_default_queue = queue
+
+for case, args in [("acked", ["ack"]), ("rejected", ["reject:no such customer"])]:
+    result = app.send_task("proj.tasks.echo", args=args)
+    try:
+        value = result.get(timeout=60)
+        print(json.dumps({"case": case, "id": result.id, "value": value, "state": result.state}))
+    except Exception as e:  # what Celery re-raises from a FAILURE record
+        print(json.dumps({"case": case, "id": result.id, "raised": type(e).__name__,
+                          "message": str(e), "state": result.state}))
+    sys.stdout.flush()
