@@ -5,20 +5,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::bail;
-use serde::Deserialize;
 
-use super::file::RawQueue;
+use super::file::{RawCelery, RawQueue};
 use crate::celery::ContentType;
 use crate::message::wire::valid_plugin_name;
 use crate::redis_link::redacted;
-
-/// `[celery]` as written.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub(crate) struct RawCelery {
-    pub result_backend: Option<String>,
-    pub result_expires_secs: Option<u64>,
-}
 
 /// Where qhost writes Celery's result records, as a Celery worker with the Redis result backend
 /// does (`[celery] result-backend`).

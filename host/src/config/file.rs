@@ -24,7 +24,7 @@ pub(crate) struct RawConfig {
     pub secrets: Option<RawSecrets>,
     pub http: Option<RawHttp>,
     pub timeouts: Option<super::deadlines::RawTimeouts>,
-    pub celery: Option<super::celery::RawCelery>,
+    pub celery: Option<RawCelery>,
     #[serde(rename = "queue")]
     pub queues: Option<Vec<RawQueue>>,
 }
@@ -92,6 +92,14 @@ pub(crate) struct RawAdmin {
 pub(crate) struct RawRetry {
     pub base_secs: Option<f64>,
     pub max_secs: Option<f64>,
+}
+
+/// `[celery]` as written.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawCelery {
+    pub result_backend: Option<String>,
+    pub result_expires_secs: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
