@@ -28,6 +28,10 @@ class WitWorld(wit_world.WitWorld):
             reminder = json.loads(msg.body)
         except ValueError as e:
             return Outcome_Reject(f"not a reminder: {e}")
+        # On a Celery queue (format = "celery") the body is the task the host decoded, and the
+        # reminder is its keyword arguments: send_reminder.delay(email=…, customer=…, month=…).
+        if any(a.name == "celery-task" for a in msg.attributes):
+            reminder = reminder["kwargs"]
         # Not a JSON object: a bug upstream. The exception traps, the host retries, and after
         # max-attempts dead-letters the message with this traceback.
         email, customer, month = reminder["email"], reminder["customer"], reminder["month"]

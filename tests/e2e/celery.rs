@@ -266,3 +266,83 @@ async fn a_celery_caller_waiting_on_a_result_gets_it_and_a_rejection_is_re_raise
         "kept for result-expires-secs: {ttl}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_monthly_reminder_task_runs_once_in_python_however_often_it_is_sent() {
+    let env = TestEnv::new();
+    let (queue, sent) = (unique("reminders-celery"), unique("sent-emails"));
+    for q in [&queue, &format!("{queue}-dlq"), &sent] {
+        create_queue(q, &[]).await;
+    }
+    let manifest = qhost_e2e::guest_manifest("email-reminder-py").replace("sent-emails", &sent);
+    env.install_bytes(
+        "email-reminder",
+        &qhost_e2e::guest_bytes("email-reminder-py"),
+        &manifest,
+    );
+    // The seed's producer: the same reminder task sent twice under one id (a retried web
+    // request), and another customer's.
+    let script = r#"
+import json, sys
+from urllib.parse import urlparse
+from celery import Celery
+endpoint, queue = sys.argv[1], sys.argv[2]
+where = urlparse(endpoint)
+app = Celery("proj", broker=f"sqs://test:test@{where.hostname}:{where.port}")
+app.conf.broker_transport_options = {"region": "us-east-1", "is_secure": False}
+app.conf.task_default_queue = queue
+remind = lambda tid, email, who: app.send_task("tasks.cron_monthly_email_reminder", task_id=tid,
+    kwargs={"email": email, "customer": who, "month": "2026-12"}).id
+print(json.dumps([remind("a9e5a73a", "a@example.com", "A"), remind("a9e5a73a", "a@example.com", "A"),
+                  remind(None, "b@example.com", "B")]))
+"#;
+    let out = Command::new(qhost_e2e::workspace().join("target/tools/moto/bin/python"))
+        .envs(TEST_ENV)
+        .args(["-c", script, endpoint(), &queue])
+        .output()
+        .expect("running the producer");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ids: Vec<String> = serde_json::from_slice(&out.stdout).unwrap();
+    let config = env.config(&format!(
+        "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\n\
+         [[queue]]\nname = \"{queue}\"\nformat = \"celery\"\n\
+         tasks = {{ \"tasks.cron_monthly_email_reminder\" = \"email-reminder\" }}\n\
+         wait-time-secs = 1\n",
+        endpoint()
+    ));
+    let host = Host::with_source(config, Arc::new(SqsQueue::from_sdk_config(&sdk_config())))
+        .await
+        .expect("host starts");
+    let running = Running::start(host);
+    let emails = collect(&sent, 2).await;
+    running
+        .wait_for(Duration::from_secs(10), |h| {
+            h.stats().total().duplicates == 1
+        })
+        .await;
+    let host = running.stop().await;
+
+    let mut ids_mailed: Vec<String> = (emails.iter())
+        .map(|m| {
+            let email: Value = serde_json::from_slice(&m.body).unwrap();
+            email["message-id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    ids_mailed.sort();
+    let mut expected = vec![
+        format!("<{}@reminders.qhost>", ids[0]),
+        format!("<{}@reminders.qhost>", ids[2]),
+    ];
+    expected.sort();
+    assert_eq!(ids_mailed, expected, "one email per task id, keyed by it");
+    let c = host.stats().total();
+    assert_eq!(
+        (c.invoked, c.acked, c.duplicates, c.dead_lettered),
+        (2, 2, 1, 0),
+        "{c:?}"
+    );
+}
