@@ -346,3 +346,71 @@ print(json.dumps([remind("a9e5a73a", "a@example.com", "A"), remind("a9e5a73a", "
         "{c:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_a_handler_sends_runs_on_a_celery_worker() {
+    let env = TestEnv::new();
+    let (jobs, tasks) = (unique("jobs"), unique("celery-tasks"));
+    for q in [&jobs, &format!("{jobs}-dlq"), &tasks] {
+        create_queue(q, &[]).await;
+    }
+    env.install(
+        "fixture",
+        "fixture",
+        &format!("[outbox]\ncelery = [\"{tasks}\"]\n"),
+    );
+    let config = env.config(&format!(
+        "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\n\
+         [[queue]]\nname = \"{jobs}\"\nplugin = \"fixture\"\nwait-time-secs = 1\n",
+        endpoint()
+    ));
+    let sqs = Arc::new(SqsQueue::from_sdk_config(&sdk_config()));
+    let send = format!(
+        r#"send:{tasks}:{{"task": "proj.tasks.record", "args": ["from qhost"], "kwargs": {{"n": 7}}}}"#
+    );
+    qhost::QueueSource::send(sqs.as_ref(), &[qhost::Outgoing::new(&jobs, send)])
+        .await
+        .expect("sent");
+    let host = Host::with_source(config, sqs).await.expect("host starts");
+    qhost_e2e::harness::run_until_idle(&host).await;
+    assert_eq!(host.stats().total().acked, 1);
+
+    std::fs::create_dir_all(env.data_dir()).unwrap();
+    let out = env.data_dir().join("ran.txt");
+    let support = qhost_e2e::workspace().join("tests/support");
+    let mut worker =
+        tokio::process::Command::new(qhost_e2e::workspace().join("target/tools/moto/bin/python"))
+            .envs(TEST_ENV)
+            .env("PYTHONPATH", &support)
+            .env("QHOST_E2E_SQS", endpoint())
+            .env("QHOST_E2E_QUEUE", &tasks)
+            .env("QHOST_E2E_OUT", &out)
+            .args([
+                "-m",
+                "celery",
+                "-A",
+                "celery_worker",
+                "worker",
+                "-Q",
+                &tasks,
+                "--pool=solo",
+                "-l",
+                "warning",
+            ])
+            .current_dir(env.data_dir())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("starting a Celery worker");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut ran = String::new();
+    while ran.is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        ran = std::fs::read_to_string(&out).unwrap_or_default();
+    }
+    worker.kill().await.ok();
+    let lines: Vec<&str> = ran.lines().collect();
+    assert_eq!(lines.len(), 1, "the worker ran it once: {ran:?}");
+    let (id, rest) = lines[0].split_once(' ').unwrap();
+    assert_eq!(rest, "from qhost 7");
+    assert_eq!(id.len(), 36, "a task id as Celery's: {id}");
+}

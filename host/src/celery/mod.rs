@@ -24,6 +24,7 @@ mod content;
 mod envelope;
 pub(crate) mod inspect;
 pub(crate) mod results;
+pub(crate) mod send;
 mod task;
 
 pub use content::ContentType;

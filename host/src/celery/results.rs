@@ -21,6 +21,7 @@ use serde_json::json;
 use time::OffsetDateTime;
 use tokio::sync::OnceCell;
 
+use super::task::iso8601;
 use crate::config::celery::CeleryResults;
 use crate::redis_link::{RedisDeadlines, redacted};
 
@@ -114,17 +115,7 @@ fn meta(id: &str, state: &TaskState, now: SystemTime) -> String {
             json!({"exc_type": "TaskRejected", "exc_message": [reason], "exc_module": null}),
         ),
     };
-    let done = OffsetDateTime::from(now);
-    let date_done = format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}+00:00",
-        done.year(),
-        u8::from(done.month()),
-        done.day(),
-        done.hour(),
-        done.minute(),
-        done.second(),
-        done.microsecond()
-    );
+    let date_done = iso8601(OffsetDateTime::from(now));
     json!({
         "status": status,
         "result": result,

@@ -106,6 +106,21 @@ impl Task {
     }
 }
 
+/// `at` as Celery writes times: ISO 8601 with microseconds and the offset (`+00:00`).
+pub(crate) fn iso8601(at: OffsetDateTime) -> String {
+    let at = at.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}+00:00",
+        at.year(),
+        u8::from(at.month()),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second(),
+        at.microsecond()
+    )
+}
+
 /// Reads a task from kombu's headers and its decoded body.
 pub(super) fn read(headers: Map<String, Value>, body: Value) -> Result<Task, DecodeError> {
     if headers.contains_key("task") {

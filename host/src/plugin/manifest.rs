@@ -28,6 +28,7 @@
 //! [outbox]
 //! queues = ["sent-emails"]      # where it may send; none by default, "*" for any queue
 //! max-bytes = 8388608           # all it may send from one message, bodies and attributes
+//! celery = ["celery"]           # queues its messages go to as Celery tasks (docs/celery.md)
 //!
 //! [config]                      # read by the plugin through the `config` import
 //! greeting = "hello"
@@ -305,6 +306,9 @@ impl Manifest {
         {
             anyhow::bail!("outbox.queues: `{bad}` is not a queue name (or \"*\")");
         }
+        if let Some(bad) = outbox.celery.iter().find(|q| !valid_queue_name(q)) {
+            anyhow::bail!("outbox.celery: `{bad}` is not a queue name");
+        }
         anyhow::ensure!(
             (1..=MAX_OUTBOX_BYTES).contains(&outbox.max_bytes),
             "outbox.max-bytes must be between 1 and {MAX_OUTBOX_BYTES}"
@@ -424,6 +428,15 @@ mod tests {
         assert!(none.to_string().contains("limits.concurrency"), "{none}");
         let queue = Manifest::parse("[outbox]\nqueues = [\"../x\"]\n").unwrap_err();
         assert!(queue.to_string().contains("outbox.queues"), "{queue}");
+        let celery = Manifest::parse("[outbox]\ncelery = [\"*\"]\n").unwrap_err();
+        assert!(
+            celery.to_string().contains("outbox.celery: `*`"),
+            "{celery}"
+        );
+        let granted = Manifest::parse("[outbox]\ncelery = [\"tasks\"]\n")
+            .unwrap()
+            .outbox;
+        assert!(granted.allows("tasks") && granted.is_celery("tasks") && !granted.is_celery("x"));
         let key = Manifest::parse("[idempotency]\nkey = \"header:x\"\n").unwrap_err();
         assert!(
             format!("{key:#}").contains("is not a key source"),

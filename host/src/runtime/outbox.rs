@@ -10,6 +10,7 @@
 
 use serde::Deserialize;
 
+use crate::celery;
 use crate::message::Outgoing;
 use crate::message::rules::{self, SendShape};
 use crate::message::wire::{self, message_size};
@@ -30,6 +31,9 @@ pub(crate) struct OutboxGrant {
     /// Bytes (bodies and attributes) the plugin may send from one message.
     #[serde(default = "default_outbox_bytes")]
     pub max_bytes: usize,
+    /// Queues whose messages are Celery tasks (`crate::celery::send`); each is granted too.
+    #[serde(default)]
+    pub celery: Vec<String>,
 }
 
 impl Default for OutboxGrant {
@@ -37,6 +41,7 @@ impl Default for OutboxGrant {
         OutboxGrant {
             queues: Vec::new(),
             max_bytes: default_outbox_bytes(),
+            celery: Vec::new(),
         }
     }
 }
@@ -48,7 +53,12 @@ fn default_outbox_bytes() -> usize {
 impl OutboxGrant {
     /// Whether the plugin may send to `queue`.
     pub(crate) fn allows(&self, queue: &str) -> bool {
-        self.queues.iter().any(|q| q == "*" || q == queue)
+        self.queues.iter().any(|q| q == "*" || q == queue) || self.is_celery(queue)
+    }
+
+    /// Whether messages to `queue` are Celery tasks.
+    pub(crate) fn is_celery(&self, queue: &str) -> bool {
+        self.celery.iter().any(|q| q == queue)
     }
 }
 
@@ -109,6 +119,10 @@ impl OutboxPolicy {
             ));
         }
         let derived = wire::derived_key(sender.plugin, sender.key, held.len());
+        if self.grant.is_celery(&msg.queue) {
+            let id = celery::send::task_id(&derived);
+            msg.body = celery::send::task_message(&msg.body, &id, &msg.queue)?;
+        }
         wire::stamp(&mut msg, &derived, sender.producer);
         let total = held
             .iter()
@@ -142,9 +156,23 @@ mod tests {
             grant: OutboxGrant {
                 queues: queues.iter().map(|q| q.to_string()).collect(),
                 max_bytes,
+                celery: Vec::new(),
             },
             shape: SendShape::default(),
         }
+    }
+
+    #[test]
+    fn a_celery_queue_s_message_is_sent_as_celery_s_task_with_a_derived_id() {
+        let mut celery = policy(&[], 1 << 20);
+        celery.grant.celery = vec!["tasks".into()];
+        let task = Outgoing::new("tasks", r#"{"task": "proj.add", "args": [1]}"#);
+        let sent = celery.admit(&[], SENDER, task).unwrap();
+        let read = crate::celery::decode(&sent.body, &[crate::celery::ContentType::Json]).unwrap();
+        assert_eq!(read.name, "proj.add");
+        assert_eq!(read.id, crate::celery::send::task_id("p:k/0"));
+        let err = (celery.admit(&[], SENDER, Outgoing::new("tasks", "hello"))).unwrap_err();
+        assert!(err.contains("a task as JSON"), "{err}");
     }
 
     #[test]

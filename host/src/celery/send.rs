@@ -1,0 +1,164 @@
+//! Celery tasks a handler sends: an outbox message to a queue its manifest lists under
+//! `[outbox] celery` is a task, written by the handler as
+//! `{"task": NAME, "args": [...], "kwargs": {...}, "countdown": SECS | "eta": ISO, "expires": SECS | ISO}`
+//! and sent by the host as a Celery producer would (protocol 2, JSON, kombu's SQS envelope), so
+//! the Celery workers that remain can run it.
+//!
+//! The task id is derived from the outbox message's own derived key (the consumed message's key
+//! and the message's place in the outbox): a re-send after a crash sends the same task id, and
+//! a caller can know it. The envelope is built at `outbox.send`, so a body that is not a task is
+//! refused to the handler there.
+
+use std::time::{Duration, SystemTime};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Map, Value, json};
+use sha2::{Digest as _, Sha256};
+use time::OffsetDateTime;
+
+use super::task::iso8601;
+
+/// The task id for the outbox message whose derived key is `derived`: a UUID's form of its
+/// sha256.
+pub(crate) fn task_id(derived: &str) -> String {
+    let d = Sha256::digest(derived.as_bytes());
+    let hex = hex::encode(&d[..16]);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+/// Celery's message for the task `body` describes, sent to `queue` as task `id`; the error is
+/// for the handler.
+pub(crate) fn task_message(body: &[u8], id: &str, queue: &str) -> Result<Vec<u8>, String> {
+    let what: Value = serde_json::from_slice(body)
+        .map_err(|e| format!("a Celery queue's outbox message is a task as JSON: {e}"))?;
+    let Value::Object(mut what) = what else {
+        return Err("a Celery task is a JSON object with `task`, `args` and `kwargs`".into());
+    };
+    let name = match what.remove("task") {
+        Some(Value::String(name)) if !name.is_empty() => name,
+        _ => return Err("a Celery task needs its name as `task`".into()),
+    };
+    let args = match what.remove("args") {
+        None | Some(Value::Null) => Value::Array(Vec::new()),
+        Some(args @ Value::Array(_)) => args,
+        Some(_) => return Err("a Celery task's `args` is a list".into()),
+    };
+    let kwargs = match what.remove("kwargs") {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(kwargs @ Value::Object(_)) => kwargs,
+        Some(_) => return Err("a Celery task's `kwargs` is a dict".into()),
+    };
+    let now = SystemTime::now();
+    let eta = match (what.remove("countdown"), what.remove("eta")) {
+        (Some(_), Some(_)) => {
+            return Err("a Celery task takes `countdown` or `eta`, not both".into());
+        }
+        (Some(secs), None) => Some(later(now, &secs, "countdown")?),
+        (None, Some(Value::String(at))) => Some(at),
+        (None, Some(_)) => return Err("a Celery task's `eta` is an ISO 8601 time".into()),
+        (None, None) => None,
+    };
+    let expires = match what.remove("expires") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(at)) => Some(at),
+        Some(secs) => Some(later(now, &secs, "expires")?),
+    };
+    if let Some(other) = what.keys().next() {
+        return Err(format!(
+            "a Celery task has no `{other}` (task, args, kwargs, countdown, eta, expires)"
+        ));
+    }
+    let headers = json!({
+        "lang": "py", "task": name, "id": id, "shadow": null, "eta": eta, "expires": expires,
+        "group": null, "group_index": null, "retries": 0, "timelimit": [null, null],
+        "root_id": id, "parent_id": null, "argsrepr": args.to_string(),
+        "kwargsrepr": kwargs.to_string(), "origin": "qhost", "ignore_result": false,
+        "replaced_task_nesting": 0, "stamped_headers": null, "stamps": {},
+    });
+    let embed = json!({"callbacks": null, "errbacks": null, "chain": null, "chord": null});
+    let inner = json!([args, kwargs, embed]).to_string();
+    let envelope = json!({
+        "body": STANDARD.encode(inner),
+        "content-encoding": "utf-8",
+        "content-type": "application/json",
+        "headers": headers,
+        "properties": {
+            "correlation_id": id,
+            "reply_to": "",
+            "delivery_mode": 2,
+            "delivery_info": {"exchange": "", "routing_key": queue},
+            "priority": 0,
+            "body_encoding": "base64",
+            "delivery_tag": uuid::Uuid::new_v4().to_string(),
+        },
+    });
+    Ok(STANDARD.encode(envelope.to_string()).into_bytes())
+}
+
+/// `now` plus `secs` seconds, as ISO 8601.
+fn later(now: SystemTime, secs: &Value, field: &str) -> Result<String, String> {
+    let secs = (secs.as_f64())
+        .filter(|s| s.is_finite() && *s >= 0.0 && *s <= 365.0 * 86_400.0)
+        .ok_or_else(|| format!("a Celery task's `{field}` is seconds from now (0 to a year)"))?;
+    Ok(iso8601(OffsetDateTime::from(
+        now + Duration::from_secs_f64(secs),
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::celery::{ContentType, decode};
+
+    #[test]
+    fn a_task_a_handler_sends_is_read_back_as_celery_sent_it() {
+        let id = task_id("p:k/0");
+        assert_eq!(id.len(), 36);
+        assert_eq!(id, task_id("p:k/0"), "a re-sent outbox sends the same id");
+        let body =
+            br#"{"task": "proj.tasks.add", "args": [1, 2], "kwargs": {"x": "y"}, "countdown": 60}"#;
+        let raw = task_message(body, &id, "celery").unwrap();
+        let task = decode(&raw, &[ContentType::Json]).unwrap();
+        assert_eq!(
+            (task.name.as_str(), task.id.as_str()),
+            ("proj.tasks.add", id.as_str())
+        );
+        assert_eq!(
+            (&task.args, &task.kwargs),
+            (&json!([1, 2]), &json!({"x": "y"}))
+        );
+        let due = task.due_in(SystemTime::now()).expect("due later");
+        assert!(
+            due > Duration::from_secs(50) && due <= Duration::from_secs(60),
+            "{due:?}"
+        );
+    }
+
+    #[test]
+    fn what_is_not_a_task_is_refused_to_the_handler() {
+        let cases: [(&[u8], &str); 6] = [
+            (b"send it", "is a task as JSON"),
+            (b"[1]", "is a JSON object"),
+            (br#"{"args": []}"#, "needs its name as `task`"),
+            (br#"{"task": "t", "args": {}}"#, "`args` is a list"),
+            (br#"{"task": "t", "countdown": 1, "eta": "x"}"#, "not both"),
+            (br#"{"task": "t", "queue": "q"}"#, "has no `queue`"),
+        ];
+        for (body, says) in cases {
+            let err = task_message(body, "id", "q").unwrap_err();
+            assert!(
+                err.contains(says),
+                "{}: {err}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+}
