@@ -414,3 +414,71 @@ async fn a_task_a_handler_sends_runs_on_a_celery_worker() {
     assert_eq!(rest, "from qhost 7");
     assert_eq!(id.len(), 36, "a task id as Celery's: {id}");
 }
+
+/// The seed's duplicate: two workers on one queue, a task slower than the visibility timeout.
+/// The heartbeat keeps the message hidden and the lease held while it runs, so the other worker
+/// never runs it, and a copy the producer sends again finds it leased or completed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_task_on_two_hosts_runs_once_past_its_visibility_timeout() {
+    let env = TestEnv::new();
+    let (queue, sink) = (unique("celery-slow"), unique("celery-slow-done"));
+    for q in [&queue, &format!("{queue}-dlq"), &sink] {
+        create_queue(q, &[]).await;
+    }
+    env.install(
+        "fixture",
+        "fixture",
+        &format!("[outbox]\nqueues = [\"{sink}\"]\n"),
+    );
+    let script = r#"
+import sys
+from urllib.parse import urlparse
+from celery import Celery
+endpoint, queue, sink = sys.argv[1], sys.argv[2], sys.argv[3]
+where = urlparse(endpoint)
+app = Celery("proj", broker=f"sqs://test:test@{where.hostname}:{where.port}")
+app.conf.broker_transport_options = {"region": "us-east-1", "is_secure": False}
+app.conf.task_default_queue = queue
+tid = app.send_task("proj.tasks.echo", args=[f"sleep:4000;echo:{sink}"]).id
+app.send_task("proj.tasks.echo", args=[f"sleep:4000;echo:{sink}"], task_id=tid)
+print(tid)
+"#;
+    let out = Command::new(qhost_e2e::workspace().join("target/tools/moto/bin/python"))
+        .envs(TEST_ENV)
+        .args(["-c", script, endpoint(), &queue, &sink])
+        .output()
+        .expect("running the producer");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let namespace = qhost_e2e::redis_server::unique_namespace("celery-slow");
+    let config = env.config(&format!(
+        "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\n\
+         [idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{namespace}\"\n\
+         [[queue]]\nname = \"{queue}\"\nformat = \"celery\"\n\
+         tasks = {{ \"proj.tasks.echo\" = \"fixture\" }}\n\
+         wait-time-secs = 1\nvisibility-timeout-secs = 2\n",
+        endpoint(),
+        qhost_e2e::redis_server::shared_url()
+    ));
+    let mut hosts = Vec::new();
+    for _ in 0..2 {
+        let sqs = Arc::new(SqsQueue::from_sdk_config(&sdk_config()));
+        let host = Host::with_source(config.clone(), sqs)
+            .await
+            .expect("host starts");
+        hosts.push(Running::start(host));
+    }
+    let ran = collect(&sink, 1).await;
+    // Long enough for a redelivery past the 2 s visibility, had the heartbeat not held it.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let ran: Vec<Received> = ran.into_iter().chain(drain(&sink).await).collect();
+    let mut invoked = 0;
+    for running in hosts {
+        invoked += running.stop().await.stats().total().invoked;
+    }
+    assert_eq!(ran.len(), 1, "the task ran once across both hosts");
+    assert_eq!(invoked, 1);
+}
