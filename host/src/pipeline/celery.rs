@@ -7,11 +7,11 @@
 //! deliveries the same task. The handler gets the task as a JSON body with `celery-*` attributes
 //! beside the message's own; the message as sent stays what is dead-lettered or redriven.
 //!
-//! A task not due yet (`eta`, `countdown`) is put back hidden until it is, up to SQS's 12-hour
-//! visibility at a time, using no attempt. A task past its `expires` is acked without running and
-//! counted as `expired`, as a Celery worker revokes it. A hard `timelimit` below the plugin's
-//! deadline becomes the run's. What does not decode, and a task name the queue does not route,
-//! is dead-lettered with the reason.
+//! A task not due yet (`eta`, `countdown`) is put back hidden until it is, up to just under
+//! SQS's 12-hour visibility at a time, using no attempt. A task past its `expires` is acked
+//! without running and counted as `expired`, as a Celery worker revokes it. A hard `timelimit`
+//! below the plugin's deadline becomes the run's. What does not decode, and a task name the
+//! queue does not route, is dead-lettered with the reason.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -25,9 +25,10 @@ use crate::digest::sha256_hex;
 use crate::message::Received;
 use crate::payload::Resolved;
 
-/// The longest a task not due yet is hidden at a time: SQS's most visibility timeout. A task
-/// due later comes back then and is hidden again, each time a receive but not an attempt.
-const MAX_HIDDEN: Duration = Duration::from_secs(12 * 3600);
+/// The longest a task not due yet is hidden at a time: just under SQS's 12 hours, which SQS
+/// counts from the receive (a change to the full 12 hours a moment later would be refused). A
+/// task due later comes back then and is hidden again, each time a receive but not an attempt.
+const MAX_HIDDEN: Duration = Duration::from_secs(12 * 3600 - 300);
 
 /// Routes a Celery task message; `resolved` is its payload when it came offloaded (the envelope
 /// is then the payload).
@@ -82,8 +83,9 @@ pub(super) fn route(
     if from_payload {
         routed.delivery.payload_verified();
     }
+    // A limit of half a day or more caps nothing a plugin's deadline allows.
     routed.time_limit = (task.time_limit.0)
-        .filter(|s| *s < MAX_HIDDEN.as_secs_f64())
+        .filter(|s| *s < 43_200.0)
         .map(Duration::from_secs_f64);
     let body = task.handler_body();
     routed.resolved = Some(Resolved {
