@@ -16,22 +16,40 @@ use qhost_e2e::harness::{Running, TestEnv, attr};
 use qhost_e2e::sqs_server::{TEST_ENV, create_queue, drain, endpoint, sdk_config, unique};
 use serde_json::Value;
 
-/// Runs Celery's producer (tests/support/celery_producer.py): its task ids by case.
-fn produce(queue: &str, sink: &str) -> BTreeMap<String, String> {
-    let python = qhost_e2e::workspace().join("target/tools/moto/bin/python");
-    let script = qhost_e2e::workspace().join("tests/support/celery_producer.py");
-    let out = Command::new(python)
+/// The test venv's Python, with tests/support (`celery_app.py`, the scripts) on its path.
+fn python() -> Command {
+    let mut python = Command::new(qhost_e2e::workspace().join("target/tools/moto/bin/python"));
+    python
         .envs(TEST_ENV)
-        .arg(script)
-        .args([endpoint(), queue, sink])
-        .output()
-        .expect("running the Celery producer");
+        .env("PYTHONPATH", qhost_e2e::workspace().join("tests/support"));
+    python
+}
+
+/// Runs `file`, a script in tests/support, with `args`; its stdout (it must exit 0).
+fn run_script(file: &str, args: &[&str]) -> Vec<u8> {
+    let path = qhost_e2e::workspace().join("tests/support").join(file);
+    stdout_of(python().arg(path).args(args), file)
+}
+
+/// Runs Python `code` with `args` as its `sys.argv[1:]`; its stdout (it must exit 0).
+fn run_code(code: &str, args: &[&str]) -> Vec<u8> {
+    stdout_of(python().args(["-c", code]).args(args), "python -c")
+}
+
+fn stdout_of(command: &mut Command, what: &str) -> Vec<u8> {
+    let out = command.output().expect("running Python");
     assert!(
         out.status.success(),
-        "celery producer: {}",
+        "{what}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("the producer's ids")
+    out.stdout
+}
+
+/// Runs Celery's producer (tests/support/celery_producer.py): its task ids by case.
+fn produce(queue: &str, sink: &str) -> BTreeMap<String, String> {
+    let out = run_script("celery_producer.py", &[endpoint(), queue, sink]);
+    serde_json::from_slice(&out).expect("the producer's ids")
 }
 
 /// Takes messages from `queue` until `n` have come (or a minute passed).
@@ -212,10 +230,8 @@ async fn a_celery_caller_waiting_on_a_result_gets_it_and_a_rejection_is_re_raise
         .expect("host starts");
     let running = Running::start(host);
 
-    let python = qhost_e2e::workspace().join("target/tools/moto/bin/python");
     let script = qhost_e2e::workspace().join("tests/support/celery_caller.py");
-    let caller = tokio::process::Command::new(python)
-        .envs(TEST_ENV)
+    let caller = tokio::process::Command::from(python())
         .arg(script)
         .args([endpoint(), &queue, redis])
         .output();
@@ -284,29 +300,15 @@ async fn the_monthly_reminder_task_runs_once_in_python_however_often_it_is_sent(
     // request), and another customer's.
     let script = r#"
 import json, sys
-from urllib.parse import urlparse
-from celery import Celery
-endpoint, queue = sys.argv[1], sys.argv[2]
-where = urlparse(endpoint)
-app = Celery("proj", broker=f"sqs://test:test@{where.hostname}:{where.port}")
-app.conf.broker_transport_options = {"region": "us-east-1", "is_secure": False}
-app.conf.task_default_queue = queue
+from celery_app import app_for
+app = app_for(sys.argv[1], sys.argv[2])
 remind = lambda tid, email, who: app.send_task("tasks.cron_monthly_email_reminder", task_id=tid,
     kwargs={"email": email, "customer": who, "month": "2026-12"}).id
 print(json.dumps([remind("a9e5a73a", "a@example.com", "A"), remind("a9e5a73a", "a@example.com", "A"),
                   remind(None, "b@example.com", "B")]))
 "#;
-    let out = Command::new(qhost_e2e::workspace().join("target/tools/moto/bin/python"))
-        .envs(TEST_ENV)
-        .args(["-c", script, endpoint(), &queue])
-        .output()
-        .expect("running the producer");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let ids: Vec<String> = serde_json::from_slice(&out.stdout).unwrap();
+    let out = run_code(script, &[endpoint(), &queue]);
+    let ids: Vec<String> = serde_json::from_slice(&out).unwrap();
     let config = env.config(&format!(
         "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\n\
          [[queue]]\nname = \"{queue}\"\nformat = \"celery\"\n\
@@ -377,30 +379,26 @@ async fn a_task_a_handler_sends_runs_on_a_celery_worker() {
 
     std::fs::create_dir_all(env.data_dir()).unwrap();
     let out = env.data_dir().join("ran.txt");
-    let support = qhost_e2e::workspace().join("tests/support");
-    let mut worker =
-        tokio::process::Command::new(qhost_e2e::workspace().join("target/tools/moto/bin/python"))
-            .envs(TEST_ENV)
-            .env("PYTHONPATH", &support)
-            .env("QHOST_E2E_SQS", endpoint())
-            .env("QHOST_E2E_QUEUE", &tasks)
-            .env("QHOST_E2E_OUT", &out)
-            .args([
-                "-m",
-                "celery",
-                "-A",
-                "celery_worker",
-                "worker",
-                "-Q",
-                &tasks,
-                "--pool=solo",
-                "-l",
-                "warning",
-            ])
-            .current_dir(env.data_dir())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("starting a Celery worker");
+    let mut worker = tokio::process::Command::from(python())
+        .env("QHOST_E2E_SQS", endpoint())
+        .env("QHOST_E2E_QUEUE", &tasks)
+        .env("QHOST_E2E_OUT", &out)
+        .args([
+            "-m",
+            "celery",
+            "-A",
+            "celery_worker",
+            "worker",
+            "-Q",
+            &tasks,
+            "--pool=solo",
+            "-l",
+            "warning",
+        ])
+        .current_dir(env.data_dir())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting a Celery worker");
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut ran = String::new();
     while ran.is_empty() && Instant::now() < deadline {
@@ -432,27 +430,13 @@ async fn a_slow_task_on_two_hosts_runs_once_past_its_visibility_timeout() {
     );
     let script = r#"
 import sys
-from urllib.parse import urlparse
-from celery import Celery
-endpoint, queue, sink = sys.argv[1], sys.argv[2], sys.argv[3]
-where = urlparse(endpoint)
-app = Celery("proj", broker=f"sqs://test:test@{where.hostname}:{where.port}")
-app.conf.broker_transport_options = {"region": "us-east-1", "is_secure": False}
-app.conf.task_default_queue = queue
+from celery_app import app_for
+app, sink = app_for(sys.argv[1], sys.argv[2]), sys.argv[3]
 tid = app.send_task("proj.tasks.echo", args=[f"sleep:4000;echo:{sink}"]).id
 app.send_task("proj.tasks.echo", args=[f"sleep:4000;echo:{sink}"], task_id=tid)
 print(tid)
 "#;
-    let out = Command::new(qhost_e2e::workspace().join("target/tools/moto/bin/python"))
-        .envs(TEST_ENV)
-        .args(["-c", script, endpoint(), &queue, &sink])
-        .output()
-        .expect("running the producer");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_code(script, &[endpoint(), &queue, &sink]);
     let namespace = qhost_e2e::redis_server::unique_namespace("celery-slow");
     let config = env.config(&format!(
         "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\n\

@@ -6,15 +6,11 @@ usage: celery_caller.py ENDPOINT QUEUE REDIS_URL
 """
 import json
 import sys
-from urllib.parse import urlparse
 
-from celery import Celery
+from celery_app import app_for
 
 endpoint, queue, backend = sys.argv[1], sys.argv[2], sys.argv[3]
-where = urlparse(endpoint)
-app = Celery("proj", broker=f"sqs://test:test@{where.hostname}:{where.port}", backend=backend)
-app.conf.broker_transport_options = {"region": "us-east-1", "is_secure": False}
-app.conf.task_default_queue = queue
+app = app_for(endpoint, queue, backend)
 
 for case, args in [("acked", ["ack"]), ("rejected", ["reject:no such customer"])]:
     result = app.send_task("proj.tasks.echo", args=args)

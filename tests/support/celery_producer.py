@@ -7,16 +7,12 @@ usage: celery_producer.py ENDPOINT QUEUE SINK
 import json
 import sys
 from datetime import datetime, timezone
-from urllib.parse import urlparse
 
 import boto3
-from celery import Celery
+from celery_app import app_for
 
 endpoint, queue, sink = sys.argv[1], sys.argv[2], sys.argv[3]
-where = urlparse(endpoint)
-app = Celery("proj", broker=f"sqs://test:test@{where.hostname}:{where.port}")
-app.conf.broker_transport_options = {"region": "us-east-1", "is_secure": False}
-app.conf.task_default_queue = queue
+app = app_for(endpoint, queue)
 
 echo = f"echo:{sink}"
 ids = {}

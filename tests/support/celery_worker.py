@@ -5,19 +5,15 @@ given to a file. The test points it at its server, queue and file through the en
 usage: python -m celery -A celery_worker worker -Q QUEUE --pool=solo
 """
 import os
-from urllib.parse import urlparse
 
-from celery import Celery
+from celery_app import app_for
 
-where = urlparse(os.environ["QHOST_E2E_SQS"])
-app = Celery("proj", broker=f"sqs://test:test@{where.hostname}:{where.port}")
-app.conf.broker_transport_options = {
-    "region": "us-east-1",
-    "is_secure": False,
-    "wait_time_seconds": 1,
-    "polling_interval": 0.2,
-}
-app.conf.task_default_queue = os.environ["QHOST_E2E_QUEUE"]
+app = app_for(
+    os.environ["QHOST_E2E_SQS"],
+    os.environ["QHOST_E2E_QUEUE"],
+    wait_time_seconds=1,
+    polling_interval=0.2,
+)
 
 
 @app.task(name="proj.tasks.record")
