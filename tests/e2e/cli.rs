@@ -661,6 +661,28 @@ fn invoke_sends_nothing_over_http_unless_allowed_and_names_the_way_to_a_secret()
 }
 
 #[test]
+fn a_warning_about_a_delivery_names_its_queue_and_message_at_the_warn_filter() {
+    let dir = worker_dir("");
+    let id = send(
+        dir.path(),
+        &["--queue", "jobs", "--body", "reject:no such user"],
+    );
+    let out = qhost(dir.path())
+        .args(["run", "--until-idle"])
+        .env("QHOST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let line = (stderr.lines())
+        .find(|l| l.contains("dead-lettering"))
+        .unwrap_or_else(|| panic!("no dead-letter line in {stderr}"));
+    for field in ["queue=jobs".to_string(), format!("message_id={id}")] {
+        assert_eq!(line.matches(&field).count(), 1, "{field} once in `{line}`");
+    }
+}
+
+#[test]
 fn text_logs_show_a_handlers_context_once_whatever_the_filter() {
     let dir = worker_dir("");
     for filter in ["info", "warn,qhost::plugin=info"] {

@@ -47,9 +47,11 @@ use opentelemetry::KeyValue;
 use tracing::Instrument as _;
 
 /// The log span of one delivery, carrying its ids: every line logged while the delivery is
-/// handled (its own, the lease's, the handler's) is inside it, so none repeats them.
+/// handled (its own, the lease's, the handler's) is inside it, so none repeats them. It is at
+/// ERROR level so that any filter that lets a delivery's warning or error through shows whose
+/// it is (`QHOST_LOG=warn` included); the handler call's span inside it stays at INFO.
 pub(crate) fn log_span(msg: &Received) -> tracing::Span {
-    tracing::info_span!("delivery", queue = %msg.queue, message_id = %msg.id)
+    tracing::error_span!("delivery", queue = %msg.queue, message_id = %msg.id)
 }
 
 /// Where a message stands once the host is done with this delivery.

@@ -164,16 +164,19 @@ impl log::Host for HostState {
                 .find(|i| message.is_char_boundary(*i));
             message.truncate(cut.unwrap_or(0));
         }
-        // In text, the delivery and invoke spans around this call show the queue, message,
-        // plugin and version already, when the filter enables them (a disabled span costs the
-        // message path nothing, and then the line carries them itself).
-        let in_invoke = tracing::Span::current()
-            .metadata()
-            .is_some_and(|m| m.name() == "invoke");
-        if !crate::logging::is_json() && in_invoke {
-            return log_plain(level, &message);
-        }
+        // In text, the spans around this call show what they carry, when the filter enables
+        // them: the invoke span (INFO) the plugin and version, inside the delivery span (always
+        // on) the queue and message id. The line carries what no enabled span shows; in JSON it
+        // carries all four at the top level, where log pipelines look.
+        let innermost = tracing::Span::current().metadata().map(|m| m.name());
         let c = &self.ctx;
+        if !crate::logging::is_json() {
+            match innermost {
+                Some("invoke") => return log_plain(level, &message),
+                Some("delivery") => return log_versioned(level, &c.plugin, &c.version, &message),
+                _ => {}
+            }
+        }
         let (plugin, version, id, queue) = (&*c.plugin, &*c.version, &c.message_id, &c.queue);
         match level {
             log::Level::Trace => {
@@ -192,6 +195,17 @@ impl log::Host for HostState {
                 tracing::error!(target: "qhost::plugin", plugin, version, message_id = id, queue, "{message}")
             }
         }
+    }
+}
+
+/// A handler's log line with its plugin and version (the delivery span shows the rest).
+fn log_versioned(level: log::Level, plugin: &str, version: &str, message: &str) {
+    match level {
+        log::Level::Trace => tracing::trace!(target: "qhost::plugin", plugin, version, "{message}"),
+        log::Level::Debug => tracing::debug!(target: "qhost::plugin", plugin, version, "{message}"),
+        log::Level::Info => tracing::info!(target: "qhost::plugin", plugin, version, "{message}"),
+        log::Level::Warn => tracing::warn!(target: "qhost::plugin", plugin, version, "{message}"),
+        log::Level::Error => tracing::error!(target: "qhost::plugin", plugin, version, "{message}"),
     }
 }
 
