@@ -14,6 +14,7 @@
 //! "exc_message": [REASON], "exc_module": null}`, which Celery re-raises as an exception of that
 //! name. Nothing for a task sent with `ignore_result`.
 
+use std::sync::LazyLock;
 use std::time::{Duration, SystemTime};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -25,8 +26,10 @@ use super::task::iso8601;
 use crate::config::celery::CeleryResults;
 use crate::redis_link::{RedisDeadlines, redacted};
 
-/// Sets a record unless a `SUCCESS` is there, and publishes it.
-const RECORD: &str = r"
+/// Sets a record unless a `SUCCESS` is there, and publishes it (its digest computed once).
+static RECORD: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RECORD_LUA));
+
+const RECORD_LUA: &str = r"
 local now = redis.call('GET', KEYS[1])
 if now then
   local ok, meta = pcall(cjson.decode, now)
@@ -95,7 +98,7 @@ impl ResultBackend {
             .await
             .map_err(|e| format!("cannot connect to {}: {e}", self.shown))?;
         let record = meta(id, state, SystemTime::now());
-        let written: i64 = redis::Script::new(RECORD)
+        let written: i64 = RECORD
             .key(format!("celery-task-meta-{id}"))
             .arg(record)
             .arg(self.expires.as_secs().max(1))

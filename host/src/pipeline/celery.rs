@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use super::context::QueueCtx;
 use super::delivery::{Delivery, PluginRef};
-use super::route::{RouteError, Routed, Unroutable, routed};
+use super::route::{RouteError, Routed, Unroutable, loaded, routed};
 use crate::celery;
 use crate::config::celery::CeleryQueue;
 use crate::digest::sha256_hex;
@@ -61,14 +61,9 @@ pub(super) fn route(
         let wait = wait.min(MAX_HIDDEN);
         return unroutable(queue, msg, named(name), RouteError::NotDue { eta, wait });
     }
-    let registry = &queue.shared.registry;
-    let Some(plugin) = registry.get(name) else {
-        let why = registry.why_not_serving(name);
-        let error = RouteError::NoPlugin {
-            name: name.to_string(),
-            why,
-        };
-        return unroutable(queue, msg, named(name), error);
+    let plugin = match loaded(queue, name) {
+        Ok(plugin) => plugin,
+        Err((plugin, error)) => return unroutable(queue, msg, plugin, error),
     };
     let from_payload = resolved.is_some();
     let mut attributes = match resolved {

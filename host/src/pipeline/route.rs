@@ -255,6 +255,11 @@ pub(crate) fn plugin_ref(queue: &QueueCtx, msg: &Received) -> PluginRef {
 fn plugin_for(queue: &QueueCtx, msg: &Received) -> Result<Arc<Plugin>, (PluginRef, RouteError)> {
     let name =
         route_name(queue, msg).map_err(|e| (PluginRef::Named(queue.config.plugin.clone()), e))?;
+    loaded(queue, name)
+}
+
+/// The loaded plugin `name`; the error says why it is not serving.
+pub(super) fn loaded(queue: &QueueCtx, name: &str) -> Result<Arc<Plugin>, (PluginRef, RouteError)> {
     let registry = &queue.shared.registry;
     registry.get(name).ok_or_else(|| {
         let error = RouteError::NoPlugin {
