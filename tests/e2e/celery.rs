@@ -52,6 +52,16 @@ fn produce(queue: &str, sink: &str) -> BTreeMap<String, String> {
     serde_json::from_slice(&out).expect("the producer's ids")
 }
 
+/// A queue named after `name`, its dead-letter queue and a sink, created on the server.
+async fn queues(name: &str) -> (String, String, String) {
+    let (queue, sink) = (unique(name), unique(&format!("{name}-done")));
+    let dlq = format!("{queue}-dlq");
+    for q in [&queue, &dlq, &sink] {
+        create_queue(q, &[]).await;
+    }
+    (queue, dlq, sink)
+}
+
 /// Takes messages from `queue` until `n` have come (or a minute passed).
 async fn collect(queue: &str, n: usize) -> Vec<Received> {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -66,11 +76,7 @@ async fn collect(queue: &str, n: usize) -> Vec<Received> {
 #[tokio::test(flavor = "multi_thread")]
 async fn tasks_from_celery_s_own_producer_run_once_each_and_the_rest_is_dead_lettered() {
     let env = TestEnv::new();
-    let (queue, sink) = (unique("celery"), unique("celery-done"));
-    let dlq = format!("{queue}-dlq");
-    for q in [&queue, &dlq, &sink] {
-        create_queue(q, &[]).await;
-    }
+    let (queue, dlq, sink) = queues("celery").await;
     env.install(
         "fixture",
         "fixture",
@@ -100,12 +106,7 @@ async fn tasks_from_celery_s_own_producer_run_once_each_and_the_rest_is_dead_let
     let host = running.stop().await;
 
     // Each task the queue routes ran once, whatever serializer or compression sent it.
-    let tasks: BTreeMap<String, Value> = (ran.iter())
-        .map(|m| {
-            let task: Value = serde_json::from_slice(&m.body).expect("the task as JSON");
-            (task["id"].as_str().unwrap().to_string(), task)
-        })
-        .collect();
+    let tasks = by_id(&ran);
     assert_eq!(ran.len(), 5, "{tasks:#?}");
     assert_eq!(tasks.len(), 5, "no task ran twice: {tasks:#?}");
     for case in ["plain", "countdown", "msgpack", "zlib", "when"] {
@@ -419,10 +420,7 @@ async fn a_task_a_handler_sends_runs_on_a_celery_worker() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slow_task_on_two_hosts_runs_once_past_its_visibility_timeout() {
     let env = TestEnv::new();
-    let (queue, sink) = (unique("celery-slow"), unique("celery-slow-done"));
-    for q in [&queue, &format!("{queue}-dlq"), &sink] {
-        create_queue(q, &[]).await;
-    }
+    let (queue, _, sink) = queues("celery-slow").await;
     env.install(
         "fixture",
         "fixture",
@@ -465,4 +463,198 @@ print(tid)
     }
     assert_eq!(ran.len(), 1, "the task ran once across both hosts");
     assert_eq!(invoked, 1);
+}
+
+/// The configuration of a host consuming Celery queue `queue` on the SQS-compatible server,
+/// its `proj.tasks.echo` run by the fixture; `extra` adds to it (a `[payload]` section).
+fn celery_config(env: &TestEnv, queue: &str, extra: &str) -> qhost::Config {
+    env.config(&format!(
+        "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\n{extra}\n\
+         [[queue]]\nname = \"{queue}\"\nformat = \"celery\"\n\
+         tasks = {{ \"proj.tasks.echo\" = \"fixture\" }}\n\
+         wait-time-secs = 1\nvisibility-timeout-secs = 10\n",
+        endpoint()
+    ))
+}
+
+/// A host on `config`, consuming SQS.
+async fn celery_host(config: qhost::Config) -> Host {
+    Host::with_source(config, Arc::new(SqsQueue::from_sdk_config(&sdk_config())))
+        .await
+        .expect("host starts")
+}
+
+/// The tasks that ran, by id, from what the fixture echoed to a sink.
+fn by_id(ran: &[Received]) -> BTreeMap<String, Value> {
+    (ran.iter())
+        .map(|m| {
+            let task: Value = serde_json::from_slice(&m.body).expect("the task as JSON");
+            let id = task["id"].as_str().expect("the task's id").to_string();
+            (id, task)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn celery_s_chains_and_callbacks_carry_on_once_from_a_task_qhost_ran() {
+    let env = TestEnv::new();
+    let (queue, dlq, sink) = queues("celery-chain").await;
+    // The plugin may send Celery tasks back to its own queue: where an unrouted chain goes on.
+    env.install(
+        "fixture",
+        "fixture",
+        &format!("[outbox]\nqueues = [\"{sink}\"]\ncelery = [\"{queue}\"]\n"),
+    );
+    let out = run_script("celery_workflows.py", &[endpoint(), &queue, &sink]);
+    let ids: BTreeMap<String, String> = serde_json::from_slice(&out).expect("the ids");
+    let running = Running::start(celery_host(celery_config(&env, &queue, "")).await);
+
+    let ran = collect(&sink, 4).await;
+    let dead = collect(&dlq, 1).await;
+    running
+        .wait_for(Duration::from_secs(10), |h| h.stats().total().acked == 4)
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await; // time for a second copy, if one came
+    let host = running.stop().await;
+    let ran = [ran, drain(&sink).await].concat();
+
+    let tasks = by_id(&ran);
+    assert_eq!(ran.len(), 4, "each ran once: {tasks:#?}");
+    for case in ["first", "second", "parent"] {
+        assert!(
+            tasks.contains_key(&ids[case]),
+            "{case} ran under its id: {tasks:#?}"
+        );
+    }
+    let second = &tasks[&ids["second"]];
+    assert_eq!(second["args"][1], "second");
+    assert_eq!(
+        (&second["parent_id"], &second["root_id"]),
+        (
+            &Value::from(ids["first"].as_str()),
+            &Value::from(ids["first"].as_str())
+        ),
+        "the chain's next task names the first as parent and root"
+    );
+    let linked: Vec<&Value> = tasks
+        .values()
+        .filter(|t| t["args"][1] == "linked")
+        .collect();
+    assert_eq!(linked.len(), 1, "the callback ran once: {tasks:#?}");
+    assert_eq!(linked[0]["parent_id"], Value::from(ids["parent"].as_str()));
+
+    // The chain whose next step goes where the plugin may not send: refused before it ran.
+    assert_eq!(dead.len(), 1, "{dead:#?}");
+    let why = attr(&dead[0], "qhost-dead-letter-reason").unwrap_or_default();
+    assert!(
+        why.contains("to queue `proj-elsewhere`, and plugin `fixture` may not send Celery tasks"),
+        "{why}"
+    );
+    assert!(!tasks.contains_key(&ids["before"]));
+    let c = host.stats().total();
+    assert_eq!((c.invoked, c.acked, c.dead_lettered), (4, 4, 1), "{c:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fifo_queue_s_tasks_run_once_each_though_kombu_dedups_nothing() {
+    let env = TestEnv::new();
+    let queue = format!("{}.fifo", unique("celery-fifo"));
+    let sink = unique("celery-fifo-done");
+    create_queue(&queue, &[]).await;
+    create_queue(&queue.replace(".fifo", "-dlq.fifo"), &[]).await;
+    create_queue(&sink, &[]).await;
+    env.install(
+        "fixture",
+        "fixture",
+        &format!("[outbox]\nqueues = [\"{sink}\"]\n"),
+    );
+    // kombu sends to a FIFO queue in group "default" with a random deduplication id, so SQS
+    // takes the second publish of one id as a new message: qhost's lease is what keeps it once.
+    let code = "import json, sys\n\
+                from celery_app import app_for\n\
+                app = app_for(sys.argv[1], sys.argv[2])\n\
+                say = 'echo:' + sys.argv[3]\n\
+                ids = [app.send_task('proj.tasks.echo', args=[say, n]).id for n in range(3)]\n\
+                app.send_task('proj.tasks.echo', args=[say, 0], task_id=ids[0])\n\
+                print(json.dumps(ids))";
+    let out = run_code(code, &[endpoint(), &queue, &sink]);
+    let ids: Vec<String> = serde_json::from_slice(&out).expect("the ids");
+    let running = Running::start(celery_host(celery_config(&env, &queue, "")).await);
+    let ran = collect(&sink, 3).await;
+    running
+        .wait_for(Duration::from_secs(10), |h| {
+            h.stats().total().duplicates == 1
+        })
+        .await;
+    let host = running.stop().await;
+    let ran = [ran, drain(&sink).await].concat();
+
+    let order: Vec<String> = (ran.iter())
+        .map(|m| serde_json::from_slice::<Value>(&m.body).expect("a task")["id"].to_string())
+        .collect();
+    let sent: Vec<String> = ids.iter().map(|id| format!("\"{id}\"")).collect();
+    assert_eq!(order, sent, "each ran once, in the group's order");
+    let c = host.stats().total();
+    assert_eq!(
+        (c.invoked, c.duplicates, c.dead_lettered),
+        (3, 1, 0),
+        "{c:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_600_kb_argument_offloaded_by_the_extended_client_runs_once() {
+    use qhost_e2e::sqs_server::{create_bucket, object_keys, s3_payloads};
+    let env = TestEnv::new();
+    let (queue, _, sink) = queues("celery-large").await;
+    let (theirs, ours) = (
+        create_bucket("celery-producer").await,
+        create_bucket("qhost").await,
+    );
+    env.install(
+        "fixture",
+        "fixture",
+        &format!("[outbox]\nqueues = [\"{sink}\"]\n"),
+    );
+    let out = run_script("celery_large.py", &[endpoint(), &queue, &sink, &theirs]);
+    let id = String::from_utf8_lossy(&out).trim().to_string();
+    assert_eq!(
+        object_keys(&theirs).await.len(),
+        2,
+        "the client offloaded both publishes"
+    );
+
+    let payload = format!(
+        "[payload]\nstore = \"s3\"\nbucket = \"{ours}\"\nprefix = \"qhost/\"\n\
+         allow = [\"s3://{theirs}/\"]\n"
+    );
+    let config = celery_config(&env, &queue, &payload);
+    let payloads = qhost::Payloads::open_with_s3(&config, Some(s3_payloads()))
+        .await
+        .expect("payload stores");
+    let running = Running::start(celery_host(config).await.with_payloads(payloads));
+    let ran = collect(&sink, 1).await;
+    running
+        .wait_for(Duration::from_secs(20), |h| {
+            let c = h.stats().total();
+            c.acked + c.duplicates == 2
+        })
+        .await;
+    let host = running.stop().await;
+
+    assert_eq!(ran.len(), 1, "one run for the id {id}");
+    // The fixture's digest: LENGTH:FNV:ATTRIBUTES of the task it was given, whole.
+    let digest = String::from_utf8_lossy(&ran[0].body).to_string();
+    let length: usize = digest.split(':').next().unwrap().parse().expect("a length");
+    assert!(
+        length > 600_000,
+        "the handler got the whole argument: {digest}"
+    );
+    assert!(digest.contains("celery-id"), "{digest}");
+    let c = host.stats().total();
+    assert_eq!(
+        (c.invoked, c.duplicates, c.dead_lettered),
+        (1, 1, 0),
+        "{c:?}"
+    );
 }

@@ -18,10 +18,13 @@
 //!    in one body dict).
 //!
 //! What the host does with a task (route by name, key by id, hold back until its eta, drop it
-//! past its expiry) is in `pipeline::route`; this module only reads.
+//! past its expiry) is in `pipeline::celery`; this module reads, and writes what a worker
+//! writes: result records ([`results`]), tasks a handler sends ([`send`]), and a task's
+//! callbacks and chain ([`follow`]).
 
 mod content;
 mod envelope;
+pub(crate) mod follow;
 pub(crate) mod inspect;
 pub(crate) mod results;
 pub(crate) mod send;
@@ -65,6 +68,9 @@ pub(crate) enum DecodeError {
     /// The body parses but is not a Celery task.
     #[error("not a Celery task: {0}")]
     Protocol(String),
+    /// A task qhost does not run as Celery would (`follow`): refused before it runs.
+    #[error("not run by qhost: {0}")]
+    Unsupported(String),
 }
 
 /// Decodes an SQS message body sent by a Celery producer into its task, reading the content

@@ -34,30 +34,124 @@ pub(crate) fn task_id(derived: &str) -> String {
     )
 }
 
-/// Celery's message for the task `body` describes, sent to `queue` as task `id`; the error is
-/// for the handler.
+/// A task to send: what a handler's outbox message or a consumed task's callback describes.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Request {
+    /// The task's registered name.
+    pub(crate) name: String,
+    /// Positional arguments (a list).
+    pub(crate) args: Value,
+    /// Keyword arguments (a dict).
+    pub(crate) kwargs: Value,
+    /// Not to run before (ISO 8601).
+    pub(crate) eta: Option<String>,
+    /// Not to run after (ISO 8601).
+    pub(crate) expires: Option<String>,
+    /// The workflow's first task and the task that sent this one (none for a handler's own).
+    pub(crate) root_id: Option<String>,
+    pub(crate) parent_id: Option<String>,
+    /// The rest of a chain, carried on to the next task as Celery carries it (`null` if none).
+    pub(crate) chain: Value,
+}
+
+impl Request {
+    /// The task a handler's outbox message `body` describes; the error is for the handler.
+    pub(crate) fn from_handler(body: &[u8]) -> Result<Request, String> {
+        let what: Value = serde_json::from_slice(body)
+            .map_err(|e| format!("a Celery queue's outbox message is a task as JSON: {e}"))?;
+        let Value::Object(mut what) = what else {
+            return Err("a Celery task is a JSON object with `task`, `args` and `kwargs`".into());
+        };
+        let name = match what.remove("task") {
+            Some(Value::String(name)) if !name.is_empty() => name,
+            _ => return Err("a Celery task needs its name as `task`".into()),
+        };
+        let args = list_or_empty(what.remove("args"), "args")?;
+        let kwargs = dict_or_empty(what.remove("kwargs"), "kwargs")?;
+        let (eta, expires) = schedule(&mut what)?;
+        if let Some(other) = what.keys().next() {
+            return Err(format!(
+                "a Celery task has no `{other}` (task, args, kwargs, countdown, eta, expires)"
+            ));
+        }
+        Ok(Request {
+            name,
+            args,
+            kwargs,
+            eta,
+            expires,
+            root_id: None,
+            parent_id: None,
+            chain: Value::Null,
+        })
+    }
+
+    /// Celery's message for this task, sent to `queue` as task `id` (protocol 2, JSON, in
+    /// kombu's SQS envelope).
+    pub(crate) fn message(&self, id: &str, queue: &str) -> Vec<u8> {
+        let root_id = self.root_id.as_deref().unwrap_or(id);
+        let headers = json!({
+            "lang": "py", "task": self.name, "id": id, "shadow": null, "eta": self.eta,
+            "expires": self.expires, "group": null, "group_index": null, "retries": 0,
+            "timelimit": [null, null], "root_id": root_id, "parent_id": self.parent_id,
+            "argsrepr": self.args.to_string(), "kwargsrepr": self.kwargs.to_string(),
+            "origin": "qhost", "ignore_result": false, "replaced_task_nesting": 0,
+            "stamped_headers": null, "stamps": {},
+        });
+        let embed =
+            json!({"callbacks": null, "errbacks": null, "chain": self.chain, "chord": null});
+        let inner = json!([self.args, self.kwargs, embed]).to_string();
+        let envelope = json!({
+            "body": STANDARD.encode(inner),
+            "content-encoding": "utf-8",
+            "content-type": "application/json",
+            "headers": headers,
+            "properties": {
+                "correlation_id": id,
+                "reply_to": "",
+                "delivery_mode": 2,
+                "delivery_info": {"exchange": "", "routing_key": queue},
+                "priority": 0,
+                "body_encoding": "base64",
+                "delivery_tag": uuid::Uuid::new_v4().to_string(),
+            },
+        });
+        STANDARD.encode(envelope.to_string()).into_bytes()
+    }
+}
+
+/// Celery's message for the task a handler's outbox `body` describes, sent to `queue` as task
+/// `id`; the error is for the handler.
 pub(crate) fn task_message(body: &[u8], id: &str, queue: &str) -> Result<Vec<u8>, String> {
-    let what: Value = serde_json::from_slice(body)
-        .map_err(|e| format!("a Celery queue's outbox message is a task as JSON: {e}"))?;
-    let Value::Object(mut what) = what else {
-        return Err("a Celery task is a JSON object with `task`, `args` and `kwargs`".into());
-    };
-    let name = match what.remove("task") {
-        Some(Value::String(name)) if !name.is_empty() => name,
-        _ => return Err("a Celery task needs its name as `task`".into()),
-    };
-    let args = match what.remove("args") {
-        None | Some(Value::Null) => Value::Array(Vec::new()),
-        Some(args @ Value::Array(_)) => args,
-        Some(_) => return Err("a Celery task's `args` is a list".into()),
-    };
-    let kwargs = match what.remove("kwargs") {
-        None | Some(Value::Null) => Value::Object(Map::new()),
-        Some(kwargs @ Value::Object(_)) => kwargs,
-        Some(_) => return Err("a Celery task's `kwargs` is a dict".into()),
-    };
+    Ok(Request::from_handler(body)?.message(id, queue))
+}
+
+/// `args`: a list; absent or null is empty.
+pub(super) fn list_or_empty(value: Option<Value>, field: &str) -> Result<Value, String> {
+    match value {
+        None | Some(Value::Null) => Ok(Value::Array(Vec::new())),
+        Some(args @ Value::Array(_)) => Ok(args),
+        Some(_) => Err(format!("a Celery task's `{field}` is a list")),
+    }
+}
+
+/// `kwargs`: a dict; absent or null is empty.
+pub(super) fn dict_or_empty(value: Option<Value>, field: &str) -> Result<Value, String> {
+    match value {
+        None | Some(Value::Null) => Ok(Value::Object(Map::new())),
+        Some(kwargs @ Value::Object(_)) => Ok(kwargs),
+        Some(_) => Err(format!("a Celery task's `{field}` is a dict")),
+    }
+}
+
+/// Takes `countdown` or `eta`, and `expires`, out of `from`: when the task is due and when it
+/// expires, as ISO 8601.
+pub(super) fn schedule(
+    from: &mut Map<String, Value>,
+) -> Result<(Option<String>, Option<String>), String> {
     let now = SystemTime::now();
-    let eta = match (what.remove("countdown"), what.remove("eta")) {
+    let countdown = from.remove("countdown").filter(|v| !v.is_null());
+    let eta = match (countdown, from.remove("eta").filter(|v| !v.is_null())) {
         (Some(_), Some(_)) => {
             return Err("a Celery task takes `countdown` or `eta`, not both".into());
         }
@@ -66,41 +160,12 @@ pub(crate) fn task_message(body: &[u8], id: &str, queue: &str) -> Result<Vec<u8>
         (None, Some(_)) => return Err("a Celery task's `eta` is an ISO 8601 time".into()),
         (None, None) => None,
     };
-    let expires = match what.remove("expires") {
+    let expires = match from.remove("expires") {
         None | Some(Value::Null) => None,
         Some(Value::String(at)) => Some(at),
         Some(secs) => Some(later(now, &secs, "expires")?),
     };
-    if let Some(other) = what.keys().next() {
-        return Err(format!(
-            "a Celery task has no `{other}` (task, args, kwargs, countdown, eta, expires)"
-        ));
-    }
-    let headers = json!({
-        "lang": "py", "task": name, "id": id, "shadow": null, "eta": eta, "expires": expires,
-        "group": null, "group_index": null, "retries": 0, "timelimit": [null, null],
-        "root_id": id, "parent_id": null, "argsrepr": args.to_string(),
-        "kwargsrepr": kwargs.to_string(), "origin": "qhost", "ignore_result": false,
-        "replaced_task_nesting": 0, "stamped_headers": null, "stamps": {},
-    });
-    let embed = json!({"callbacks": null, "errbacks": null, "chain": null, "chord": null});
-    let inner = json!([args, kwargs, embed]).to_string();
-    let envelope = json!({
-        "body": STANDARD.encode(inner),
-        "content-encoding": "utf-8",
-        "content-type": "application/json",
-        "headers": headers,
-        "properties": {
-            "correlation_id": id,
-            "reply_to": "",
-            "delivery_mode": 2,
-            "delivery_info": {"exchange": "", "routing_key": queue},
-            "priority": 0,
-            "body_encoding": "base64",
-            "delivery_tag": uuid::Uuid::new_v4().to_string(),
-        },
-    });
-    Ok(STANDARD.encode(envelope.to_string()).into_bytes())
+    Ok((eta, expires))
 }
 
 /// `now` plus `secs` seconds, as ISO 8601.

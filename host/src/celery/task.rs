@@ -38,6 +38,44 @@ pub(crate) struct Task {
     pub(crate) ignore_result: bool,
     /// The protocol version it came in (1 or 2).
     pub(crate) protocol: u8,
+    /// What it asks to happen after it runs.
+    pub(crate) links: Links,
+}
+
+/// What a task asks to happen after it runs: protocol 2's embed (`callbacks`, `errbacks`,
+/// `chain`, `chord`), protocol 1's `callbacks`, `errbacks` and `chord`. The signatures are kept
+/// as the producer wrote them (`crate::celery::follow` reads them).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Links {
+    /// Signatures applied on success (`link=`).
+    pub(crate) callbacks: Vec<Value>,
+    /// The rest of the chain, the next task last.
+    pub(crate) chain: Vec<Value>,
+    /// Whether it has signatures to apply on failure (`link_error=`).
+    pub(crate) errbacks: bool,
+    /// Whether it is part of a chord.
+    pub(crate) chord: bool,
+}
+
+impl Links {
+    /// The links in `from` (an embed dict, or a protocol 1 body); what is not a list of them
+    /// counts as none.
+    fn of(from: Option<&Map<String, Value>>) -> Links {
+        let list = |field: &str| match from.and_then(|f| f.get(field)) {
+            Some(Value::Array(items)) => items.clone(),
+            _ => Vec::new(),
+        };
+        let set = |field: &str| {
+            from.and_then(|f| f.get(field))
+                .is_some_and(|v| !v.is_null())
+        };
+        Links {
+            callbacks: list("callbacks"),
+            chain: list("chain"),
+            errbacks: !list("errbacks").is_empty(),
+            chord: set("chord"),
+        }
+    }
 }
 
 /// A time as the message wrote it, and the instant it names.
@@ -138,7 +176,8 @@ fn version_2(headers: Map<String, Value>, body: Value) -> Result<Task, DecodeErr
     let mut parts = parts.into_iter();
     let args = arguments(parts.next(), "args")?;
     let kwargs = arguments(parts.next(), "kwargs")?;
-    fields(&headers, args, kwargs, 2)
+    let links = Links::of(parts.next().as_ref().and_then(Value::as_object));
+    fields(&headers, args, kwargs, 2, links)
 }
 
 /// Protocol 1: one body dict holds the task, its arguments and schedule.
@@ -153,7 +192,8 @@ fn version_1(body: Value) -> Result<Task, DecodeError> {
     if let Some(group) = fields_of.remove("taskset") {
         fields_of.entry("group").or_insert(group);
     }
-    fields(&fields_of, args, kwargs, 1)
+    let links = Links::of(Some(&fields_of));
+    fields(&fields_of, args, kwargs, 1, links)
 }
 
 /// The task's fields from `from` (protocol 2's headers, or protocol 1's body).
@@ -162,6 +202,7 @@ fn fields(
     args: Value,
     kwargs: Value,
     version: u8,
+    links: Links,
 ) -> Result<Task, DecodeError> {
     let name = text(from, "task")?.ok_or_else(|| protocol("no task name (`task`)"))?;
     let id = text(from, "id")?.ok_or_else(|| protocol("no task id (`id`)"))?;
@@ -191,6 +232,7 @@ fn fields(
             .and_then(Value::as_bool)
             .unwrap_or(false),
         protocol: version,
+        links,
     })
 }
 

@@ -10,8 +10,10 @@
 //! A task not due yet (`eta`, `countdown`) is put back hidden until it is, up to just under
 //! SQS's 12-hour visibility at a time, using no attempt. A task past its `expires` is acked
 //! without running and counted as `expired`, as a Celery worker revokes it. A hard `timelimit`
-//! below the plugin's deadline becomes the run's. What does not decode, and a task name the
-//! queue does not route, is dead-lettered with the reason.
+//! below the plugin's deadline becomes the run's. What does not decode, a task name the
+//! queue does not route, and a task whose callbacks or chain qhost will not send (see
+//! `celery::follow`; each follow-up's queue must be under the plugin's `[outbox] celery`) are
+//! dead-lettered with the reason. A task's follow-ups join its run's outbox when it acks.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -51,6 +53,10 @@ pub(super) fn route(
         };
         return unroutable(queue, msg, named(&queue.config.plugin), error);
     };
+    let follow_ups = match celery::follow::follow_ups(&task, &queue.config.name) {
+        Ok(follow_ups) => follow_ups,
+        Err(e) => return unroutable(queue, msg, named(name), e.into()),
+    };
     let now = SystemTime::now();
     if task.expired(now) {
         let expires = task.expires.map(|e| e.text).unwrap_or_default();
@@ -65,6 +71,14 @@ pub(super) fn route(
         Ok(plugin) => plugin,
         Err((plugin, error)) => return unroutable(queue, msg, plugin, error),
     };
+    if let Some(f) = (follow_ups.iter()).find(|f| !plugin.manifest.outbox.is_celery(&f.queue)) {
+        let error = RouteError::UngrantedFollowUp {
+            task: task.name.clone(),
+            queue: f.queue.clone(),
+            plugin: plugin.name.clone(),
+        };
+        return unroutable(queue, msg, PluginRef::Loaded(plugin), error);
+    }
     let from_payload = resolved.is_some();
     let mut attributes = match resolved {
         Some(r) => r.attributes,
@@ -78,6 +92,7 @@ pub(super) fn route(
     if from_payload {
         routed.delivery.payload_verified();
     }
+    routed.delivery.follows_with(follow_ups);
     // A limit of half a day or more caps nothing a plugin's deadline allows.
     routed.time_limit = (task.time_limit.0)
         .filter(|s| *s < 43_200.0)

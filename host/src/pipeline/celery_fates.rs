@@ -18,6 +18,11 @@ type Seen = Arc<Mutex<Vec<HandlerMessage>>>;
 /// A bed on a Celery queue with `routes` (its queue lines), whose plugin acks and records
 /// what it is given.
 fn celery_bed(routes: &str) -> (TestBed, Seen) {
+    celery_bed_granted(routes, "")
+}
+
+/// As [`celery_bed`], with `manifest` for the plugin.
+fn celery_bed_granted(routes: &str, manifest: &str) -> (TestBed, Seen) {
     let seen = Seen::default();
     let record = Arc::clone(&seen);
     let handler = move |msg: HandlerMessage| {
@@ -25,7 +30,7 @@ fn celery_bed(routes: &str) -> (TestBed, Seen) {
         Ok(Invocation::new(Outcome::Ack))
     };
     let queue = format!("format = \"celery\"\n{routes}");
-    (TestBed::with_queue(&queue, "", handler), seen)
+    (TestBed::with_queue(&queue, manifest, handler), seen)
 }
 
 fn routed_by_name() -> String {
@@ -201,5 +206,83 @@ async fn an_expired_task_is_acked_without_running_and_counted() {
     assert!(bed.contents(&bed.queue.config.dead_letter).await.is_empty());
     let c = bed.counts();
     assert_eq!((c.expired, c.invoked, c.acked), (1, 0, 0));
+    bed.close().await;
+}
+
+/// A protocol 2 task whose embed is `embed`.
+fn with_embed(task: &str, id: &str, embed: Value) -> Vec<u8> {
+    let body = serde_json::to_vec(&json!([[], {}, embed])).unwrap();
+    kombu(v2_headers(task, id), "application/json", &body)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_chain_s_next_task_is_sent_once_when_the_first_acks_and_then_runs() {
+    let granted = format!("[outbox]\ncelery = [\"{JOBS}\"]\n");
+    let (bed, seen) = celery_bed_granted(&routed_by_name(), &granted);
+    let next = json!({"task": "proj.tasks.remind", "args": [2], "kwargs": {},
+                      "options": {"task_id": "second"}, "immutable": true, "subtask_type": null});
+    let first = with_embed("proj.tasks.remind", "first", json!({"chain": [next]}));
+    bed.send_body(first.clone()).await;
+    assert_eq!(bed.deliver().await, 1);
+    // A duplicate of the first, after it completed: its outbox was sent, so nothing again.
+    bed.send_body(first).await;
+    assert_eq!(
+        bed.deliver().await,
+        2,
+        "the duplicate and the chain's next task"
+    );
+    assert_eq!(bed.deliver().await, 0, "nothing more was sent");
+
+    let seen = seen.lock().unwrap().clone();
+    let keys: Vec<&str> = seen.iter().map(|m| m.idempotency_key.as_str()).collect();
+    assert_eq!(keys, ["first", "second"]);
+    let body: Value = serde_json::from_slice(&seen[1].body).unwrap();
+    assert_eq!(
+        (&body["args"], &body["parent_id"], &body["root_id"]),
+        (&json!([2]), &json!("first"), &json!("first"))
+    );
+    let c = bed.counts();
+    assert_eq!((c.invoked, c.acked, c.duplicates), (2, 2, 1));
+    bed.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_chain_to_a_queue_the_plugin_may_not_send_to_is_dead_lettered_unrun() {
+    let (bed, seen) = celery_bed(&routed_by_name());
+    let next = json!({"task": "proj.tasks.remind", "options": {"queue": "proj.slow"}});
+    bed.send_body(with_embed(
+        "proj.tasks.remind",
+        "c1",
+        json!({"callbacks": [next]}),
+    ))
+    .await;
+    bed.send_body(with_embed(
+        "proj.tasks.remind",
+        "c2",
+        json!({"chord": {"task": "sum"}}),
+    ))
+    .await;
+    bed.deliver().await;
+
+    assert!(seen.lock().unwrap().is_empty(), "neither ran");
+    let dead = bed.contents(&bed.queue.config.dead_letter).await;
+    let mut reasons: Vec<String> = (dead.iter())
+        .filter_map(|m| {
+            find_attribute(&m.attributes, DEAD_LETTER_REASON)?
+                .text()
+                .map(String::from)
+        })
+        .collect();
+    reasons.sort();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(
+        reasons[0].contains("not run by qhost: it is part of a chord"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].contains("to queue `proj-slow`, and plugin `p` may not send Celery tasks there"),
+        "{reasons:?}"
+    );
+    assert_eq!(bed.depth(JOBS).await.total(), 0, "nothing else was sent");
     bed.close().await;
 }

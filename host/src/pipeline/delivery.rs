@@ -35,10 +35,11 @@ use std::time::Duration;
 use super::backoff;
 use super::context::{QueueCtx, Shared};
 use super::deadletter::{self, Verdict};
+use crate::celery::follow::FollowUp;
 use crate::celery::results::TaskState;
 use crate::faults::Operation;
 use crate::idempotency::{IdempotencyError, Lease, Released};
-use crate::message::{Outgoing, Received};
+use crate::message::{Outgoing, Received, wire};
 use crate::metrics::InFlight;
 use crate::plugin::Plugin;
 use crate::stats::Event;
@@ -125,6 +126,8 @@ pub(crate) struct Delivery {
     span: MessageSpan,
     /// The Celery task id whose result record this delivery writes, if it writes one.
     result_for: Option<String>,
+    /// The Celery tasks its task sends once its run acks (callbacks, the chain's next).
+    follow_ups: Vec<FollowUp>,
 }
 
 impl Delivery {
@@ -156,6 +159,7 @@ impl Delivery {
             plugin,
             payload_verified: false,
             result_for: None,
+            follow_ups: Vec::new(),
         }
     }
 
@@ -181,6 +185,27 @@ impl Delivery {
             }
         };
         shared.tasks.spawn(write.in_current_span());
+    }
+
+    /// Notes the Celery tasks this delivery's task sends once its run acks.
+    pub(crate) fn follows_with(&mut self, follow_ups: Vec<FollowUp>) {
+        self.follow_ups = follow_ups;
+    }
+
+    /// `outbox` (the handler's) with the task's follow-ups after it, each named by its place
+    /// in the outbox as the handler's own messages are (`wire::derived_key`), so the outbox
+    /// that commits with the completion holds them: sent once, and only for a run that acked.
+    pub(crate) fn with_follow_ups(
+        &self,
+        mut outbox: Vec<Outgoing>,
+        plugin: &str,
+        key: &str,
+    ) -> Vec<Outgoing> {
+        for f in &self.follow_ups {
+            let derived = wire::derived_key(plugin, key, outbox.len());
+            outbox.push(f.outgoing(&derived));
+        }
+        outbox
     }
 
     /// Notes that this delivery fetched and verified its payload.

@@ -206,6 +206,7 @@ impl Leased {
     pub(crate) async fn ack(mut self, outbox: Vec<Outgoing>) -> Fate {
         self.stop_heartbeat().await;
         let shared = Arc::clone(&self.delivery.queue().shared);
+        let outbox = (self.delivery).with_follow_ups(outbox, &self.plugin.name, &self.key.handler);
         let mut outbox = outbox::stamp(&self.key.handler, &self.plugin, outbox);
         self.delivery
             .span()

@@ -89,6 +89,20 @@ pub(crate) enum RouteError {
         /// The names the queue routes.
         routed: String,
     },
+    /// A Celery task whose callbacks or chain send to a queue its plugin may not send Celery
+    /// tasks to: dead-lettered before it runs.
+    #[error(
+        "task `{task}` sends a callback or its chain's next task to queue `{queue}`, and plugin \
+         `{plugin}` may not send Celery tasks there (its manifest's [outbox] celery must name it)"
+    )]
+    UngrantedFollowUp {
+        /// The task name.
+        task: String,
+        /// Where the follow-up would go.
+        queue: String,
+        /// The task's plugin.
+        plugin: String,
+    },
     /// A Celery task not due yet: put back hidden until it is, no attempt used.
     #[error("not due until its eta {eta}")]
     NotDue {
@@ -136,7 +150,8 @@ impl Unroutable {
             RouteError::BadRoute { .. }
             | RouteError::NoKey(_)
             | RouteError::Celery(_)
-            | RouteError::UnknownTask { .. } => self.delivery.dead_letter(reason).await,
+            | RouteError::UnknownTask { .. }
+            | RouteError::UngrantedFollowUp { .. } => self.delivery.dead_letter(reason).await,
         }
     }
 }

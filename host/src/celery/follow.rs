@@ -1,0 +1,292 @@
+//! What a Celery task sends when it succeeds: its callbacks (`link=`) and the next task of its
+//! chain, sent as a Celery worker sends them (`celery.app.trace`), so a workflow that a
+//! producer started keeps going whether its next step runs on qhost or on a Celery worker.
+//!
+//! A worker applies each callback signature, then pops the last signature of the `chain` and
+//! applies it with the rest of the chain, each with the task's return value put first in the
+//! arguments unless the signature is immutable (`.si()`), and with this task as the parent.
+//! qhost does the same, with two differences it documents: the return value is `None`
+//! (handlers have no result value yet), and several callbacks go out as separate tasks rather
+//! than as one group.
+//!
+//! A signature's task id is the one the producer froze into it (a chain's tasks all have one),
+//! so the ids a caller holds are the ones that run; otherwise it is derived from the outbox key
+//! like a handler's own task. Its queue is the signature's `queue` option, named as kombu's SQS
+//! transport names queues, or the queue the task came from. The follow-ups go through the
+//! outbox, committed with the task's completion: sent once, and only when the run acked.
+//!
+//! Refused before the task runs (each with why, dead-lettered so it can be redriven to a
+//! Celery worker): a chord (its counter lives in Celery's result backend), errbacks (qhost
+//! would not call them on failure), and callbacks that are themselves groups, chains or chords.
+
+use serde_json::{Map, Value};
+
+use super::DecodeError;
+use super::send::{self, Request};
+use super::task::Task;
+use crate::message::Outgoing;
+
+/// A task to send once the consumed task's run is complete.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct FollowUp {
+    /// The SQS queue it goes to.
+    pub(crate) queue: String,
+    /// The task.
+    request: Request,
+    /// The id the producer gave it, if any.
+    id: Option<String>,
+}
+
+impl FollowUp {
+    /// The outbox message for this follow-up; `derived` is its outbox key, which names the
+    /// task when the producer did not.
+    pub(crate) fn outgoing(&self, derived: &str) -> Outgoing {
+        let id = (self.id.clone()).unwrap_or_else(|| send::task_id(derived));
+        let mut msg = Outgoing::new(&self.queue, self.request.message(&id, &self.queue));
+        if self.queue.ends_with(".fifo") {
+            // kombu's group on a FIFO queue.
+            msg.group_id = Some("default".into());
+        }
+        msg
+    }
+}
+
+/// The tasks `task` sends when it succeeds: its callbacks, then the next task of its chain;
+/// `home` is the SQS queue it came from. Refused: what qhost does not carry on (see the module
+/// docs).
+pub(crate) fn follow_ups(task: &Task, home: &str) -> Result<Vec<FollowUp>, DecodeError> {
+    let links = &task.links;
+    if links.chord {
+        return Err(unsupported(
+            "it is part of a chord, whose counter lives in Celery's result backend",
+        ));
+    }
+    if links.errbacks {
+        return Err(unsupported(
+            "it has errbacks (link_error), which qhost would not call when it fails",
+        ));
+    }
+    let parent = |chain: Value| Parent {
+        id: &task.id,
+        root: task.root_id.as_deref().unwrap_or(&task.id),
+        chain,
+    };
+    let mut out = Vec::with_capacity(links.callbacks.len() + 1);
+    for sig in &links.callbacks {
+        out.push(follow_up(sig, &parent(Value::Null), home)?);
+    }
+    if let Some((next, rest)) = links.chain.split_last() {
+        let rest = match rest {
+            [] => Value::Null,
+            rest => Value::Array(rest.to_vec()),
+        };
+        out.push(follow_up(next, &parent(rest), home)?);
+    }
+    Ok(out)
+}
+
+/// The task a follow-up comes from.
+struct Parent<'a> {
+    id: &'a str,
+    root: &'a str,
+    /// The chain it carries on.
+    chain: Value,
+}
+
+/// One signature applied as a worker applies it on success.
+fn follow_up(sig: &Value, parent: &Parent<'_>, home: &str) -> Result<FollowUp, DecodeError> {
+    let Value::Object(sig) = sig else {
+        return Err(bad("a callback or chain entry is not a signature (a dict)"));
+    };
+    if let Some(kind) = sig.get("subtask_type").and_then(Value::as_str) {
+        return Err(unsupported(&format!(
+            "a callback is a {kind}; qhost sends plain task signatures only"
+        )));
+    }
+    let name = match sig.get("task") {
+        Some(Value::String(name)) if !name.is_empty() => name.clone(),
+        _ => return Err(bad("a signature has no task name")),
+    };
+    let own = send::list_or_empty(sig.get("args").cloned(), "args").map_err(|e| bad(&e))?;
+    let kwargs = send::dict_or_empty(sig.get("kwargs").cloned(), "kwargs").map_err(|e| bad(&e))?;
+    let args = match sig.get("immutable").and_then(Value::as_bool) {
+        Some(true) => own,
+        // The parent's return value first, as Celery passes it: None until handlers return one.
+        _ => Value::Array(std::iter::once(Value::Null).chain(as_list(own)).collect()),
+    };
+    let mut options = match sig.get("options") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(options)) => options.clone(),
+        Some(_) => return Err(bad("a signature's options are not a dict")),
+    };
+    let (eta, expires) = send::schedule(&mut options).map_err(|e| bad(&e))?;
+    let queue = match options.get("queue") {
+        None | Some(Value::Null) => home.to_string(),
+        Some(Value::String(queue)) => sqs_name(queue),
+        Some(_) => return Err(bad("a signature's queue option is not a queue name")),
+    };
+    let id = options
+        .get("task_id")
+        .and_then(Value::as_str)
+        .map(String::from);
+    let request = Request {
+        name,
+        args,
+        kwargs,
+        eta,
+        expires,
+        root_id: Some(parent.root.to_string()),
+        parent_id: Some(parent.id.to_string()),
+        chain: parent.chain.clone(),
+    };
+    Ok(FollowUp { queue, request, id })
+}
+
+fn as_list(value: Value) -> Vec<Value> {
+    match value {
+        Value::Array(items) => items,
+        _ => Vec::new(),
+    }
+}
+
+/// The SQS name kombu's SQS transport gives queue `name`: `.` becomes `-`, other punctuation
+/// but `-` and `_` becomes `_`, and a `.fifo` suffix is kept.
+pub(crate) fn sqs_name(name: &str) -> String {
+    let translate = |s: &str| -> String {
+        s.chars()
+            .map(|c| match c {
+                '.' => '-',
+                '-' | '_' => c,
+                c if c.is_ascii_punctuation() => '_',
+                c => c,
+            })
+            .collect()
+    };
+    match name.strip_suffix(".fifo") {
+        Some(stem) => format!("{}.fifo", translate(stem)),
+        None => translate(name),
+    }
+}
+
+fn unsupported(why: &str) -> DecodeError {
+    DecodeError::Unsupported(why.to_string())
+}
+
+fn bad(why: &str) -> DecodeError {
+    DecodeError::Protocol(why.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::celery::fixtures::{kombu, v2_headers};
+    use crate::celery::{ContentType, decode};
+
+    fn task_with(embed: Value) -> Task {
+        let body = serde_json::to_vec(&json!([[1], {}, embed])).unwrap();
+        let raw = kombu(v2_headers("proj.first", "id-1"), "application/json", &body);
+        decode(&raw, &[ContentType::Json]).unwrap()
+    }
+
+    fn sig(task: &str, args: Value, options: Value, immutable: bool) -> Value {
+        json!({"task": task, "args": args, "kwargs": {}, "options": options,
+               "subtask_type": null, "immutable": immutable, "chord_size": null})
+    }
+
+    fn sent(f: &FollowUp, derived: &str) -> Task {
+        decode(&f.outgoing(derived).body, &[ContentType::Json]).unwrap()
+    }
+
+    #[test]
+    fn a_chain_s_next_task_carries_the_rest_of_the_chain_and_its_frozen_id() {
+        let third = sig("proj.third", json!([3]), json!({"task_id": "id-3"}), true);
+        let second = sig(
+            "proj.second",
+            json!([2]),
+            json!({"task_id": "id-2", "queue": "proj.slow"}),
+            false,
+        );
+        let task = task_with(json!({"chain": [third, second], "callbacks": null}));
+        let ups = follow_ups(&task, "celery").unwrap();
+        assert_eq!(ups.len(), 1);
+        assert_eq!(
+            ups[0].queue, "proj-slow",
+            "kombu's name for the queue option"
+        );
+        let next = sent(&ups[0], "p:id-1/0");
+        assert_eq!(
+            (next.name.as_str(), next.id.as_str()),
+            ("proj.second", "id-2")
+        );
+        assert_eq!(
+            next.args,
+            json!([null, 2]),
+            "the parent's (None) result first"
+        );
+        assert_eq!(
+            (next.parent_id.as_deref(), next.root_id.as_deref()),
+            (Some("id-1"), Some("id-1"))
+        );
+        // The third is sent by whoever runs the second.
+        let after = follow_ups(&next, "proj-slow").unwrap();
+        assert_eq!(after.len(), 1);
+        let last = sent(&after[0], "q:id-2/0");
+        assert_eq!(
+            (last.name.as_str(), last.id.as_str()),
+            ("proj.third", "id-3")
+        );
+        assert_eq!(last.args, json!([3]), "immutable: its own arguments only");
+        assert_eq!(last.root_id.as_deref(), Some("id-1"));
+        assert!(
+            follow_ups(&last, "celery").unwrap().is_empty(),
+            "the chain ends"
+        );
+    }
+
+    #[test]
+    fn callbacks_go_first_each_with_an_id_derived_from_its_outbox_key_when_it_has_none() {
+        let link = sig("proj.notify", json!([]), json!({}), true);
+        let next = sig("proj.next", json!([]), json!({"task_id": "n"}), true);
+        let task = task_with(json!({"callbacks": [link], "chain": [next]}));
+        let ups = follow_ups(&task, "orders.fifo").unwrap();
+        let names: Vec<String> = ups.iter().map(|f| sent(f, "p:k/0").name).collect();
+        assert_eq!(names, ["proj.notify", "proj.next"]);
+        let first = ups[0].outgoing("p:k/0");
+        assert_eq!(sent(&ups[0], "p:k/0").id, send::task_id("p:k/0"));
+        assert_eq!(
+            (first.queue.as_str(), first.group_id.as_deref()),
+            ("orders.fifo", Some("default"))
+        );
+    }
+
+    #[test]
+    fn what_qhost_does_not_carry_on_is_refused_with_why() {
+        let group = json!({"task": "celery.group", "subtask_type": "group", "kwargs": {}});
+        let cases = [
+            (json!({"chord": {"task": "proj.sum"}}), "part of a chord"),
+            (
+                json!({"errbacks": [sig("e", json!([]), json!({}), true)]}),
+                "errbacks",
+            ),
+            (json!({"callbacks": [group]}), "a callback is a group"),
+            (json!({"chain": ["proj.x"]}), "not a signature"),
+            (
+                json!({"callbacks": [{"task": "t", "options": {"queue": 3}}]}),
+                "queue option",
+            ),
+        ];
+        for (embed, says) in cases {
+            let err = follow_ups(&task_with(embed.clone()), "celery").unwrap_err();
+            assert!(err.to_string().contains(says), "{embed}: {err}");
+        }
+    }
+
+    #[test]
+    fn queue_names_are_kombu_s() {
+        assert_eq!(sqs_name("proj.tasks"), "proj-tasks");
+        assert_eq!(sqs_name("a:b/c-d_e"), "a_b_c-d_e");
+        assert_eq!(sqs_name("orders.v2.fifo"), "orders-v2.fifo");
+    }
+}
