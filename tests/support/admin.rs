@@ -55,10 +55,25 @@ pub fn wait_for(
 /// The value of the sample `name{labels}` (every label given must match; others may be
 /// present), or `None` when there is no such sample.
 pub fn sample(exposition: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples(exposition, name, labels).next()
+}
+
+/// The sum of every series of metric `name` carrying `labels` (whatever its other labels, such
+/// as one series per queue), 0 when there is none.
+pub fn total(exposition: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples(exposition, name, labels).sum()
+}
+
+/// The values of the series of metric `name` carrying `labels`, in exposition order.
+fn samples<'a>(
+    exposition: &'a str,
+    name: &'a str,
+    labels: &'a [(&'a str, &'a str)],
+) -> impl Iterator<Item = f64> + 'a {
     exposition
         .lines()
         .filter(|l| !l.starts_with('#'))
-        .find_map(|line| {
+        .filter_map(move |line| {
             let (series, value) = line.rsplit_once(' ')?;
             let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
             let matches = metric == name
