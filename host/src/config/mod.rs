@@ -5,6 +5,8 @@
 
 pub(crate) mod celery;
 pub(crate) mod deadlines;
+#[cfg(test)]
+mod documented;
 mod file;
 pub(crate) mod load;
 pub(crate) mod payload;
