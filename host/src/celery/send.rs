@@ -8,6 +8,9 @@
 //! and the message's place in the outbox): a re-send after a crash sends the same task id, and
 //! a caller can know it. The envelope is built at `outbox.send`, so a body that is not a task is
 //! refused to the handler there.
+//!
+//! A consumed task's callbacks and chain (`super::follow`) are sent through the same
+//! [`Request`], so every task qhost sends is written one way.
 
 use std::time::{Duration, SystemTime};
 
