@@ -9,7 +9,7 @@
 //! a caller can know it. The envelope is built at `outbox.send`, so a body that is not a task is
 //! refused to the handler there.
 //!
-//! A consumed task's callbacks and chain (`super::follow`) are sent through the same
+//! A consumed task's callbacks and chain are sent through the same
 //! [`Request`], so every task qhost sends is written one way.
 
 use std::time::{Duration, SystemTime};
