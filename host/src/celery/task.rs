@@ -44,7 +44,7 @@ pub(crate) struct Task {
 
 /// What a task asks to happen after it runs: protocol 2's embed (`callbacks`, `errbacks`,
 /// `chain`, `chord`), protocol 1's `callbacks`, `errbacks` and `chord`. The signatures are kept
-/// as the producer wrote them (what a task sends on success is read from them where it is sent).
+/// as the producer wrote them, and read where the follow-ups are sent.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Links {
     /// Signatures applied on success (`link=`).
