@@ -2,7 +2,7 @@
 //! over it when a lease lapses, and surviving a Redis crash mid-stream.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use qhost::Host;
 use qhost::Outgoing;
@@ -584,11 +584,11 @@ async fn the_rate_limit_reserves_slots_alike_on_redis_and_the_embedded_store() {
         // the slots' spacing is checked whatever the calls themselves took on a busy machine.
         let mut waits = Vec::new();
         let mut calls = Vec::new();
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let later = loop {
-            let before = std::time::Instant::now();
+            let before = Instant::now();
             let admission = store.admit(&key, rate).await.expect("admit");
-            let after = std::time::Instant::now();
+            let after = Instant::now();
             match admission {
                 Admission::After(wait) => {
                     waits.push(wait);

@@ -65,15 +65,12 @@ impl Links {
             Some(Value::Array(items)) => items.clone(),
             _ => Vec::new(),
         };
-        let set = |field: &str| {
-            from.and_then(|f| f.get(field))
-                .is_some_and(|v| !v.is_null())
-        };
+        let field = |name: &str| from.and_then(|f| f.get(name));
         Links {
             callbacks: list("callbacks"),
             chain: list("chain"),
-            errbacks: !list("errbacks").is_empty(),
-            chord: set("chord"),
+            errbacks: matches!(field("errbacks"), Some(Value::Array(e)) if !e.is_empty()),
+            chord: field("chord").is_some_and(|v| !v.is_null()),
         }
     }
 }

@@ -22,10 +22,12 @@ use super::context::QueueCtx;
 use super::delivery::{Delivery, PluginRef};
 use super::route::{RouteError, Routed, Unroutable, loaded, routed};
 use crate::celery;
+use crate::celery::follow::FollowUp;
 use crate::config::celery::CeleryQueue;
 use crate::digest::sha256_hex;
 use crate::message::Received;
 use crate::payload::Resolved;
+use crate::plugin::Plugin;
 
 /// The longest a task not due yet is hidden at a time: just under SQS's 12 hours, which SQS
 /// counts from the receive (a change to the full 12 hours a moment later would be refused). A
@@ -71,12 +73,7 @@ pub(super) fn route(
         Ok(plugin) => plugin,
         Err((plugin, error)) => return unroutable(queue, msg, plugin, error),
     };
-    if let Some(f) = (follow_ups.iter()).find(|f| !plugin.manifest.outbox.is_celery(&f.queue)) {
-        let error = RouteError::UngrantedFollowUp {
-            task: task.name.clone(),
-            queue: f.queue.clone(),
-            plugin: plugin.name.clone(),
-        };
+    if let Some(error) = ungranted(&task.name, &plugin, &follow_ups) {
         return unroutable(queue, msg, PluginRef::Loaded(plugin), error);
     }
     let from_payload = resolved.is_some();
@@ -104,6 +101,16 @@ pub(super) fn route(
         attributes,
     });
     Ok(routed)
+}
+
+/// The refusal of a task whose follow-ups go to a queue `plugin` may not send Celery tasks to.
+fn ungranted(task: &str, plugin: &Plugin, follow_ups: &[FollowUp]) -> Option<RouteError> {
+    let f = (follow_ups.iter()).find(|f| !plugin.manifest.outbox.is_celery(&f.queue))?;
+    Some(RouteError::UngrantedFollowUp {
+        task: task.to_string(),
+        queue: f.queue.clone(),
+        plugin: plugin.name.clone(),
+    })
 }
 
 fn unroutable(
