@@ -12,8 +12,15 @@
 //! ```
 //!
 //! Values Celery's JSON tags (datetimes, decimals, UUIDs) arrive as the strings kombu wrote.
+//!
+//! What the task returns, [`set_result`] gives the host: a caller waiting on the task gets it,
+//! and so do the task's callbacks and the next task of its chain, first in their arguments.
+//!
+//! ```ignore
+//! qhost_guest::celery::set_result(&serde_json::json!({"sent": 2}))?;
+//! ```
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 pub use serde_json::{Map, Value};
 
 use crate::Message;
@@ -62,4 +69,10 @@ impl Task {
     pub fn kwarg(&self, name: &str) -> Option<&Value> {
         self.kwargs.get(name)
     }
+}
+
+/// Sets what the task returns (see [`crate::set_result`]): kept only if the handler acks.
+pub fn set_result<T: Serialize + ?Sized>(value: &T) -> Result<(), String> {
+    let json = serde_json::to_string(value).map_err(|e| format!("the result is not JSON: {e}"))?;
+    crate::set_result(&json)
 }

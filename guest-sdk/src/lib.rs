@@ -57,6 +57,15 @@ pub mod log;
 mod message;
 pub mod outbox;
 
+/// Sets this run's result value, as JSON text (the last call wins). The host keeps it only if
+/// the handler acks, committed with the run: a Celery caller's `AsyncResult.get()` returns it,
+/// and the task's callbacks and chain get it as their first argument. Refused (not a trap):
+/// text that is not JSON, or longer than 512 KiB. With the `celery` feature,
+/// [`celery::set_result`] takes any serializable value.
+pub fn set_result(json: &str) -> Result<(), String> {
+    bindings::qhost::handler::result_value::set(json)
+}
+
 pub use bindings::Guest as Handler;
 pub use bindings::qhost::handler::types::{Attribute, AttributeValue, Message, Outcome};
 

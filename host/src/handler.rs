@@ -46,21 +46,25 @@ pub enum Outcome {
     Reject(String),
 }
 
-/// A handler's answer: its outcome and the messages it asked to send.
+/// A handler's answer: its outcome, the messages it asked to send and its result value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Invocation {
     /// The outcome.
     pub outcome: Outcome,
     /// Outbox messages, sent only if the outcome is `Ack`.
     pub outbox: Vec<Outgoing>,
+    /// The run's result value (JSON text), kept only if the outcome is `Ack`: what a Celery
+    /// caller's `AsyncResult.get()` returns, and what the task's callbacks get first.
+    pub result: Option<String>,
 }
 
 impl Invocation {
-    /// An outcome with an empty outbox.
+    /// An outcome with an empty outbox and no result value.
     pub fn new(outcome: Outcome) -> Self {
         Invocation {
             outcome,
             outbox: Vec::new(),
+            result: None,
         }
     }
 }

@@ -8,9 +8,9 @@
 //
 // Build: scripts/build-plugins (jco componentize, pinned by package-lock.json, against ../../wit).
 
-import { get } from "qhost:handler/config@0.1.0";
-import { write } from "qhost:handler/log@0.1.0";
-import { send } from "qhost:handler/outbox@0.1.0";
+import { get } from "qhost:handler/config@0.1.1";
+import { write } from "qhost:handler/log@0.1.1";
+import { send } from "qhost:handler/outbox@0.1.1";
 
 const text = new TextDecoder();
 const bytes = new TextEncoder();

@@ -11,7 +11,7 @@ import json
 
 import wit_world
 from componentize_py_types import Err
-from wit_world.imports import config, log, outbox
+from wit_world.imports import config, log, outbox, result_value
 from wit_world.imports.types import (
     Attribute,
     AttributeValue_String,
@@ -30,7 +30,8 @@ class WitWorld(wit_world.WitWorld):
             return Outcome_Reject(f"not a reminder: {e}")
         # On a Celery queue (format = "celery") the body is the task the host decoded, and the
         # reminder is its keyword arguments: send_reminder.delay(email=…, customer=…, month=…).
-        if any(a.name == "celery-task" for a in msg.attributes):
+        celery = any(a.name == "celery-task" for a in msg.attributes)
+        if celery:
             reminder = reminder["kwargs"]
         # Not a JSON object: a bug upstream. The exception traps, the host retries, and after
         # max-attempts dead-letters the message with this traceback.
@@ -56,4 +57,7 @@ class WitWorld(wit_world.WitWorld):
             log.write(log.Level.ERROR, f"could not queue the email: {e.value}")
             return Outcome_Retry(5)
         log.write(log.Level.INFO, f"reminder for {email} queued as {message_id}")
+        if celery:
+            # What the task returns: a caller's AsyncResult(id).get() gets it.
+            result_value.set(json.dumps({"message-id": message_id}))
         return Outcome_Ack()

@@ -13,8 +13,8 @@
 // Build: scripts/build-guest-plugins (componentize-js, pinned by ../email-reminder-js's
 // package-lock.json, against ../../wit, with HTTP enabled).
 
-import { get } from "qhost:handler/config@0.1.0";
-import { write } from "qhost:handler/log@0.1.0";
+import { get } from "qhost:handler/config@0.1.1";
+import { write } from "qhost:handler/log@0.1.1";
 
 const text = new TextDecoder();
 

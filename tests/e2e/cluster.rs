@@ -41,6 +41,7 @@ async fn complete_all(store: &RedisStore, leases: Vec<Lease>) {
         .map(|lease| Completion {
             lease,
             outbox: vec![],
+            result: None,
             window: Duration::from_secs(60),
             digest: None,
         })

@@ -605,6 +605,7 @@ async fn every_redis_store_call_ends_at_its_deadline_when_the_server_stops() {
     let completion = Completion {
         lease: lease.clone(),
         outbox: Vec::new(),
+        result: None,
         window: request.window,
         digest: None,
     };

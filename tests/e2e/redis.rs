@@ -61,6 +61,7 @@ async fn leases_complete_once_and_a_lapsed_owner_is_refused() {
     let stale = Completion {
         lease: first,
         outbox: vec![],
+        result: None,
         window: Duration::from_secs(60),
         digest: None,
     };
@@ -81,6 +82,7 @@ async fn leases_complete_once_and_a_lapsed_owner_is_refused() {
     let done = Completion {
         lease: second,
         outbox: vec![Outgoing::new("next", "x")],
+        result: Some(r#"{"sent": 2}"#.into()),
         window: Duration::from_secs(60),
         digest: None,
     };
@@ -90,9 +92,20 @@ async fn leases_complete_once_and_a_lapsed_owner_is_refused() {
         .await
         .unwrap();
     assert!(
-        matches!(&again[0], Ok(Acquired::Completed { pending_outbox, pending_for, .. }) if pending_outbox[0].queue == "next" && *pending_for < Duration::from_secs(5))
+        matches!(&again[0], Ok(Acquired::Completed { pending_outbox, pending_result, pending_for, .. })
+            if pending_outbox[0].queue == "next" && pending_result.as_deref() == Some(r#"{"sent": 2}"#)
+                && *pending_for < Duration::from_secs(5)),
+        "the outbox and the result value are pending with the completion: {again:?}"
     );
     store.outbox_sent(&key).await.unwrap();
+    let carried_out = store
+        .acquire(&[request(&key, Duration::from_secs(5))])
+        .await
+        .unwrap();
+    assert!(
+        matches!(&carried_out[0], Ok(Acquired::Completed { pending_outbox, pending_result: None, .. }) if pending_outbox.is_empty()),
+        "{carried_out:?}"
+    );
     assert_eq!(
         store.status(&key).await.unwrap(),
         KeyStatus::Completed { pending_outbox: 0 }
@@ -153,6 +166,7 @@ async fn one_record_per_key_keeps_its_token_and_counts_failed_runs() {
     let done = Completion {
         lease: fourth,
         outbox: vec![],
+        result: None,
         window: Duration::from_secs(3600),
         digest: None,
     };
@@ -216,6 +230,7 @@ async fn a_completed_record_shrinks_to_a_string_once_its_outbox_is_sent() {
     let done = Completion {
         lease: lease.clone(),
         outbox: vec![Outgoing::new("next", b"hello".to_vec())],
+        result: None,
         window: Duration::from_secs(3600),
         digest: Some(digest.clone()),
     };
@@ -347,6 +362,7 @@ async fn a_batch_is_leased_in_one_round_trip() {
             Ok(Acquired::Granted(lease)) => Completion {
                 lease,
                 outbox: vec![],
+                result: None,
                 window: Duration::from_secs(60),
                 digest: None,
             },

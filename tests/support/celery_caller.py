@@ -1,5 +1,6 @@
 """A Celery caller that waits on its tasks' results, as web code calling `.get()` does: it sends
 each task through Celery on kombu's SQS transport and waits on Celery's Redis result backend.
+The tasks' first argument is the fixture plugin's command (plugins/fixtures).
 It prints one JSON line per task: the value `get()` returned, or the exception it raised.
 
 usage: celery_caller.py ENDPOINT QUEUE REDIS_URL
@@ -12,7 +13,13 @@ from celery_app import app_for
 endpoint, queue, backend = sys.argv[1], sys.argv[2], sys.argv[3]
 app = app_for(endpoint, queue, backend)
 
-for case, args in [("acked", ["ack"]), ("rejected", ["reject:no such customer"])]:
+CASES = [
+    ("acked", ["ack"]),
+    ("valued", ['result:{"sent": 2, "to": ["a@example.com"]}']),
+    ("unvalued", ["result:sent two"]),  # not JSON: the handler is refused and rejects
+    ("rejected", ["reject:no such customer"]),
+]
+for case, args in CASES:
     result = app.send_task("proj.tasks.echo", args=args)
     try:
         value = result.get(timeout=60)

@@ -5,9 +5,9 @@
 //! A worker applies each callback signature, then pops the last signature of the `chain` and
 //! applies it with the rest of the chain, each with the task's return value put first in the
 //! arguments unless the signature is immutable (`.si()`), and with this task as the parent.
-//! qhost does the same, with two differences it documents: the return value is `None`
-//! (handlers have no result value yet), and several callbacks go out as separate tasks rather
-//! than as one group.
+//! qhost does the same, the return value being the one the handler set through
+//! `qhost:handler/result-value` (`None` if it set none), with one difference it documents:
+//! several callbacks go out as separate tasks rather than as one group.
 //!
 //! A signature's task id is the one the producer froze into it (a chain's tasks all have one),
 //! so the ids a caller holds are the ones that run; otherwise it is derived from the outbox key
@@ -31,18 +31,28 @@ use crate::message::Outgoing;
 pub(crate) struct FollowUp {
     /// The SQS queue it goes to.
     pub(crate) queue: String,
-    /// The task.
+    /// The task, with the signature's own arguments.
     request: Request,
     /// The id the producer gave it, if any.
     id: Option<String>,
+    /// Whether the parent's return value goes first in its arguments (not for `.si()`).
+    takes_result: bool,
 }
 
 impl FollowUp {
     /// The outbox message for this follow-up; `derived` is its outbox key, which names the
-    /// task when the producer did not.
-    pub(crate) fn outgoing(&self, derived: &str) -> Outgoing {
+    /// task when the producer did not, and `parent` the consumed task's return value.
+    pub(crate) fn outgoing(&self, derived: &str, parent: &Value) -> Outgoing {
         let id = (self.id.clone()).unwrap_or_else(|| send::task_id(derived));
-        let mut msg = Outgoing::new(&self.queue, self.request.message(&id, &self.queue));
+        let body = if self.takes_result {
+            let mut request = self.request.clone();
+            let own = as_list(std::mem::take(&mut request.args));
+            request.args = Value::Array(std::iter::once(parent.clone()).chain(own).collect());
+            request.message(&id, &self.queue)
+        } else {
+            self.request.message(&id, &self.queue)
+        };
+        let mut msg = Outgoing::new(&self.queue, body);
         if self.queue.ends_with(".fifo") {
             // kombu's group on a FIFO queue.
             msg.group_id = Some("default".into());
@@ -107,13 +117,9 @@ fn follow_up(sig: &Value, parent: &Parent<'_>, home: &str) -> Result<FollowUp, D
         Some(Value::String(name)) if !name.is_empty() => name.clone(),
         _ => return Err(bad("a signature has no task name")),
     };
-    let own = send::list_or_empty(sig.get("args").cloned(), "args").map_err(|e| bad(&e))?;
+    let args = send::list_or_empty(sig.get("args").cloned(), "args").map_err(|e| bad(&e))?;
     let kwargs = send::dict_or_empty(sig.get("kwargs").cloned(), "kwargs").map_err(|e| bad(&e))?;
-    let args = match sig.get("immutable").and_then(Value::as_bool) {
-        Some(true) => own,
-        // The parent's return value first, as Celery passes it: None until handlers return one.
-        _ => Value::Array(std::iter::once(Value::Null).chain(as_list(own)).collect()),
-    };
+    let immutable = sig.get("immutable").and_then(Value::as_bool) == Some(true);
     let mut options = match sig.get("options") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(options)) => options.clone(),
@@ -139,7 +145,12 @@ fn follow_up(sig: &Value, parent: &Parent<'_>, home: &str) -> Result<FollowUp, D
         parent_id: Some(parent.id.to_string()),
         chain: parent.chain.clone(),
     };
-    Ok(FollowUp { queue, request, id })
+    Ok(FollowUp {
+        queue,
+        request,
+        id,
+        takes_result: !immutable,
+    })
 }
 
 fn as_list(value: Value) -> Vec<Value> {
@@ -196,7 +207,12 @@ mod tests {
     }
 
     fn sent(f: &FollowUp, derived: &str) -> Task {
-        decode(&f.outgoing(derived).body, &[ContentType::Json]).unwrap()
+        sent_after(f, derived, &Value::Null)
+    }
+
+    /// What `f` sends when its parent returned `parent`.
+    fn sent_after(f: &FollowUp, derived: &str, parent: &Value) -> Task {
+        decode(&f.outgoing(derived, parent).body, &[ContentType::Json]).unwrap()
     }
 
     #[test]
@@ -215,15 +231,20 @@ mod tests {
             ups[0].queue, "proj-slow",
             "kombu's name for the queue option"
         );
-        let next = sent(&ups[0], "p:id-1/0");
+        let next = sent_after(&ups[0], "p:id-1/0", &json!({"total": 7}));
         assert_eq!(
             (next.name.as_str(), next.id.as_str()),
             ("proj.second", "id-2")
         );
         assert_eq!(
             next.args,
+            json!([{"total": 7}, 2]),
+            "the parent's result first"
+        );
+        assert_eq!(
+            sent(&ups[0], "p:id-1/0").args,
             json!([null, 2]),
-            "the parent's (None) result first"
+            "None when it set none"
         );
         assert_eq!(
             (next.parent_id.as_deref(), next.root_id.as_deref()),
@@ -232,7 +253,7 @@ mod tests {
         // The third is sent by whoever runs the second.
         let after = follow_ups(&next, "proj-slow").unwrap();
         assert_eq!(after.len(), 1);
-        let last = sent(&after[0], "q:id-2/0");
+        let last = sent_after(&after[0], "q:id-2/0", &json!("ignored"));
         assert_eq!(
             (last.name.as_str(), last.id.as_str()),
             ("proj.third", "id-3")
@@ -253,7 +274,7 @@ mod tests {
         let ups = follow_ups(&task, "orders.fifo").unwrap();
         let names: Vec<String> = ups.iter().map(|f| sent(f, "p:k/0").name).collect();
         assert_eq!(names, ["proj.notify", "proj.next"]);
-        let first = ups[0].outgoing("p:k/0");
+        let first = ups[0].outgoing("p:k/0", &Value::Null);
         assert_eq!(sent(&ups[0], "p:k/0").id, send::task_id("p:k/0"));
         assert_eq!(
             (first.queue.as_str(), first.group_id.as_deref()),

@@ -4,12 +4,14 @@
 //! A record is the JSON `{status, result, traceback, children, date_done, task_id}` under
 //! `celery-task-meta-ID`, set with an expiry and published on a channel of the same name (a
 //! waiting `get()` subscribes to it, and reads the key once it has). One script sets and
-//! publishes, and never replaces a `SUCCESS`: a redelivered task that completed is finished
-//! again and writes `SUCCESS` again (so a record lost in a crash between the completion and the
-//! write comes back), but a late failure of an older run never overwrites it.
+//! publishes, and never replaces a `SUCCESS`: a redelivery that finds the record still pending
+//! (its host crashed between the completion and the write) writes it again, but a late
+//! failure of an older run never overwrites it.
 //!
-//! What is written: `SUCCESS` once the task's run is recorded complete, its `result` `null`
-//! (the handler contract has no result value yet); `FAILURE` when the task is dead-lettered after
+//! What is written: `SUCCESS` once the task's run is recorded complete, with the value the
+//! handler set through `qhost:handler/result-value` (`null` if it set none), committed with
+//! the completion and pending beside its outbox until written (`idempotency::pending`);
+//! `FAILURE` when the task is dead-lettered after
 //! its handler ran (rejected, or out of attempts), as `{"exc_type": "TaskRejected",
 //! "exc_message": [REASON], "exc_module": null}`, which Celery re-raises as an exception of that
 //! name. Nothing for a task sent with `ignore_result`.
@@ -45,8 +47,8 @@ return 1
 /// How a task's run ended, as its record says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum TaskState {
-    /// Completed.
-    Success,
+    /// Completed, with the run's result value (JSON text).
+    Success(String),
     /// Dead-lettered after running, with why.
     Failure(String),
 }
@@ -112,7 +114,8 @@ impl ResultBackend {
 /// The record's JSON, as Celery's backend writes it.
 fn meta(id: &str, state: &TaskState, now: SystemTime) -> String {
     let (status, result) = match state {
-        TaskState::Success => ("SUCCESS", json!(null)),
+        // The value was checked to be JSON when the handler set it.
+        TaskState::Success(value) => ("SUCCESS", serde_json::from_str(value).unwrap_or_default()),
         TaskState::Failure(reason) => (
             "FAILURE",
             json!({"exc_type": "TaskRejected", "exc_message": [reason], "exc_module": null}),
@@ -137,11 +140,15 @@ mod tests {
     #[test]
     fn records_are_celery_s_json() {
         let at = SystemTime::UNIX_EPOCH + Duration::from_micros(1_764_669_600_123_456);
-        let ok: serde_json::Value =
-            serde_json::from_str(&meta("t1", &TaskState::Success, at)).unwrap();
+        let ok: serde_json::Value = serde_json::from_str(&meta(
+            "t1",
+            &TaskState::Success(r#"{"sent": [1, 2]}"#.into()),
+            at,
+        ))
+        .unwrap();
         assert_eq!(
             ok,
-            json!({"status": "SUCCESS", "result": null, "traceback": null, "children": [],
+            json!({"status": "SUCCESS", "result": {"sent": [1, 2]}, "traceback": null, "children": [],
                    "date_done": "2025-12-02T10:00:00.123456+00:00", "task_id": "t1"})
         );
         let failed = meta("t2", &TaskState::Failure("no such user".into()), at);

@@ -10,12 +10,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, Transaction, params};
 
+use super::pending;
 use super::rate::{self, Admission, Rate};
 use super::{
     Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
     Released, StoreResult,
 };
-use crate::message::{Outgoing, now_ms};
+use crate::message::now_ms;
 use crate::sqlite::Db;
 
 const SCHEMA: &str = "
@@ -106,15 +107,13 @@ fn acquire_one(tx: &Transaction<'_>, req: &LeaseRequest, now: i64) -> anyhow::Re
     let live = row.as_ref().filter(|r| r.expires_at_ms > now);
     match live.map(|r| r.state.as_str()) {
         Some("completed") => {
-            let outbox = live.and_then(|r| r.outbox.as_deref());
-            let pending_outbox = match outbox {
-                Some(json) => serde_json::from_str::<Vec<Outgoing>>(json)?,
-                None => Vec::new(),
-            };
+            let stored = live.and_then(|r| r.outbox.as_deref());
+            let (pending_outbox, pending_result) = pending::decode(stored.unwrap_or_default())?;
             let since = live.and_then(|r| r.outbox_at_ms).unwrap_or(now);
             let pending_for = Duration::from_millis((now - since).max(0) as u64);
             return Ok(Acquired::Completed {
                 pending_outbox,
+                pending_result,
                 pending_for,
                 digest: live.and_then(|r| r.digest.clone()),
             });
@@ -169,11 +168,8 @@ fn update_owned(
 }
 
 fn complete_one(tx: &Transaction<'_>, done: &Completion) -> anyhow::Result<bool> {
-    let outbox = if done.outbox.is_empty() {
-        None
-    } else {
-        Some(serde_json::to_string(&done.outbox)?)
-    };
+    let outbox =
+        Some(pending::encode(&done.outbox, done.result.as_deref())).filter(|t| !t.is_empty());
     let now = now_ms() as i64;
     let expires = now + done.window.as_millis() as i64;
     update_owned(
@@ -197,10 +193,9 @@ impl LocalStore {
                     fencing_token: r.fencing,
                 },
                 Some(r) if r.state == "completed" => KeyStatus::Completed {
-                    pending_outbox: match r.outbox {
-                        Some(json) => serde_json::from_str::<Vec<Outgoing>>(&json)?.len(),
-                        None => 0,
-                    },
+                    pending_outbox: pending::decode(r.outbox.as_deref().unwrap_or_default())?
+                        .0
+                        .len(),
                 },
                 _ => KeyStatus::Unknown,
             })
@@ -319,6 +314,7 @@ impl IdempotencyStore for LocalStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::Outgoing;
 
     fn req(key: &str, ttl_ms: u64) -> LeaseRequest {
         LeaseRequest {
@@ -353,6 +349,7 @@ mod tests {
         let done = Completion {
             lease: lease.clone(),
             outbox: vec![Outgoing::new("out", "x")],
+            result: None,
             window: Duration::from_secs(60),
             digest: None,
         };
@@ -369,6 +366,33 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_result_value_is_pending_with_its_completion_until_carried_out() {
+        let store = LocalStore::open(None).unwrap();
+        let lease = grant(&store, "k", 60_000).await;
+        let done = Completion {
+            lease,
+            outbox: vec![],
+            result: Some(r#"{"sent": 2}"#.into()),
+            window: Duration::from_secs(60),
+            digest: None,
+        };
+        assert_eq!(store.complete(&[done]).await.unwrap(), vec![Ok(())]);
+        let pending = |a: &StoreResult<Acquired>| match a {
+            Ok(Acquired::Completed { pending_result, .. }) => pending_result.clone(),
+            other => panic!("not completed: {other:?}"),
+        };
+        let again = store.acquire(&[req("k", 60_000)]).await.unwrap();
+        assert_eq!(pending(&again[0]).as_deref(), Some(r#"{"sent": 2}"#));
+        store.outbox_sent("k").await.unwrap();
+        let after = store.acquire(&[req("k", 60_000)]).await.unwrap();
+        assert_eq!(
+            pending(&after[0]),
+            None,
+            "carried out: nothing to write again"
+        );
+    }
+
+    #[tokio::test]
     async fn a_lapsed_owner_cannot_complete_or_release_the_new_owners_lease() {
         let store = LocalStore::open(None).unwrap();
         let old = grant(&store, "k", 1).await;
@@ -381,6 +405,7 @@ mod tests {
         let stale = Completion {
             lease: old,
             outbox: vec![],
+            result: None,
             window: Duration::from_secs(60),
             digest: None,
         };

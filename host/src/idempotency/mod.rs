@@ -22,6 +22,7 @@
 
 pub(crate) mod key;
 pub(crate) mod local;
+pub(crate) mod pending;
 pub(crate) mod rate;
 pub(crate) mod redis;
 
@@ -127,6 +128,9 @@ pub enum Acquired {
     Completed {
         /// Outbox messages still to send.
         pending_outbox: Vec<Outgoing>,
+        /// The run's result value (JSON), committed with it and still to write where a
+        /// caller waits on it.
+        pending_result: Option<String>,
         /// How long ago the outbox was committed (zero when there is none).
         pending_for: Duration,
         /// The sha256 of the body the completing run handled, when it was recorded.
@@ -146,6 +150,10 @@ pub struct Completion {
     pub lease: Lease,
     /// The handler's outbox, committed in the same step as the completed record.
     pub outbox: Vec<Outgoing>,
+    /// The run's result value (JSON) to write where a caller waits on it (a Celery task's
+    /// result record), committed in the same step and pending, like the outbox, until
+    /// `outbox_sent`.
+    pub result: Option<String>,
     /// How long to remember the key as completed.
     pub window: Duration,
     /// The sha256 (hex) of the body the handler ran on, kept so a later delivery of the key
@@ -188,7 +196,7 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
     /// [`IdempotencyError::LeaseLost`] when the caller no longer owned it (nothing was written).
     async fn complete(&self, completions: &[Completion]) -> StoreResult<Vec<StoreResult<()>>>;
 
-    /// Records that a completed key's outbox was sent.
+    /// Records that a completed key's outbox was sent (and its result value written).
     async fn outbox_sent(&self, key: &str) -> StoreResult<()>;
 
     /// Gives a lease up so the key can be acquired at once, counting the run by `why`;

@@ -9,7 +9,7 @@
 //! f  the fencing token of the last grant (HINCRBY on each grant, so it only rises)
 //! o  the owner, and u the lease's end (ms, Redis clock), while leased
 //! n  failed handler runs, counted on a failed release, gone on completion
-//! b  the outbox (JSON) and t when it was committed (ms), until it is sent
+//! b  the outbox and result value (`pending`) and t when committed (ms), until carried out
 //! d  the sha256 of the body that ran, once completed (body-keyed plugins)
 //! ```
 //!
@@ -61,6 +61,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::{Script, ScriptInvocation, Value};
 
+use super::pending;
 use super::rate::{self, Admission, Rate};
 use super::{
     Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
@@ -130,7 +131,7 @@ impl RedisStore {
                 fencing_token: fence.parse().unwrap_or(0),
             },
             [state, _, _, outbox] if state == "c" => KeyStatus::Completed {
-                pending_outbox: decode_outbox(outbox)?.len(),
+                pending_outbox: decode_pending(outbox)?.0.len(),
             },
             _ => KeyStatus::Unknown,
         })
@@ -272,11 +273,15 @@ fn parse_acquired(
                 .map_err(|e| corrupt(format!("failed runs `{failures}`: {e}")))?,
             window: request.window,
         })),
-        [kind, outbox, age, digest] if kind == "completed" => Ok(Acquired::Completed {
-            pending_outbox: decode_outbox(outbox)?,
-            pending_for: Duration::from_millis(age.parse::<i64>().unwrap_or(0).max(0) as u64),
-            digest: Some(digest.clone()).filter(|d| !d.is_empty()),
-        }),
+        [kind, pending, age, digest] if kind == "completed" => {
+            let (pending_outbox, pending_result) = decode_pending(pending)?;
+            Ok(Acquired::Completed {
+                pending_outbox,
+                pending_result,
+                pending_for: Duration::from_millis(age.parse::<i64>().unwrap_or(0).max(0) as u64),
+                digest: Some(digest.clone()).filter(|d| !d.is_empty()),
+            })
+        }
         [kind, pttl] if kind == "busy" => Ok(Acquired::Busy {
             retry_after: Duration::from_millis(pttl.parse::<i64>().unwrap_or(0).max(0) as u64),
         }),
@@ -286,19 +291,8 @@ fn parse_acquired(
     }
 }
 
-fn decode_outbox(json: &str) -> StoreResult<Vec<Outgoing>> {
-    if json.is_empty() {
-        return Ok(Vec::new());
-    }
-    serde_json::from_str(json).map_err(|e| corrupt(format!("a stored outbox: {e}")))
-}
-
-fn encode_outbox(outbox: &[Outgoing]) -> String {
-    if outbox.is_empty() {
-        return String::new();
-    }
-    // Outgoing is plain data (strings, bytes, numbers): serialising it cannot fail.
-    serde_json::to_string(outbox).unwrap_or_default()
+fn decode_pending(text: &str) -> StoreResult<(Vec<Outgoing>, Option<String>)> {
+    pending::decode(text).map_err(|e| corrupt(format!("a stored outbox: {e}")))
 }
 
 #[async_trait]
@@ -351,7 +345,7 @@ impl IdempotencyStore for RedisStore {
     async fn complete(&self, completions: &[Completion]) -> StoreResult<Vec<StoreResult<()>>> {
         let outboxes: Vec<String> = completions
             .iter()
-            .map(|c| encode_outbox(&c.outbox))
+            .map(|c| pending::encode(&c.outbox, c.result.as_deref()))
             .collect();
         let invocations = completions
             .iter()

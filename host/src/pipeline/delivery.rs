@@ -171,8 +171,16 @@ impl Delivery {
         }
     }
 
+    /// The result value to commit with this delivery's completion: for a Celery task whose
+    /// record is written, the handler's value, or `null` when it set none; otherwise nothing.
+    pub(crate) fn result_to_record(&self, value: Option<String>) -> Option<String> {
+        self.result_for.as_ref()?;
+        Some(value.unwrap_or_else(|| "null".to_string()))
+    }
+
     /// Writes the Celery result record of this delivery's task, if it has one, beside the
-    /// delivery's end (a record that cannot be written is logged; the run stands).
+    /// delivery's end (a record that cannot be written is logged; the run stands): how a task
+    /// that failed ends. A success's record is committed with its completion (`finish`).
     pub(crate) fn record_result(&self, state: TaskState) {
         let shared = &self.queue.shared;
         let (Some(id), Some(backend)) = (&self.result_for, &shared.celery_results) else {
@@ -187,6 +195,20 @@ impl Delivery {
         shared.tasks.spawn(write.in_current_span());
     }
 
+    /// Writes the `SUCCESS` record of this delivery's task with the run's result `value`
+    /// (JSON), when the host has a result backend (it may have been dropped from the
+    /// configuration since the run: nothing to write to then).
+    async fn write_success(&self, value: String) -> Result<(), String> {
+        let (Some(id), Some(backend)) = (&self.result_for, &self.queue.shared.celery_results)
+        else {
+            return Ok(());
+        };
+        let step = self.span.step("result record");
+        let written = backend.record(id, &TaskState::Success(value)).await;
+        drop(step);
+        written.map(drop)
+    }
+
     /// Notes the Celery tasks this delivery's task sends once its run acks.
     pub(crate) fn follows_with(&mut self, follow_ups: Vec<FollowUp>) {
         self.follow_ups = follow_ups;
@@ -195,15 +217,23 @@ impl Delivery {
     /// `outbox` (the handler's) with the task's follow-ups after it, each named by its place
     /// in the outbox as the handler's own messages are (`wire::derived_key`), so the outbox
     /// that commits with the completion holds them: sent once, and only for a run that acked.
+    /// `result` is the run's result value (JSON), which a follow-up gets first as Celery
+    /// passes a parent's return value (`null` when there is none).
     pub(crate) fn with_follow_ups(
         &self,
         mut outbox: Vec<Outgoing>,
         plugin: &str,
         key: &str,
+        result: Option<&str>,
     ) -> Vec<Outgoing> {
+        if self.follow_ups.is_empty() {
+            return outbox;
+        }
+        // The value was checked to be JSON when the handler set it.
+        let parent = (result.and_then(|r| serde_json::from_str(r).ok())).unwrap_or_default();
         for f in &self.follow_ups {
             let derived = wire::derived_key(plugin, key, outbox.len());
-            outbox.push(f.outgoing(&derived));
+            outbox.push(f.outgoing(&derived, &parent));
         }
         outbox
     }
@@ -263,10 +293,24 @@ impl Delivery {
         backoff::delay(policy, self.msg.receive_count, asked_secs)
     }
 
-    /// Sends a completed key's outbox, records it sent under `key`, and deletes the message. If
-    /// the send fails the message is put back: its redelivery finds the key completed with the
-    /// outbox still pending and sends it then.
-    pub(crate) async fn finish(self, outbox: Vec<Outgoing>, key: &Key) -> Fate {
+    /// Writes a completed key's result record (a Celery task's), sends its outbox, records both
+    /// done under `key`, and deletes the message. If either fails the message is put back: its
+    /// redelivery finds the key completed with them still pending and carries them out then.
+    /// The record goes first: while the result backend is down nothing is sent, so its outage
+    /// costs no outbox copies.
+    pub(crate) async fn finish(
+        self,
+        outbox: Vec<Outgoing>,
+        result: Option<String>,
+        key: &Key,
+    ) -> Fate {
+        let pending = !outbox.is_empty() || result.is_some();
+        if let Some(value) = result
+            && let Err(e) = self.write_success(value).await
+        {
+            tracing::warn!(error = %e, "could not write the Celery result record; will write it on redelivery");
+            return self.back_off().await;
+        }
         if !outbox.is_empty() {
             let shared = Arc::clone(&self.queue.shared);
             let mut step = self.span.step("outbox send");
@@ -290,11 +334,13 @@ impl Delivery {
                 return self.back_off().await;
             }
             self.record(Event::OutboxSent(outbox.len() as u64));
+        }
+        if pending {
+            let shared = &self.queue.shared;
             (shared.outbox_marks)
                 .mark(&shared.store, &shared.stats, &key.scoped)
                 .await;
         }
-        self.record_result(TaskState::Success);
         let Delivery {
             queue,
             msg,

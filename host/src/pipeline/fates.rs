@@ -67,6 +67,7 @@ async fn completed_unsent(bed: &TestBed, job: &str) {
     let completion = Completion {
         lease: grant(&bed.local, &bed.scoped(job)).await,
         outbox: vec![Outgoing::new(OUT, "committed")],
+        result: None,
         window: Duration::from_secs(600),
         digest: None,
     };

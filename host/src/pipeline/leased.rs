@@ -201,12 +201,15 @@ impl Leased {
         }
     }
 
-    /// The handler acked: large outbox messages are offloaded, the outbox is committed with
-    /// the completed record, then sent and the message deleted.
-    pub(crate) async fn ack(mut self, outbox: Vec<Outgoing>) -> Fate {
+    /// The handler acked: large outbox messages are offloaded, the outbox (and a Celery task's
+    /// result value, `null` if the handler set none) is committed with the completed record,
+    /// then sent and the message deleted.
+    pub(crate) async fn ack(mut self, outbox: Vec<Outgoing>, result: Option<String>) -> Fate {
         self.stop_heartbeat().await;
         let shared = Arc::clone(&self.delivery.queue().shared);
-        let outbox = (self.delivery).with_follow_ups(outbox, &self.plugin.name, &self.key.handler);
+        let (plugin, key) = (&self.plugin.name, &self.key.handler);
+        let outbox = (self.delivery).with_follow_ups(outbox, plugin, key, result.as_deref());
+        let result = self.delivery.result_to_record(result);
         let mut outbox = outbox::stamp(&self.key.handler, &self.plugin, outbox);
         self.delivery
             .span()
@@ -232,6 +235,7 @@ impl Leased {
         let completion = Completion {
             lease,
             outbox: outbox.clone(),
+            result: result.clone(),
             window: plugin.manifest.dedup_window(),
             digest: ran_on,
         };
@@ -241,7 +245,7 @@ impl Leased {
         match completed {
             Ok(()) => {
                 delivery.record(Event::Acked);
-                delivery.finish(outbox, &key).await
+                delivery.finish(outbox, result, &key).await
             }
             Err(IdempotencyError::LeaseLost(_)) => {
                 tracing::warn!(key = %key.handler, "lease lost before completion; discarding this result");

@@ -41,10 +41,10 @@ pub(crate) struct Routed {
 }
 
 impl Routed {
-    /// A duplicate of completed work: sends the outbox still pending (if any) and deletes the
-    /// message, without running the handler.
-    pub(crate) async fn finish(self, outbox: Vec<Outgoing>) -> Fate {
-        self.delivery.finish(outbox, &self.key).await
+    /// A duplicate of completed work: sends the outbox and writes the result record still
+    /// pending (if any) and deletes the message, without running the handler.
+    pub(crate) async fn finish(self, outbox: Vec<Outgoing>, result: Option<String>) -> Fate {
+        self.delivery.finish(outbox, result, &self.key).await
     }
 }
 

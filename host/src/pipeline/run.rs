@@ -61,19 +61,26 @@ pub(crate) async fn leased(mut routed: Routed, acquired: Acquired) -> Fate {
         }
         Acquired::Completed {
             pending_outbox,
+            pending_result,
             pending_for,
             ..
-        } if !pending_outbox.is_empty() && pending_for < visibility => {
-            // The worker that completed the key is most likely sending this outbox right now;
-            // sending it too would only make copies. Look again once that worker would have
+        } if (!pending_outbox.is_empty() || pending_result.is_some())
+            && pending_for < visibility =>
+        {
+            // The worker that completed the key is most likely sending this outbox (or writing
+            // its result) right now; doing it too would only make copies. Look again once that worker would have
             // finished, or been presumed dead.
             let delay = busy_delay(&routed.delivery, visibility - pending_for);
             routed.delivery.put_back(delay, Event::Busy).await
         }
-        Acquired::Completed { pending_outbox, .. } => {
+        Acquired::Completed {
+            pending_outbox,
+            pending_result,
+            ..
+        } => {
             tracing::debug!("duplicate of completed work; acking without running");
             routed.delivery.record(Event::Duplicate);
-            routed.finish(pending_outbox).await
+            routed.finish(pending_outbox, pending_result).await
         }
         Acquired::Busy { retry_after } => {
             let delay = busy_delay(&routed.delivery, retry_after);
@@ -160,7 +167,8 @@ async fn run(mut leased: Leased, resolved: Option<Resolved>) -> Fate {
         Ok(Invocation {
             outcome: Outcome::Ack,
             outbox,
-        }) => leased.ack(outbox).await,
+            result,
+        }) => leased.ack(outbox, result).await,
         Ok(Invocation {
             outcome: Outcome::Retry(secs),
             ..

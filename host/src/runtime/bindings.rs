@@ -11,7 +11,7 @@ wasmtime::component::bindgen!({
 pub(crate) use self::qhost::handler::types::{Attribute, AttributeValue};
 
 /// The version of the `qhost:handler` package this host serves.
-pub(crate) const WIT_VERSION: &str = "0.1.0";
+pub(crate) const WIT_VERSION: &str = "0.1.1";
 
 #[cfg(test)]
 mod tests {
@@ -27,5 +27,9 @@ mod tests {
             crate::runtime::WIT_PACKAGE,
             format!("qhost:handler@{}", super::WIT_VERSION)
         );
+        // JavaScript names the version in each import; `qhost new --lang js` writes this file.
+        let js = include_str!("../../templates/js/app.js");
+        let import = format!("\"qhost:handler/log@{}\"", super::WIT_VERSION);
+        assert!(js.contains(&import), "templates/js/app.js imports {import}");
     }
 }

@@ -26,7 +26,7 @@ pub(crate) use outbox::OutboxGrant;
 pub(crate) const MAX_MEMORY_MIB: u64 = 4096;
 
 /// The WIT package this host serves, as `qhost plugins check` and `qhost --version` name it.
-pub const WIT_PACKAGE: &str = "qhost:handler@0.1.0";
+pub const WIT_PACKAGE: &str = "qhost:handler@0.1.1";
 
 /// The wasmtime release this host embeds (plugins are compiled by it).
 pub const WASMTIME_VERSION: &str = wasmtime_environ::VERSION;

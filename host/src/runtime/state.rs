@@ -14,7 +14,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use super::bindings::qhost::handler::{config, log, outbox, types};
+use super::bindings::qhost::handler::{config, log, outbox, result_value, types};
 use super::convert;
 use super::http::{Call, HttpPolicy, OutboundHttp};
 use super::outbox::{OutboxPolicy, Sender};
@@ -26,6 +26,9 @@ use crate::message::Outgoing;
 const STDERR_CAPACITY: usize = 8 * 1024;
 /// Longest log line kept from a guest.
 const MAX_LOG_LINE: usize = 4096;
+/// Longest result value a guest may set: what a caller waiting on a task's result reads back
+/// from Redis, and what the completed record keeps until it is written.
+pub(crate) const MAX_RESULT_BYTES: usize = 512 * 1024;
 
 /// Who is running, for log lines.
 #[derive(Clone, Debug)]
@@ -69,6 +72,8 @@ pub(crate) struct HostState {
     ctx: CallContext,
     /// What the guest asked to send, stamped and checked.
     pub(crate) outbox: Vec<Outgoing>,
+    /// The run's result value (JSON), if the guest set one.
+    pub(crate) result: Option<String>,
 }
 
 impl HostState {
@@ -98,15 +103,17 @@ impl HostState {
             http: OutboundHttp::new(http, ctx.http_call()),
             ctx,
             outbox: Vec::new(),
+            result: None,
         }
     }
 
-    /// Starts a new message on a reused instance: its context, an empty outbox and an empty
-    /// stderr.
+    /// Starts a new message on a reused instance: its context, an empty outbox, no result
+    /// value and an empty stderr.
     pub(crate) fn begin(&mut self, ctx: CallContext) {
         self.http.begin(ctx.http_call());
         self.ctx = ctx;
         self.outbox.clear();
+        self.result = None;
         self.stderr.clear();
     }
 
@@ -242,6 +249,27 @@ impl outbox::Host for HostState {
     }
 }
 
+impl result_value::Host for HostState {
+    fn set(&mut self, json: String) -> Result<(), String> {
+        self.result = Some(checked_result(json)?);
+        Ok(())
+    }
+}
+
+/// A result value as the guest gave it, if it is JSON of an allowed size.
+fn checked_result(json: String) -> Result<String, String> {
+    if json.len() > MAX_RESULT_BYTES {
+        return Err(format!(
+            "the result value is {} bytes; at most {MAX_RESULT_BYTES} are kept",
+            json.len()
+        ));
+    }
+    match serde_json::from_str::<serde::de::IgnoredAny>(&json) {
+        Ok(_) => Ok(json),
+        Err(e) => Err(format!("the result value is not JSON: {e}")),
+    }
+}
+
 /// Caps linear memory and records the attempt to pass the cap, so that the resulting trap can
 /// be reported as a memory-limit hit rather than a generic trap.
 #[derive(Debug)]
@@ -280,5 +308,27 @@ impl ResourceLimiter for MemoryLimiter {
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         Ok(desired <= 1_000_000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_result_value_is_json_of_a_kept_size() {
+        assert_eq!(
+            checked_result(r#"{"sent": 2}"#.into()),
+            Ok(r#"{"sent": 2}"#.into())
+        );
+        assert_eq!(checked_result("null".into()), Ok("null".into()));
+        let not_json = checked_result("sent two".into()).unwrap_err();
+        assert!(
+            not_json.starts_with("the result value is not JSON: "),
+            "{not_json}"
+        );
+        let big = format!("\"{}\"", "x".repeat(MAX_RESULT_BYTES));
+        let too_big = checked_result(big).unwrap_err();
+        assert!(too_big.contains("at most 524288 are kept"), "{too_big}");
     }
 }

@@ -307,9 +307,11 @@ impl WasmInvoker {
         self.costs.called(started);
         match result {
             Ok(outcome) => {
+                let data = warm.store.data_mut();
                 let invocation = Invocation {
                     outcome: convert::outcome_from_guest(outcome),
-                    outbox: std::mem::take(&mut warm.store.data_mut().outbox),
+                    outbox: std::mem::take(&mut data.outbox),
+                    result: data.result.take(),
                 };
                 self.keep(warm);
                 Ok(invocation)
