@@ -4,14 +4,16 @@ The host holds a lease on the reminder's id (see qhost.toml) before this runs an
 key once it acks, so the handler does no duplicate checking of its own. The email goes out
 through the outbox, which the host sends once, with the idempotency key as its Message-Id.
 
-Build: scripts/build-plugins (componentize-py, pinned, against ../../wit).
+Build: scripts/build-guest-plugins (componentize-py, pinned, against ../../wit, with
+../../guest-sdk/python on its path for qhost_celery).
 """
 
 import json
 
+import qhost_celery
 import wit_world
 from componentize_py_types import Err
-from wit_world.imports import config, log, outbox, result_value
+from wit_world.imports import config, log, outbox
 from wit_world.imports.types import (
     Attribute,
     AttributeValue_String,
@@ -24,15 +26,13 @@ from wit_world.imports.types import (
 
 class WitWorld(wit_world.WitWorld):
     def handle(self, msg: Message):
-        try:
-            reminder = json.loads(msg.body)
-        except ValueError as e:
-            return Outcome_Reject(f"not a reminder: {e}")
         # On a Celery queue (format = "celery") the body is the task the host decoded, and the
         # reminder is its keyword arguments: send_reminder.delay(email=…, customer=…, month=…).
-        celery = any(a.name == "celery-task" for a in msg.attributes)
-        if celery:
-            reminder = reminder["kwargs"]
+        task = qhost_celery.Task.of(msg)
+        try:
+            reminder = task.kwargs if task is not None else json.loads(msg.body)
+        except ValueError as e:
+            return Outcome_Reject(f"not a reminder: {e}")
         # Not a JSON object: a bug upstream. The exception traps, the host retries, and after
         # max-attempts dead-letters the message with this traceback.
         email, customer, month = reminder["email"], reminder["customer"], reminder["month"]
@@ -57,7 +57,7 @@ class WitWorld(wit_world.WitWorld):
             log.write(log.Level.ERROR, f"could not queue the email: {e.value}")
             return Outcome_Retry(5)
         log.write(log.Level.INFO, f"reminder for {email} queued as {message_id}")
-        if celery:
+        if task is not None:
             # What the task returns: a caller's AsyncResult(id).get() gets it.
-            result_value.set(json.dumps({"message-id": message_id}))
+            qhost_celery.set_result({"message-id": message_id})
         return Outcome_Ack()

@@ -293,6 +293,13 @@ fn invoke_runs_one_message_and_says_the_outcome_in_its_exit_code() {
     assert_eq!(code, Some(4), "{out}");
     assert!(out.contains("outcome:  reject: not a reminder"), "{out}");
 
+    let (code, out, _) = invoke(&fixture, &["--body", r#"result:{"sent":2}"#]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("result:   {\"sent\":2}\n"),
+        "the run's result value: {out}"
+    );
+
     let (code, out, _) = invoke(&fixture, &["--body", "sleep:10000"]);
     assert_eq!(code, Some(5), "{out}");
     assert!(

@@ -58,6 +58,9 @@ pub(crate) async fn invoke(
         for m in &invocation.outbox {
             println!("  -> {}  {}", m.queue, shown(&m.body, &m.attributes));
         }
+        if let Some(value) = &invocation.result {
+            println!("result:   {value}");
+        }
     }
     if !report.http_withheld.is_empty() {
         println!(
