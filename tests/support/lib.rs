@@ -13,6 +13,7 @@ pub mod fault_proxy;
 pub mod faults;
 pub mod harness;
 pub mod otlp;
+pub mod proc_tree;
 pub mod processes;
 pub mod redis_cluster;
 pub mod redis_server;
@@ -26,7 +27,7 @@ pub fn workspace() -> PathBuf {
 
 /// Builds the Rust plugins for wasm32-wasip2 (once per test process) and returns the directory
 /// holding `email_reminder.wasm`, `email_sender.wasm`, `fixture.wasm`, `wrong_world.wasm` and
-/// `next_wit.wasm`.
+/// `next_wit.wasm` and `prev_wit.wasm`.
 pub fn built_plugins() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -53,7 +54,7 @@ pub fn built_plugins() -> &'static Path {
                 "fixture",
             ])
             .args(["-p", "wrong-world"])
-            .args(["-p", "next-wit"])
+            .args(["-p", "next-wit", "-p", "prev-wit"])
             .status()
             .expect("running cargo to build the plugins");
         assert!(

@@ -74,6 +74,11 @@ impl HostProcess {
             .unwrap_or_default()
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     /// The address its admin listener logged it serves on.
     pub fn admin_addr(&self) -> std::net::SocketAddr {
         let log = self.log();

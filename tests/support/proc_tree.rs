@@ -1,0 +1,75 @@
+//! CPU time and peak memory of another process and its descendants, read from `/proc`, for
+//! benchmarks that compare separate processes (a Celery worker's prefork pool is a parent and
+//! its children): what `getrusage` gives a process about itself.
+
+use std::time::Duration;
+
+/// Clock ticks per second, as `/proc/PID/stat` counts CPU time.
+fn ticks_per_second() -> f64 {
+    // SAFETY: `sysconf` only reads a system setting.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 { ticks as f64 } else { 100.0 }
+}
+
+/// `pid` and every live process below it.
+pub fn tree(pid: u32) -> Vec<u32> {
+    let mut all = vec![pid];
+    let mut i = 0;
+    while i < all.len() {
+        let parent = all[i];
+        let tasks = std::fs::read_dir(format!("/proc/{parent}/task"))
+            .into_iter()
+            .flatten();
+        for task in tasks.flatten() {
+            let path = task.path().join("children");
+            let children = std::fs::read_to_string(path).unwrap_or_default();
+            all.extend(
+                children
+                    .split_whitespace()
+                    .filter_map(|c| c.parse::<u32>().ok()),
+            );
+        }
+        i += 1;
+    }
+    all.sort_unstable();
+    all.dedup();
+    all
+}
+
+/// CPU time (user plus system) used so far by `pid`, its threads, and the children it has
+/// waited for: fields 14-17 of `/proc/PID/stat`.
+fn cpu_of(pid: u32) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Duration::ZERO;
+    };
+    // The command name (field 2) may hold spaces; the fields after it follow its `)`.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return Duration::ZERO;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest[0] is field 3 (state); utime, stime, cutime, cstime are fields 14-17.
+    let ticks: u64 = (11..15)
+        .filter_map(|i| fields.get(i)?.parse::<u64>().ok())
+        .sum();
+    Duration::from_secs_f64(ticks as f64 / ticks_per_second())
+}
+
+/// CPU time used so far by `pid` and every process below it.
+pub fn cpu(pid: u32) -> Duration {
+    tree(pid).into_iter().map(cpu_of).sum()
+}
+
+/// The sum of each process's peak resident set (`VmHWM`) over `pid` and every process below
+/// it, in bytes. Pages a prefork pool's children share with their parent count once per
+/// process, as `ps` shows them.
+pub fn peak_rss(pid: u32) -> u64 {
+    tree(pid)
+        .into_iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
+        .filter_map(|status| {
+            let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024)
+        })
+        .sum()
+}
