@@ -137,6 +137,53 @@ pub(crate) async fn redrive(
     Ok(done)
 }
 
+/// Sends the dead letter `id` of `dead_letter_queue` back to `to` (or where it came from). The
+/// queue is read a batch at a time until `id` comes; the others read meanwhile are made
+/// visible again at once. A letter not found (already redriven, or not there) is reported left.
+pub(crate) async fn redrive_message(
+    source: &dyn QueueSource,
+    dead_letter_queue: &str,
+    to: Option<&str>,
+    id: &str,
+) -> Result<Redriven, SourceError> {
+    let mut done = Redriven::default();
+    let mut seen = std::collections::HashSet::new();
+    loop {
+        let batch = source
+            .receive(
+                dead_letter_queue,
+                wire::MAX_BATCH_ENTRIES,
+                REDRIVE_VISIBILITY,
+                Duration::ZERO,
+            )
+            .await?;
+        let mut new = false;
+        let mut found = None;
+        for msg in batch {
+            new |= seen.insert(msg.id.clone());
+            if msg.id == id {
+                found = Some(msg);
+            } else {
+                source
+                    .change_visibility(dead_letter_queue, &msg.receipt, Duration::ZERO)
+                    .await?;
+            }
+        }
+        if let Some(msg) = found {
+            match redrive_one(source, dead_letter_queue, to, &msg).await {
+                Ok(target) => done.moved.push((msg.id, target)),
+                Err(why) => done.left.push((msg.id, why)),
+            }
+            return Ok(done);
+        }
+        if !new {
+            done.left
+                .push((id.to_string(), "not in the dead-letter queue".to_string()));
+            return Ok(done);
+        }
+    }
+}
+
 /// Sends one dead letter back, then deletes it; on failure it stays hidden until
 /// [`REDRIVE_VISIBILITY`] lapses, so one redrive run does not take it twice.
 async fn redrive_one(

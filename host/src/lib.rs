@@ -69,6 +69,7 @@ mod pipeline;
 mod plugin;
 mod progress;
 mod queues;
+mod recent;
 mod redis_link;
 mod runtime;
 mod scaffold;

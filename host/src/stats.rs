@@ -129,7 +129,7 @@ impl Counts {
         }
     }
 
-    fn add(&mut self, o: &Counts) {
+    pub(crate) fn add(&mut self, o: &Counts) {
         self.received += o.received;
         self.invoked += o.invoked;
         self.acked += o.acked;

@@ -8,9 +8,11 @@
 
 mod admin;
 mod bad_input;
+mod browser;
 mod celery;
 mod cli;
 mod cluster;
+mod console;
 mod dlq;
 mod email_sender;
 mod faults;
@@ -20,6 +22,7 @@ mod hostile;
 mod http;
 mod languages;
 mod new;
+mod packaging;
 mod payload;
 mod pipeline;
 mod rate;

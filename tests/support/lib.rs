@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 
 pub mod admin;
 pub mod api_server;
+pub mod browser;
 pub mod cpu;
 pub mod deploy;
 pub mod fault_proxy;

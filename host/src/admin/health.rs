@@ -23,13 +23,14 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use super::history::History;
 use crate::config::Config;
 use crate::faults::Operation;
 use crate::idempotency::{IdempotencyError, IdempotencyStore};
 use crate::metrics::Metrics;
 use crate::plugin::registry::Registry;
 use crate::progress::Progress;
-use crate::source::{QueueSource, SourceError};
+use crate::source::{QueueDepth, QueueSource, SourceError};
 use crate::stats::Stats;
 
 /// How often the checker asks the queues and the store.
@@ -40,6 +41,9 @@ pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) const STALE_AFTER: Duration = Duration::from_secs(15);
 /// How long the checker may go without running before the process is reported not live.
 pub(crate) const STALLED_AFTER: Duration = Duration::from_secs(60);
+/// The dead-letter queues' depth (for the console) is asked every this many checks: nothing
+/// decides on it, so it need not be as fresh as readiness.
+const DEAD_LETTER_EVERY: u64 = 5;
 
 /// The last answer of one checked backend.
 #[derive(Clone, Debug)]
@@ -56,6 +60,12 @@ pub(crate) struct Health {
     ticked: Mutex<Option<Instant>>,
     /// Each consumed queue's progress, and how many messages its last check saw visible.
     queues: Mutex<BTreeMap<String, (Arc<Progress>, u64)>>,
+    /// The last depth seen of each consumed queue and of its dead-letter queue, by name.
+    depths: Mutex<BTreeMap<String, QueueDepth>>,
+    /// Checks so far: the dead-letter queues are asked every [`DEAD_LETTER_EVERY`]th.
+    checks: std::sync::atomic::AtomicU64,
+    /// Each queue's counters at every check, for the console's rates.
+    pub(crate) history: History,
 }
 
 impl Health {
@@ -79,6 +89,17 @@ impl Health {
     pub(crate) fn track(&self, queue: &str, progress: Arc<Progress>) {
         let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
         queues.insert(queue.to_string(), (progress, 0));
+    }
+
+    fn saw_depth(&self, queue: &str, depth: QueueDepth) {
+        let mut depths = self.depths.lock().unwrap_or_else(|e| e.into_inner());
+        depths.insert(queue.to_string(), depth);
+    }
+
+    /// The depth `queue` (a consumed queue or a dead-letter queue) had at its last check.
+    pub(crate) fn depth(&self, queue: &str) -> Option<QueueDepth> {
+        let depths = self.depths.lock().unwrap_or_else(|e| e.into_inner());
+        depths.get(queue).copied()
     }
 
     fn saw_visible(&self, queue: &str, visible: u64) {
@@ -210,8 +231,20 @@ async fn check_once(health: &Health, parts: &Checked) {
         let result = checked.await.map(|depth| {
             parts.metrics.set_depth(&q.name, depth);
             health.saw_visible(&q.name, depth.visible);
+            health.saw_depth(&q.name, depth);
         });
         health.record(queue_check(&q.name), result);
+    }
+    health.history.sample(stats);
+    let checks = health.checks.fetch_add(1, Ordering::Relaxed);
+    if checks.is_multiple_of(DEAD_LETTER_EVERY) {
+        for q in &parts.config.queues {
+            // Shown, never decided on: a queue that does not answer is left unshown.
+            let depth = tokio::time::timeout(CHECK_TIMEOUT, parts.source.depth(&q.dead_letter));
+            if let Ok(Ok(depth)) = depth.await {
+                health.saw_depth(&q.dead_letter, depth);
+            }
+        }
     }
     let ping = parts.store.ping();
     let result = answer(

@@ -1,11 +1,15 @@
-//! The admin listener: `/metrics` for Prometheus, `/healthz` and `/readyz` for an orchestrator.
+//! The admin listener: `/metrics` for Prometheus, `/healthz` and `/readyz` for an orchestrator,
+//! and the operator's console (`/` and its JSON API, see `console`).
 //!
 //! It is bound before the host starts, so a port in use is one clear start-up error, and it
 //! answers while plugins compile: live, not ready ("starting"). Once the host is built
-//! ([`AdminServer::serve_host`]) it serves that host's metrics and readiness. It is plain
-//! HTTP/1.1 on hyper, meant for loopback or a pod network; nothing it serves changes state.
+//! ([`AdminServer::serve_host`]) it serves that host's metrics, readiness and console. It is
+//! plain HTTP/1.1 on hyper, meant for loopback or a pod network; nothing it serves changes
+//! state.
 
+mod console;
 pub(crate) mod health;
+mod history;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -13,7 +17,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -22,11 +26,16 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::plugin::registry::Registry;
+use crate::recent::RecentDeadLetters;
+use crate::source::QueueSource;
+use crate::stats::Stats;
 
 pub(crate) use health::Health;
 
 /// How long a client may take to send its request headers.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest form body an action reads.
+const MAX_FORM: usize = 16 * 1024;
 
 /// The admin listener could not start.
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +81,12 @@ pub struct HostView {
     pub(crate) config: Arc<Config>,
     /// Its plugins.
     pub(crate) plugins: Arc<Registry>,
+    /// Its counters.
+    pub(crate) stats: Arc<Stats>,
+    /// The dead letters it sent lately.
+    pub(crate) recent: Arc<RecentDeadLetters>,
+    /// Its queue backend, for the console's actions.
+    pub(crate) source: Arc<dyn QueueSource>,
 }
 
 impl HostView {
@@ -100,7 +115,7 @@ impl AdminServer {
             .map_err(|e| AdminError::bind(addr, e))?;
         let (host, stop) = (Arc::new(OnceLock::new()), CancellationToken::new());
         tokio::spawn(accept(listener, Arc::clone(&host), stop.clone()));
-        tracing::info!(address = %bound, "admin listener serving /metrics, /healthz and /readyz");
+        tracing::info!(address = %bound, "admin listener serving the console (/), /metrics, /healthz and /readyz");
         Ok(AdminServer {
             addr: bound,
             host,
@@ -144,9 +159,16 @@ async fn accept(
             },
         };
         let host = Arc::clone(&host);
-        let service = hyper::service::service_fn(move |req| {
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
             let host = Arc::clone(&host);
-            async move { Ok::<_, Infallible>(respond(host.get(), &req)) }
+            async move {
+                let response = if req.method() == Method::POST {
+                    post(host.get(), req).await
+                } else {
+                    respond(host.get(), &req)
+                };
+                Ok::<_, Infallible>(response)
+            }
         });
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
@@ -162,11 +184,42 @@ async fn accept(
     }
 }
 
+/// A POST: one of the console's actions ([`console::post`]), its body read up to [`MAX_FORM`].
+async fn post(host: Option<&HostView>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let Some(host) = host else {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "starting\n");
+    };
+    let (parts, body) = req.into_parts();
+    let bearer = (parts.headers.get(hyper::header::AUTHORIZATION))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let body = match http_body_util::Limited::new(body, MAX_FORM).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(_) => return text(StatusCode::PAYLOAD_TOO_LARGE, "the form is too large\n"),
+    };
+    let (path, query) = (parts.uri.path(), parts.uri.query());
+    match console::post(host, path, query, bearer, &body).await {
+        Some(answer) => console_response(answer),
+        None => text(
+            StatusCode::NOT_FOUND,
+            "not found: POST /api/redrive or /actions/redrive\n",
+        ),
+    }
+}
+
 fn respond(host: Option<&HostView>, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
+        return text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "GET, or POST for the console's actions\n",
+        );
     }
-    match (req.uri().path(), host) {
+    let (path, query) = (req.uri().path(), req.uri().query());
+    if let Some(answer) = host.and_then(|h| console::get(h, path, query)) {
+        return console_response(answer);
+    }
+    match (path, host) {
         ("/metrics", Some(host)) => {
             let mut response = text(StatusCode::OK, host.metrics.encode());
             response.headers_mut().insert(
@@ -203,10 +256,38 @@ fn respond(host: Option<&HostView>, req: &Request<Incoming>) -> Response<Full<By
                 ),
             }
         }
+        ("/", None) => text(StatusCode::SERVICE_UNAVAILABLE, "starting\n"),
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found: /metrics, /healthz, /readyz\n",
+            "not found: /, /api/queues, /api/plugins, /api/dead-letters?queue=NAME, /metrics, /healthz, /readyz\n",
         ),
+    }
+}
+
+/// A console answer as a response; pages carry the console's security headers.
+fn console_response(answer: console::Answer) -> Response<Full<Bytes>> {
+    use hyper::header::{HeaderName, HeaderValue};
+    match answer {
+        console::Answer::Html(page) => {
+            let mut response = with_type(text(StatusCode::OK, page), "text/html; charset=utf-8");
+            let headers = response.headers_mut();
+            if let Ok(policy) = HeaderValue::from_str(console::POLICY.as_str()) {
+                headers.insert(hyper::header::CONTENT_SECURITY_POLICY, policy);
+            }
+            headers.insert(
+                HeaderName::from_static("x-content-type-options"),
+                HeaderValue::from_static("nosniff"),
+            );
+            headers.insert(
+                hyper::header::REFERRER_POLICY,
+                HeaderValue::from_static("no-referrer"),
+            );
+            response
+        }
+        console::Answer::Json(value) => json(StatusCode::OK, &value),
+        console::Answer::NotFound(why) => text(StatusCode::NOT_FOUND, why),
+        console::Answer::Forbidden(why) => text(StatusCode::FORBIDDEN, why),
+        console::Answer::Unavailable(why) => text(StatusCode::SERVICE_UNAVAILABLE, why),
     }
 }
 
@@ -217,10 +298,13 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
 }
 
 fn json(status: StatusCode, value: &serde_json::Value) -> Response<Full<Bytes>> {
-    let mut response = text(status, format!("{value}\n"));
-    response.headers_mut().insert(
+    with_type(text(status, format!("{value}\n")), "application/json")
+}
+
+fn with_type(mut response: Response<Full<Bytes>>, kind: &'static str) -> Response<Full<Bytes>> {
+    (response.headers_mut()).insert(
         hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
+        hyper::header::HeaderValue::from_static(kind),
     );
     response
 }

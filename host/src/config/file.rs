@@ -46,6 +46,9 @@ impl RawConfig {
         let http_ca = self.http.as_mut().and_then(|h| h.ca_file.as_mut());
         let redis_ca = self.idempotency.as_mut().and_then(|i| i.ca_file.as_mut());
         http_ca.into_iter().chain(redis_ca).for_each(at);
+        if let Some(token) = self.admin.as_mut().and_then(|a| a.token.as_mut()) {
+            token.relative_to(base);
+        }
     }
 }
 
@@ -85,6 +88,7 @@ pub(crate) struct RawHttp {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub(crate) struct RawAdmin {
     pub listen: Option<String>,
+    pub token: Option<super::admin::RawToken>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

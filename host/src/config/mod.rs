@@ -3,6 +3,7 @@
 //! a default that serves the embedded demo, so `qhost run` needs no file at all. A bad value
 //! is one error naming the field, before anything starts.
 
+pub(crate) mod admin;
 pub(crate) mod celery;
 pub(crate) mod deadlines;
 #[cfg(test)]
@@ -151,8 +152,11 @@ pub struct Config {
     pub celery_results: Option<CeleryResults>,
     /// Payload offload (claim check).
     pub payload: PayloadConfig,
-    /// Where `qhost run` serves `/metrics`, `/healthz` and `/readyz`; `None` serves nothing.
+    /// Where `qhost run` serves the console, `/metrics`, `/healthz` and `/readyz`; `None`
+    /// serves nothing.
     pub admin_listen: Option<SocketAddr>,
+    /// What the console's actions ask for; without it the console is read-only.
+    pub admin_token: Option<admin::AdminToken>,
     /// The variables and directories plugins' `[config]` may read secrets from.
     pub secrets: SecretsGrant,
     /// A PEM file of CA certificates plugins' HTTPS requests trust besides the platform's.
@@ -277,9 +281,11 @@ impl Config {
         secrets.check().map_err(anyhow::Error::msg)?;
         let admin = raw.admin.unwrap_or_default();
         let admin_listen = admin_listen(admin.listen.as_deref().unwrap_or(DEFAULT_ADMIN_LISTEN))?;
+        let admin_token = admin.token.as_ref().map(admin::token).transpose()?;
         Ok(Config {
             deadlines,
             admin_listen,
+            admin_token,
             secrets,
             http_ca_file: raw.http.and_then(|h| h.ca_file),
             plugins_dir: raw.plugins_dir.unwrap_or_else(|| "plugins".into()),

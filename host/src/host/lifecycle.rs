@@ -149,6 +149,7 @@ impl Host {
             tracer: self.tracer.clone(),
             outbox_marks: OutboxMarks::default(),
             celery_results: self.celery_results(),
+            recent: Arc::clone(&self.recent),
         }
     }
 

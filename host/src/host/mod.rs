@@ -31,6 +31,7 @@ use crate::metrics::Metrics;
 use crate::payload::Payloads;
 use crate::plugin::registry::Registry;
 use crate::plugin::reload::PluginDir;
+use crate::recent::RecentDeadLetters;
 use crate::source::QueueSource;
 use crate::stats::Stats;
 use crate::traces::Tracer;
@@ -55,6 +56,8 @@ pub struct Host {
     stats: Arc<Stats>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
+    /// The dead letters it sent lately, for the console.
+    recent: Arc<RecentDeadLetters>,
     abandon: CancellationToken,
     /// Starts each delivery's span, when traces are on.
     tracer: Option<Tracer>,
@@ -130,6 +133,7 @@ impl Host {
             stats,
             metrics: Arc::new(metrics),
             health: Arc::default(),
+            recent: Arc::default(),
             abandon: CancellationToken::new(),
             tracer: None,
         }
@@ -184,6 +188,9 @@ impl Host {
             health: Arc::clone(&self.health),
             config: Arc::clone(&self.config),
             plugins: Arc::clone(&self.registry),
+            stats: Arc::clone(&self.stats),
+            recent: Arc::clone(&self.recent),
+            source: Arc::clone(&self.source),
         }
     }
 

@@ -17,6 +17,7 @@ use crate::idempotency::IdempotencyStore;
 use crate::metrics::Metrics;
 use crate::payload::Payloads;
 use crate::plugin::registry::Registry;
+use crate::recent::RecentDeadLetters;
 use crate::source::QueueSource;
 use crate::stats::{Event, Stats};
 use crate::traces::Tracer;
@@ -51,6 +52,8 @@ pub(crate) struct Shared {
     pub(crate) outbox_marks: OutboxMarks,
     /// Where Celery tasks' result records go, when configured.
     pub(crate) celery_results: Option<Arc<ResultBackend>>,
+    /// The dead letters sent lately, for the console.
+    pub(crate) recent: Arc<RecentDeadLetters>,
 }
 
 impl std::fmt::Debug for Shared {

@@ -42,6 +42,7 @@ use crate::idempotency::{IdempotencyError, Lease, Released};
 use crate::message::{Outgoing, Received, wire};
 use crate::metrics::InFlight;
 use crate::plugin::Plugin;
+use crate::recent::DeadLetter;
 use crate::stats::Event;
 use crate::traces::MessageSpan;
 use opentelemetry::KeyValue;
@@ -427,8 +428,14 @@ impl Delivery {
             step.error("queue_send", e);
         }
         drop(step);
-        let Err(e) = sent else {
-            return Lettered::Sent;
+        let e = match sent {
+            Ok(ids) => {
+                let id = ids.into_iter().next();
+                let note = DeadLetter::of(msg, verdict.plugin, reason, attempts, id);
+                shared.recent.note(note);
+                return Lettered::Sent;
+            }
+            Err(e) => e,
         };
         if e.is_permanent() {
             // Nothing qhost can send will be taken: leave the message to the queue's own

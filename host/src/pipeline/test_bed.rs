@@ -76,6 +76,7 @@ impl Shared {
             tracer: None,
             outbox_marks: OutboxMarks::default(),
             celery_results: None,
+            recent: Arc::default(),
         }
     }
 }

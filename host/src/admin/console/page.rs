@@ -1,0 +1,357 @@
+//! The console page: server-rendered HTML with a little CSS and one small script, which reloads
+//! it every few seconds unless the operator is typing or reading a message's details.
+//! Everything that comes from a message, a plugin or the configuration goes through
+//! [`escape`], so a body holding `<script>` is shown as text; and the page is served with a
+//! content security policy that lets only that one script run ([`POLICY`]), so markup that got
+//! through anyway would run nothing.
+
+use std::fmt::Write as _;
+use std::sync::LazyLock;
+
+use base64::Engine as _;
+use sha2::Digest as _;
+
+use super::views::{PluginView, QueueView};
+use crate::message::now_ms;
+use crate::recent::DeadLetter;
+
+/// Seconds between the page's reloads.
+pub(crate) const REFRESH_SECS: u32 = 5;
+
+/// The page's one script: a reload every [`REFRESH_SECS`], skipped while a field has focus or a
+/// message's details are open.
+const REFRESH: &str = "setInterval(function(){if(!document.querySelector('input:focus,details[open]'))location.reload()},5000)";
+
+/// The content security policy the console is served with: its own script (by hash) and inline
+/// style, forms posting to itself, nothing else (no other script, frame, image or connection).
+pub(crate) static POLICY: LazyLock<String> = LazyLock::new(|| {
+    let hash = base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(REFRESH));
+    format!(
+        "default-src 'none'; script-src 'sha256-{hash}'; style-src 'unsafe-inline'; \
+         img-src data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    )
+});
+/// Dead letters shown per queue.
+const SHOWN: usize = 10;
+
+const STYLE: &str = "
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1b1f23;background:#fafbfc}
+h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.1em;margin:1.6em 0 .4em}
+table{border-collapse:collapse;background:#fff;box-shadow:0 1px 2px #0002}
+th,td{padding:.35em .7em;border-bottom:1px solid #e1e4e8;text-align:right;vertical-align:top}
+th:first-child,td:first-child,td.text,th.text{text-align:left}
+.muted{color:#6a737d}.bad{color:#b31d28}.ok{color:#22863a}
+code,pre{font:12px ui-monospace,monospace}pre{white-space:pre-wrap;max-width:60em;margin:.3em 0}
+details summary{cursor:pointer}svg{vertical-align:middle}
+";
+
+/// `text` with HTML's special characters escaped, for element content and quoted attributes.
+pub(crate) fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The whole page.
+/// The whole page; with `actions` (an admin token is set) it has the redrive forms.
+pub(crate) fn render(
+    queues: &[QueueView],
+    plugins: &[PluginView],
+    dead: &[(String, Vec<DeadLetter>)],
+    actions: bool,
+) -> String {
+    let mut page = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>qhost console</title><style>{STYLE}</style><script>{REFRESH}</script></head><body>\
+         <h1>qhost</h1><p class=\"muted\">{} {}, serving qhost:handler@{}. Refreshes every \
+         {REFRESH_SECS} s; the same figures are at <a href=\"/api/queues\">/api/queues</a>, \
+         <a href=\"/api/plugins\">/api/plugins</a> and /api/dead-letters?queue=NAME.</p>",
+        env!("CARGO_PKG_NAME"),
+        env!("CARGO_PKG_VERSION"),
+        crate::runtime::bindings::WIT_VERSION,
+    );
+    queues_table(&mut page, queues);
+    plugins_table(&mut page, plugins);
+    for (queue, letters) in dead {
+        dead_letters(&mut page, queue, letters, actions);
+    }
+    page.push_str("</body></html>\n");
+    page
+}
+
+fn queues_table(page: &mut String, queues: &[QueueView]) {
+    page.push_str(
+        "<h2>Queues</h2><table id=\"queues\"><tr><th>queue</th><th class=\"text\">plugin</th>\
+         <th>received</th><th>ran</th><th>acked</th><th>duplicates</th><th>retried</th>\
+         <th>dead-lettered</th><th>handled/min</th><th>visible</th><th>in flight</th>\
+         <th>dead-letter queue</th><th class=\"text\">last minutes</th></tr>",
+    );
+    for q in queues {
+        let t = &q.totals;
+        let rate = q
+            .per_minute
+            .map_or("-".to_string(), |f| format!("{:.1}", f.handled()));
+        let depth = |v: Option<u64>| v.map_or("-".to_string(), |n| n.to_string());
+        let _ = write!(
+            page,
+            "<tr data-queue=\"{name}\"><td>{name}<br><span class=\"muted\">{format}</span></td>\
+             <td class=\"text\">{plugin}</td><td>{}</td><td>{}</td><td class=\"acked\">{}</td>\
+             <td class=\"duplicates\">{}</td><td>{}</td><td class=\"dead-lettered\">{}</td>\
+             <td>{rate}</td><td class=\"visible\">{}</td><td class=\"in-flight\">{}</td>\
+             <td><span class=\"dead-letter-depth\">{}</span> <span class=\"muted\">{dlq}</span></td>\
+             <td class=\"text\">{}</td></tr>",
+            t.received,
+            t.ran,
+            t.acked,
+            t.duplicates,
+            t.retried,
+            t.dead_lettered,
+            depth(q.depth.as_ref().map(|d| d.visible)),
+            depth(q.depth.as_ref().map(|d| d.in_flight)),
+            depth(q.dead_letter_depth),
+            sparkline(&q.handled),
+            name = escape(&q.name),
+            format = q.format,
+            plugin = escape(&q.plugin),
+            dlq = escape(&q.dead_letter_queue),
+        );
+    }
+    page.push_str("</table>");
+}
+
+/// An inline SVG polyline of `points`, scaled to its largest.
+fn sparkline(points: &[u64]) -> String {
+    const W: f64 = 150.0;
+    const H: f64 = 24.0;
+    if points.len() < 2 {
+        return "<span class=\"muted\">sampling…</span>".to_string();
+    }
+    let top = points.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let step = W / (points.len() - 1) as f64;
+    let line: Vec<String> = (points.iter().enumerate())
+        .map(|(i, p)| {
+            format!(
+                "{:.1},{:.1}",
+                i as f64 * step,
+                H - *p as f64 / top * (H - 2.0) - 1.0
+            )
+        })
+        .collect();
+    format!(
+        "<svg width=\"{W}\" height=\"{H}\" role=\"img\" aria-label=\"messages handled\">\
+         <polyline fill=\"none\" stroke=\"#0366d6\" stroke-width=\"1.5\" points=\"{}\"/></svg>",
+        line.join(" ")
+    )
+}
+
+fn plugins_table(page: &mut String, plugins: &[PluginView]) {
+    page.push_str(
+        "<h2>Plugins</h2><table id=\"plugins\"><tr><th>plugin</th><th class=\"text\">version</th>\
+         <th>loads</th><th class=\"text\">grants</th><th class=\"text\">limits</th>\
+         <th>calls</th><th>µs per call (instantiate / call / drop)</th></tr>",
+    );
+    for p in plugins {
+        let version = match (&p.version, &p.last_error) {
+            (Some(v), None) => format!("<code class=\"version\">{}</code>", escape(v)),
+            (Some(v), Some(e)) => format!(
+                "<code class=\"version\">{}</code><br><span class=\"bad\">the latest file did not \
+                 load: {}</span>",
+                escape(v),
+                escape(e)
+            ),
+            (None, e) => format!(
+                "<span class=\"bad\">not serving{}</span>",
+                e.as_deref()
+                    .map(|e| format!(": {}", escape(e)))
+                    .unwrap_or_default()
+            ),
+        };
+        let grants = p.grants.as_ref().map_or(String::new(), |g| {
+            let list = |label: &str, items: &[String]| {
+                if items.is_empty() {
+                    String::new()
+                } else {
+                    format!("{label}: {}<br>", escape(&items.join(", ")))
+                }
+            };
+            let all = [
+                list("outbox", &g.outbox_queues),
+                list("celery", &g.celery_queues),
+                list("http", &g.http_origins),
+                list("secrets", &g.secret_settings),
+            ]
+            .concat();
+            if all.is_empty() {
+                "none".to_string()
+            } else {
+                all
+            }
+        });
+        let limits = p.limits.as_ref().map_or(String::new(), |l| {
+            let rate = l.rate.as_ref().map_or(String::new(), |r| {
+                format!(", rate {}", escape(&r.to_string()))
+            });
+            format!(
+                "timeout {} ms, memory {} MiB, {} attempts{rate}",
+                l.timeout_ms, l.memory_mib, l.max_attempts
+            )
+        });
+        let (calls, costs) = p
+            .costs
+            .as_ref()
+            .map_or((String::new(), String::new()), |c| {
+                let costs = format!(
+                    "{:.0} / {:.0} / {:.0}",
+                    c.instantiate_us, c.call_us, c.drop_us
+                );
+                (c.calls.to_string(), costs)
+            });
+        let _ = write!(
+            page,
+            "<tr data-plugin=\"{name}\"><td>{name}</td><td class=\"text\">{version}</td>\
+             <td>{} <span class=\"muted\">({} failed)</span></td><td class=\"text\">{grants}</td>\
+             <td class=\"text\">{limits}</td><td>{calls}</td><td>{costs}</td></tr>",
+            p.loads,
+            p.failed_loads,
+            name = escape(&p.name),
+        );
+    }
+    page.push_str("</table>");
+}
+
+fn dead_letters(page: &mut String, queue: &str, letters: &[DeadLetter], actions: bool) {
+    let _ = write!(page, "<h2>Dead letters from {}</h2>", escape(queue));
+    if actions {
+        page.push_str(&redrive_form(
+            queue,
+            None,
+            "Redrive all of this queue's dead letters",
+        ));
+    }
+    if letters.is_empty() {
+        page.push_str("<p class=\"muted\">None sent by this host since it started.</p>");
+        return;
+    }
+    page.push_str(
+        "<table class=\"dead-letters\"><tr><th class=\"text\">message</th><th class=\"text\">\
+         reason</th><th>attempts</th><th>age</th><th></th></tr>",
+    );
+    let now = now_ms();
+    for d in letters.iter().take(SHOWN) {
+        let attributes: String = (d.attributes.iter())
+            .map(|(k, v)| format!("{} = {}\n", escape(k), escape(v)))
+            .collect();
+        let body = if d.offloaded {
+            format!(
+                "offloaded ({} bytes here; the payload is not fetched)",
+                d.size
+            )
+        } else {
+            format!(
+                "{} bytes{}",
+                d.size,
+                if d.whole { "" } else { ", first 2 KiB shown" }
+            )
+        };
+        let _ = write!(
+            page,
+            "<tr class=\"dead-letter\"><td class=\"text\"><details><summary><code>{id}</code> \
+             <span class=\"muted\">{plugin}</span></summary>\
+             <div class=\"muted\">{body}</div><pre class=\"attributes\">{attributes}</pre>\
+             <pre class=\"preview\">{preview}</pre></details></td>\
+             <td class=\"text reason\">{reason}</td><td>{attempts}</td><td>{age}</td>\
+             <td>{redrive}</td></tr>",
+            id = escape(&d.message_id),
+            plugin = escape(&d.plugin),
+            preview = escape(&d.preview),
+            reason = escape(&d.reason),
+            attempts = d.attempts,
+            age = age(now.saturating_sub(d.at_ms)),
+            redrive = match (&d.dead_letter_id, actions) {
+                (Some(id), true) => redrive_form(queue, Some(id), "Redrive"),
+                _ => String::new(),
+            },
+        );
+    }
+    page.push_str("</table>");
+}
+
+/// A form that redrives `queue`'s dead letter `message` (all of them without one). The
+/// operator types the admin token into it: it goes with the POST, never in a cookie.
+fn redrive_form(queue: &str, message: Option<&str>, label: &str) -> String {
+    format!(
+        "<form class=\"redrive\" method=\"post\" action=\"/actions/redrive\">\
+         <input type=\"hidden\" name=\"queue\" value=\"{}\">\
+         <input type=\"hidden\" name=\"message\" value=\"{}\">\
+         <input type=\"password\" name=\"token\" placeholder=\"admin token\" required \
+         autocomplete=\"off\"> <button type=\"submit\">{label}</button></form>",
+        escape(queue),
+        escape(message.unwrap_or_default()),
+    )
+}
+
+/// `ms` as the largest whole unit.
+fn age(ms: u64) -> String {
+    match ms / 1000 {
+        s if s < 60 => format!("{s} s"),
+        s if s < 3600 => format!("{} min", s / 60),
+        s => format!("{} h", s / 3600),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_comes_from_outside_is_escaped() {
+        assert_eq!(
+            escape(r#"<script>alert("x")</script> & 'y'"#),
+            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;"
+        );
+    }
+
+    #[test]
+    fn the_policy_lets_the_refresh_script_run_and_nothing_else() {
+        assert!(
+            REFRESH.contains(&format!("{}000", REFRESH_SECS)),
+            "the script waits REFRESH_SECS"
+        );
+        let page = render(&[], &[], &[], false);
+        assert!(page.contains(&format!("<script>{REFRESH}</script>")));
+        assert_eq!(page.matches("<script").count(), 1, "one script");
+        // The hash of "setInterval(...)" as browsers compute it for the inline script.
+        assert!(
+            POLICY.starts_with("default-src 'none'; script-src 'sha256-"),
+            "{}",
+            *POLICY
+        );
+    }
+
+    #[test]
+    fn a_sparkline_scales_to_its_largest_point() {
+        assert!(sparkline(&[3]).contains("sampling"));
+        let svg = sparkline(&[0, 5, 10]);
+        assert!(
+            svg.contains("points=\"0.0,23.0 75.0,12.0 150.0,1.0\""),
+            "{svg}"
+        );
+    }
+
+    #[test]
+    fn ages_use_the_largest_whole_unit() {
+        assert_eq!(
+            (age(59_999), age(60_000), age(7_300_000)),
+            ("59 s".into(), "1 min".into(), "2 h".into())
+        );
+    }
+}
