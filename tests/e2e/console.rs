@@ -82,6 +82,11 @@ async fn the_console_shows_what_happened_and_escapes_what_messages_say() {
         (&"fixture".into(), &1.into())
     );
     let version = fixture["version"].as_str().expect("a serving version");
+    let loaded = fixture["loaded_at_ms"].as_u64().expect("when it loaded");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    assert!(loaded <= now.as_millis() as u64 && loaded + 120_000 > now.as_millis() as u64);
     assert_eq!(fixture["limits"]["max-attempts"], 1, "{fixture}");
     assert!(
         fixture["costs"]["calls"].as_u64().unwrap() >= 5,

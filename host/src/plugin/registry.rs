@@ -21,6 +21,8 @@ pub struct Registry {
     plugins: ArcSwap<BTreeMap<String, Arc<Plugin>>>,
     errors: Mutex<BTreeMap<String, String>>,
     loads: Mutex<BTreeMap<(String, LoadResult), u64>>,
+    /// When each serving version was loaded, in milliseconds since the Unix epoch.
+    loaded_at: Mutex<BTreeMap<String, u64>>,
 }
 
 /// How a load of a plugin's files ended.
@@ -59,14 +61,17 @@ pub struct PluginStatus {
 impl Registry {
     /// A registry holding these plugins.
     pub fn new(plugins: impl IntoIterator<Item = Plugin>) -> Self {
-        let map = plugins
+        let map: BTreeMap<String, Arc<Plugin>> = plugins
             .into_iter()
             .map(|p| (p.name.clone(), Arc::new(p)))
             .collect();
+        let now = crate::message::now_ms();
+        let loaded_at = map.keys().map(|name| (name.clone(), now)).collect();
         Registry {
             plugins: ArcSwap::from_pointee(map),
             errors: Mutex::default(),
             loads: Mutex::default(),
+            loaded_at: Mutex::new(loaded_at),
         }
     }
 
@@ -80,6 +85,8 @@ impl Registry {
     /// error.
     pub(crate) fn insert(&self, plugin: Plugin) {
         self.count(&plugin.name, LoadResult::Loaded);
+        (self.loaded_at.lock().unwrap_or_else(|e| e.into_inner()))
+            .insert(plugin.name.clone(), crate::message::now_ms());
         let plugin = Arc::new(plugin);
         let mut errors = self.errors_mut();
         errors.remove(&plugin.name);
@@ -122,6 +129,13 @@ impl Registry {
         // Plain counters: a panic while the lock was held left nothing half-done.
         let mut loads = self.loads.lock().unwrap_or_else(|e| e.into_inner());
         *loads.entry((name.to_string(), result)).or_default() += 1;
+    }
+
+    /// When the version of `name` serving now was loaded, in milliseconds since the Unix epoch.
+    pub(crate) fn loaded_at_ms(&self, name: &str) -> Option<u64> {
+        self.get(name)?;
+        let loaded_at = self.loaded_at.lock().unwrap_or_else(|e| e.into_inner());
+        loaded_at.get(name).copied()
     }
 
     /// Loads of each plugin name by result, since the host started.

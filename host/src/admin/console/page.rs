@@ -154,17 +154,24 @@ fn sparkline(points: &[u64]) -> String {
 }
 
 fn plugins_table(page: &mut String, plugins: &[PluginView]) {
+    let now = now_ms();
     page.push_str(
         "<h2>Plugins</h2><table id=\"plugins\"><tr><th>plugin</th><th class=\"text\">version</th>\
          <th>loads</th><th class=\"text\">grants</th><th class=\"text\">limits</th>\
          <th>calls</th><th>µs per call (instantiate / call / drop)</th></tr>",
     );
     for p in plugins {
+        let loaded = p.loaded_at_ms.map_or(String::new(), |at| {
+            format!(
+                " <span class=\"muted\">loaded {} ago</span>",
+                age(now.saturating_sub(at))
+            )
+        });
         let version = match (&p.version, &p.last_error) {
-            (Some(v), None) => format!("<code class=\"version\">{}</code>", escape(v)),
+            (Some(v), None) => format!("<code class=\"version\">{}</code>{loaded}", escape(v)),
             (Some(v), Some(e)) => format!(
-                "<code class=\"version\">{}</code><br><span class=\"bad\">the latest file did not \
-                 load: {}</span>",
+                "<code class=\"version\">{}</code>{loaded}<br><span class=\"bad\">the latest file \
+                 did not load: {}</span>",
                 escape(v),
                 escape(e)
             ),

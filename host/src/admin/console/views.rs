@@ -59,6 +59,8 @@ pub(crate) struct PluginView {
     pub(crate) name: String,
     /// The serving version, if one serves.
     pub(crate) version: Option<String>,
+    /// When it was loaded, in milliseconds since the Unix epoch.
+    pub(crate) loaded_at_ms: Option<u64>,
     /// Why the latest file did not load, if it did not.
     pub(crate) last_error: Option<String>,
     /// Loads that succeeded (the first and each reload) and that failed.
@@ -148,6 +150,7 @@ pub(crate) fn plugins(host: &HostView) -> Vec<PluginView> {
                 loads: count(&s.name, LoadResult::Loaded),
                 failed_loads: count(&s.name, LoadResult::Failed),
                 version: serving.map(|p| p.version.clone()),
+                loaded_at_ms: host.plugins.loaded_at_ms(&s.name),
                 last_error: s.last_error,
                 grants: serving.map(grants),
                 limits: serving.map(|p| p.manifest.limits.clone()),
