@@ -4,8 +4,8 @@
 //! It is bound before the host starts, so a port in use is one clear start-up error, and it
 //! answers while plugins compile: live, not ready ("starting"). Once the host is built
 //! ([`AdminServer::serve_host`]) it serves that host's metrics, readiness and console. It is
-//! plain HTTP/1.1 on hyper, meant for loopback or a pod network; nothing it serves changes
-//! state.
+//! plain HTTP/1.1 on hyper, meant for loopback or a pod network. The one thing that changes
+//! state is the console's redrive, a POST that needs the admin token.
 
 mod console;
 pub(crate) mod health;
