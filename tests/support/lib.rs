@@ -19,6 +19,7 @@ pub mod processes;
 pub mod redis_cluster;
 pub mod redis_server;
 pub mod redis_tls;
+pub mod sqs_responder;
 pub mod sqs_server;
 
 /// The workspace root.

@@ -1,0 +1,201 @@
+//! A loopback SQS responder for benchmarks that measure the client: canned answers to the calls
+//! qhost makes (AWS JSON 1.0, as aws-sdk-sqs speaks it), over HTTP/1.1 keep-alive, from a thread
+//! of its own, so the SDK's and the host's CPU can be read apart from the server's (the
+//! responder's thread CPU is read from `/proc` and left out).
+//!
+//! It hands out a set number of messages (body `ack`, ten per receive), then answers receives
+//! with none; it accepts every delete, visibility change and send, echoing the entries' ids, and
+//! counts each call by operation. It keeps no queue: a message it handed out is never handed out
+//! again, so it measures one delivery per message.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Bytes;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+
+/// The operations it counts, in the order [`Responder::requests`] returns them.
+pub const OPERATIONS: [&str; 7] = [
+    "ReceiveMessage",
+    "DeleteMessageBatch",
+    "ChangeMessageVisibility",
+    "ChangeMessageVisibilityBatch",
+    "SendMessageBatch",
+    "GetQueueAttributes",
+    "GetQueueUrl",
+];
+
+/// What the responder shares with its thread.
+#[derive(Default)]
+struct State {
+    left: AtomicUsize,
+    next_id: AtomicU64,
+    calls: [AtomicU64; OPERATIONS.len()],
+    tid: AtomicI32,
+}
+
+/// A running responder.
+pub struct Responder {
+    addr: SocketAddr,
+    state: Arc<State>,
+}
+
+impl std::fmt::Debug for Responder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Responder")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl Responder {
+    /// Starts one on a free loopback port, on a thread of its own.
+    pub fn start() -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let addr = listener.local_addr().expect("its address");
+        listener.set_nonblocking(true).expect("non-blocking");
+        let state = Arc::new(State::default());
+        let served = Arc::clone(&state);
+        std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            served
+                .tid
+                .store(unsafe { libc::gettid() }, Ordering::Relaxed);
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(serve(listener, served));
+        });
+        while state.tid.load(Ordering::Relaxed) == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Responder { addr, state }
+    }
+
+    /// Its endpoint URL.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Hands out `n` more messages.
+    pub fn offer(&self, n: usize) {
+        self.state.left.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Calls so far, by operation (see [`OPERATIONS`]).
+    pub fn requests(&self) -> [u64; OPERATIONS.len()] {
+        std::array::from_fn(|i| self.state.calls[i].load(Ordering::Relaxed))
+    }
+
+    /// CPU time its thread has used so far.
+    pub fn cpu(&self) -> Duration {
+        let tid = self.state.tid.load(Ordering::Relaxed);
+        let stat =
+            std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or(vec![], |(_, r)| r.split_whitespace().collect());
+        let ticks: u64 = (11..13)
+            .filter_map(|i| fields.get(i)?.parse::<u64>().ok())
+            .sum();
+        // SAFETY: sysconf only reads a setting.
+        let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        Duration::from_secs_f64(ticks as f64 / per_second)
+    }
+}
+
+async fn serve(listener: std::net::TcpListener, state: Arc<State>) {
+    let listener = tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let state = Arc::clone(&state);
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let state = Arc::clone(&state);
+                async move { Ok::<_, Infallible>(answer(&state, req).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+async fn answer(state: &State, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+    let target = (req.headers().get("x-amz-target"))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("AmazonSQS."))
+        .unwrap_or_default()
+        .to_string();
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let input: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let Some(op) = OPERATIONS.iter().position(|o| *o == target) else {
+        return respond(400, &json!({"__type": "InvalidAction", "message": target}));
+    };
+    state.calls[op].fetch_add(1, Ordering::Relaxed);
+    let echo = || {
+        let ids: Vec<Value> = (input["Entries"].as_array().into_iter().flatten())
+            .map(|e| json!({"Id": e["Id"], "MessageId": format!("s-{}", e["Id"].as_str().unwrap_or("")), "MD5OfMessageBody": "0"}))
+            .collect();
+        json!({"Successful": ids, "Failed": []})
+    };
+    let output = match OPERATIONS[op] {
+        "ReceiveMessage" => json!({"Messages": messages(state)}),
+        "DeleteMessageBatch" | "ChangeMessageVisibilityBatch" | "SendMessageBatch" => echo(),
+        "GetQueueAttributes" => json!({"Attributes": {
+            "ApproximateNumberOfMessages": state.left.load(Ordering::Relaxed).to_string(),
+            "ApproximateNumberOfMessagesNotVisible": "0",
+            "ApproximateNumberOfMessagesDelayed": "0"}}),
+        "GetQueueUrl" => json!({"QueueUrl": format!("http://sqs.local/000000000000/{}",
+            input["QueueName"].as_str().unwrap_or("q"))}),
+        _ => json!({}),
+    };
+    respond(200, &output)
+}
+
+/// Up to ten of the messages left.
+fn messages(state: &State) -> Vec<Value> {
+    let mut taken = 0;
+    let _ = state
+        .left
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+            taken = left.min(10);
+            Some(left - taken)
+        });
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    (0..taken)
+        .map(|_| {
+            let id = state.next_id.fetch_add(1, Ordering::Relaxed);
+            json!({"MessageId": format!("m-{id}"), "ReceiptHandle": format!("r-{id}"),
+                   "MD5OfBody": "82d7ba7ea655a2bbde5a4e2153a66dae", "Body": "ack",
+                   "Attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": now.to_string()}})
+        })
+        .collect()
+}
+
+fn respond(status: u16, value: &Value) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(value.to_string())));
+    *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
+    (response.headers_mut()).insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/x-amz-json-1.0"),
+    );
+    response
+}
