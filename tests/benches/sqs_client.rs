@@ -107,7 +107,7 @@ async fn qhost_row(
     assert_eq!(
         (c.invoked, c.acked),
         (n as u64, n as u64),
-        "every message ran once"
+        "every message ran once: {c:?}"
     );
     Row {
         name,

@@ -5,7 +5,8 @@
 //!
 //! It hands out a set number of messages (body `ack`, ten per receive), then answers receives
 //! with none; it accepts every delete, visibility change and send, echoing the entries' ids, and
-//! counts each call by operation. It keeps no queue: a message it handed out is never handed out
+//! counts each call by operation. Its depth counts what it handed out and was not deleted as in
+//! flight, so a host that waits for an empty queue waits for its last deletes. It keeps no queue: a message it handed out is never handed out
 //! again, so it measures one delivery per message.
 
 use std::convert::Infallible;
@@ -35,9 +36,14 @@ pub const OPERATIONS: [&str; 7] = [
 #[derive(Default)]
 struct State {
     left: AtomicUsize,
+    /// Handed out and not deleted yet: what SQS reports as not visible.
+    in_flight: AtomicUsize,
     next_id: AtomicU64,
     calls: [AtomicU64; OPERATIONS.len()],
     tid: AtomicI32,
+    /// Starts every message id, so two runs' messages never share an id (a store keeps the
+    /// keys it completed for its dedup window).
+    run: String,
 }
 
 /// A running responder.
@@ -60,7 +66,10 @@ impl Responder {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
         let addr = listener.local_addr().expect("its address");
         listener.set_nonblocking(true).expect("non-blocking");
-        let state = Arc::new(State::default());
+        let state = Arc::new(State {
+            run: uuid::Uuid::new_v4().simple().to_string(),
+            ..State::default()
+        });
         let served = Arc::clone(&state);
         std::thread::spawn(move || {
             // SAFETY: gettid has no preconditions.
@@ -154,12 +163,18 @@ async fn answer(state: &State, req: Request<hyper::body::Incoming>) -> Response<
             .collect();
         json!({"Successful": ids, "Failed": []})
     };
+    if OPERATIONS[op] == "DeleteMessageBatch" {
+        let deleted = input["Entries"].as_array().map_or(0, Vec::len);
+        let _ = (state.in_flight).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            Some(n.saturating_sub(deleted))
+        });
+    }
     let output = match OPERATIONS[op] {
         "ReceiveMessage" => json!({"Messages": messages(state)}),
         "DeleteMessageBatch" | "ChangeMessageVisibilityBatch" | "SendMessageBatch" => echo(),
         "GetQueueAttributes" => json!({"Attributes": {
             "ApproximateNumberOfMessages": state.left.load(Ordering::Relaxed).to_string(),
-            "ApproximateNumberOfMessagesNotVisible": "0",
+            "ApproximateNumberOfMessagesNotVisible": state.in_flight.load(Ordering::Relaxed).to_string(),
             "ApproximateNumberOfMessagesDelayed": "0"}}),
         "GetQueueUrl" => json!({"QueueUrl": format!("http://sqs.local/000000000000/{}",
             input["QueueName"].as_str().unwrap_or("q"))}),
@@ -177,13 +192,14 @@ fn messages(state: &State) -> Vec<Value> {
             taken = left.min(10);
             Some(left - taken)
         });
+    state.in_flight.fetch_add(taken, Ordering::Relaxed);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
     (0..taken)
         .map(|_| {
             let id = state.next_id.fetch_add(1, Ordering::Relaxed);
-            json!({"MessageId": format!("m-{id}"), "ReceiptHandle": format!("r-{id}"),
+            json!({"MessageId": format!("{}-{id}", state.run), "ReceiptHandle": format!("r-{id}"),
                    "MD5OfBody": "82d7ba7ea655a2bbde5a4e2153a66dae", "Body": "ack",
                    "Attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": now.to_string()}})
         })
