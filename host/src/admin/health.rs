@@ -58,8 +58,8 @@ pub(crate) struct Health {
     draining: AtomicBool,
     answers: Mutex<BTreeMap<String, Answer>>,
     ticked: Mutex<Option<Instant>>,
-    /// Each consumed queue's progress, and how many messages its last check saw visible.
-    queues: Mutex<BTreeMap<String, (Arc<Progress>, u64)>>,
+    /// Each consumed queue's progress.
+    queues: Mutex<BTreeMap<String, Arc<Progress>>>,
     /// The last depth seen of each consumed queue and of its dead-letter queue, by name.
     depths: Mutex<BTreeMap<String, QueueDepth>>,
     /// Checks so far: the dead-letter queues are asked every [`DEAD_LETTER_EVERY`]th.
@@ -88,7 +88,7 @@ impl Health {
     /// Follows `queue`'s progress, from the moment the host starts consuming it.
     pub(crate) fn track(&self, queue: &str, progress: Arc<Progress>) {
         let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        queues.insert(queue.to_string(), (progress, 0));
+        queues.insert(queue.to_string(), progress);
     }
 
     fn saw_depth(&self, queue: &str, depth: QueueDepth) {
@@ -102,20 +102,14 @@ impl Health {
         depths.get(queue).copied()
     }
 
-    fn saw_visible(&self, queue: &str, visible: u64) {
-        let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, seen)) = queues.get_mut(queue) {
-            *seen = visible;
-        }
-    }
-
-    /// Why each stalled queue is: messages visible, none finished for `after`.
+    /// Why each stalled queue is: messages visible at its last check, none finished for `after`.
     fn stalled(&self, after: Duration) -> Vec<String> {
         let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
         (queues.iter())
-            .filter_map(|(queue, (progress, visible))| {
+            .filter_map(|(queue, progress)| {
+                let visible = self.depth(queue).map_or(0, |d| d.visible);
                 let idle = progress.idle_for();
-                (*visible > 0 && idle > after).then(|| {
+                (visible > 0 && idle > after).then(|| {
                     format!(
                         "queue `{queue}`: stalled: {visible} messages waiting and none finished for {}s (timeouts.stalled-after-secs = {})",
                         idle.as_secs(),
@@ -230,7 +224,6 @@ async fn check_once(health: &Health, parts: &Checked) {
         );
         let result = checked.await.map(|depth| {
             parts.metrics.set_depth(&q.name, depth);
-            health.saw_visible(&q.name, depth.visible);
             health.saw_depth(&q.name, depth);
         });
         health.record(queue_check(&q.name), result);
@@ -341,14 +334,20 @@ mod tests {
         let progress = Arc::new(Progress::started_ago(after + Duration::from_secs(1)));
         health.track("a", Arc::clone(&progress));
         assert!(health.stalled(after).is_empty(), "nothing seen waiting");
-        health.saw_visible("a", 40);
+        health.saw_depth(
+            "a",
+            QueueDepth {
+                visible: 40,
+                invisible: 0,
+            },
+        );
         let stalled = "queue `a`: stalled: 40 messages waiting and none finished for 61s (timeouts.stalled-after-secs = 60)";
         assert_eq!(health.stalled(after), [stalled]);
         let reasons = health.readiness(&config, &plugins).unwrap_err();
         assert!(reasons.iter().any(|r| r == stalled), "{reasons:?}");
         progress.finished();
         assert!(health.stalled(after).is_empty(), "a message finished");
-        health.saw_visible("a", 0);
+        health.saw_depth("a", QueueDepth::default());
         assert!(health.stalled(after).is_empty());
     }
 }
