@@ -39,7 +39,13 @@ pub fn tree(pid: u32) -> Vec<u32> {
 /// CPU time (user plus system) used so far by `pid`, its threads, and the children it has
 /// waited for: fields 14-17 of `/proc/PID/stat`.
 fn cpu_of(pid: u32) -> Duration {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    stat_cpu(&format!("/proc/{pid}/stat"), true)
+}
+
+/// The CPU time a `stat` file (`/proc/PID/stat`, `/proc/self/task/TID/stat`) counts: user and
+/// system time (fields 14-15), and with `children` the waited-for children's (16-17).
+pub fn stat_cpu(path: &str, children: bool) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(path) else {
         return Duration::ZERO;
     };
     // The command name (field 2) may hold spaces; the fields after it follow its `)`.
@@ -48,7 +54,8 @@ fn cpu_of(pid: u32) -> Duration {
     };
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // rest[0] is field 3 (state); utime, stime, cutime, cstime are fields 14-17.
-    let ticks: u64 = (11..15)
+    let last = if children { 15 } else { 13 };
+    let ticks: u64 = (11..last)
         .filter_map(|i| fields.get(i)?.parse::<u64>().ok())
         .sum();
     Duration::from_secs_f64(ticks as f64 / ticks_per_second())

@@ -106,17 +106,7 @@ impl Responder {
     /// CPU time its thread has used so far.
     pub fn cpu(&self) -> Duration {
         let tid = self.state.tid.load(Ordering::Relaxed);
-        let stat =
-            std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map_or(vec![], |(_, r)| r.split_whitespace().collect());
-        let ticks: u64 = (11..13)
-            .filter_map(|i| fields.get(i)?.parse::<u64>().ok())
-            .sum();
-        // SAFETY: sysconf only reads a setting.
-        let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-        Duration::from_secs_f64(ticks as f64 / per_second)
+        crate::proc_tree::stat_cpu(&format!("/proc/self/task/{tid}/stat"), false)
     }
 }
 
