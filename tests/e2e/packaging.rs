@@ -171,9 +171,19 @@ fn the_image_runs_the_demo_plugin_as_a_non_root_user_and_drains_on_sigterm() {
     run.arg(&image);
     ok(&mut run, "podman run");
     let admin: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    wait_for(admin, "/healthz", Duration::from_secs(60), |status, _| {
-        status == 200
+    let healthy = std::panic::catch_unwind(|| {
+        wait_for(admin, "/healthz", Duration::from_secs(120), |status, _| {
+            status == 200
+        })
     });
+    if let Err(panic) = healthy {
+        let logs = podman().args(["logs", &container]).output();
+        let state = podman()
+            .args(["inspect", "--format", "{{json .State}}", &container])
+            .output();
+        eprintln!("the container's state: {state:?}\nits logs: {logs:?}");
+        std::panic::resume_unwind(panic);
+    }
     let (_, queues) = wait_for(
         admin,
         "/api/queues",

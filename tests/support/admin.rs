@@ -8,7 +8,11 @@ use std::time::{Duration, Instant};
 
 /// `GET path` on the admin listener: the status code and the body.
 pub fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    exchange(stream, addr, path)
+}
+
+fn exchange(mut stream: TcpStream, addr: SocketAddr, path: &str) -> (u16, String) {
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .expect("a read timeout");
@@ -40,14 +44,24 @@ pub fn wait_for(
 ) -> (u16, String) {
     let deadline = Instant::now() + limit;
     loop {
-        let (status, body) = get(addr, path);
-        if done(status, &body) {
-            return (status, body);
+        // A listener that is not bound yet (a process or a container still starting) is
+        // waited for like an answer that is not the expected one yet.
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
+            Ok(stream) => {
+                let (status, body) = exchange(stream, addr, path);
+                if done(status, &body) {
+                    return (status, body);
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "GET {path} still answers {status}: {body}"
+                );
+            }
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "GET {path}: nothing listens on {addr} after {limit:?}: {e}"
+            ),
         }
-        assert!(
-            Instant::now() < deadline,
-            "GET {path} still answers {status}: {body}"
-        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
