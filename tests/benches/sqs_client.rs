@@ -1,17 +1,25 @@
 //! The SQS path's client cost, with the server out of the picture: a loopback responder in
 //! this process (`qhost_e2e::sqs_responder`: canned answers over HTTP/1.1 keep-alive, on a
-//! thread whose CPU is left out) serves three consumers of the same messages, one after the
-//! other, in one run:
+//! thread whose CPU is left out) serves four consumers of the same deliveries, one after the
+//! other, in one run. Every tenth delivery is a duplicate of a message delivered 200 messages
+//! earlier (SQS's at-least-once delivery), which a consumer must not run again:
 //!
-//! - a bare aws-sdk-sqs loop: receive 10, delete the batch (the floor any consumer using the SDK
-//!   pays per message at that batch size);
+//! - a bare aws-sdk-sqs loop: receive 10, delete the batch, no lease (the floor any consumer
+//!   using the SDK pays per message at that batch size; it runs the duplicates);
 //! - qhost with a trivial wasm plugin and the embedded store;
-//! - the same with the Redis store (the tests' Redis on 127.0.0.1:6379).
+//! - the same with the Redis store (the tests' Redis on 127.0.0.1:6379);
+//! - the Python worker a team writes today (`tests/support/sqs_python_worker.py`: boto3 and
+//!   redis-py, a `SET NX` lease per message, the seed's shape), its CPU as it reports it for its
+//!   consuming loop (interpreter start-up left out).
 //!
-//! Each row prints CPU per message (user and system), CPU per SQS request, requests per message
-//! by operation, and its ratio to the bare loop.
+//! Each row prints CPU per delivery (user and system), CPU per SQS request, SQS requests and
+//! Redis round trips per delivery, by operation, and its ratio to the bare loop and to the
+//! Python worker.
 //!
-//! `cargo bench -p qhost-e2e --bench sqs_client` (QHOST_BENCH_MESSAGES overrides the 20,000).
+//! `cargo bench -p qhost-e2e --bench sqs_client` (QHOST_BENCH_MESSAGES overrides the 20,000
+//! deliveries; run `scripts/install-test-tools` first, for Redis and the Python peer). To profile
+//! one row alone, `QHOST_BENCH_ONLY=redis` (or `embedded`, or `bare`) runs just that row, for
+//! `perf record`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,11 +32,16 @@ use tokio_util::sync::CancellationToken;
 
 const QUEUE: &str = "bench";
 
+/// Every n-th delivery is a duplicate.
+const DUPLICATE_EVERY: usize = 10;
+
 /// What one row used.
 struct Row {
     name: &'static str,
     cpu: CpuTime,
     requests: [u64; OPERATIONS.len()],
+    /// Redis round trips, where the row uses Redis.
+    round_trips: Option<u64>,
 }
 
 /// CPU this process used since `before`, less what the responder's thread used since
@@ -78,6 +91,7 @@ async fn bare_loop(responder: &Responder, n: usize) -> Row {
         name: "bare aws-sdk-sqs loop (receive 10 + delete batch)",
         cpu: consumer_cpu(start, responder, served),
         requests: minus(responder.requests(), calls),
+        round_trips: None,
     }
 }
 
@@ -85,10 +99,11 @@ async fn qhost_row(
     name: &'static str,
     responder: &Responder,
     store: Arc<dyn IdempotencyStore>,
+    redis: Option<&RedisStore>,
     n: usize,
 ) -> Row {
     let mut config = Config::parse(&format!(
-        "max-in-flight = 64\n[[queue]]\nname = \"{QUEUE}\"\nplugin = \"trivial\"\nwait-time-secs = 0\n"
+        "max-in-flight = 64\n[[queue]]\nname = \"{QUEUE}\"\nplugin = \"trivial\"\n"
     ))
     .expect("config");
     config.data_dir = None;
@@ -97,6 +112,7 @@ async fn qhost_row(
         &responder.endpoint(),
     )));
     let host = Host::new(config, sqs, store, Registry::new([plugin]));
+    let (duplicates, trips) = (responder.duplicates(), redis.map(RedisStore::round_trips));
     responder.offer(n);
     let (start, served, calls) = (CpuTime::now(), responder.cpu(), responder.requests());
     host.run_until_idle(CancellationToken::new())
@@ -104,15 +120,57 @@ async fn qhost_row(
         .expect("run");
     let cpu = consumer_cpu(start, responder, served);
     let c = host.stats().total();
+    let duplicates = responder.duplicates() - duplicates;
+    let distinct = n as u64 - duplicates;
     assert_eq!(
-        (c.invoked, c.acked),
-        (n as u64, n as u64),
-        "every message ran once: {c:?}"
+        (c.invoked, c.acked, c.duplicates),
+        (distinct, distinct, duplicates),
+        "every message ran once and every duplicate was suppressed: {c:?}"
     );
     Row {
         name,
         cpu,
         requests: minus(responder.requests(), calls),
+        round_trips: redis.zip(trips).map(|(r, before)| r.round_trips() - before),
+    }
+}
+
+fn python_row(responder: &Responder, n: usize) -> Row {
+    let root = qhost_e2e::workspace();
+    let duplicates = responder.duplicates();
+    responder.offer(n);
+    let calls = responder.requests();
+    let out = std::process::Command::new(root.join("target/tools/moto/bin/python"))
+        .arg(root.join("tests/support/sqs_python_worker.py"))
+        .arg(responder.endpoint())
+        .arg(QUEUE)
+        .arg(qhost_e2e::redis_server::shared_url())
+        .arg(n.to_string())
+        .arg(format!("bench-py-{}", uuid::Uuid::new_v4().simple()))
+        .output()
+        .expect("the Python worker (scripts/install-test-tools installs boto3 and redis-py)");
+    assert!(
+        out.status.success(),
+        "the Python worker: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("the Python worker's report");
+    let duplicates = responder.duplicates() - duplicates;
+    assert_eq!(
+        (report["handled"].as_u64(), report["duplicates"].as_u64()),
+        (Some(n as u64 - duplicates), Some(duplicates)),
+        "the Python worker ran each message once: {report}"
+    );
+    let seconds = |field: &str| Duration::from_secs_f64(report[field].as_f64().unwrap_or(0.0));
+    Row {
+        name: "Python worker: boto3 + redis-py SET NX (the seed's shape)",
+        cpu: CpuTime {
+            user: seconds("user"),
+            system: seconds("system"),
+        },
+        requests: minus(responder.requests(), calls),
+        round_trips: report["round_trips"].as_u64(),
     }
 }
 
@@ -124,50 +182,97 @@ fn minus(a: [u64; OPERATIONS.len()], b: [u64; OPERATIONS.len()]) -> [u64; OPERAT
 async fn main() {
     let n = qhost_e2e::bench_messages(20_000);
     let responder = Responder::start();
+    responder.duplicate_every(DUPLICATE_EVERY);
     let redis = RedisStore::connect(&qhost_e2e::redis_server::shared_url())
         .await
         .expect("the tests' Redis on 127.0.0.1:6379 (scripts/install-test-tools starts it)");
+    if let Ok(only) = std::env::var("QHOST_BENCH_ONLY") {
+        let row = match only.as_str() {
+            "bare" => bare_loop(&responder, n).await,
+            "redis" => {
+                qhost_row(
+                    "qhost, Redis store",
+                    &responder,
+                    Arc::new(redis.clone()),
+                    Some(&redis),
+                    n,
+                )
+                .await
+            }
+            _ => {
+                qhost_row(
+                    "qhost, embedded store",
+                    &responder,
+                    Arc::new(LocalStore::open(None).expect("store")),
+                    None,
+                    n,
+                )
+                .await
+            }
+        };
+        let cpu = row.cpu.micros_per(n);
+        print_row(&row, n, cpu, cpu);
+        return;
+    }
     let rows = [
         bare_loop(&responder, n).await,
         qhost_row(
             "qhost, trivial wasm plugin, embedded store",
             &responder,
             Arc::new(LocalStore::open(None).expect("store")),
+            None,
             n,
         )
         .await,
         qhost_row(
             "qhost, trivial wasm plugin, Redis store",
             &responder,
-            Arc::new(redis),
+            Arc::new(redis.clone()),
+            Some(&redis),
             n,
         )
         .await,
+        python_row(&responder, n),
     ];
     println!(
-        "SQS client cost, {n} messages per row, a loopback responder in this process (its CPU left out)\n"
+        "SQS client cost, {n} deliveries per row (every {DUPLICATE_EVERY}th a duplicate), a \
+         loopback responder in this process (its CPU left out)\n"
     );
-    let base = rows[0].cpu.micros_per(n);
+    let (base, python) = (rows[0].cpu.micros_per(n), rows[3].cpu.micros_per(n));
     for r in &rows {
-        let requests: u64 = r.requests.iter().sum();
-        let per_request = (r.cpu.user + r.cpu.system).as_secs_f64() * 1e6 / requests.max(1) as f64;
-        println!("{}", r.name);
-        println!(
-            "  CPU per message   {:>7.1} µs  (user {:.1}, system {:.1}; {:.2}× the bare loop)",
-            r.cpu.micros_per(n),
-            r.cpu.user.as_secs_f64() * 1e6 / n as f64,
-            r.cpu.system.as_secs_f64() * 1e6 / n as f64,
-            r.cpu.micros_per(n) / base
-        );
-        println!("  CPU per request   {per_request:>7.1} µs  ({requests} requests)");
-        let by_op: Vec<String> = (OPERATIONS.iter().zip(r.requests))
-            .filter(|(_, c)| *c > 0)
-            .map(|(op, c)| format!("{op} {:.3}", c as f64 / n as f64))
-            .collect();
-        println!(
-            "  requests/message  {:>7.3}     ({})\n",
-            requests as f64 / n as f64,
-            by_op.join(", ")
-        );
+        print_row(r, n, base, python);
+    }
+}
+
+fn print_row(r: &Row, n: usize, base: f64, python: f64) {
+    let requests: u64 = r.requests.iter().sum();
+    let per_request = (r.cpu.user + r.cpu.system).as_secs_f64() * 1e6 / requests.max(1) as f64;
+    println!("{}", r.name);
+    println!(
+        "  CPU per delivery  {:>7.1} µs  (user {:.1}, system {:.1}; {:.2}× the bare loop, \
+         {:.1}× less than the Python worker)",
+        r.cpu.micros_per(n),
+        r.cpu.user.as_secs_f64() * 1e6 / n as f64,
+        r.cpu.system.as_secs_f64() * 1e6 / n as f64,
+        r.cpu.micros_per(n) / base,
+        python / r.cpu.micros_per(n)
+    );
+    println!("  CPU per request   {per_request:>7.1} µs  ({requests} requests)");
+    let by_op: Vec<String> = (OPERATIONS.iter().zip(r.requests))
+        .filter(|(_, c)| *c > 0)
+        .map(|(op, c)| format!("{op} {:.3}", c as f64 / n as f64))
+        .collect();
+    println!(
+        "  requests/delivery {:>7.3}     ({}; {:.0} per 1,000 deliveries)",
+        requests as f64 / n as f64,
+        by_op.join(", "),
+        requests as f64 * 1000.0 / n as f64
+    );
+    match r.round_trips {
+        Some(trips) => println!(
+            "  Redis round trips {:>7.3}     per delivery\n",
+            trips as f64 / n as f64
+        ),
+        None => println!(),
     }
 }

@@ -3,16 +3,22 @@
 //! of its own, so the SDK's and the host's CPU can be read apart from the server's (the
 //! responder's thread CPU is read from `/proc` and left out).
 //!
-//! It hands out a set number of messages (body `ack`, ten per receive), then answers receives
-//! with none; it accepts every delete, visibility change and send, echoing the entries' ids, and
+//! It hands out a set number of deliveries (body `ack`, ten per receive), then answers receives
+//! with none (a receive with `WaitTimeSeconds` waits for more, as SQS's long polling does); it accepts every delete, visibility change and send, echoing the entries' ids, and
 //! counts each call by operation. Its depth counts what it handed out and was not deleted as in
-//! flight, so a host that waits for an empty queue waits for its last deletes. It keeps no queue: a message it handed out is never handed out
-//! again, so it measures one delivery per message.
+//! flight, so a host that waits for an empty queue waits for its last deletes.
+//!
+//! It keeps no queue. What it hands out again is what SQS would: a message whose visibility a
+//! consumer changed (a put-back, handed out at the next receive, its timeout not waited for),
+//! and, when asked ([`Responder::duplicate_every`]), every n-th delivery a copy of a message
+//! handed out [`DUPLICATE_DISTANCE`] messages earlier, with a receipt handle of its own: the
+//! at-least-once delivery a consumer must suppress.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http_body_util::{BodyExt as _, Full};
@@ -32,10 +38,28 @@ pub const OPERATIONS: [&str; 7] = [
     "GetQueueUrl",
 ];
 
+/// How far back a duplicate reaches, in messages: far enough that its first copy has
+/// normally finished, as a redelivery minutes later has.
+pub const DUPLICATE_DISTANCE: u64 = 200;
+
 /// What the responder shares with its thread.
 #[derive(Default)]
 struct State {
+    /// Deliveries still to hand out (duplicates included, put-backs not).
     left: AtomicUsize,
+    /// Every n-th delivery is a duplicate (0: none).
+    duplicate_every: AtomicUsize,
+    deliveries: AtomicU64,
+    duplicates: AtomicU64,
+    /// The first message of the latest offer: a duplicate reaches back no further, so each
+    /// consumer meets only duplicates of what it was handed itself.
+    first_offered: AtomicU64,
+    /// Numbers receipt handles, so each delivery has its own.
+    receipts: AtomicU64,
+    /// Messages put back by a visibility change, handed out again first.
+    again: Mutex<VecDeque<u64>>,
+    /// Wakes receives that wait (long polling) when messages are offered or put back.
+    arrived: tokio::sync::Notify,
     /// Handed out and not deleted yet: what SQS reports as not visible.
     in_flight: AtomicUsize,
     next_id: AtomicU64,
@@ -71,17 +95,20 @@ impl Responder {
             ..State::default()
         });
         let served = Arc::clone(&state);
-        std::thread::spawn(move || {
-            // SAFETY: gettid has no preconditions.
-            served
-                .tid
-                .store(unsafe { libc::gettid() }, Ordering::Relaxed);
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime");
-            runtime.block_on(serve(listener, served));
-        });
+        let thread = std::thread::Builder::new().name("sqs-responder".into());
+        thread
+            .spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                served
+                    .tid
+                    .store(unsafe { libc::gettid() }, Ordering::Relaxed);
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime");
+                runtime.block_on(serve(listener, served));
+            })
+            .expect("the responder's thread");
         while state.tid.load(Ordering::Relaxed) == 0 {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -95,7 +122,20 @@ impl Responder {
 
     /// Hands out `n` more messages.
     pub fn offer(&self, n: usize) {
+        let next = self.state.next_id.load(Ordering::Relaxed);
+        self.state.first_offered.store(next, Ordering::Relaxed);
         self.state.left.fetch_add(n, Ordering::Relaxed);
+        self.state.arrived.notify_waiters();
+    }
+
+    /// Makes every `n`-th delivery from now on a duplicate (0: none).
+    pub fn duplicate_every(&self, n: usize) {
+        self.state.duplicate_every.store(n, Ordering::Relaxed);
+    }
+
+    /// Duplicates handed out so far.
+    pub fn duplicates(&self) -> u64 {
+        self.state.duplicates.load(Ordering::Relaxed)
     }
 
     /// Calls so far, by operation (see [`OPERATIONS`]).
@@ -153,14 +193,23 @@ async fn answer(state: &State, req: Request<hyper::body::Incoming>) -> Response<
             .collect();
         json!({"Successful": ids, "Failed": []})
     };
-    if OPERATIONS[op] == "DeleteMessageBatch" {
-        let deleted = input["Entries"].as_array().map_or(0, Vec::len);
-        let _ = (state.in_flight).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-            Some(n.saturating_sub(deleted))
-        });
+    match OPERATIONS[op] {
+        "DeleteMessageBatch" => {
+            let deleted = input["Entries"].as_array().map_or(0, Vec::len);
+            let _ = (state.in_flight).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(deleted))
+            });
+        }
+        "ChangeMessageVisibility" => put_back(state, &input),
+        "ChangeMessageVisibilityBatch" => {
+            for entry in input["Entries"].as_array().into_iter().flatten() {
+                put_back(state, entry);
+            }
+        }
+        _ => {}
     }
     let output = match OPERATIONS[op] {
-        "ReceiveMessage" => json!({"Messages": messages(state)}),
+        "ReceiveMessage" => json!({"Messages": receive(state, &input).await}),
         "DeleteMessageBatch" | "ChangeMessageVisibilityBatch" | "SendMessageBatch" => echo(),
         "GetQueueAttributes" => json!({"Attributes": {
             "ApproximateNumberOfMessages": state.left.load(Ordering::Relaxed).to_string(),
@@ -173,23 +222,72 @@ async fn answer(state: &State, req: Request<hyper::body::Incoming>) -> Response<
     respond(200, &output)
 }
 
-/// Up to ten of the messages left.
+/// Up to ten messages; with none to hand out, a receive that asks to wait (`WaitTimeSeconds`)
+/// waits for some to be offered or put back, as SQS's long polling does.
+async fn receive(state: &State, input: &Value) -> Vec<Value> {
+    let wait = Duration::from_secs(input["WaitTimeSeconds"].as_u64().unwrap_or(0));
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let arrived = state.arrived.notified();
+        tokio::pin!(arrived);
+        arrived.as_mut().enable();
+        let got = messages(state);
+        if !got.is_empty() || tokio::time::Instant::now() >= deadline {
+            return got;
+        }
+        let _ = tokio::time::timeout_at(deadline, arrived).await;
+    }
+}
+
+/// A message whose visibility a consumer changed: handed out again at the next receive.
+fn put_back(state: &State, entry: &Value) {
+    let id = (entry["ReceiptHandle"].as_str())
+        .and_then(|r| r.strip_prefix("r-"))
+        .and_then(|r| r.split('-').next())
+        .and_then(|id| id.parse().ok());
+    if let Some(id) = id {
+        state.again.lock().expect("the put-backs").push_back(id);
+        state.arrived.notify_waiters();
+        let _ = (state.in_flight).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            Some(n.saturating_sub(1))
+        });
+    }
+}
+
+/// Up to ten messages: put-backs first, then the deliveries left.
 fn messages(state: &State) -> Vec<Value> {
+    let mut ids: Vec<u64> = {
+        let mut again = state.again.lock().expect("the put-backs");
+        let n = again.len().min(10);
+        again.drain(..n).collect()
+    };
     let mut taken = 0;
     let _ = state
         .left
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
-            taken = left.min(10);
+            taken = left.min(10 - ids.len());
             Some(left - taken)
         });
-    state.in_flight.fetch_add(taken, Ordering::Relaxed);
+    let every = state.duplicate_every.load(Ordering::Relaxed) as u64;
+    for _ in 0..taken {
+        let delivery = state.deliveries.fetch_add(1, Ordering::Relaxed);
+        let next = state.next_id.load(Ordering::Relaxed);
+        let first = state.first_offered.load(Ordering::Relaxed);
+        if every > 0 && delivery % every == every - 1 && next >= first + DUPLICATE_DISTANCE {
+            state.duplicates.fetch_add(1, Ordering::Relaxed);
+            ids.push(next - DUPLICATE_DISTANCE);
+        } else {
+            ids.push(state.next_id.fetch_add(1, Ordering::Relaxed));
+        }
+    }
+    state.in_flight.fetch_add(ids.len(), Ordering::Relaxed);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
-    (0..taken)
-        .map(|_| {
-            let id = state.next_id.fetch_add(1, Ordering::Relaxed);
-            json!({"MessageId": format!("{}-{id}", state.run), "ReceiptHandle": format!("r-{id}"),
+    (ids.into_iter())
+        .map(|id| {
+            let receipt = state.receipts.fetch_add(1, Ordering::Relaxed);
+            json!({"MessageId": format!("{}-{id}", state.run), "ReceiptHandle": format!("r-{id}-{receipt}"),
                    "MD5OfBody": "82d7ba7ea655a2bbde5a4e2153a66dae", "Body": "ack",
                    "Attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": now.to_string()}})
         })
