@@ -14,7 +14,8 @@
 
 mod collect;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -49,11 +50,16 @@ struct DepthLabels {
     state: &'static str,
 }
 
+/// The duration histogram last used per queue and plugin, with the version it is for.
+type ProcessCache = HashMap<String, HashMap<String, (String, Histogram)>>;
+
 /// One host's metrics.
 pub struct Metrics {
     registry: PromRegistry,
     system: &'static str,
     process: Family<ProcessLabels, Histogram>,
+    /// Spares each observation its label set: three `String`s to build and hash per message.
+    process_cache: Mutex<ProcessCache>,
     in_flight: Gauge,
     depth: Family<DepthLabels, Gauge>,
 }
@@ -97,6 +103,7 @@ impl Metrics {
             registry,
             system,
             process,
+            process_cache: Mutex::default(),
             in_flight,
             depth,
         }
@@ -116,15 +123,32 @@ impl Metrics {
 
     /// Records how long a handler call took.
     pub(crate) fn observe_process(&self, queue: &str, plugin: &str, version: &str, took: Duration) {
+        self.process_histogram(queue, plugin, version)
+            .observe(took.as_secs_f64());
+    }
+
+    /// The duration histogram of `queue`, `plugin` and `version`: from the cache, or created
+    /// (and cached in place of the plugin's previous version) once per version.
+    fn process_histogram(&self, queue: &str, plugin: &str, version: &str) -> Histogram {
+        let mut cache = self
+            .process_cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((cached, histogram)) = cache.get(queue).and_then(|q| q.get(plugin))
+            && cached == version
+        {
+            return histogram.clone();
+        }
         let labels = ProcessLabels {
             messaging_system: self.system,
             messaging_destination_name: queue.to_string(),
             qhost_plugin: plugin.to_string(),
             qhost_plugin_version: version.to_string(),
         };
-        self.process
-            .get_or_create(&labels)
-            .observe(took.as_secs_f64());
+        let histogram = self.process.get_or_create(&labels).clone();
+        (cache.entry(queue.to_string()).or_default())
+            .insert(plugin.to_string(), (version.to_string(), histogram.clone()));
+        histogram
     }
 
     /// Counts a message in flight until the returned guard is dropped.
