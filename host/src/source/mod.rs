@@ -93,6 +93,20 @@ pub trait QueueSource: Send + Sync + std::fmt::Debug + 'static {
         delay: Duration,
     ) -> Result<(), SourceError>;
 
+    /// Changes the visibility of several deliveries of one queue (ten at most), each by its
+    /// own delay; returns, for each, its own result. By default, one call per delivery.
+    async fn change_visibility_batch(
+        &self,
+        queue: &str,
+        entries: &[(String, Duration)],
+    ) -> Result<Vec<Result<(), SourceError>>, SourceError> {
+        let mut results = Vec::with_capacity(entries.len());
+        for (receipt, delay) in entries {
+            results.push(self.change_visibility(queue, receipt, *delay).await);
+        }
+        Ok(results)
+    }
+
     /// Sends messages (to one or several queues); returns their ids in order. A message that
     /// breaks SQS's rules ([`crate::message::rules`]) is [`SourceError::Refused`].
     async fn send(&self, messages: &[Outgoing]) -> Result<Vec<String>, SourceError>;

@@ -1,6 +1,42 @@
-//! Splitting sends into SQS batches: at most ten entries and at most 1 MiB per request.
+//! Splitting sends into SQS batches (at most ten entries and at most 1 MiB per request), and
+//! reading a batch call's answer entry by entry.
+
+use aws_sdk_sqs::types::BatchResultErrorEntry;
 
 use crate::message::wire::{MAX_BATCH_ENTRIES as MAX_ENTRIES, MAX_MESSAGE_BYTES as MAX_BYTES};
+use crate::source::SourceError;
+
+/// Each of `n` entries' result, entry `i` having been sent with the id `i`: the entries SQS
+/// lists as failed failed, with a receipt SQS no longer knows (or a message no longer in flight)
+/// as [`SourceError::ReceiptExpired`]; the rest succeeded.
+pub(crate) fn entry_results(
+    n: usize,
+    failed: &[BatchResultErrorEntry],
+) -> Vec<Result<(), SourceError>> {
+    let mut results: Vec<Result<(), SourceError>> = (0..n).map(|_| Ok(())).collect();
+    for f in failed {
+        let Some(result) = f
+            .id()
+            .parse::<usize>()
+            .ok()
+            .and_then(|i| results.get_mut(i))
+        else {
+            continue;
+        };
+        let code = f.code();
+        *result = Err(
+            if code.contains("ReceiptHandleIsInvalid") || code.contains("MessageNotInflight") {
+                SourceError::ReceiptExpired
+            } else {
+                SourceError::Backend(anyhow::anyhow!(
+                    "{code} {}",
+                    f.message().unwrap_or_default()
+                ))
+            },
+        );
+    }
+    results
+}
 
 /// A message no batch can carry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -35,6 +71,36 @@ pub(crate) fn plan(sizes: &[usize]) -> Result<Vec<Vec<usize>>, TooLarge> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn failed(id: &str, code: &str) -> BatchResultErrorEntry {
+        BatchResultErrorEntry::builder()
+            .id(id)
+            .code(code)
+            .sender_fault(true)
+            .message("why")
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn each_entry_gets_its_own_answer_and_a_stale_receipt_is_expired() {
+        let answers = entry_results(
+            4,
+            &[
+                failed("1", "ReceiptHandleIsInvalid"),
+                failed("2", "AWS.SimpleQueueService.MessageNotInflight"),
+                failed("3", "InvalidParameterValue"),
+                failed("7", "InvalidParameterValue"),
+                failed("x", "InvalidParameterValue"),
+            ],
+        );
+        assert!(answers[0].is_ok());
+        assert!(matches!(answers[1], Err(SourceError::ReceiptExpired)));
+        assert!(matches!(answers[2], Err(SourceError::ReceiptExpired)));
+        let other = answers[3].as_ref().unwrap_err().to_string();
+        assert_eq!(other, "InvalidParameterValue why");
+        assert_eq!(answers.len(), 4, "ids it did not send are ignored");
+    }
 
     #[test]
     fn batches_respect_count_and_bytes() {

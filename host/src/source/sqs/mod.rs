@@ -26,8 +26,8 @@ use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::{
-    DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
-    SendMessageBatchRequestEntry,
+    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry,
+    MessageSystemAttributeName, QueueAttributeName, SendMessageBatchRequestEntry,
 };
 
 use super::{QueueDepth, QueueSource, SourceError};
@@ -45,7 +45,7 @@ pub struct Requests {
     pub receive: AtomicU64,
     /// `DeleteMessageBatch`.
     pub delete: AtomicU64,
-    /// `ChangeMessageVisibility`.
+    /// `ChangeMessageVisibility` and `ChangeMessageVisibilityBatch`.
     pub change_visibility: AtomicU64,
     /// `SendMessageBatch`.
     pub send: AtomicU64,
@@ -346,22 +346,7 @@ impl QueueSource for SqsQueue {
             .send()
             .await
             .map_err(|e| backend(&format!("deleting from `{queue}`"), e))?;
-        let mut results: Vec<Result<(), SourceError>> = receipts.iter().map(|_| Ok(())).collect();
-        for f in out.failed() {
-            let Ok(i) = f.id().parse::<usize>() else {
-                continue;
-            };
-            results[i] = Err(if f.code().contains("ReceiptHandleIsInvalid") {
-                SourceError::ReceiptExpired
-            } else {
-                SourceError::Backend(anyhow::anyhow!(
-                    "{} {}",
-                    f.code(),
-                    f.message().unwrap_or_default()
-                ))
-            });
-        }
-        Ok(results)
+        Ok(batch::entry_results(receipts.len(), out.failed()))
     }
 
     async fn change_visibility(
@@ -392,6 +377,37 @@ impl QueueSource for SqsQueue {
                     backend(&format!("changing visibility in `{queue}`"), e)
                 }
             })
+    }
+
+    async fn change_visibility_batch(
+        &self,
+        queue: &str,
+        entries: &[(String, Duration)],
+    ) -> Result<Vec<Result<(), SourceError>>, SourceError> {
+        if let [(receipt, delay)] = entries {
+            return Ok(vec![self.change_visibility(queue, receipt, *delay).await]);
+        }
+        let url = self.url(queue).await?;
+        let batch = (entries.iter().enumerate())
+            .map(|(i, (receipt, delay))| {
+                ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(receipt)
+                    .visibility_timeout(secs(*delay, MAX_VISIBILITY_SECS))
+                    .build()
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| SourceError::Backend(e.into()))?;
+        count(&self.requests.change_visibility);
+        let out = self
+            .client
+            .change_message_visibility_batch()
+            .queue_url(url)
+            .set_entries(Some(batch))
+            .send()
+            .await
+            .map_err(|e| backend(&format!("changing visibility in `{queue}`"), e))?;
+        Ok(batch::entry_results(entries.len(), out.failed()))
     }
 
     async fn send(&self, messages: &[Outgoing]) -> Result<Vec<String>, SourceError> {
