@@ -612,3 +612,86 @@ async fn send_needs_only_the_queue_it_names() {
         "error: SQS queue `no-such-queue` does not exist"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn put_backs_together_share_one_visibility_call_and_each_gets_its_own_answer() {
+    let (jobs, _) = queue_pair("putback").await;
+    let q = sqs();
+    send(&jobs, &["a", "b", "c"], &[]).await;
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        got.extend(
+            q.receive(&jobs, 10, Duration::from_secs(30), Duration::from_secs(1))
+                .await
+                .unwrap(),
+        );
+    }
+    let mut entries: Vec<(String, Duration)> = (got.iter())
+        .map(|m| (m.receipt.clone(), Duration::ZERO))
+        .collect();
+    entries.push((format!("{}-stale", got[0].receipt), Duration::ZERO));
+    let before = q
+        .requests()
+        .change_visibility
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let answers = q.change_visibility_batch(&jobs, &entries).await.unwrap();
+    let calls = q
+        .requests()
+        .change_visibility
+        .load(std::sync::atomic::Ordering::Relaxed)
+        - before;
+    assert_eq!(calls, 1, "four changes, one call");
+    assert!(answers[..3].iter().all(Result::is_ok), "{answers:?}");
+    assert!(
+        matches!(answers[3], Err(SourceError::ReceiptExpired)),
+        "a receipt SQS does not know is expired, not a failed call: {answers:?}"
+    );
+    let mut again = Vec::new();
+    while again.len() < 3 {
+        let more = q
+            .receive(&jobs, 10, Duration::from_secs(30), Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert!(!more.is_empty(), "the three put back are visible again");
+        again.extend(more);
+    }
+    assert!(again.iter().all(|m| m.receive_count == 2), "{again:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn busy_copies_of_one_key_go_back_together_and_run_once() {
+    let env = TestEnv::new();
+    env.install(
+        "fixture",
+        "fixture",
+        "[idempotency]\nkey = \"attribute:job\"\n[limits]\ntimeout-ms = 20000\n",
+    );
+    let (jobs, _) = queue_pair("busy").await;
+    let q = Arc::new(sqs());
+    let config = env.config(&format!(
+        "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\n{}",
+        endpoint(),
+        queue_toml(&jobs, "fixture", "")
+    ));
+    let host = Host::with_source(config, Arc::clone(&q) as Arc<dyn QueueSource>)
+        .await
+        .expect("host starts");
+    // A producer that sent one job ten times: one batch, one lease granted, nine copies busy.
+    let job = [Attribute::string("job", "j1")];
+    send(&jobs, &["sleep:1500"; 10], &job).await;
+    let sqs_requests =
+        || (q.requests().change_visibility).load(std::sync::atomic::Ordering::Relaxed);
+
+    run_until_idle(&host).await;
+
+    let c = host.stats().total();
+    assert_eq!((c.invoked, c.acked), (1, 1), "{c:?}");
+    assert_eq!(c.duplicates + c.acked, 10, "every copy deleted: {c:?}");
+    assert!(c.busy >= 1, "copies met the lease while it was held: {c:?}");
+    assert!(
+        sqs_requests() < c.busy,
+        "{} busy put-backs took {} visibility calls",
+        c.busy,
+        sqs_requests()
+    );
+}

@@ -12,7 +12,9 @@ use tokio_util::task::TaskTracker;
 use super::{Host, IDLE_CHECK, RELEASE_DEADLINE};
 use crate::admin::health;
 use crate::config::Config;
-use crate::pipeline::{AckTask, Acker, Completer, OutboxMarks, QueueCtx, Shared, run_poller};
+use crate::pipeline::{
+    AckTask, Acker, Completer, OutboxMarks, PutBacks, QueueCtx, Shared, run_poller,
+};
 use crate::plugin::registry::Registry;
 use crate::plugin::{status, watch};
 use crate::progress::Progress;
@@ -105,6 +107,7 @@ impl Host {
                 shared: Arc::clone(&shared),
                 config: q.clone(),
                 acker,
+                put_backs: PutBacks::spawn(Arc::clone(&self.source), q.name.clone()),
             });
             tracing::info!(queue = %q.name, plugin = %q.plugin, pollers = q.pollers, "consuming");
             for _ in 0..q.pollers {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::gather::gather;
 use crate::idempotency::{Completion, IdempotencyError, IdempotencyStore, StoreResult};
 
 /// Completions per store call at most.
@@ -50,21 +51,7 @@ async fn run(
     mut rx: mpsc::UnboundedReceiver<(Completion, Reply)>,
 ) {
     while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        let deadline = tokio::time::Instant::now() + LINGER;
-        while batch.len() < MAX_BATCH {
-            let next = match rx.try_recv() {
-                Ok(next) => Some(next),
-                Err(_) => tokio::time::timeout_at(deadline, rx.recv())
-                    .await
-                    .ok()
-                    .flatten(),
-            };
-            match next {
-                Some(next) => batch.push(next),
-                None => break,
-            }
-        }
+        let batch = gather(first, &mut rx, MAX_BATCH, LINGER).await;
         let (completions, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
         match store.complete(&completions).await {
             Ok(results) => {

@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 use super::acker::Acker;
 use super::completer::Completer;
 use super::outbox_mark::OutboxMarks;
+use super::putback::PutBacks;
 use crate::config::{Config, QueueConfig};
 use crate::idempotency::IdempotencyStore;
 use crate::metrics::Metrics;
@@ -71,6 +72,8 @@ pub(crate) struct QueueCtx {
     pub(crate) config: QueueConfig,
     /// Its ack batcher.
     pub(crate) acker: Acker,
+    /// Its put-back batcher.
+    pub(crate) put_backs: PutBacks,
 }
 
 impl QueueCtx {

@@ -369,11 +369,10 @@ impl Delivery {
     /// release at shutdown, an outage). Not an attempt.
     pub(crate) async fn put_back(self, delay: Duration, why: Event) -> Fate {
         self.record(why);
-        let (queue, msg) = (&self.queue, &self.msg);
-        if let Err(e) = queue
-            .shared
-            .source
-            .change_visibility(&queue.config.name, &msg.receipt, delay)
+        if let Err(e) = self
+            .queue
+            .put_backs
+            .put_back(&self.msg.receipt, delay)
             .await
         {
             // It comes back anyway when its visibility timeout lapses.

@@ -31,7 +31,9 @@
 //! | `deadletter` | the dead letter for a message                                       |
 //! | `backoff`    | retry delays                                                        |
 //! | `acker`      | batched deletes, flushed concurrently (a stuck one holds only its own)|
+//! | `putback`    | batched put-backs (visibility changes that end a delivery)          |
 //! | `completer`  | batched completions                                                 |
+//! | `gather`     | a batch from a channel: what is queued and what comes in a linger   |
 //! | `context`    | what the stages share                                               |
 
 mod acker;
@@ -46,10 +48,12 @@ mod deadletter;
 mod delivery;
 #[cfg(test)]
 mod fates;
+mod gather;
 mod heartbeat;
 mod leased;
 mod outbox;
 mod outbox_mark;
+mod putback;
 mod receive;
 mod route;
 mod run;
@@ -60,4 +64,5 @@ pub(crate) use acker::{AckTask, Acker};
 pub(crate) use completer::Completer;
 pub(crate) use context::{QueueCtx, Shared};
 pub(crate) use outbox_mark::OutboxMarks;
+pub(crate) use putback::PutBacks;
 pub(crate) use receive::run_poller;

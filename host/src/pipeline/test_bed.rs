@@ -15,6 +15,7 @@ use super::batch;
 use super::completer::Completer;
 use super::context::{QueueCtx, Shared};
 use super::outbox_mark::OutboxMarks;
+use super::putback::PutBacks;
 use crate::config::Config;
 use crate::handler::Invoke;
 use crate::idempotency::key::scoped;
@@ -132,6 +133,10 @@ impl TestBed {
             Arc::new(Progress::new()),
         );
         let queue = Arc::new(QueueCtx {
+            put_backs: PutBacks::spawn(
+                Arc::clone(&source) as Arc<dyn QueueSource>,
+                JOBS.to_string(),
+            ),
             shared,
             config: queue_config,
             acker,
