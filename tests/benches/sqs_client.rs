@@ -1,6 +1,6 @@
 //! The SQS path's client cost, with the server out of the picture: a loopback responder in
 //! this process (`qhost_e2e::sqs_responder`: canned answers over HTTP/1.1 keep-alive, on a
-//! thread whose CPU is left out) serves four consumers of the same deliveries, one after the
+//! thread whose CPU is left out) serves five consumers of the same deliveries, one after the
 //! other, in one run. Every tenth delivery is a duplicate of a message delivered 200 messages
 //! earlier (SQS's at-least-once delivery), which a consumer must not run again:
 //!
@@ -10,7 +10,10 @@
 //! - the same with the Redis store (the tests' Redis on 127.0.0.1:6379);
 //! - the Python worker a team writes today (`tests/support/sqs_python_worker.py`: boto3 and
 //!   redis-py, a `SET NX` lease per message, the seed's shape), its CPU as it reports it for its
-//!   consuming loop (interpreter start-up left out).
+//!   consuming loop (interpreter start-up left out);
+//! - qhost with Redis again, every tenth delivery now a copy of the message three before it
+//!   (a producer's retried send): copies meet their first one while it runs and are put back,
+//!   which shows what put-backs cost in requests.
 //!
 //! Each row prints CPU per delivery (user and system), CPU per SQS request, SQS requests and
 //! Redis round trips per delivery, by operation, and its ratio to the bare loop and to the
@@ -34,6 +37,11 @@ const QUEUE: &str = "bench";
 
 /// Every n-th delivery is a duplicate.
 const DUPLICATE_EVERY: usize = 10;
+/// How far back a duplicate reaches, in messages: its first copy has finished, as a
+/// redelivery minutes later finds it.
+const FAR: u64 = 200;
+/// How far back a close copy reaches: in the same batch, or while the first copy runs.
+const CLOSE: u64 = 3;
 
 /// What one row used.
 struct Row {
@@ -42,6 +50,8 @@ struct Row {
     requests: [u64; OPERATIONS.len()],
     /// Redis round trips, where the row uses Redis.
     round_trips: Option<u64>,
+    /// Copies put back because their key was leased (qhost's rows).
+    busy: Option<u64>,
 }
 
 /// CPU this process used since `before`, less what the responder's thread used since
@@ -92,6 +102,7 @@ async fn bare_loop(responder: &Responder, n: usize) -> Row {
         cpu: consumer_cpu(start, responder, served),
         requests: minus(responder.requests(), calls),
         round_trips: None,
+        busy: None,
     }
 }
 
@@ -132,7 +143,25 @@ async fn qhost_row(
         cpu,
         requests: minus(responder.requests(), calls),
         round_trips: redis.zip(trips).map(|(r, before)| r.round_trips() - before),
+        busy: Some(c.busy),
     }
+}
+
+/// qhost on Redis with every tenth delivery a copy of a message three before it, as a
+/// producer's retried sends arrive: copies meet their first one in a batch or while it runs,
+/// and go back (busy) until it is done. Shows what the put-backs cost in requests.
+async fn close_copies(responder: &Responder, redis: &RedisStore, n: usize) -> Row {
+    responder.duplicate_every(DUPLICATE_EVERY, CLOSE);
+    let row = qhost_row(
+        "qhost, Redis store, copies close together (put back while the first runs)",
+        responder,
+        Arc::new(redis.clone()),
+        Some(redis),
+        n,
+    )
+    .await;
+    responder.duplicate_every(DUPLICATE_EVERY, FAR);
+    row
 }
 
 fn python_row(responder: &Responder, n: usize) -> Row {
@@ -171,6 +200,7 @@ fn python_row(responder: &Responder, n: usize) -> Row {
         },
         requests: minus(responder.requests(), calls),
         round_trips: report["round_trips"].as_u64(),
+        busy: None,
     }
 }
 
@@ -182,7 +212,7 @@ fn minus(a: [u64; OPERATIONS.len()], b: [u64; OPERATIONS.len()]) -> [u64; OPERAT
 async fn main() {
     let n = qhost_e2e::bench_messages(20_000);
     let responder = Responder::start();
-    responder.duplicate_every(DUPLICATE_EVERY);
+    responder.duplicate_every(DUPLICATE_EVERY, FAR);
     let redis = RedisStore::connect(&qhost_e2e::redis_server::shared_url())
         .await
         .expect("the tests' Redis on 127.0.0.1:6379 (scripts/install-test-tools starts it)");
@@ -233,6 +263,7 @@ async fn main() {
         )
         .await,
         python_row(&responder, n),
+        close_copies(&responder, &redis, n).await,
     ];
     println!(
         "SQS client cost, {n} deliveries per row (every {DUPLICATE_EVERY}th a duplicate), a \
@@ -268,11 +299,14 @@ fn print_row(r: &Row, n: usize, base: f64, python: f64) {
         by_op.join(", "),
         requests as f64 * 1000.0 / n as f64
     );
-    match r.round_trips {
-        Some(trips) => println!(
-            "  Redis round trips {:>7.3}     per delivery\n",
+    if let Some(trips) = r.round_trips {
+        println!(
+            "  Redis round trips {:>7.3}     per delivery",
             trips as f64 / n as f64
-        ),
-        None => println!(),
+        );
     }
+    if let Some(busy) = r.busy.filter(|b| *b > 0) {
+        println!("  put back busy     {busy:>7}     (copies whose key was leased while they came)");
+    }
+    println!();
 }

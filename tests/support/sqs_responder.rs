@@ -11,7 +11,7 @@
 //! It keeps no queue. What it hands out again is what SQS would: a message whose visibility a
 //! consumer changed (a put-back, handed out at the next receive, its timeout not waited for),
 //! and, when asked ([`Responder::duplicate_every`]), every n-th delivery a copy of a message
-//! handed out [`DUPLICATE_DISTANCE`] messages earlier, with a receipt handle of its own: the
+//! handed out a given number of messages earlier, with a receipt handle of its own: the
 //! at-least-once delivery a consumer must suppress.
 
 use std::collections::VecDeque;
@@ -38,10 +38,6 @@ pub const OPERATIONS: [&str; 7] = [
     "GetQueueUrl",
 ];
 
-/// How far back a duplicate reaches, in messages: far enough that its first copy has
-/// normally finished, as a redelivery minutes later has.
-pub const DUPLICATE_DISTANCE: u64 = 200;
-
 /// What the responder shares with its thread.
 #[derive(Default)]
 struct State {
@@ -49,6 +45,8 @@ struct State {
     left: AtomicUsize,
     /// Every n-th delivery is a duplicate (0: none).
     duplicate_every: AtomicUsize,
+    /// How many messages back a duplicate reaches.
+    duplicate_distance: AtomicU64,
     deliveries: AtomicU64,
     duplicates: AtomicU64,
     /// The first message of the latest offer: a duplicate reaches back no further, so each
@@ -128,9 +126,13 @@ impl Responder {
         self.state.arrived.notify_waiters();
     }
 
-    /// Makes every `n`-th delivery from now on a duplicate (0: none).
-    pub fn duplicate_every(&self, n: usize) {
+    /// Makes every `n`-th delivery from now on a duplicate (0: none) of the message handed out
+    /// `distance` messages before it: far back (a few hundred), its first copy has finished, as
+    /// a redelivery minutes later finds it; close (a few), the copies meet in one batch or while
+    /// the first runs, as a producer's retried send does.
+    pub fn duplicate_every(&self, n: usize, distance: u64) {
         self.state.duplicate_every.store(n, Ordering::Relaxed);
+        (self.state.duplicate_distance).store(distance.max(1), Ordering::Relaxed);
     }
 
     /// Duplicates handed out so far.
@@ -269,13 +271,14 @@ fn messages(state: &State) -> Vec<Value> {
             Some(left - taken)
         });
     let every = state.duplicate_every.load(Ordering::Relaxed) as u64;
+    let distance = state.duplicate_distance.load(Ordering::Relaxed);
     for _ in 0..taken {
         let delivery = state.deliveries.fetch_add(1, Ordering::Relaxed);
         let next = state.next_id.load(Ordering::Relaxed);
         let first = state.first_offered.load(Ordering::Relaxed);
-        if every > 0 && delivery % every == every - 1 && next >= first + DUPLICATE_DISTANCE {
+        if every > 0 && delivery % every == every - 1 && next >= first + distance {
             state.duplicates.fetch_add(1, Ordering::Relaxed);
-            ids.push(next - DUPLICATE_DISTANCE);
+            ids.push(next - distance);
         } else {
             ids.push(state.next_id.fetch_add(1, Ordering::Relaxed));
         }
