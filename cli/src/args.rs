@@ -68,6 +68,12 @@ pub(crate) enum Command {
     /// decided, what it would send and what it cost. Exit code: 0 ack, 3 retry, 4 reject (or
     /// no idempotency key), 5 trap, timeout or memory limit.
     Invoke(InvokeArgs),
+    /// Run recorded messages (JSON Lines, as `dlq peek --jsonl` writes them) through a new
+    /// version of a plugin and the one it would replace, with no queue, lease, effect or
+    /// network, and print where they differ: outcome, outbox, HTTP requests (recorded, not
+    /// sent), cost. Exit code: 0 all agree, 3 some outcome differs, 4 outcomes agree but an
+    /// outbox or HTTP request differs, 5 only some lines could not be read.
+    Replay(ReplayArgs),
     /// Delete every message of a queue, after asking (or with --yes).
     Purge {
         /// The queue.
@@ -222,6 +228,24 @@ pub(crate) struct InvokeArgs {
     pub(crate) allow_http: bool,
 }
 
+/// `qhost replay`'s arguments.
+#[derive(Args)]
+pub(crate) struct ReplayArgs {
+    /// The new version's .wasm (its manifest is read from beside it).
+    #[arg(long)]
+    pub(crate) plugin: PathBuf,
+    /// The version to compare against: a .wasm file.
+    #[arg(long, conflicts_with = "serving", required_unless_present = "serving")]
+    pub(crate) against: Option<PathBuf>,
+    /// The version to compare against: the plugin NAME in the plugins directory (what a host
+    /// on this configuration serves).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) serving: Option<String>,
+    /// The recorded messages, one JSON object per line (`-`: standard input).
+    #[arg(long)]
+    pub(crate) messages: PathBuf,
+}
+
 #[derive(Subcommand)]
 pub(crate) enum DlqCommand {
     /// Show dead letters with why they were dead-lettered, leaving them in place.
@@ -232,6 +256,10 @@ pub(crate) enum DlqCommand {
         /// At most this many.
         #[arg(long, default_value_t = 20)]
         limit: usize,
+        /// Print each as one line of JSON with its original attributes, the recorded-message
+        /// format `qhost replay --messages` reads.
+        #[arg(long)]
+        jsonl: bool,
     },
     /// Send dead letters back to the queue each came from (or `--to`), so they run again;
     /// each is deleted only once its copy is sent.

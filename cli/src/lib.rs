@@ -96,9 +96,15 @@ async fn dispatch(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Peek { queue, limit } => peek(config()?, &queue, limit).await,
         Command::Purge { queue, yes } => purge(config()?, &queue, yes).await,
         Command::Invoke(args) => return invoke(config()?, args).await,
+        Command::Replay(args) => return replay(config()?, args).await,
         Command::Dlq {
-            command: DlqCommand::Peek { queue, limit },
-        } => dlq_peek(config()?, &queue, limit).await,
+            command:
+                DlqCommand::Peek {
+                    queue,
+                    limit,
+                    jsonl,
+                },
+        } => dlq_peek(config()?, &queue, limit, jsonl).await,
         Command::Dlq {
             command: DlqCommand::Redrive { queue, limit, to },
         } => dlq_redrive(config()?, &queue, limit, to.as_deref()).await,

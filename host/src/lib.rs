@@ -28,6 +28,7 @@
 //! | `dlq`           | dead letters read and redriven (`qhost dlq`)                          |
 //! | `queues`        | the operator's verbs on a configuration's queues: send, peek, purge, dlq |
 //! | `oneshot`       | one message through one plugin file, no queue or store (`invoke`)     |
+//! | `replay`        | recorded messages through two versions of a plugin, compared (`replay`) |
 //! | `scaffold`      | a new handler project in Rust, Python or JavaScript (`new`)           |
 //! | `aws`           | the AWS configuration chain shared by the SQS and S3 backends, and   |
 //! |                 | the deadlines of their calls                                          |
@@ -71,6 +72,7 @@ mod progress;
 mod queues;
 mod recent;
 mod redis_link;
+mod replay;
 mod runtime;
 mod scaffold;
 mod source;
@@ -130,8 +132,11 @@ pub use runtime::{WASMTIME_VERSION, WIT_PACKAGE};
 // What an operator runs against a configuration: the queue verbs, one message through one
 // plugin file, a new handler project.
 pub use dlq::{Redriven, Verdict};
+pub use message::recorded::{LineError, RecordedMessage, read_lines as read_recorded};
 pub use oneshot::{InvokeReport, InvokeRequest, Ran, invoke_file};
 pub use queues::{DeadLetter, Purged, Queues};
+pub use replay::{Compared, Ended, Finding, Replay, Run, Side, replay_files};
+pub use runtime::http::record::RecordedRequest;
 pub use scaffold::{Language, create as create_project};
 
 // Seeing a running host.

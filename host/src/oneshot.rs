@@ -150,7 +150,7 @@ pub async fn invoke_file(
     })
 }
 
-fn since(before: &Costs, after: Costs) -> Costs {
+pub(crate) fn since(before: &Costs, after: Costs) -> Costs {
     Costs {
         instances: after.instances - before.instances,
         instantiate: after.instantiate.saturating_sub(before.instantiate),

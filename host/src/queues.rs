@@ -10,6 +10,7 @@ use anyhow::bail;
 use crate::config::{Config, SourceKind};
 use crate::dlq::{self, Verdict};
 use crate::host::{open_local, open_sqs};
+use crate::message::recorded::RecordedMessage;
 use crate::message::{Outgoing, Received, wire};
 use crate::payload::Payloads;
 use crate::source::QueueSource;
@@ -38,6 +39,19 @@ pub struct DeadLetter {
     pub message: Received,
     /// Why it was dead-lettered, by which plugin, from which queue.
     pub verdict: Verdict,
+}
+
+impl DeadLetter {
+    /// The message as it was before it was dead-lettered (its original attributes, the queue it
+    /// came from), in the recorded-message form `qhost replay` reads.
+    pub fn recorded(&self) -> Result<RecordedMessage, String> {
+        let attributes = dlq::original_attributes(&self.message)?;
+        let mut record = RecordedMessage::of(&self.message, attributes, None);
+        if let Some(source) = &self.verdict.source_queue {
+            record.queue = source.clone();
+        }
+        Ok(record)
+    }
 }
 
 /// What a purge did.

@@ -28,6 +28,7 @@ mod pipeline;
 mod rate;
 mod redis;
 mod reload;
+mod replay;
 mod secrets;
 mod sqs;
 mod storms;

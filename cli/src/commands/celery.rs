@@ -1,6 +1,5 @@
 //! `qhost celery inspect`: a Celery message as qhost reads it.
 
-use std::io::Read as _;
 use std::path::Path;
 
 use anyhow::{Context as _, bail};
@@ -14,7 +13,7 @@ pub(crate) async fn inspect(
     queue: Option<&str>,
 ) -> anyhow::Result<()> {
     let raw = match (file, queue) {
-        (Some(file), _) => read(file)?,
+        (Some(file), _) => super::read_input(file)?,
         (None, Some(queue)) => first_waiting(&config, queue).await?,
         (None, None) => bail!("name a FILE holding the message, or --queue to read its first"),
     };
@@ -29,17 +28,6 @@ pub(crate) async fn inspect(
     let report = qhost::inspect_celery(&raw, queue_config).map_err(anyhow::Error::msg)?;
     print!("{}", shown(&report));
     Ok(())
-}
-
-fn read(file: &Path) -> anyhow::Result<Vec<u8>> {
-    if file == Path::new("-") {
-        let mut raw = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut raw)
-            .context("reading stdin")?;
-        return Ok(raw);
-    }
-    std::fs::read(file).with_context(|| format!("reading {}", file.display()))
 }
 
 async fn first_waiting(config: &Config, queue: &str) -> anyhow::Result<Vec<u8>> {

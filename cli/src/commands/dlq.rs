@@ -2,13 +2,21 @@
 
 use anyhow::bail;
 
-use qhost::{Config, Queues};
+use qhost::{Config, DeadLetter, Queues};
 
-pub(crate) async fn dlq_peek(config: Config, queue: &str, limit: usize) -> anyhow::Result<()> {
+pub(crate) async fn dlq_peek(
+    config: Config,
+    queue: &str,
+    limit: usize,
+    jsonl: bool,
+) -> anyhow::Result<()> {
     let letters = Queues::open(&config, &[queue])
         .await?
         .dead_letters(queue, limit)
         .await?;
+    if jsonl {
+        return print_jsonl(&letters);
+    }
     for letter in &letters {
         let (m, v) = (&letter.message, &letter.verdict);
         let body = String::from_utf8_lossy(&m.body);
@@ -30,6 +38,23 @@ pub(crate) async fn dlq_peek(config: Config, queue: &str, limit: usize) -> anyho
         println!("  body:   {preview}{more}");
     }
     println!("{} dead letter(s) shown", letters.len());
+    Ok(())
+}
+
+/// Each dead letter as one line of recorded-message JSON, for `qhost replay`; the count on
+/// standard error, so the output is the file.
+fn print_jsonl(letters: &[DeadLetter]) -> anyhow::Result<()> {
+    let mut unreadable = 0;
+    for letter in letters {
+        match letter.recorded() {
+            Ok(record) => println!("{}", record.to_line()),
+            Err(why) => {
+                unreadable += 1;
+                eprintln!("{} left out: {why}", letter.message.id);
+            }
+        }
+    }
+    eprintln!("{} dead letter(s) written", letters.len() - unreadable);
     Ok(())
 }
 

@@ -6,6 +6,7 @@ mod dlq;
 mod invoke;
 mod plugins;
 mod queue;
+mod replay;
 mod run;
 
 pub(crate) use celery::inspect as celery_inspect;
@@ -13,6 +14,7 @@ pub(crate) use dlq::{dlq_peek, dlq_redrive};
 pub(crate) use invoke::invoke;
 pub(crate) use plugins::{check, check_deploy, list};
 pub(crate) use queue::{peek, purge, send};
+pub(crate) use replay::replay;
 pub(crate) use run::{DEAD_LETTERED, run};
 
 use qhost::Attribute;
@@ -23,4 +25,18 @@ pub(crate) fn shown(body: &[u8], attributes: &[Attribute]) -> String {
         .map(|a| format!("{}={}", a.name, a.text().unwrap_or("<binary>")))
         .collect();
     format!("{}  [{}]", String::from_utf8_lossy(body), attrs.join(", "))
+}
+
+/// The bytes of `file`, or of standard input for `-`.
+pub(crate) fn read_input(file: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    use anyhow::Context as _;
+    use std::io::Read as _;
+    if file == std::path::Path::new("-") {
+        let mut raw = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut raw)
+            .context("reading standard input")?;
+        return Ok(raw);
+    }
+    std::fs::read(file).with_context(|| format!("reading {}", file.display()))
 }

@@ -5,6 +5,7 @@
 //! pipeline never depends on aws-sdk or wasmtime types.
 
 mod as_base64;
+pub(crate) mod recorded;
 pub(crate) mod rules;
 pub(crate) mod wire;
 

@@ -6,6 +6,7 @@
 //! reported with its path and the reason; the others load.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use wasmtime::component::Component;
@@ -16,7 +17,8 @@ use crate::message::wire::valid_plugin_name;
 use crate::plugin::Plugin;
 use crate::runtime::bindings::{HandlerPre, WIT_VERSION};
 use crate::runtime::engine::Runtime;
-use crate::runtime::wasm::WasmInvoker;
+use crate::runtime::http::record::HttpRecorder;
+use crate::runtime::wasm::{Sandbox, WasmInvoker};
 
 /// Hex digits of the content hash used as the version.
 const VERSION_LEN: usize = 12;
@@ -128,6 +130,17 @@ pub(crate) fn load_file_with(
     path: &Path,
     edit: impl FnOnce(&mut Manifest),
 ) -> Result<Plugin, LoadError> {
+    load_file_in(runtime, path, edit, None)
+}
+
+/// As [`load_file_with`], with its granted HTTP requests written down in `record_http`
+/// instead of sent, when given (`qhost replay`).
+pub(crate) fn load_file_in(
+    runtime: &Runtime,
+    path: &Path,
+    edit: impl FnOnce(&mut Manifest),
+    record_http: Option<Arc<HttpRecorder>>,
+) -> Result<Plugin, LoadError> {
     let fail = |reason: anyhow::Error| LoadError {
         path: path.to_path_buf(),
         reason,
@@ -137,7 +150,7 @@ pub(crate) fn load_file_with(
     let mut manifest = Manifest::load_or_default(&path.with_extension("toml")).map_err(fail)?;
     edit(&mut manifest);
     let bytes = std::fs::read(path).context("reading it").map_err(fail)?;
-    build(runtime, path, name, &bytes, manifest)
+    build_in(runtime, path, (name, &bytes), manifest, record_http)
 }
 
 /// Compiles (or takes from the cache) the component in `bytes`, read from `path`, checks it
@@ -148,6 +161,17 @@ pub(crate) fn build(
     name: String,
     bytes: &[u8],
     manifest: Manifest,
+) -> Result<Plugin, LoadError> {
+    build_in(runtime, path, (name, bytes), manifest, None)
+}
+
+/// As [`build`], its HTTP requests recorded in `record_http` when given.
+fn build_in(
+    runtime: &Runtime,
+    path: &Path,
+    (name, bytes): (String, &[u8]),
+    manifest: Manifest,
+    record_http: Option<Arc<HttpRecorder>>,
 ) -> Result<Plugin, LoadError> {
     let fail = |reason: anyhow::Error| LoadError {
         path: path.to_path_buf(),
@@ -166,14 +190,12 @@ pub(crate) fn build(
     let settings = secrets::resolve(&manifest.config, runtime.secrets())
         .map_err(|why| fail(anyhow::anyhow!(why)))?;
     let version = version_of(bytes);
-    let invoker = WasmInvoker::new(
-        pre,
-        (&name, &version),
-        manifest.sandbox(),
-        settings,
-        runtime,
-    )
-    .map_err(fail)?;
+    let sandbox = Sandbox {
+        record_http,
+        ..manifest.sandbox()
+    };
+    let invoker =
+        WasmInvoker::new(pre, (&name, &version), sandbox, settings, runtime).map_err(fail)?;
     // Instantiated once now, so a plugin that compiles but cannot run (an initial memory or
     // table over the pool's limits, a start function that traps) is refused at load, and the
     // version it would replace keeps serving.
@@ -181,12 +203,7 @@ pub(crate) fn build(
         .probe()
         .context("it cannot be instantiated")
         .map_err(fail)?;
-    Ok(Plugin::new(
-        name,
-        version,
-        manifest,
-        std::sync::Arc::new(invoker),
-    ))
+    Ok(Plugin::new(name, version, manifest, Arc::new(invoker)))
 }
 
 /// The `.wasm` files in `dir`, sorted.

@@ -334,6 +334,7 @@ impl Manifest {
             memory_mib: self.limits.memory_mib,
             timeout: self.timeout(),
             reuse_instance: self.limits.reuse_instance,
+            record_http: None,
         }
     }
 

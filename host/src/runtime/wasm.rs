@@ -30,6 +30,7 @@ use super::costs::{CostCounters, Costs};
 use super::engine::Runtime;
 use super::guest_error::guest_error;
 use super::http::HttpGrant;
+use super::http::record::HttpRecorder;
 use super::http::{HttpCounts, HttpPolicy, key_header};
 use super::idle::{IdleBudget, IdleSlot};
 use super::outbox::{OutboxGrant, OutboxPolicy};
@@ -58,6 +59,8 @@ pub(crate) struct Sandbox {
     pub(crate) timeout: Duration,
     /// Messages one instance may handle.
     pub(crate) reuse_instance: u32,
+    /// For `qhost replay`: where its HTTP requests are written down instead of sent.
+    pub(crate) record_http: Option<Arc<HttpRecorder>>,
 }
 
 /// Runs one component's `handle`.
@@ -115,12 +118,13 @@ impl WasmInvoker {
             max_requests: sandbox.http_requests,
             max_response_bytes: sandbox.http_response_bytes,
             // Reading the platform's roots is for plugins that may call out at all.
-            tls: if sandbox.calls_out {
+            tls: if sandbox.calls_out && sandbox.record_http.is_none() {
                 Some(runtime.http_tls()?)
             } else {
                 None
             },
             counts: Arc::new(HttpCounts::default()),
+            record: sandbox.record_http,
         };
         Ok(WasmInvoker {
             engine: pre.engine().clone(),

@@ -26,6 +26,7 @@ mod address;
 mod body;
 mod counts;
 mod grant;
+pub(crate) mod record;
 mod send;
 mod tls;
 
@@ -59,6 +60,9 @@ pub(crate) struct HttpPolicy {
     /// `None` for a plugin granted nothing (its requests never get as far as TLS).
     pub(crate) tls: Option<TlsClient>,
     pub(crate) counts: Arc<HttpCounts>,
+    /// Set for a plugin loaded by `qhost replay`: admitted requests are written down here and
+    /// answered at once, never sent ([`record`]).
+    pub(crate) record: Option<Arc<record::HttpRecorder>>,
 }
 
 /// The message a call is for, as its requests need it.
@@ -198,7 +202,12 @@ impl WasiHttpHooks for OutboundHttp {
         _fut: Box<dyn Future<Output = Result<(), Error>> + Send>,
     ) -> Sending {
         match self.admit(request, options) {
-            Ok(outbound) => send::boxed(send::send(outbound)),
+            Ok(outbound) => match &self.policy.record {
+                Some(recorder) => {
+                    send::boxed(record::answer(outbound.request, Arc::clone(recorder)))
+                }
+                None => send::boxed(send::send(outbound)),
+            },
             Err((error, result)) => {
                 self.policy.counts.count(result);
                 send::boxed(async move { Err(error) })
