@@ -1,6 +1,6 @@
 //! The SQS path's client cost, with the server out of the picture: a loopback responder in
 //! this process (`qhost_e2e::sqs_responder`: canned answers over HTTP/1.1 keep-alive, on a
-//! thread whose CPU is left out) serves five consumers of the same deliveries, one after the
+//! thread whose CPU is left out) serves six consumers of the same deliveries, one after the
 //! other, in one run. Every tenth delivery is a duplicate of a message delivered 200 messages
 //! earlier (SQS's at-least-once delivery), which a consumer must not run again:
 //!
@@ -13,7 +13,9 @@
 //!   consuming loop (interpreter start-up left out);
 //! - qhost with Redis again, every tenth delivery now a copy of the message three before it
 //!   (a producer's retried send): copies meet their first one while it runs and are put back,
-//!   which shows what put-backs cost in requests.
+//!   which shows what put-backs cost in requests;
+//! - qhost with Redis and the plugin's instance reused for 1,000 messages (`reuse-instance`):
+//!   what the path costs without a fresh sandbox per message.
 //!
 //! Each row prints CPU per delivery (user and system), CPU per SQS request, SQS requests and
 //! Redis round trips per delivery, by operation, and its ratio to the bare loop and to the
@@ -21,7 +23,7 @@
 //!
 //! `cargo bench -p qhost-e2e --bench sqs_client` (QHOST_BENCH_MESSAGES overrides the 20,000
 //! deliveries; run `scripts/install-test-tools` first, for Redis and the Python peer). To profile
-//! one row alone, `QHOST_BENCH_ONLY=redis` (or `embedded`, or `bare`) runs just that row, for
+//! one row alone, `QHOST_BENCH_ONLY=redis` (or `embedded`, `reused` or `bare`) runs just that row, for
 //! `perf record`.
 
 use std::sync::Arc;
@@ -42,6 +44,10 @@ const DUPLICATE_EVERY: usize = 10;
 const FAR: u64 = 200;
 /// How far back a close copy reaches: in the same batch, or while the first copy runs.
 const CLOSE: u64 = 3;
+
+/// The plugin's manifest in the last row: an instance serves many messages, which takes the
+/// price of a fresh sandbox per message out of the path.
+const REUSED: &str = "[limits]\nreuse-instance = 1000\n";
 
 /// What one row used.
 struct Row {
@@ -106,19 +112,21 @@ async fn bare_loop(responder: &Responder, n: usize) -> Row {
     }
 }
 
+/// qhost on `store`, the trivial plugin under `manifest` (a manifest's TOML, "" for none).
 async fn qhost_row(
     name: &'static str,
     responder: &Responder,
     store: Arc<dyn IdempotencyStore>,
     redis: Option<&RedisStore>,
     n: usize,
+    manifest: &str,
 ) -> Row {
     let mut config = Config::parse(&format!(
         "max-in-flight = 64\n[[queue]]\nname = \"{QUEUE}\"\nplugin = \"trivial\"\n"
     ))
     .expect("config");
     config.data_dir = None;
-    let plugin = qhost_e2e::fixture_plugin("trivial", &config);
+    let plugin = qhost_e2e::fixture_plugin_with("trivial", &config, manifest);
     let sqs = Arc::new(SqsQueue::from_sdk_config(&sdk_config_for(
         &responder.endpoint(),
     )));
@@ -158,6 +166,7 @@ async fn close_copies(responder: &Responder, redis: &RedisStore, n: usize) -> Ro
         Arc::new(redis.clone()),
         Some(redis),
         n,
+        "",
     )
     .await;
     responder.duplicate_every(DUPLICATE_EVERY, FAR);
@@ -219,6 +228,17 @@ async fn main() {
     if let Ok(only) = std::env::var("QHOST_BENCH_ONLY") {
         let row = match only.as_str() {
             "bare" => bare_loop(&responder, n).await,
+            "reused" => {
+                qhost_row(
+                    "qhost, Redis store, instance reused",
+                    &responder,
+                    Arc::new(redis.clone()),
+                    Some(&redis),
+                    n,
+                    REUSED,
+                )
+                .await
+            }
             "redis" => {
                 qhost_row(
                     "qhost, Redis store",
@@ -226,6 +246,7 @@ async fn main() {
                     Arc::new(redis.clone()),
                     Some(&redis),
                     n,
+                    "",
                 )
                 .await
             }
@@ -236,6 +257,7 @@ async fn main() {
                     Arc::new(LocalStore::open(None).expect("store")),
                     None,
                     n,
+                    "",
                 )
                 .await
             }
@@ -252,6 +274,7 @@ async fn main() {
             Arc::new(LocalStore::open(None).expect("store")),
             None,
             n,
+            "",
         )
         .await,
         qhost_row(
@@ -260,10 +283,20 @@ async fn main() {
             Arc::new(redis.clone()),
             Some(&redis),
             n,
+            "",
         )
         .await,
         python_row(&responder, n),
         close_copies(&responder, &redis, n).await,
+        qhost_row(
+            "qhost, Redis store, one instance for 1,000 messages (reuse-instance = 1000)",
+            &responder,
+            Arc::new(redis.clone()),
+            Some(&redis),
+            n,
+            REUSED,
+        )
+        .await,
     ];
     println!(
         "SQS client cost, {n} deliveries per row (every {DUPLICATE_EVERY}th a duplicate), a \

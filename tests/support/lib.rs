@@ -108,9 +108,17 @@ pub fn plugin_bytes(crate_name: &str) -> Vec<u8> {
 /// The fixture plugin, installed as `NAME.wasm` in a temporary directory and loaded by an engine
 /// sized for `config`, as the host would load it.
 pub fn fixture_plugin(name: &str, config: &qhost::Config) -> qhost::Plugin {
+    fixture_plugin_with(name, config, "")
+}
+
+/// As [`fixture_plugin`], with `manifest` (a plugin manifest's TOML) beside it.
+pub fn fixture_plugin_with(name: &str, config: &qhost::Config, manifest: &str) -> qhost::Plugin {
     let dir = tempfile::tempdir().expect("temporary directory");
     let path = dir.path().join(format!("{name}.wasm"));
     std::fs::write(&path, plugin_bytes("fixture")).expect("installing the fixture");
+    if !manifest.is_empty() {
+        std::fs::write(path.with_extension("toml"), manifest).expect("writing the manifest");
+    }
     // Compiled afresh every time: no cache directory left behind.
     let config = qhost::Config {
         compiled_cache: None,
