@@ -29,6 +29,7 @@
 //! | `queues`        | the operator's verbs on a configuration's queues: send, peek, purge, dlq |
 //! | `oneshot`       | one message through one plugin file, no queue or store (`invoke`)     |
 //! | `replay`        | recorded messages through two versions of a plugin, compared (`replay`) |
+//! | `capture`       | a sample of handled messages written for `qhost replay` (`[[queue]] capture`) |
 //! | `scaffold`      | a new handler project in Rust, Python or JavaScript (`new`)           |
 //! | `aws`           | the AWS configuration chain shared by the SQS and S3 backends, and   |
 //! |                 | the deadlines of their calls                                          |
@@ -53,6 +54,7 @@
 
 mod admin;
 mod aws;
+mod capture;
 mod celery;
 mod config;
 mod digest;

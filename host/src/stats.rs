@@ -7,9 +7,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
+use crate::capture::CaptureCounts;
 pub(crate) use crate::faults::Backend;
 use crate::faults::{Faults, Operation};
 
@@ -171,6 +172,8 @@ pub struct Stats {
     /// Payload bytes fetched and stored.
     payload_fetched: AtomicU64,
     payload_stored: AtomicU64,
+    /// Each capturing queue's counts.
+    captures: Mutex<BTreeMap<String, Arc<CaptureCounts>>>,
 }
 
 impl Stats {
@@ -236,6 +239,31 @@ impl Stats {
             PayloadFlow::Fetched => self.payload_fetched.load(Ordering::Relaxed),
             PayloadFlow::Stored => self.payload_stored.load(Ordering::Relaxed),
         }
+    }
+
+    /// Counts `queue`'s capture in its metrics.
+    pub(crate) fn track_capture(&self, queue: &str, counts: Arc<CaptureCounts>) {
+        if let Ok(mut map) = self.captures.lock() {
+            map.insert(queue.to_string(), counts);
+        }
+    }
+
+    /// Each capturing queue's lines: (queue, written, dropped, failed).
+    pub(crate) fn captures(&self) -> Vec<(String, u64, u64, u64)> {
+        let Ok(map) = self.captures.lock() else {
+            return Vec::new();
+        };
+        (map.iter())
+            .map(|(queue, c)| {
+                let read = |n: &AtomicU64| n.load(Ordering::Relaxed);
+                (
+                    queue.clone(),
+                    read(&c.written),
+                    read(&c.dropped),
+                    read(&c.failed),
+                )
+            })
+            .collect()
     }
 
     /// Invocations of each version of `plugin`.

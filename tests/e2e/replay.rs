@@ -273,3 +273,95 @@ fn dead_letters_peeked_as_json_lines_replay_through_a_fixed_version() {
         "{out}"
     );
 }
+
+/// A directory holding the fixture as `greeter` and a configuration consuming `greetings` with
+/// it, every second message captured.
+fn capturing_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    install(
+        dir.path(),
+        "plugins",
+        &qhost_e2e::plugin_bytes("fixture"),
+        "",
+    );
+    std::fs::write(
+        dir.path().join("qhost.toml"),
+        "[[queue]]\nname = \"greetings\"\nplugin = \"greeter\"\n[queue.capture]\nevery = 2\n",
+    )
+    .expect("qhost.toml");
+    dir
+}
+
+fn send_all(dir: &Path, bodies: &[String]) {
+    for body in bodies {
+        let (code, out, err) = run_in(dir, &["send", "--queue", "greetings", "--body", body]);
+        assert_eq!(code, Some(0), "{out}{err}");
+    }
+}
+
+#[test]
+fn a_capture_samples_what_the_handler_was_given_and_replays_as_it_is() {
+    let dir = capturing_dir();
+    let bodies: Vec<String> = (0..6).map(|i| format!("log:message {i}")).collect();
+    send_all(dir.path(), &bodies);
+    let (code, out, err) = run_in(dir.path(), &["run", "--until-idle"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let file = dir.path().join(".qhost/capture/greetings.jsonl");
+    let text = std::fs::read_to_string(&file).expect("the capture");
+    let records: Vec<serde_json::Value> = (text.lines())
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(records.len(), 3, "every second of six: {text}");
+    for record in &records {
+        assert_eq!(record["queue"], "greetings");
+        let id = record["id"].as_str().expect("an id");
+        assert_eq!(
+            record["key"], id,
+            "keyed by message id, as the host leased it"
+        );
+        assert!(
+            record["body"]
+                .as_str()
+                .is_some_and(|b| b.starts_with("log:message "))
+        );
+    }
+    let wasm = dir.path().join("plugins/greeter.wasm");
+    let (code, out, err) = run_in(
+        dir.path(),
+        &[
+            "replay",
+            "--plugin",
+            wasm.to_str().unwrap(),
+            "--serving",
+            "greeter",
+            "--messages",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, Some(0), "a version agrees with itself: {out}{err}");
+    assert!(
+        out.contains("3 message(s) replayed: outcomes differ on 0"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_capture_that_cannot_be_written_warns_once_and_the_host_serves_on() {
+    let dir = capturing_dir();
+    std::fs::create_dir_all(dir.path().join(".qhost")).expect(".qhost");
+    std::fs::write(dir.path().join(".qhost/capture"), "a file, not a directory").expect("it");
+    let bodies: Vec<String> = (0..8).map(|i| format!("log:message {i}")).collect();
+    send_all(dir.path(), &bodies);
+    let (code, out, err) = run_in(dir.path(), &["run", "--until-idle"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(
+        qhost_e2e::processes::summary_column(&out, "greetings", "acked"),
+        8,
+        "every message handled: {out}"
+    );
+    assert_eq!(
+        err.matches("cannot write the capture").count(),
+        1,
+        "one warning for four lines: {err}"
+    );
+}

@@ -124,4 +124,5 @@ pub(crate) struct RawQueue {
     pub format: Option<String>,
     pub tasks: Option<std::collections::BTreeMap<String, String>>,
     pub accept_content: Option<Vec<String>>,
+    pub capture: Option<super::capture::RawCapture>,
 }

@@ -4,6 +4,7 @@
 //! is one error naming the field, before anything starts.
 
 pub(crate) mod admin;
+pub(crate) mod capture;
 pub(crate) mod celery;
 pub(crate) mod deadlines;
 #[cfg(test)]
@@ -102,6 +103,8 @@ pub struct QueueConfig {
     /// For a queue that Celery producers send to (`format = "celery"`): its task routes and
     /// accepted serializers.
     pub celery: Option<CeleryQueue>,
+    /// A sample of its handled messages written for `qhost replay`, when asked for.
+    pub capture: Option<capture::CaptureConfig>,
 }
 
 impl QueueConfig {
@@ -435,6 +438,9 @@ fn queue(index: usize, q: RawQueue) -> anyhow::Result<QueueConfig> {
         routes,
         max_receives: q.max_receives,
         heartbeat: q.heartbeat.unwrap_or(true),
+        capture: (q.capture.as_ref())
+            .map(|raw| capture::capture(&field("capture"), raw))
+            .transpose()?,
         celery,
     })
 }

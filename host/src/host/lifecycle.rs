@@ -58,6 +58,20 @@ impl Host {
         stop
     }
 
+    /// Queue `q`'s capture, counted in the metrics, when it asks for one: under the data
+    /// directory, or nowhere (with a warning) for a host that keeps nothing on disk.
+    fn capture(&self, q: &crate::config::QueueConfig) -> Option<crate::capture::Capture> {
+        let config = q.capture.as_ref()?;
+        let Some(data) = &self.config.data_dir else {
+            tracing::warn!(queue = %q.name, "capture needs a data directory; this host keeps none, so nothing is captured");
+            return None;
+        };
+        let capture = crate::capture::Capture::start(&data.join("capture"), &q.name, config);
+        self.stats
+            .track_capture(&q.name, std::sync::Arc::clone(&capture.counts));
+        Some(capture)
+    }
+
     /// The file where this host reports its plugins, if it has a data directory.
     fn status_file(&self) -> Option<std::path::PathBuf> {
         self.plugins.as_ref()?;
@@ -108,6 +122,7 @@ impl Host {
                 config: q.clone(),
                 acker,
                 put_backs: PutBacks::spawn(Arc::clone(&self.source), q.name.clone()),
+                capture: self.capture(q),
             });
             tracing::info!(queue = %q.name, plugin = %q.plugin, pollers = q.pollers, "consuming");
             for _ in 0..q.pollers {

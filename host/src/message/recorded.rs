@@ -36,9 +36,9 @@ pub struct RecordedMessage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    body: Option<String>,
+    pub(crate) body: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    body_base64: Option<String>,
+    pub(crate) body_base64: Option<String>,
     /// Its attributes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attributes: Vec<Attribute>,
@@ -68,22 +68,35 @@ pub struct LineError {
 }
 
 impl RecordedMessage {
-    /// The record of `msg` (with `attributes` as it should be replayed), keyed `key` where known.
-    pub fn of(msg: &Received, attributes: Vec<Attribute>, key: Option<String>) -> Self {
-        let (body, body_base64) = match std::str::from_utf8(&msg.body) {
+    /// A record of message `id` with `body` (text when it is UTF-8) and nothing else set.
+    pub(crate) fn new(id: String, body: &[u8]) -> Self {
+        let (body, body_base64) = match std::str::from_utf8(body) {
             Ok(text) => (Some(text.to_string()), None),
-            Err(_) => (None, Some(STANDARD.encode(&msg.body))),
+            Err(_) => (None, Some(STANDARD.encode(body))),
         };
         RecordedMessage {
-            id: msg.id.clone(),
-            queue: msg.queue.clone(),
-            key,
+            id,
+            queue: String::new(),
+            key: None,
             body,
             body_base64,
+            attributes: Vec::new(),
+            receive_count: first_delivery(),
+            sent_at_ms: 0,
+            group_id: None,
+        }
+    }
+
+    /// The record of `msg` (with `attributes` as it should be replayed), keyed `key` where known.
+    pub fn of(msg: &Received, attributes: Vec<Attribute>, key: Option<String>) -> Self {
+        RecordedMessage {
+            queue: msg.queue.clone(),
+            key,
             attributes,
             receive_count: msg.receive_count,
             sent_at_ms: msg.sent_at_ms,
             group_id: msg.group_id.clone(),
+            ..RecordedMessage::new(msg.id.clone(), &msg.body)
         }
     }
 

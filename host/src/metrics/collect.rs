@@ -207,6 +207,18 @@ impl HostCollector {
                 })
             }),
         )?;
+        counter(
+            "qhost_capture_lines",
+            "Lines of a queue's capture (see [[queue]] capture) by result: written, dropped (the writer was behind, a record over the cap, or the disk refused it), failed (of those dropped, the ones the disk refused)",
+        )
+        .write(
+            encoder,
+            (self.stats.captures().into_iter()).flat_map(|(queue, written, dropped, failed)| {
+                [("written", written), ("dropped", dropped), ("failed", failed)].map(
+                    |(result, n)| ([("queue", queue.clone()), ("result", result.to_string())], n),
+                )
+            }),
+        )?;
         for (flow, name, help) in [
             (
                 PayloadFlow::Fetched,

@@ -74,6 +74,8 @@ pub(crate) struct QueueCtx {
     pub(crate) acker: Acker,
     /// Its put-back batcher.
     pub(crate) put_backs: PutBacks,
+    /// Its capture, when its configuration asks for one.
+    pub(crate) capture: Option<crate::capture::Capture>,
 }
 
 impl QueueCtx {

@@ -155,6 +155,9 @@ async fn run(mut leased: Leased, resolved: Option<Resolved>) -> Fate {
         leased.running_on(sha256);
     }
     let input = handler_message(&leased, resolved);
+    if let Some(capture) = &leased.delivery().queue().capture {
+        capture.offer(&input);
+    }
     let finished = tokio::select! {
         result = invoke(leased.delivery(), &plugin, input) => Some(result),
         _ = shared.abandon.cancelled() => None,

@@ -140,6 +140,7 @@ impl TestBed {
             shared,
             config: queue_config,
             acker,
+            capture: None,
         });
         TestBed {
             queue,
