@@ -285,6 +285,18 @@ pub(crate) enum PluginsCommand {
     },
     /// List the plugins in the plugins directory with their versions and limits.
     List,
+    /// Promote NAME's running canary: it takes all traffic on every host of the fleet within
+    /// a second (the decision is written to the idempotency store they share).
+    Promote {
+        /// The plugin.
+        name: String,
+    },
+    /// Roll NAME's running canary back: the serving version keeps all traffic on every host,
+    /// and the canary's file is not tried again until it changes.
+    Rollback {
+        /// The plugin.
+        name: String,
+    },
 }
 
 pub(crate) fn parse_attr(text: &str) -> anyhow::Result<Attribute> {

@@ -115,6 +115,12 @@ async fn dispatch(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Plugins {
             command: PluginsCommand::List,
         } => list(&config()?).await,
+        Command::Plugins {
+            command: PluginsCommand::Promote { name },
+        } => decide(&config()?, &name, true).await,
+        Command::Plugins {
+            command: PluginsCommand::Rollback { name },
+        } => decide(&config()?, &name, false).await,
         Command::Celery {
             command: CeleryCommand::Inspect { file, queue },
         } => celery_inspect(config()?, file.as_deref(), queue.as_deref()).await,

@@ -28,6 +28,7 @@
 //! | `dlq`           | dead letters read and redriven (`qhost dlq`)                          |
 //! | `queues`        | the operator's verbs on a configuration's queues: send, peek, purge, dlq |
 //! | `oneshot`       | one message through one plugin file, no queue or store (`invoke`)     |
+//! | `rollout`       | canary rollout: a new version's share of keys, its fleet-wide record, the rules |
 //! | `replay`        | recorded messages through two versions of a plugin, compared (`replay`) |
 //! | `capture`       | a sample of handled messages written for `qhost replay` (`[[queue]] capture`) |
 //! | `scaffold`      | a new handler project in Rust, Python or JavaScript (`new`)           |
@@ -75,6 +76,7 @@ mod queues;
 mod recent;
 mod redis_link;
 mod replay;
+mod rollout;
 mod runtime;
 mod scaffold;
 mod source;
@@ -138,6 +140,8 @@ pub use message::recorded::{LineError, RecordedMessage, read_lines as read_recor
 pub use oneshot::{InvokeReport, InvokeRequest, Ran, invoke_file};
 pub use queues::{DeadLetter, Purged, Queues};
 pub use replay::{Compared, Ended, Finding, Replay, Run, Side, replay_files};
+pub use rollout::by_hand::{decide_by_hand as decide_rollout, rollout_of};
+pub use rollout::record::{RolloutRecord, RolloutState, Tally};
 pub use runtime::http::record::RecordedRequest;
 pub use scaffold::{Language, create as create_project};
 

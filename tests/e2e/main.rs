@@ -29,6 +29,7 @@ mod rate;
 mod redis;
 mod reload;
 mod replay;
+mod rollout;
 mod secrets;
 mod sqs;
 mod storms;

@@ -24,17 +24,9 @@ fn run_in(dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
     (out.status.code(), text(out.stdout), text(out.stderr))
 }
 
-/// `bytes` with a custom section appended: the same component, another content hash, so
-/// another version.
-fn another_version(mut bytes: Vec<u8>) -> Vec<u8> {
-    let name = b"qhost-test-version";
-    let payload = b"2";
-    bytes.push(0);
-    bytes.push((1 + name.len() + payload.len()) as u8);
-    bytes.push(name.len() as u8);
-    bytes.extend_from_slice(name);
-    bytes.extend_from_slice(payload);
-    bytes
+/// `bytes` as another version: the same component under another content hash.
+fn another_version(bytes: Vec<u8>) -> Vec<u8> {
+    qhost_e2e::deploy::build_variant(&bytes, "new")
 }
 
 /// Installs the fixture as `greeter` in `dir/SUB` with `manifest`; returns the .wasm's path.

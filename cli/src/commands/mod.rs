@@ -12,7 +12,7 @@ mod run;
 pub(crate) use celery::inspect as celery_inspect;
 pub(crate) use dlq::{dlq_peek, dlq_redrive};
 pub(crate) use invoke::invoke;
-pub(crate) use plugins::{check, check_deploy, list};
+pub(crate) use plugins::{check, check_deploy, decide, list};
 pub(crate) use queue::{peek, purge, send};
 pub(crate) use replay::replay;
 pub(crate) use run::{DEAD_LETTERED, run};

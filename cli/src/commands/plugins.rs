@@ -107,6 +107,36 @@ pub(crate) async fn list(config: &Config) -> anyhow::Result<()> {
         if let Some(e) = &p.last_error {
             println!("{:<20} last load error: {e}", "");
         }
+        if let Some(r) = &p.rollout {
+            println!("{:<20} rollout: {}", "", rollout(r));
+        }
     }
+    Ok(())
+}
+
+/// A rollout in one line: versions, share, counts, state and why.
+fn rollout(r: &qhost::RolloutRecord) -> String {
+    let runs = |t: &qhost::Tally| format!("{} runs, {} failed", t.runs(), t.failed());
+    let why = if r.reason.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", r.reason)
+    };
+    format!(
+        "canary {} on {}% of keys beside {}; canary {}, serving {}; {}{why}",
+        r.canary,
+        r.percent,
+        r.serving,
+        runs(&r.canary_runs),
+        runs(&r.serving_runs),
+        r.state.name()
+    )
+}
+
+/// `qhost plugins promote|rollback NAME`.
+pub(crate) async fn decide(config: &Config, name: &str, promote: bool) -> anyhow::Result<()> {
+    let record = qhost::decide_rollout(config, name, promote).await?;
+    println!("{name}: {}", rollout(&record));
+    println!("every host sharing this store follows within a second");
     Ok(())
 }

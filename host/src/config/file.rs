@@ -25,6 +25,7 @@ pub(crate) struct RawConfig {
     pub http: Option<RawHttp>,
     pub timeouts: Option<super::deadlines::RawTimeouts>,
     pub celery: Option<RawCelery>,
+    pub rollout: Option<super::rollout::RawRollout>,
     #[serde(rename = "queue")]
     pub queues: Option<Vec<RawQueue>>,
 }

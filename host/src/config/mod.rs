@@ -12,6 +12,7 @@ mod documented;
 mod file;
 pub(crate) mod load;
 pub(crate) mod payload;
+pub(crate) mod rollout;
 pub(crate) mod secrets;
 
 use std::net::SocketAddr;
@@ -167,6 +168,8 @@ pub struct Config {
     /// How long remote calls may take (also set on the source, store and payload settings
     /// above, which carry them to their clients), and when a queue counts as stalled.
     pub deadlines: Deadlines,
+    /// How a changed plugin file takes traffic: at once, or as a canary.
+    pub rollout: rollout::RolloutConfig,
 }
 
 /// Where the admin listener binds unless told otherwise: loopback, Prometheus's exporter port
@@ -285,7 +288,9 @@ impl Config {
         let admin = raw.admin.unwrap_or_default();
         let admin_listen = admin_listen(admin.listen.as_deref().unwrap_or(DEFAULT_ADMIN_LISTEN))?;
         let admin_token = admin.token.as_ref().map(admin::token).transpose()?;
+        let rollout = rollout::RolloutConfig::check(&raw.rollout.unwrap_or_default())?;
         Ok(Config {
+            rollout,
             deadlines,
             admin_listen,
             admin_token,

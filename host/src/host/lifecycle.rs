@@ -84,22 +84,31 @@ impl Host {
             return Ok(None);
         };
         let file = self.status_file();
-        let publish = move |registry: &Registry| {
+        let publish = Arc::new(move |registry: &Registry| {
             if let Some(file) = &file
                 && let Err(e) = status::write(file, registry)
             {
                 tracing::warn!(error = %format!("{e:#}"), "could not publish plugin status");
             }
-        };
+        });
         publish(&self.registry);
         if !self.config.watch_plugins {
             return Ok(None);
         }
         let stop = CancellationToken::new();
         let registry = Arc::clone(&self.registry);
+        let on_reload = Arc::clone(&publish);
         watch::spawn(Arc::clone(plugins), stop.clone(), move |_| {
-            publish(&registry)
+            on_reload(&registry)
         })?;
+        // Canaries start only on a reload, so their follower runs where reloads do.
+        tokio::spawn(crate::rollout::follow::run(
+            Arc::clone(&self.store),
+            Arc::clone(&self.registry),
+            Arc::clone(&self.config),
+            stop.clone(),
+            publish,
+        ));
         Ok(Some(stop))
     }
 

@@ -261,7 +261,9 @@ pub(crate) async fn open_plugins_unchecked(config: &Config) -> anyhow::Result<Ar
         return Err(StartError::NoPluginsDir { dir }.into());
     }
     let runtime = runtime_for(config)?;
-    let plugins = Arc::new(PluginDir::new(runtime, &dir, Arc::default()));
+    let plugins = Arc::new(
+        PluginDir::new(runtime, &dir, Arc::default()).with_rollout(config.rollout.clone()),
+    );
     let report = {
         let plugins = Arc::clone(&plugins);
         tokio::task::spawn_blocking(move || plugins.sync()).await??

@@ -35,6 +35,11 @@ CREATE TABLE IF NOT EXISTS rate (
     key TEXT PRIMARY KEY,
     tat_us INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS records (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL,
+    expires_at_ms INTEGER NOT NULL
+);
 ";
 
 /// Adds what later versions keep to a store written by an earlier one.
@@ -99,6 +104,14 @@ fn read(tx: &Transaction<'_>, key: &str) -> anyhow::Result<Option<Row>> {
                 digest: r.get(7)?,
             })
         })
+        .optional()?)
+}
+
+/// The shared record at `key`, unless it has expired.
+fn read_record(tx: &Transaction<'_>, key: &str) -> anyhow::Result<Option<String>> {
+    Ok(tx
+        .prepare_cached("SELECT value FROM records WHERE key = ?1 AND expires_at_ms > ?2")?
+        .query_row(params![key, now_ms() as i64], |row| row.get(0))
         .optional()?)
 }
 
@@ -292,6 +305,35 @@ impl IdempotencyStore for LocalStore {
                 .execute(params![key, next as i64])?;
             }
             Ok(admission)
+        })
+        .await
+    }
+
+    async fn record(&self, key: &str) -> StoreResult<Option<String>> {
+        let key = key.to_string();
+        self.write(move |tx| read_record(tx, &key)).await
+    }
+
+    async fn swap_record(
+        &self,
+        key: &str,
+        old: Option<&str>,
+        new: &str,
+        keep: Duration,
+    ) -> StoreResult<bool> {
+        let (key, old, new) = (key.to_string(), old.map(str::to_string), new.to_string());
+        self.write(move |tx| {
+            if read_record(tx, &key)? != old {
+                return Ok(false);
+            }
+            let expires = now_ms() as i64 + keep.as_millis() as i64;
+            tx.prepare_cached(
+                "INSERT INTO records (key, value, expires_at_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value,
+                 expires_at_ms = excluded.expires_at_ms",
+            )?
+            .execute(params![key, new, expires])?;
+            Ok(true)
         })
         .await
     }

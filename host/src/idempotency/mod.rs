@@ -209,4 +209,27 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
     /// One call under the rate kept at `key` (see [`rate`]): when it may run (its slot then
     /// reserved), or when to try again.
     async fn admit(&self, key: &str, rate: rate::Rate) -> StoreResult<rate::Admission>;
+
+    /// The shared record at `key` (a plugin's rollout: `crate::rollout`), as stored.
+    async fn record(&self, key: &str) -> StoreResult<Option<String>> {
+        Err(IdempotencyError::Unavailable(format!(
+            "this store keeps no shared records ({key})"
+        )))
+    }
+
+    /// Replaces the record at `key` with `new`, kept for `keep`, if it still holds `old`
+    /// (`None`: absent); whether it did. Two writers that read the same record cannot both
+    /// replace it.
+    async fn swap_record(
+        &self,
+        key: &str,
+        old: Option<&str>,
+        new: &str,
+        keep: Duration,
+    ) -> StoreResult<bool> {
+        let _ = (old, new, keep);
+        Err(IdempotencyError::Unavailable(format!(
+            "this store keeps no shared records ({key})"
+        )))
+    }
 }

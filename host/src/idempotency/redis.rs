@@ -78,6 +78,7 @@ static OUTBOX_SENT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/outbox_sent.lua")));
 static RATE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/rate.lua")));
 static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/status.lua")));
+static SWAP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/swap.lua")));
 
 /// The Redis idempotency store.
 #[derive(Clone)]
@@ -392,6 +393,32 @@ impl IdempotencyStore for RedisStore {
         } else {
             Admission::Later(wait)
         })
+    }
+
+    async fn record(&self, key: &str) -> StoreResult<Option<String>> {
+        let mut pipe = redis::pipe();
+        pipe.get(key);
+        let (text,): (Option<String>,) = self.query(&pipe).await?;
+        Ok(text)
+    }
+
+    async fn swap_record(
+        &self,
+        key: &str,
+        old: Option<&str>,
+        new: &str,
+        keep: Duration,
+    ) -> StoreResult<bool> {
+        let mut invocation = SWAP.key(key);
+        invocation
+            .arg(if old.is_none() { "1" } else { "0" })
+            .arg(old.unwrap_or_default())
+            .arg(new)
+            .arg(ms(keep));
+        let mut pipe = redis::pipe();
+        pipe.load_script(&SWAP).ignore().invoke_script(&invocation);
+        let (swapped,): (u8,) = self.query(&pipe).await?;
+        Ok(swapped == 1)
     }
 
     async fn release(&self, lease: &Lease, why: Released) -> StoreResult<()> {

@@ -278,6 +278,34 @@ impl HostCollector {
                     })
                 }),
         )?;
+        Descriptor {
+            kind: MetricType::Gauge,
+            ..counter(
+                "qhost_rollout_state",
+                "Each plugin's latest rollout as this host last read it (value 1): serving and canary versions, state canary, promoted or rolled-back",
+            )
+        }
+        .write(
+            encoder,
+            self.plugins.canaries.seen().into_iter().map(|(plugin, r)| {
+                let labels = [
+                    ("plugin", plugin),
+                    ("serving", r.serving),
+                    ("canary", r.canary),
+                    ("state", r.state.name().to_string()),
+                ];
+                (labels, 1)
+            }),
+        )?;
+        counter(
+            "qhost_rollout_rollbacks",
+            "Canaries this host rolled back, by plugin and reason: failure-share, rollback-on, by-hand",
+        )
+        .write(
+            encoder,
+            (self.plugins.canaries.rollbacks().into_iter())
+                .map(|((plugin, reason), n)| ([("plugin", plugin), ("reason", reason.to_string())], n)),
+        )?;
         counter(
             "qhost_plugin_loads",
             "Loads of a plugin's files, first load and hot reloads, by result: loaded, failed (refused; the previous version keeps serving), removed",

@@ -39,6 +39,7 @@
 mod acker;
 pub(crate) mod backoff;
 mod batch;
+mod canary;
 mod celery;
 #[cfg(test)]
 mod celery_fates;

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::canary::invoke_either;
 use super::delivery::{Delivery, Fate};
 use super::leased::Leased;
 use super::route::Routed;
@@ -158,8 +159,17 @@ async fn run(mut leased: Leased, resolved: Option<Resolved>) -> Fate {
     if let Some(capture) = &leased.delivery().queue().capture {
         capture.offer(&input);
     }
+    // A canary of another version than the one routed to (a promotion can land in between).
+    let canary = (shared.registry.canaries.get(&plugin.name))
+        .filter(|slot| slot.plugin.version != plugin.version);
+    let call = async {
+        match &canary {
+            Some(slot) => invoke_either(leased.delivery(), &plugin, slot, input).await,
+            None => invoke(leased.delivery(), &plugin, input).await,
+        }
+    };
     let finished = tokio::select! {
-        result = invoke(leased.delivery(), &plugin, input) => Some(result),
+        result = call => Some(result),
         _ = shared.abandon.cancelled() => None,
     };
     let Some(result) = finished else {
@@ -291,7 +301,7 @@ fn invocation_attributes(invocation: &Invocation) -> Vec<opentelemetry::KeyValue
 /// ran. A panicking native handler is a failure, not a lost task. If this future is dropped
 /// (the shutdown grace is over), the call goes with it: a wasm guest stops at its next epoch
 /// yield.
-async fn invoke(
+pub(super) async fn invoke(
     delivery: &Delivery,
     plugin: &Arc<Plugin>,
     input: HandlerMessage,

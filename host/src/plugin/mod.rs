@@ -6,6 +6,7 @@
 //! The arrows run one way: `plugin` uses `runtime` to build an invoker; `runtime` knows nothing
 //! of manifests, registries or files.
 
+pub(crate) mod canary;
 pub(crate) mod inspect;
 pub(crate) mod loader;
 pub(crate) mod manifest;

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 
 use crate::plugin::Plugin;
+use crate::plugin::canary::Canaries;
 
 /// Loaded plugins by name.
 #[derive(Debug, Default)]
@@ -23,6 +24,8 @@ pub struct Registry {
     loads: Mutex<BTreeMap<(String, LoadResult), u64>>,
     /// When each serving version was loaded, in milliseconds since the Unix epoch.
     loaded_at: Mutex<BTreeMap<String, u64>>,
+    /// New versions taking a share of keys while their rollout runs.
+    pub(crate) canaries: Canaries,
 }
 
 /// How a load of a plugin's files ended.
@@ -72,6 +75,7 @@ impl Registry {
             errors: Mutex::default(),
             loads: Mutex::default(),
             loaded_at: Mutex::new(loaded_at),
+            canaries: Canaries::default(),
         }
     }
 
@@ -85,9 +89,14 @@ impl Registry {
     /// error.
     pub(crate) fn insert(&self, plugin: Plugin) {
         self.count(&plugin.name, LoadResult::Loaded);
+        self.serve(Arc::new(plugin));
+    }
+
+    /// Makes `plugin` its name's serving version, ending any canary of that name.
+    fn serve(&self, plugin: Arc<Plugin>) {
         (self.loaded_at.lock().unwrap_or_else(|e| e.into_inner()))
             .insert(plugin.name.clone(), crate::message::now_ms());
-        let plugin = Arc::new(plugin);
+        self.canaries.end(&plugin.name, None);
         let mut errors = self.errors_mut();
         errors.remove(&plugin.name);
         self.plugins.rcu(|map| {
@@ -96,6 +105,38 @@ impl Registry {
             map
         });
         drop(errors);
+    }
+
+    /// Starts `plugin` as a canary beside its name's serving version, at `percent` of keys.
+    pub(crate) fn start_canary(&self, plugin: Plugin, percent: u8) {
+        self.count(&plugin.name, LoadResult::Loaded);
+        self.errors_mut().remove(&plugin.name);
+        tracing::info!(plugin = %plugin.name, version = %plugin.version, percent, "canary started");
+        self.canaries.start(plugin, percent);
+    }
+
+    /// Promotes `name`'s canary, if it is `version`: it takes all traffic.
+    pub(crate) fn promote(&self, name: &str, version: &str, reason: &str) {
+        if let Some(slot) = self.canaries.end(name, Some(version)) {
+            tracing::info!(plugin = %name, %version, %reason, "canary promoted");
+            self.serve(Arc::clone(&slot.plugin));
+        }
+    }
+
+    /// Rolls `name`'s canary back, if it is `version`: the serving version keeps all traffic,
+    /// and why is shown as the name's load error until another file loads.
+    pub(crate) fn roll_back(&self, name: &str, version: &str, reason: &str) {
+        if self.canaries.end(name, Some(version)).is_some() {
+            tracing::warn!(plugin = %name, %version, %reason, "canary rolled back");
+            self.canaries
+                .rolled_back(name, crate::rollout::reason_kind(reason));
+            self.errors_mut().insert(
+                name.to_string(),
+                format!(
+                    "version {version} was rolled back: {reason}; the previous version serves, and the file is not tried again until it changes"
+                ),
+            );
+        }
     }
 
     /// Removes a plugin; calls in flight finish.

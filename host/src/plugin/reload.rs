@@ -27,6 +27,7 @@ use sha2::{Digest, Sha256};
 use super::loader::{self, LoadError};
 use super::manifest::Manifest;
 use super::registry::Registry;
+use crate::config::rollout::{RolloutConfig, RolloutPolicy};
 use crate::runtime::engine::Runtime;
 
 /// What a name's files held when they were last loaded (or refused).
@@ -84,6 +85,8 @@ pub(crate) struct PluginDir {
     dir: PathBuf,
     registry: Arc<Registry>,
     seen: Mutex<BTreeMap<String, Fingerprint>>,
+    /// How a changed file takes traffic (immediately unless configured otherwise).
+    rollout: RolloutConfig,
 }
 
 /// A file's bytes, if it held still while it was read.
@@ -118,7 +121,14 @@ impl PluginDir {
             dir: dir.to_path_buf(),
             registry,
             seen: Mutex::default(),
+            rollout: RolloutConfig::default(),
         }
+    }
+
+    /// The same, a changed file taking traffic by `rollout`.
+    pub(crate) fn with_rollout(mut self, rollout: RolloutConfig) -> Self {
+        self.rollout = rollout;
+        self
     }
 
     /// The directory watched.
@@ -208,11 +218,17 @@ impl PluginDir {
         };
         match loader::build(&self.runtime, &path, name.clone(), &bytes, parsed) {
             Ok(mut plugin) => {
-                if let Some(old) = self.registry.get(&name) {
-                    plugin.share_slots_with(&old);
+                let serving = self.registry.get(&name);
+                if let Some(old) = &serving {
+                    plugin.share_slots_with(old);
                 }
                 report.loaded.push((name.clone(), plugin.version.clone()));
-                self.registry.insert(plugin);
+                match (self.rollout.policy(&name), serving) {
+                    (RolloutPolicy::Canary(canary), Some(old)) if old.version != plugin.version => {
+                        self.registry.start_canary(plugin, canary.percent);
+                    }
+                    _ => self.registry.insert(plugin),
+                }
             }
             Err(e) => self.refuse(report, &name, e),
         }

@@ -43,11 +43,15 @@ pub struct PluginRow {
     pub http: Vec<String>,
     /// Why the latest file did not load, if it did not.
     pub last_error: Option<String>,
+    /// Its rollout as this host last read it, when it has had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::record::RolloutRecord>,
 }
 
 impl HostPlugins {
     /// The registry as it stands, from this process.
     pub fn of(registry: &Registry) -> Self {
+        let mut rollouts = registry.canaries.seen();
         let plugins = registry
             .status()
             .into_iter()
@@ -57,6 +61,7 @@ impl HostPlugins {
                 http: (s.serving.as_ref())
                     .map(|p| p.manifest.capabilities.http.clone())
                     .unwrap_or_default(),
+                rollout: rollouts.remove(&s.name),
                 name: s.name,
                 last_error: s.last_error,
             })

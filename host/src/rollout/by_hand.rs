@@ -1,0 +1,53 @@
+//! An operator's promote and rollback: a decision written to the plugin's record, as a host's
+//! own would be, so every host of the fleet follows it within a tick.
+
+use anyhow::Context as _;
+
+use super::record::{Change, RolloutRecord, RolloutState};
+use super::{change, key, read};
+use crate::config::Config;
+
+/// `plugin`'s rollout record in the store of `config`, if it has one.
+pub async fn rollout_of(config: &Config, plugin: &str) -> anyhow::Result<Option<RolloutRecord>> {
+    let store = crate::host::open_store(config).await?;
+    let at = key(&config.namespace, plugin);
+    read(&*store, &at)
+        .await
+        .with_context(|| format!("reading the rollout of {plugin}"))
+}
+
+/// Promotes (`promote`) or rolls back `plugin`'s running canary; the record after.
+pub async fn decide_by_hand(
+    config: &Config,
+    plugin: &str,
+    promote: bool,
+) -> anyhow::Result<RolloutRecord> {
+    let store = crate::host::open_store(config).await?;
+    let at = key(&config.namespace, plugin);
+    let current = read(&*store, &at).await?;
+    let Some(current) = current.filter(|r| r.state == RolloutState::Canary) else {
+        anyhow::bail!("{plugin} has no canary running (qhost plugins list shows its rollout)");
+    };
+    let (state, reason) = if promote {
+        (RolloutState::Promoted, "promoted by hand")
+    } else {
+        (RolloutState::RolledBack, "rolled back by hand")
+    };
+    let decide = Change::Decide {
+        canary: current.canary.clone(),
+        state,
+        reason: reason.to_string(),
+        now_ms: crate::message::now_ms(),
+    };
+    let after = change(&*store, &at, &decide)
+        .await?
+        .context("the rollout record vanished")?;
+    if after.canary != current.canary || after.state != state {
+        anyhow::bail!(
+            "{plugin}'s rollout was decided meanwhile: {} ({})",
+            after.state.name(),
+            after.reason
+        );
+    }
+    Ok(after)
+}

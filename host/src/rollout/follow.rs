@@ -1,0 +1,132 @@
+//! Each host's rollout follower: once a tick, for every canary it runs, it joins (or starts) the
+//! plugin's rollout in the store, adds the runs it counted, applies the rules, and follows the
+//! record: the share, a promotion, a rollback. A decision made anywhere (another host, an
+//! operator) reaches this host within a tick.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::record::{Change, RolloutRecord, RolloutState};
+use super::{change, key, rules};
+use crate::config::Config;
+use crate::config::rollout::RolloutPolicy;
+use crate::idempotency::{IdempotencyStore, StoreResult};
+use crate::plugin::canary::CanarySlot;
+use crate::plugin::registry::Registry;
+
+/// How often a host follows its rollouts.
+pub(crate) const TICK: Duration = Duration::from_secs(1);
+
+/// Follows every canary of `registry` until `stop`, calling `changed` after each tick that
+/// followed one (to publish the plugins' status, rollouts included).
+pub(crate) async fn run(
+    store: Arc<dyn IdempotencyStore>,
+    registry: Arc<Registry>,
+    config: Arc<Config>,
+    stop: CancellationToken,
+    changed: Arc<dyn Fn(&Registry) + Send + Sync>,
+) {
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.cancelled() => return,
+        }
+        let running = registry.canaries.all();
+        for slot in &running {
+            match step(&*store, &registry, &config, slot).await {
+                Ok(()) => failing = false,
+                Err(e) if !failing => {
+                    failing = true;
+                    tracing::warn!(plugin = %slot.plugin.name, error = %e, "could not follow the rollout; the canary keeps its share, and its counts wait for the store");
+                }
+                Err(_) => {}
+            }
+        }
+        if !running.is_empty() {
+            changed(&registry);
+        }
+    }
+}
+
+/// One tick of one canary.
+async fn step(
+    store: &dyn IdempotencyStore,
+    registry: &Registry,
+    config: &Config,
+    slot: &CanarySlot,
+) -> StoreResult<()> {
+    let name = slot.plugin.name.clone();
+    let RolloutPolicy::Canary(policy) = config.rollout.policy(&name) else {
+        registry.promote(
+            &name,
+            &slot.plugin.version,
+            "the rollout policy is immediate",
+        );
+        return Ok(());
+    };
+    let Some(serving) = registry.get(&name) else {
+        return Ok(());
+    };
+    let (at, canary) = (key(&config.namespace, &name), slot.plugin.version.clone());
+    let now = crate::message::now_ms();
+    let begin = Change::Begin {
+        serving: serving.version.clone(),
+        canary: canary.clone(),
+        percent: policy.percent,
+        now_ms: now,
+    };
+    let mut record = change(store, &at, &begin).await?;
+    let (serving_runs, canary_runs) = slot.take_runs();
+    if !(serving_runs.is_empty() && canary_runs.is_empty()) {
+        let add = Change::Add {
+            canary: canary.clone(),
+            serving: serving_runs.clone(),
+            canary_runs: canary_runs.clone(),
+        };
+        match change(store, &at, &add).await {
+            Ok(after) => record = after,
+            Err(e) => {
+                slot.put_back_runs(serving_runs, canary_runs);
+                return Err(e);
+            }
+        }
+    }
+    let Some(mut record) = record else {
+        return Ok(());
+    };
+    if record.canary == canary
+        && record.state == RolloutState::Canary
+        && let Some((state, reason)) = rules::decide(&policy, &record, now)
+    {
+        let decide = Change::Decide {
+            canary: canary.clone(),
+            state,
+            reason,
+            now_ms: now,
+        };
+        if let Some(after) = change(store, &at, &decide).await? {
+            record = after;
+        }
+    }
+    follow(registry, slot, &record);
+    registry.canaries.saw(&name, record);
+    Ok(())
+}
+
+/// Does here what the record says of this host's canary.
+fn follow(registry: &Registry, slot: &CanarySlot, record: &RolloutRecord) {
+    let (name, version) = (&slot.plugin.name, &slot.plugin.version);
+    if &record.canary != version {
+        return;
+    }
+    match record.state {
+        RolloutState::Canary => slot.set_percent(record.percent),
+        RolloutState::Promoted => registry.promote(name, version, &record.reason),
+        RolloutState::RolledBack => registry.roll_back(name, version, &record.reason),
+    }
+}

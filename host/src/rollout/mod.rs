@@ -1,0 +1,154 @@
+//! Canary rollout: a new version of a plugin takes a share of keys until its runs show it is as
+//! good as the version serving, then takes all of them; or it is rolled back, having lost
+//! nothing and used no attempt.
+//!
+//! Design:
+//!
+//! - **Which keys.** A message runs on the canary when a stable hash of its plugin name and
+//!   idempotency key ([`bucket`], 0 to 99) is under the canary's percent. The hash is the same
+//!   on every host and for every delivery, so redeliveries of a key meet the version they first
+//!   met and the split holds across a fleet. The key is derived by the serving version's
+//!   manifest while a canary runs.
+//! - **A failed canary run costs nothing.** When the canary traps, times out, hits its memory
+//!   limit, rejects or asks for a retry, the same delivery runs again at once on the serving
+//!   version, under the same lease: no redelivery, no attempt used, never dead-lettered by the
+//!   canary. Its outbox was never committed (only an ack commits), and its HTTP requests carry
+//!   the keys the serving run repeats (`PLUGIN:KEY/http/N`), so an API that honours them drops
+//!   the copy. A canary run that acks commits like any run: a canary is not a shadow.
+//! - **Fleet-wide state.** Each plugin's rollout is one record in the idempotency store
+//!   ([`record`]): which version serves and which is the canary, the share, both versions'
+//!   counts, the state and the reason. Hosts change it only by compare-and-set, so counts add
+//!   up and two hosts deciding at once produce one decision. Every host's follower ([`follow`])
+//!   adds its counts, applies the rules ([`rules`]) and follows the record each tick, so a
+//!   decision — a host's or an operator's (`qhost plugins promote|rollback`) — takes effect on
+//!   every host within a tick.
+//! - **Rolled back stays rolled back.** The file is left where it is; the version is not tried
+//!   again by any host until the file changes (another version starts another rollout).
+
+pub(crate) mod by_hand;
+pub(crate) mod follow;
+pub(crate) mod record;
+pub(crate) mod rules;
+
+use std::time::Duration;
+
+use record::{Change, RolloutRecord};
+
+use crate::idempotency::{IdempotencyError, IdempotencyStore, StoreResult};
+
+/// How long a rollout's record is kept after its last change.
+const KEEP: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Compare-and-set attempts before a change gives up for this tick.
+const ATTEMPTS: usize = 8;
+
+/// The store key of `plugin`'s rollout record (one key: one slot on a cluster).
+pub(crate) fn key(namespace: &str, plugin: &str) -> String {
+    format!("{namespace}:rollout:{{{plugin}}}")
+}
+
+/// Where `key` falls for `plugin`, 0 to 99: the same everywhere, for every delivery.
+pub(crate) fn bucket(plugin: &str, key: &str) -> u8 {
+    let digest = crate::digest::sha256_hex(format!("{plugin}\n{key}").as_bytes());
+    let head = u64::from_str_radix(&digest[..16], 16).unwrap_or(0);
+    (head % 100) as u8
+}
+
+/// What kind of reason `reason` is, as the rollback metric labels it.
+pub(crate) fn reason_kind(reason: &str) -> &'static str {
+    if reason.starts_with("failure share") {
+        "failure-share"
+    } else if reason.contains("rollback-on") {
+        "rollback-on"
+    } else if reason.contains("by hand") {
+        "by-hand"
+    } else {
+        "other"
+    }
+}
+
+/// The record at `key`.
+pub(crate) async fn read(
+    store: &dyn IdempotencyStore,
+    key: &str,
+) -> StoreResult<Option<RolloutRecord>> {
+    let text = store.record(key).await?;
+    text.map(|t| RolloutRecord::from_text(&t))
+        .transpose()
+        .map_err(|e| IdempotencyError::Corrupt(format!("rollout record {key}: {e}")))
+}
+
+/// Applies `change` to the record at `key` by compare-and-set; the record as it is after
+/// (changed or not).
+pub(crate) async fn change(
+    store: &dyn IdempotencyStore,
+    key: &str,
+    change: &Change,
+) -> StoreResult<Option<RolloutRecord>> {
+    for _ in 0..ATTEMPTS {
+        let text = store.record(key).await?;
+        let current = (text.as_deref())
+            .map(RolloutRecord::from_text)
+            .transpose()
+            .map_err(|e| IdempotencyError::Corrupt(format!("rollout record {key}: {e}")))?;
+        let Some(next) = change.apply(current.as_ref()) else {
+            return Ok(current);
+        };
+        if store
+            .swap_record(key, text.as_deref(), &next.to_text(), KEEP)
+            .await?
+        {
+            return Ok(Some(next));
+        }
+    }
+    Err(IdempotencyError::Unavailable(format!(
+        "rollout record {key} kept changing under {ATTEMPTS} attempts"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::idempotency::local::LocalStore;
+    use record::RolloutState;
+
+    #[test]
+    fn buckets_spread_keys_and_never_move() {
+        let mut under = 0;
+        for i in 0..1000 {
+            let key = format!("order-{i}");
+            assert_eq!(bucket("mail", &key), bucket("mail", &key));
+            under += usize::from(bucket("mail", &key) < 20);
+        }
+        assert!(
+            (150..250).contains(&under),
+            "about a fifth under 20: {under}"
+        );
+    }
+
+    #[tokio::test]
+    async fn two_writers_that_read_the_same_record_make_one_change_each_in_turn() {
+        let store = LocalStore::open(None).unwrap();
+        let k = key("ns", "mail");
+        let begin = Change::Begin {
+            serving: "v1".into(),
+            canary: "v2".into(),
+            percent: 20,
+            now_ms: 1,
+        };
+        let (a, b) = tokio::join!(change(&store, &k, &begin), change(&store, &k, &begin));
+        assert_eq!(a.unwrap(), b.unwrap(), "one rollout, both joined");
+        let decide = |state, reason: &str| Change::Decide {
+            canary: "v2".into(),
+            state,
+            reason: reason.into(),
+            now_ms: 2,
+        };
+        let promote = decide(RolloutState::Promoted, "a");
+        let roll_back = decide(RolloutState::RolledBack, "b");
+        let (a, b) = tokio::join!(change(&store, &k, &promote), change(&store, &k, &roll_back));
+        let (a, b) = (a.unwrap().unwrap(), b.unwrap().unwrap());
+        assert_eq!(a, b, "one decision, seen by both");
+        assert_ne!(a.state, RolloutState::Canary);
+        assert_eq!(read(&store, &k).await.unwrap(), Some(a));
+    }
+}

@@ -1,0 +1,208 @@
+//! Canary rollout on a real host process, the embedded queue and the tests' Redis: a version
+//! that traps on a third of bodies is rolled back by the failure-share rule with nothing lost,
+//! dead-lettered or retried; an operator's `plugins promote` from another process moves the
+//! host. "v1" is the fixture; "v2" the same build with a custom section, under a manifest
+//! whose `trap-some` setting makes `if-config:trap-some:trap` bodies trap on it alone.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use qhost_e2e::admin::wait_for;
+use qhost_e2e::deploy;
+use qhost_e2e::processes::{HostProcess, summary_column};
+use qhost_e2e::redis_server::{shared_url, unique_namespace};
+
+fn qhost(dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_qhost-under-test"))
+        .current_dir(dir)
+        .env_remove("QHOST_CONFIG")
+        .envs(qhost_e2e::processes::ADMIN_ENV)
+        .args(args)
+        .output()
+        .expect("running qhost");
+    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+    (out.status.code(), text(out.stdout), text(out.stderr))
+}
+
+/// A directory with v1 serving as `worker` on queue `jobs`, Redis for leases and rollouts,
+/// and canaries at 20% under `rules`; the configuration's path.
+fn setup(dir: &Path, test: &str, rules: &str) -> PathBuf {
+    let plugins = dir.join("plugins");
+    std::fs::create_dir_all(&plugins).expect("plugins/");
+    std::fs::write(
+        plugins.join("worker.wasm"),
+        qhost_e2e::plugin_bytes("fixture"),
+    )
+    .expect("v1");
+    let config = dir.join("qhost.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{}\"\n\
+             [retry]\nbase-secs = 0.01\nmax-secs = 0.05\n\
+             [rollout]\nmode = \"canary\"\npercent = 20\n{rules}\n\
+             [[queue]]\nname = \"jobs\"\nplugin = \"worker\"\nwait-time-secs = 1\n",
+            shared_url(),
+            unique_namespace(test)
+        ),
+    )
+    .expect("qhost.toml");
+    config
+}
+
+/// Drops v2 with `manifest` as a deploy does: manifest first, then the file by rename.
+fn drop_v2(dir: &Path, manifest: &str) {
+    let plugins = dir.join("plugins");
+    let v2 = deploy::build_variant(&qhost_e2e::plugin_bytes("fixture"), "v2");
+    std::fs::write(plugins.join("worker.toml"), manifest).expect("v2's manifest");
+    std::fs::write(plugins.join(".worker.tmp"), v2).expect("v2");
+    std::fs::rename(plugins.join(".worker.tmp"), plugins.join("worker.wasm")).expect("rename");
+}
+
+fn wait_for_log(host: &HostProcess, limit: Duration, what: &str) -> String {
+    let deadline = Instant::now() + limit;
+    loop {
+        let log = host.log();
+        if log.contains(what) {
+            return log;
+        }
+        assert!(Instant::now() < deadline, "no `{what}` in the log:\n{log}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Sends `n` messages (each its own id) with `body` to `jobs`, through the configuration at
+/// `config`, as another process would.
+fn send(config: &Path, body: &str, n: usize) {
+    let config = qhost::Config::load(Some(config), qhost::Overrides::default()).expect("config");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(async {
+        let queues = qhost::Queues::open(&config, &["jobs"])
+            .await
+            .expect("the queue");
+        for _ in 0..n {
+            (queues.send(qhost::Outgoing::new("jobs", body), 1).await).expect("sent");
+        }
+    });
+}
+
+/// The acked count in the host's metrics.
+fn acked(body: &str) -> u64 {
+    (body.lines())
+        .filter(|l| {
+            l.starts_with("qhost_messages_handled_total{") && l.contains("outcome=\"acked\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn a_canary_that_traps_on_a_third_of_bodies_is_rolled_back_and_every_message_acks_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = setup(
+        dir.path(),
+        "rollback",
+        "promote-after-messages = 100000\nrollback-min-messages = 10\nrollback-margin-percent = 5",
+    );
+    let host = HostProcess::start_consuming(&config);
+    drop_v2(dir.path(), "[config]\ntrap-some = \"on\"\n");
+    wait_for_log(&host, Duration::from_secs(20), "canary started");
+    send(&config, "if-config:trap-some:trap", 90);
+    send(&config, "ack", 210);
+    let log = wait_for_log(&host, Duration::from_secs(60), "canary rolled back");
+    let line = (log.lines())
+        .find(|l| l.contains("canary rolled back"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("failure share")
+            && line.contains("on the canary against 0.0% on the serving version"),
+        "the reason names the failure share: {line}"
+    );
+    let admin = host.admin_addr();
+    wait_for(admin, "/metrics", Duration::from_secs(60), |_, body| {
+        acked(body) == 300
+    });
+    let (_, metrics) = qhost_e2e::admin::get(admin, "/metrics");
+    assert!(
+        metrics.contains(
+            "qhost_rollout_rollbacks_total{plugin=\"worker\",reason=\"failure-share\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("state=\"rolled-back\""),
+        "the state gauge: {metrics}"
+    );
+    let fallbacks = log.matches("running it on the serving version").count();
+    assert!(fallbacks >= 1, "the canary trapped, and serving ran those");
+    let summary = host.stop();
+    for (column, expected) in [("acked", 300), ("dead", 0), ("retried", 0)] {
+        assert_eq!(
+            summary_column(&summary, "jobs", column),
+            expected,
+            "{column}: {summary}"
+        );
+    }
+    assert_eq!(
+        summary_column(&summary, "jobs", "ran"),
+        300 + fallbacks as u64,
+        "each message ran once to an ack, plus the canary's failed runs: {summary}"
+    );
+}
+
+#[test]
+fn an_operators_promote_from_another_process_moves_the_host_and_the_listing_shows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = setup(dir.path(), "promote", "promote-after-messages = 100000");
+    let host = HostProcess::start_consuming(&config);
+    let (code, _, err) = qhost(dir.path(), &["plugins", "promote", "worker"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("worker has no canary running"), "{err}");
+
+    drop_v2(dir.path(), "");
+    wait_for_log(&host, Duration::from_secs(20), "canary started");
+    send(&config, "ack", 50);
+    let admin = host.admin_addr();
+    wait_for(admin, "/metrics", Duration::from_secs(60), |_, body| {
+        acked(body) == 50 && body.contains("state=\"canary\"")
+    });
+    let (code, out, err) = qhost(dir.path(), &["plugins", "list"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("rollout: canary ")
+            && out.contains("on 20% of keys")
+            && out.contains("; canary"),
+        "{out}"
+    );
+
+    let (code, out, err) = qhost(dir.path(), &["plugins", "promote", "worker"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("promoted: promoted by hand"), "{out}");
+    let log = wait_for_log(&host, Duration::from_secs(10), "canary promoted");
+    assert!(log.contains("promoted by hand"), "{log}");
+    let v2 = qhost::plugin_version(&deploy::build_variant(
+        &qhost_e2e::plugin_bytes("fixture"),
+        "v2",
+    ));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, out, _) = qhost(dir.path(), &["plugins", "list"]);
+        let row = out
+            .lines()
+            .find(|l| l.starts_with("worker"))
+            .unwrap_or_default();
+        if row.contains(&v2) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "v2 serves after the promotion: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, _, err) = qhost(dir.path(), &["plugins", "rollback", "worker"]);
+    assert_eq!(code, Some(1), "nothing left to roll back");
+    assert!(err.contains("no canary running"), "{err}");
+    host.stop();
+}
