@@ -206,3 +206,138 @@ fn an_operators_promote_from_another_process_moves_the_host_and_the_listing_show
     assert!(err.contains("no canary running"), "{err}");
     host.stop();
 }
+
+/// A host's configuration in `dir` (its own plugins and data): queue `jobs` on the
+/// SQS-compatible server, leases and rollouts in Redis namespace `ns`.
+fn fleet_host(dir: &Path, ns: &str, jobs: &str) -> PathBuf {
+    let plugins = dir.join("plugins");
+    std::fs::create_dir_all(&plugins).expect("plugins/");
+    std::fs::write(
+        plugins.join("worker.wasm"),
+        qhost_e2e::plugin_bytes("fixture"),
+    )
+    .expect("v1");
+    let config = dir.join("qhost.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "max-in-flight = 8\n\
+             [source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\nregion = \"us-east-1\"\n\
+             [idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{ns}\"\n\
+             [retry]\nbase-secs = 0.05\nmax-secs = 1\n\
+             [rollout]\nmode = \"canary\"\npercent = 30\npromote-after-messages = 100000\n\
+             rollback-min-messages = 10\nrollback-margin-percent = 5\n\
+             [[queue]]\nname = \"{jobs}\"\nplugin = \"worker\"\nwait-time-secs = 1\n",
+            qhost_e2e::sqs_server::endpoint(),
+            shared_url(),
+        ),
+    )
+    .expect("qhost.toml");
+    config
+}
+
+/// The reason a host's log gives for `event` (`canary rolled back`, `canary promoted`).
+fn reason(log: &str, event: &str) -> String {
+    let line = (log.lines())
+        .find(|l| l.contains(event))
+        .unwrap_or_default();
+    let at = line
+        .find("reason=")
+        .map_or(line.len(), |i| i + "reason=".len());
+    line[at..].to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_hosts_on_one_redis_follow_one_rollout_and_one_decision() {
+    use qhost::QueueSource as _;
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let jobs = qhost_e2e::sqs_server::unique("canary");
+    qhost_e2e::sqs_server::create_queue(&jobs, &[]).await;
+    qhost_e2e::sqs_server::create_queue(&format!("{jobs}-dlq"), &[]).await;
+    let ns = unique_namespace("fleet-rollout");
+    let a = HostProcess::start_consuming(&fleet_host(a_dir.path(), &ns, &jobs));
+    drop_v2(a_dir.path(), "[config]\ntrap-some = \"on\"\n");
+    wait_for_log(&a, Duration::from_secs(20), "canary started");
+    // B starts while A's canary runs, then gets the same file: it joins the rollout.
+    let b = HostProcess::start_consuming(&fleet_host(b_dir.path(), &ns, &jobs));
+    drop_v2(b_dir.path(), "[config]\ntrap-some = \"on\"\n");
+    wait_for_log(&b, Duration::from_secs(20), "canary started");
+
+    let sqs = qhost::SqsQueue::from_sdk_config(&qhost_e2e::sqs_server::sdk_config());
+    let bodies = (0..300).map(|i| {
+        if i % 10 < 3 {
+            "if-config:trap-some:trap"
+        } else {
+            "ack"
+        }
+    });
+    let batch: Vec<qhost::Outgoing> = bodies.map(|b| qhost::Outgoing::new(&jobs, b)).collect();
+    for chunk in batch.chunks(10) {
+        sqs.send(chunk).await.expect("send");
+    }
+    let (a_log, b_log) = tokio::task::block_in_place(|| {
+        (
+            wait_for_log(&a, Duration::from_secs(90), "canary rolled back"),
+            wait_for_log(&b, Duration::from_secs(90), "canary rolled back"),
+        )
+    });
+    let decided = reason(&a_log, "canary rolled back");
+    assert!(decided.contains("failure share"), "{decided}");
+    assert_eq!(
+        decided,
+        reason(&b_log, "canary rolled back"),
+        "one decision"
+    );
+
+    let (a_admin, b_admin) = (a.admin_addr(), b.admin_addr());
+    let started = Instant::now();
+    loop {
+        let (_, a_metrics) = qhost_e2e::admin::get(a_admin, "/metrics");
+        let (_, b_metrics) = qhost_e2e::admin::get(b_admin, "/metrics");
+        let depth = sqs.depth(&jobs).await.expect("depth");
+        if acked(&a_metrics) + acked(&b_metrics) == 300 && depth.total() == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "every message acked once: {} and {}, {depth:?} on the queue",
+            acked(&a_metrics),
+            acked(&b_metrics)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Then a good version on both, promoted by an operator from a third process.
+    let v3 = deploy::build_variant(&qhost_e2e::plugin_bytes("fixture"), "v3");
+    for dir in [a_dir.path(), b_dir.path()] {
+        let plugins = dir.join("plugins");
+        std::fs::write(plugins.join("worker.toml"), "").expect("v3's manifest");
+        std::fs::write(plugins.join(".worker.tmp"), &v3).expect("v3");
+        std::fs::rename(plugins.join(".worker.tmp"), plugins.join("worker.wasm")).expect("v3");
+    }
+    tokio::task::block_in_place(|| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while a.log().matches("canary started").count() < 2
+            || b.log().matches("canary started").count() < 2
+        {
+            assert!(Instant::now() < deadline, "both hosts start v3's canary");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        let (code, out, err) = qhost(a_dir.path(), &["plugins", "promote", "worker"]);
+        assert_eq!(code, Some(0), "{out}{err}");
+        for host in [&a, &b] {
+            let log = wait_for_log(host, Duration::from_secs(10), "canary promoted");
+            assert!(log.contains("promoted by hand"), "{log}");
+        }
+    });
+    let (a_summary, b_summary) = (a.stop(), b.stop());
+    let total = |column| {
+        summary_column(&a_summary, &jobs, column) + summary_column(&b_summary, &jobs, column)
+    };
+    assert_eq!(total("acked"), 300, "{a_summary}{b_summary}");
+    assert_eq!(
+        (total("dead"), total("retried")),
+        (0, 0),
+        "{a_summary}{b_summary}"
+    );
+}
