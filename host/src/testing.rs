@@ -27,6 +27,12 @@ pub mod wire {
 /// How long the plugins directory's watcher waits for a copy to settle.
 pub const WATCH_DEBOUNCE: std::time::Duration = crate::plugin::watch::DEBOUNCE;
 
+/// Where a message keyed `key` falls in `plugin`'s rollout, 0 to 99 (a canary at `percent`
+/// takes the buckets below it).
+pub fn rollout_bucket(plugin: &str, key: &str) -> u8 {
+    crate::rollout::bucket(plugin, key)
+}
+
 /// The store key of `key` for `plugin` in `namespace`, as the host writes it.
 pub fn scoped_key(namespace: &str, plugin: &str, key: &str) -> String {
     crate::idempotency::key::scoped(namespace, plugin, key)

@@ -43,6 +43,14 @@ fn a_malformed_config_file_names_the_field_and_exits_nonzero() {
             "unknown field `plugn`",
         ),
         ("[[queue\n", "TOML parse error"),
+        (
+            "[rollout]\nmode = \"canary\"\npercent = 120\npromote-after-secs = 60\n",
+            "rollout.percent is 120",
+        ),
+        (
+            "[rollout]\nmode = \"canary\"\n",
+            "a canary needs a promotion rule",
+        ),
     ];
     for (text, expected) in cases {
         std::fs::write(dir.path().join("bad.toml"), text).unwrap();

@@ -341,3 +341,73 @@ async fn two_hosts_on_one_redis_follow_one_rollout_and_one_decision() {
         "{a_summary}{b_summary}"
     );
 }
+
+#[test]
+fn a_good_canary_is_promoted_by_its_rule_and_every_redelivery_met_the_version_it_first_met() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = setup(
+        dir.path(),
+        "sticky",
+        "promote-after-messages = 40\nrollback-min-messages = 1000",
+    );
+    let grant = "[outbox]\nqueues = [\"sink\"]\n";
+    std::fs::write(dir.path().join("plugins/worker.toml"), grant).expect("v1's manifest");
+    let host = HostProcess::start_consuming(&config);
+    drop_v2(dir.path(), grant);
+    wait_for_log(&host, Duration::from_secs(20), "canary started");
+    // Each message asks for a retry on its first delivery (on either version), then acks on
+    // its second and sends what it ran on to `sink`.
+    send(&config, "flaky:2;send:sink:done", 200);
+    let log = wait_for_log(&host, Duration::from_secs(60), "canary promoted");
+    assert!(log.contains("no rollback rule tripped"), "{log}");
+    wait_for(
+        host.admin_addr(),
+        "/metrics",
+        Duration::from_secs(60),
+        |_, body| acked(body) == 200,
+    );
+    let summary = host.stop();
+    assert_eq!(summary_column(&summary, "jobs", "dead"), 0, "{summary}");
+
+    let v2 = qhost::plugin_version(&deploy::build_variant(
+        &qhost_e2e::plugin_bytes("fixture"),
+        "v2",
+    ));
+    let config = qhost::Config::load(Some(&config), qhost::Overrides::default()).expect("config");
+    let sunk = tokio::runtime::Runtime::new()
+        .expect("a runtime")
+        .block_on(async {
+            let queues = qhost::Queues::open(&config, &["sink"])
+                .await
+                .expect("the sink");
+            queues.peek("sink", 1000).await.expect("peek")
+        });
+    assert_eq!(sunk.len(), 200, "one effect per message");
+    let mut on_canary = 0;
+    for m in &sunk {
+        let attr = |name: &str| {
+            (m.attributes.iter())
+                .find(|a| a.name == name)
+                .and_then(|a| a.text())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let parent = attr("qhost-idempotency-key");
+        let key = parent
+            .strip_prefix("worker:")
+            .and_then(|k| k.strip_suffix("/0"))
+            .expect("worker:KEY/0");
+        if qhost::testing::rollout_bucket("worker", key) < 20 {
+            on_canary += 1;
+            assert_eq!(
+                attr("qhost-producer"),
+                format!("worker@{v2}"),
+                "a key in the canary's share ran on the canary on its redelivery too"
+            );
+        }
+    }
+    assert!(
+        on_canary > 10,
+        "a fifth of keys are the canary's: {on_canary}"
+    );
+}

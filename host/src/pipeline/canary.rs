@@ -13,19 +13,20 @@ use crate::plugin::Plugin;
 use crate::plugin::canary::CanarySlot;
 
 /// Runs `input` on the canary when its key falls in the canary's share, else (or when the
-/// canary fails) on `serving`.
+/// canary fails) on `serving`; the answer and the version that gave it (whose name and version
+/// its outbox carries).
 pub(super) async fn invoke_either(
     delivery: &Delivery,
     serving: &Arc<Plugin>,
     canary: &CanarySlot,
     input: HandlerMessage,
-) -> Result<Invocation, Failure> {
+) -> (Result<Invocation, Failure>, Arc<Plugin>) {
     if canary.takes(&input.idempotency_key) {
         let result = invoke(delivery, &canary.plugin, input.clone()).await;
         let failed = failure_kind(&result);
         canary.count(true, failed);
         let Some(kind) = failed else {
-            return result;
+            return (result, Arc::clone(&canary.plugin));
         };
         tracing::info!(
             plugin = %canary.plugin.name,
@@ -37,7 +38,7 @@ pub(super) async fn invoke_either(
     }
     let result = invoke(delivery, serving, input).await;
     canary.count(false, failure_kind(&result));
-    result
+    (result, Arc::clone(serving))
 }
 
 /// How a run failed, as rollouts count it (`None`: it acked).

@@ -75,6 +75,12 @@ impl Leased {
         &mut self.delivery
     }
 
+    /// Notes the version that gave the answer (a canary's, when it ran on one): its outbox is
+    /// stamped with it.
+    pub(crate) fn ran_with(&mut self, plugin: Arc<Plugin>) {
+        self.plugin = plugin;
+    }
+
     /// Its plugin.
     pub(crate) fn plugin(&self) -> &Arc<Plugin> {
         &self.plugin

@@ -165,17 +165,18 @@ async fn run(mut leased: Leased, resolved: Option<Resolved>) -> Fate {
     let call = async {
         match &canary {
             Some(slot) => invoke_either(leased.delivery(), &plugin, slot, input).await,
-            None => invoke(leased.delivery(), &plugin, input).await,
+            None => (invoke(leased.delivery(), &plugin, input).await, plugin),
         }
     };
     let finished = tokio::select! {
         result = call => Some(result),
         _ = shared.abandon.cancelled() => None,
     };
-    let Some(result) = finished else {
+    let Some((result, ran)) = finished else {
         tracing::warn!("shutdown grace over; releasing unfinished message");
         return leased.put_back(Duration::ZERO, Event::Released).await;
     };
+    leased.ran_with(ran);
     match result {
         Ok(Invocation {
             outcome: Outcome::Ack,
