@@ -27,6 +27,12 @@ pub mod wire {
 /// How long the plugins directory's watcher waits for a copy to settle.
 pub const WATCH_DEBOUNCE: std::time::Duration = crate::plugin::watch::DEBOUNCE;
 
+/// Starts `canary` beside its name's serving version in `host`, taking `percent` of keys, as
+/// a changed file under a canary policy does (without the fleet's record: for benchmarks).
+pub fn start_canary(host: &Host, canary: crate::plugin::Plugin, percent: u8) {
+    host.registry().start_canary(canary, percent);
+}
+
 /// Where a message keyed `key` falls in `plugin`'s rollout, 0 to 99 (a canary at `percent`
 /// takes the buckets below it).
 pub fn rollout_bucket(plugin: &str, key: &str) -> u8 {

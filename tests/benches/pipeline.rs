@@ -7,7 +7,8 @@
 //! installed); and the memory a completed key costs in Redis. The cases run
 //! interleaved in three rounds and each figure is its median round.
 //!
-//! The wasm case also runs traced, exporting every span over OTLP/HTTP to a receiver on
+//! The wasm case also runs with a canary beside it (another version of the plugin taking half
+//! the keys, as a rollout's canary does), and traced, exporting every span over OTLP/HTTP to a receiver on
 //! loopback, with the spans and bytes exported per message.
 //!
 //! `cargo bench -p qhost-e2e --bench pipeline` (QHOST_BENCH_MESSAGES overrides the 50,000).
@@ -76,6 +77,18 @@ async fn measure_traced(
     n: usize,
     tracer: Option<Tracer>,
 ) -> Run {
+    measure_in(plugin, store, n, tracer, None).await
+}
+
+/// Runs `n` messages through `plugin` with `store`, traced by `tracer` if given, with
+/// `canary` beside it taking half the keys if given.
+async fn measure_in(
+    plugin: Plugin,
+    store: Arc<dyn IdempotencyStore>,
+    n: usize,
+    tracer: Option<Tracer>,
+    canary: Option<Plugin>,
+) -> Run {
     let config = config(&plugin.name);
     let namespace = config.namespace.clone();
     let source = Arc::new(LocalQueue::open(None, Default::default()).expect("queue"));
@@ -83,6 +96,9 @@ async fn measure_traced(
     let mut host = Host::new(config, source, store, Registry::new([plugin]));
     if let Some(tracer) = tracer {
         host = host.traced_by(tracer);
+    }
+    if let Some(canary) = canary {
+        qhost::testing::start_canary(&host, canary, CANARY_PERCENT);
     }
     let cpu = CpuTime::now();
     let started = Instant::now();
@@ -112,6 +128,14 @@ fn median(mut runs: Vec<Run>) -> Run {
 
 fn wasm_plugin() -> Plugin {
     qhost_e2e::fixture_plugin("trivial", &config("trivial"))
+}
+
+/// The share of keys the canary case's new version takes.
+const CANARY_PERCENT: u8 = 50;
+
+/// The trivial plugin's other version (the same behaviour, another content hash).
+fn canary_plugin() -> Plugin {
+    qhost_e2e::fixture_variant("trivial", &config("trivial"), "canary")
 }
 
 fn native_plugin() -> Plugin {
@@ -200,9 +224,12 @@ async fn main() {
     // the round with the median rate.
     let (mut native, mut wasm, mut traced, mut with_redis, mut on_cluster) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut canary = Vec::new();
     for _ in 0..rounds {
         native.push(measure(native_plugin(), local_store(), n).await);
         wasm.push(measure(wasm_plugin(), local_store(), n).await);
+        let beside = Some(canary_plugin());
+        canary.push(measure_in(wasm_plugin(), local_store(), n, None, beside).await);
         let tracer = Some(traces.tracer());
         traced.push(measure_traced(wasm_plugin(), local_store(), n, tracer).await);
         if let Ok(redis) = &redis {
@@ -228,6 +255,18 @@ async fn main() {
         &native,
         n,
         "(fresh instance per message)",
+    );
+    let canary = median(canary);
+    row(
+        "  with a canary beside it",
+        &canary,
+        &native,
+        n,
+        &format!(
+            "({CANARY_PERCENT}% of keys on another version; {:.2} of the rate without, {:+.1} µs CPU per message)",
+            canary.rate / wasm.rate,
+            canary.cpu.micros_per(n) - wasm.cpu.micros_per(n),
+        ),
     );
     traces.shutdown().await;
     let spans = receiver.spans();

@@ -349,9 +349,10 @@ async fn put_backs_while_busy_use_up_no_attempts() {
         let ids = setup.send(&[Outgoing::new(&jobs, body.as_str())]).await;
         let store = setup.env.store();
         let key = scoped("qhost", "fixture", &ids[0]);
+        // Long enough that a host slow to start under load still finds it held.
         let request = LeaseRequest {
             key,
-            ttl: Duration::from_secs(3),
+            ttl: Duration::from_secs(8),
             window: Duration::from_secs(60),
         };
         let held = store.acquire(&[request]).await.unwrap();

@@ -111,6 +111,21 @@ pub fn fixture_plugin(name: &str, config: &qhost::Config) -> qhost::Plugin {
     fixture_plugin_with(name, config, "")
 }
 
+/// The fixture as plugin `name`, its bytes changed by `tag` (the same behaviour, another
+/// version), loaded by an engine sized for `config`.
+pub fn fixture_variant(name: &str, config: &qhost::Config, tag: &str) -> qhost::Plugin {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join(format!("{name}.wasm"));
+    let bytes = deploy::build_variant(&plugin_bytes("fixture"), tag);
+    std::fs::write(&path, bytes).expect("installing the variant");
+    let config = qhost::Config {
+        compiled_cache: None,
+        ..config.clone()
+    };
+    let runtime = qhost::runtime_for(&config).expect("engine");
+    qhost::load_plugin(&runtime, &path).expect("loading the variant")
+}
+
 /// As [`fixture_plugin`], with `manifest` (a plugin manifest's TOML) beside it.
 pub fn fixture_plugin_with(name: &str, config: &qhost::Config, manifest: &str) -> qhost::Plugin {
     let dir = tempfile::tempdir().expect("temporary directory");
