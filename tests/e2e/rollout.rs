@@ -28,6 +28,12 @@ fn qhost(dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
 /// A directory with v1 serving as `worker` on queue `jobs`, Redis for leases and rollouts,
 /// and canaries at 20% under `rules`; the configuration's path.
 fn setup(dir: &Path, test: &str, rules: &str) -> PathBuf {
+    let redis = format!("url = \"{}\"", shared_url());
+    setup_on(dir, test, rules, &redis)
+}
+
+/// As [`setup`], on the Redis that `redis` (lines of `[idempotency]`) names.
+fn setup_on(dir: &Path, test: &str, rules: &str, redis: &str) -> PathBuf {
     let plugins = dir.join("plugins");
     std::fs::create_dir_all(&plugins).expect("plugins/");
     std::fs::write(
@@ -39,11 +45,10 @@ fn setup(dir: &Path, test: &str, rules: &str) -> PathBuf {
     std::fs::write(
         &config,
         format!(
-            "[idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{}\"\n\
+            "[idempotency]\nkind = \"redis\"\n{redis}\nnamespace = \"{}\"\n\
              [retry]\nbase-secs = 0.01\nmax-secs = 0.05\n\
              [rollout]\nmode = \"canary\"\npercent = 20\n{rules}\n\
              [[queue]]\nname = \"jobs\"\nplugin = \"worker\"\nwait-time-secs = 1\n",
-            shared_url(),
             unique_namespace(test)
         ),
     )
@@ -97,16 +102,32 @@ fn acked(body: &str) -> u64 {
         .sum()
 }
 
+/// The rollback rules of the trapping canary's tests.
+const ROLLBACK_RULES: &str =
+    "promote-after-messages = 100000\nrollback-min-messages = 10\nrollback-margin-percent = 5";
+
 #[test]
 fn a_canary_that_traps_on_a_third_of_bodies_is_rolled_back_and_every_message_acks_once() {
     let dir = tempfile::tempdir().unwrap();
-    let config = setup(
-        dir.path(),
-        "rollback",
-        "promote-after-messages = 100000\nrollback-min-messages = 10\nrollback-margin-percent = 5",
-    );
+    rolled_back_with_nothing_lost(dir.path(), &setup(dir.path(), "rollback", ROLLBACK_RULES));
+}
+
+#[test]
+fn on_a_redis_cluster_the_rollout_record_rolls_the_canary_back_the_same_way() {
+    let cluster = qhost_e2e::redis_cluster::RedisCluster::without_replicas(3);
+    let urls: Vec<String> = cluster.urls().iter().map(|u| format!("{u:?}")).collect();
+    let redis = format!("cluster = true\nurls = [{}]", urls.join(", "));
+    let dir = tempfile::tempdir().unwrap();
+    let config = setup_on(dir.path(), "rollback-cluster", ROLLBACK_RULES, &redis);
+    rolled_back_with_nothing_lost(dir.path(), &config);
+}
+
+/// Drops the trapping v2 under a host on `config`, sends 300 messages (90 of which trap on
+/// it), and checks the rollback and that each message acked once, none dead or retried.
+fn rolled_back_with_nothing_lost(dir: &Path, config: &Path) {
+    let config = config.to_path_buf();
     let host = HostProcess::start_consuming(&config);
-    drop_v2(dir.path(), "[config]\ntrap-some = \"on\"\n");
+    drop_v2(dir, "[config]\ntrap-some = \"on\"\n");
     wait_for_log(&host, Duration::from_secs(20), "canary started");
     send(&config, "if-config:trap-some:trap", 90);
     send(&config, "ack", 210);
