@@ -173,7 +173,7 @@ fn rolled_back_with_nothing_lost(dir: &Path, config: &Path) {
 }
 
 #[test]
-fn an_operators_promote_from_another_process_moves_the_host_and_the_listing_shows_it() {
+fn an_operators_promote_from_another_process_moves_the_host_even_one_restarted_mid_rollout() {
     let dir = tempfile::tempdir().unwrap();
     let config = setup(dir.path(), "promote", "promote-after-messages = 100000");
     let host = HostProcess::start_consuming(&config);
@@ -196,6 +196,20 @@ fn an_operators_promote_from_another_process_moves_the_host_and_the_listing_show
             && out.contains("; canary"),
         "{out}"
     );
+
+    // Restarted mid-rollout with only v2 in its plugins directory, the host takes v1 from the
+    // versions it kept and joins the rollout.
+    host.stop();
+    let host = HostProcess::start_consuming(&config);
+    wait_for_log(&host, Duration::from_secs(20), "canary started");
+    let v1 = qhost::plugin_version(&qhost_e2e::plugin_bytes("fixture"));
+    let (_, out, _) = qhost(dir.path(), &["plugins", "list"]);
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("worker"))
+        .unwrap_or_default();
+    assert!(row.contains(&v1), "v1 serves again: {out}");
+    assert!(out.contains("rollout: canary "), "{out}");
 
     let (code, out, err) = qhost(dir.path(), &["plugins", "promote", "worker"]);
     assert_eq!(code, Some(0), "{out}{err}");

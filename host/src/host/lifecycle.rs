@@ -104,7 +104,7 @@ impl Host {
         // Canaries start only on a reload, so their follower runs where reloads do.
         tokio::spawn(crate::rollout::follow::run(
             Arc::clone(&self.store),
-            Arc::clone(&self.registry),
+            Arc::clone(plugins),
             Arc::clone(&self.config),
             stop.clone(),
             publish,

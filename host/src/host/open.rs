@@ -262,7 +262,8 @@ pub(crate) async fn open_plugins_unchecked(config: &Config) -> anyhow::Result<Ar
     }
     let runtime = runtime_for(config)?;
     let plugins = Arc::new(
-        PluginDir::new(runtime, &dir, Arc::default()).with_rollout(config.rollout.clone()),
+        PluginDir::new(runtime, &dir, Arc::default())
+            .with_rollout(config.rollout.clone(), config.data_dir.clone()),
     );
     let report = {
         let plugins = Arc::clone(&plugins);

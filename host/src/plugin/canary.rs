@@ -81,9 +81,9 @@ impl Canaries {
     }
 
     /// Starts `plugin` as its name's canary at `percent` (replacing an earlier canary).
-    pub(crate) fn start(&self, plugin: Plugin, percent: u8) {
+    pub(crate) fn start(&self, plugin: Arc<Plugin>, percent: u8) {
         let slot = Arc::new(CanarySlot {
-            plugin: Arc::new(plugin),
+            plugin,
             percent: AtomicU8::new(percent),
             runs: Mutex::default(),
         });

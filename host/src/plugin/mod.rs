@@ -8,6 +8,7 @@
 
 pub(crate) mod canary;
 pub(crate) mod inspect;
+pub(crate) mod kept;
 pub(crate) mod loader;
 pub(crate) mod manifest;
 pub(crate) mod registry;

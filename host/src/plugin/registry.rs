@@ -111,8 +111,18 @@ impl Registry {
     pub(crate) fn start_canary(&self, plugin: Plugin, percent: u8) {
         self.count(&plugin.name, LoadResult::Loaded);
         self.errors_mut().remove(&plugin.name);
+        self.join_canary(Arc::new(plugin), percent);
+    }
+
+    /// Runs `plugin` as its name's canary at `percent` of keys.
+    pub(crate) fn join_canary(&self, plugin: Arc<Plugin>, percent: u8) {
         tracing::info!(plugin = %plugin.name, version = %plugin.version, percent, "canary started");
         self.canaries.start(plugin, percent);
+    }
+
+    /// Makes `plugin` its name's serving version (a kept version the rollout falls back on).
+    pub(crate) fn serve_kept(&self, plugin: Plugin) {
+        self.serve(Arc::new(plugin));
     }
 
     /// Promotes `name`'s canary, if it is `version`: it takes all traffic.
@@ -130,13 +140,18 @@ impl Registry {
             tracing::warn!(plugin = %name, %version, %reason, "canary rolled back");
             self.canaries
                 .rolled_back(name, crate::rollout::reason_kind(reason));
-            self.errors_mut().insert(
-                name.to_string(),
-                format!(
-                    "version {version} was rolled back: {reason}; the previous version serves, and the file is not tried again until it changes"
-                ),
-            );
+            self.rolled_back(name, version, reason);
         }
+    }
+
+    /// Shows that `name`'s `version` was rolled back, as its load error.
+    pub(crate) fn rolled_back(&self, name: &str, version: &str, reason: &str) {
+        self.errors_mut().insert(
+            name.to_string(),
+            format!(
+                "version {version} was rolled back: {reason}; the previous version serves, and the file is not tried again until it changes"
+            ),
+        );
     }
 
     /// Removes a plugin; calls in flight finish.

@@ -24,6 +24,7 @@ use std::time::SystemTime;
 use anyhow::Context as _;
 use sha2::{Digest, Sha256};
 
+use super::kept;
 use super::loader::{self, LoadError};
 use super::manifest::Manifest;
 use super::registry::Registry;
@@ -87,6 +88,8 @@ pub(crate) struct PluginDir {
     seen: Mutex<BTreeMap<String, Fingerprint>>,
     /// How a changed file takes traffic (immediately unless configured otherwise).
     rollout: RolloutConfig,
+    /// Where versions served under a canary policy are kept (`plugin::kept`), if anywhere.
+    data_dir: Option<PathBuf>,
 }
 
 /// A file's bytes, if it held still while it was read.
@@ -122,13 +125,25 @@ impl PluginDir {
             registry,
             seen: Mutex::default(),
             rollout: RolloutConfig::default(),
+            data_dir: None,
         }
     }
 
-    /// The same, a changed file taking traffic by `rollout`.
-    pub(crate) fn with_rollout(mut self, rollout: RolloutConfig) -> Self {
+    /// The same, a changed file taking traffic by `rollout`, the versions it serves under a
+    /// canary policy kept in `data_dir`.
+    pub(crate) fn with_rollout(
+        mut self,
+        rollout: RolloutConfig,
+        data_dir: Option<PathBuf>,
+    ) -> Self {
         self.rollout = rollout;
+        self.data_dir = data_dir;
         self
+    }
+
+    /// The data directory versions are kept in.
+    pub(crate) fn data_dir(&self) -> Option<&Path> {
+        self.data_dir.as_deref()
     }
 
     /// The directory watched.
@@ -223,7 +238,14 @@ impl PluginDir {
                     plugin.share_slots_with(old);
                 }
                 report.loaded.push((name.clone(), plugin.version.clone()));
-                match (self.rollout.policy(&name), serving) {
+                let policy = self.rollout.policy(&name);
+                if let (RolloutPolicy::Canary(_), Some(data)) = (&policy, &self.data_dir)
+                    && let Err(e) =
+                        kept::keep(data, &name, &plugin.version, &bytes, manifest.as_deref())
+                {
+                    tracing::warn!(plugin = %name, error = %e, "could not keep this version for rollouts");
+                }
+                match (policy, serving) {
                     (RolloutPolicy::Canary(canary), Some(old)) if old.version != plugin.version => {
                         self.registry.start_canary(plugin, canary.percent);
                     }

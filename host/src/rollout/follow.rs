@@ -9,12 +9,14 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::record::{Change, RolloutRecord, RolloutState};
-use super::{change, key, rules};
+use super::{change, key, read, rules};
 use crate::config::Config;
 use crate::config::rollout::RolloutPolicy;
 use crate::idempotency::{IdempotencyStore, StoreResult};
 use crate::plugin::canary::CanarySlot;
+use crate::plugin::kept;
 use crate::plugin::registry::Registry;
+use crate::plugin::reload::PluginDir;
 
 /// How often a host follows its rollouts.
 pub(crate) const TICK: Duration = Duration::from_secs(1);
@@ -23,11 +25,14 @@ pub(crate) const TICK: Duration = Duration::from_secs(1);
 /// followed one (to publish the plugins' status, rollouts included).
 pub(crate) async fn run(
     store: Arc<dyn IdempotencyStore>,
-    registry: Arc<Registry>,
+    plugins: Arc<PluginDir>,
     config: Arc<Config>,
     stop: CancellationToken,
     changed: Arc<dyn Fn(&Registry) + Send + Sync>,
 ) {
+    let registry = Arc::clone(plugins.registry());
+    join_at_start(&*store, &plugins, &config).await;
+    changed(&registry);
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
@@ -49,6 +54,59 @@ pub(crate) async fn run(
         }
         if !running.is_empty() {
             changed(&registry);
+        }
+    }
+}
+
+/// A host that starts while one of its plugins' rollouts is undecided (or after it was rolled
+/// back), its file being the rollout's canary, takes the serving version from the versions it
+/// kept (`plugin::kept`) and joins the rollout (or serves the previous version). Without the
+/// kept version it says so and serves its file for every key.
+async fn join_at_start(store: &dyn IdempotencyStore, plugins: &Arc<PluginDir>, config: &Config) {
+    let registry = plugins.registry();
+    for status in registry.status() {
+        let (name, Some(file)) = (status.name, status.serving) else {
+            continue;
+        };
+        if !matches!(config.rollout.policy(&name), RolloutPolicy::Canary(_)) {
+            continue;
+        }
+        let record = match read(store, &key(&config.namespace, &name)).await {
+            Ok(Some(record)) => record,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!(plugin = %name, error = %e, "could not read the plugin's rollout at start");
+                continue;
+            }
+        };
+        if record.canary != file.version || record.state == RolloutState::Promoted {
+            continue;
+        }
+        let Some(data) = plugins.data_dir().map(std::path::Path::to_path_buf) else {
+            continue;
+        };
+        let (dir, plugin, version) = (Arc::clone(plugins), name.clone(), record.serving.clone());
+        let kept = tokio::task::spawn_blocking(move || {
+            kept::load(dir.runtime(), &data, &plugin, &version)
+        })
+        .await;
+        match kept {
+            Ok(Ok(previous)) => {
+                registry.serve_kept(previous);
+                match record.state {
+                    RolloutState::Canary => registry.join_canary(file, record.percent),
+                    _ => registry.rolled_back(&name, &record.canary, &record.reason),
+                }
+                registry.canaries.saw(&name, record);
+            }
+            Ok(Err(e)) => tracing::warn!(
+                plugin = %name,
+                serving = %record.serving,
+                state = record.state.name(),
+                error = %format!("{e:#}"),
+                "this host's file is the rollout's canary, but it does not have the serving version; it serves its file for every key"
+            ),
+            Err(_) => {}
         }
     }
 }
