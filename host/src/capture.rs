@@ -112,9 +112,7 @@ impl Capture {
         match self.sample {
             Sample::Every(n) => self.seen.fetch_add(1, Ordering::Relaxed).is_multiple_of(n),
             Sample::Share(share) => {
-                let digest = crate::digest::sha256_hex(id.as_bytes());
-                let head = u64::from_str_radix(&digest[..16], 16).unwrap_or(0);
-                (head as f64 / u64::MAX as f64) < share
+                (crate::digest::sha256_u64(id.as_bytes()) as f64 / u64::MAX as f64) < share
             }
         }
     }

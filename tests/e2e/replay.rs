@@ -5,24 +5,9 @@
 //! and the rest replayed. Dead letters read with `dlq peek --jsonl` replay as they are.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use qhost_e2e::api_server::ApiServer;
-
-fn qhost(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_qhost-under-test"));
-    c.current_dir(dir)
-        .env_remove("QHOST_CONFIG")
-        .envs(qhost_e2e::processes::ADMIN_ENV);
-    c
-}
-
-/// Runs `qhost ARGS` in `dir`: (exit code, stdout, stderr).
-fn run_in(dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
-    let out = qhost(dir).args(args).output().expect("running qhost");
-    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
-    (out.status.code(), text(out.stdout), text(out.stderr))
-}
+use qhost_e2e::processes::run_in;
 
 /// `bytes` as another version: the same component under another content hash.
 fn another_version(bytes: Vec<u8>) -> Vec<u8> {

@@ -5,25 +5,12 @@
 //! whose `trap-some` setting makes `if-config:trap-some:trap` bodies trap on it alone.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use qhost_e2e::admin::wait_for;
 use qhost_e2e::deploy;
-use qhost_e2e::processes::{HostProcess, summary_column};
+use qhost_e2e::processes::{HostProcess, run_in, summary_column};
 use qhost_e2e::redis_server::{shared_url, unique_namespace};
-
-fn qhost(dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_qhost-under-test"))
-        .current_dir(dir)
-        .env_remove("QHOST_CONFIG")
-        .envs(qhost_e2e::processes::ADMIN_ENV)
-        .args(args)
-        .output()
-        .expect("running qhost");
-    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
-    (out.status.code(), text(out.stdout), text(out.stderr))
-}
 
 /// A directory with v1 serving as `worker` on queue `jobs`, Redis for leases and rollouts,
 /// and canaries at 20% under `rules`; the configuration's path.
@@ -177,7 +164,7 @@ fn an_operators_promote_from_another_process_moves_the_host_even_one_restarted_m
     let dir = tempfile::tempdir().unwrap();
     let config = setup(dir.path(), "promote", "promote-after-messages = 100000");
     let host = HostProcess::start_consuming(&config);
-    let (code, _, err) = qhost(dir.path(), &["plugins", "promote", "worker"]);
+    let (code, _, err) = run_in(dir.path(), &["plugins", "promote", "worker"]);
     assert_eq!(code, Some(1));
     assert!(err.contains("worker has no canary running"), "{err}");
 
@@ -188,7 +175,7 @@ fn an_operators_promote_from_another_process_moves_the_host_even_one_restarted_m
     wait_for(admin, "/metrics", Duration::from_secs(60), |_, body| {
         acked(body) == 50 && body.contains("state=\"canary\"")
     });
-    let (code, out, err) = qhost(dir.path(), &["plugins", "list"]);
+    let (code, out, err) = run_in(dir.path(), &["plugins", "list"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(
         out.contains("rollout: canary ")
@@ -203,7 +190,7 @@ fn an_operators_promote_from_another_process_moves_the_host_even_one_restarted_m
     let host = HostProcess::start_consuming(&config);
     wait_for_log(&host, Duration::from_secs(20), "canary started");
     let v1 = qhost::plugin_version(&qhost_e2e::plugin_bytes("fixture"));
-    let (_, out, _) = qhost(dir.path(), &["plugins", "list"]);
+    let (_, out, _) = run_in(dir.path(), &["plugins", "list"]);
     let row = out
         .lines()
         .find(|l| l.starts_with("worker"))
@@ -211,7 +198,7 @@ fn an_operators_promote_from_another_process_moves_the_host_even_one_restarted_m
     assert!(row.contains(&v1), "v1 serves again: {out}");
     assert!(out.contains("rollout: canary "), "{out}");
 
-    let (code, out, err) = qhost(dir.path(), &["plugins", "promote", "worker"]);
+    let (code, out, err) = run_in(dir.path(), &["plugins", "promote", "worker"]);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("promoted: promoted by hand"), "{out}");
     let log = wait_for_log(&host, Duration::from_secs(10), "canary promoted");
@@ -222,7 +209,7 @@ fn an_operators_promote_from_another_process_moves_the_host_even_one_restarted_m
     ));
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let (_, out, _) = qhost(dir.path(), &["plugins", "list"]);
+        let (_, out, _) = run_in(dir.path(), &["plugins", "list"]);
         let row = out
             .lines()
             .find(|l| l.starts_with("worker"))
@@ -236,7 +223,7 @@ fn an_operators_promote_from_another_process_moves_the_host_even_one_restarted_m
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let (code, _, err) = qhost(dir.path(), &["plugins", "rollback", "worker"]);
+    let (code, _, err) = run_in(dir.path(), &["plugins", "rollback", "worker"]);
     assert_eq!(code, Some(1), "nothing left to roll back");
     assert!(err.contains("no canary running"), "{err}");
     host.stop();
@@ -358,7 +345,7 @@ async fn two_hosts_on_one_redis_follow_one_rollout_and_one_decision() {
             std::thread::sleep(Duration::from_millis(50));
         }
         std::thread::sleep(Duration::from_secs(2));
-        let (code, out, err) = qhost(a_dir.path(), &["plugins", "promote", "worker"]);
+        let (code, out, err) = run_in(a_dir.path(), &["plugins", "promote", "worker"]);
         assert_eq!(code, Some(0), "{out}{err}");
         for host in [&a, &b] {
             let log = wait_for_log(host, Duration::from_secs(10), "canary promoted");

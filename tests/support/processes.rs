@@ -25,6 +25,20 @@ pub fn qhost_binary() -> PathBuf {
 /// running at once never contend for the default one.
 pub const ADMIN_ENV: [(&str, &str); 1] = [("QHOST_ADMIN_LISTEN", "127.0.0.1:0")];
 
+/// Runs `qhost ARGS` in `dir` to its end, without a `QHOST_CONFIG` from the environment:
+/// (exit code, stdout, stderr).
+pub fn run_in(dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(qhost_binary())
+        .current_dir(dir)
+        .env_remove("QHOST_CONFIG")
+        .envs(ADMIN_ENV)
+        .args(args)
+        .output()
+        .expect("running qhost");
+    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+    (out.status.code(), text(out.stdout), text(out.stderr))
+}
+
 /// A running `qhost --config FILE run`, its stdout captured (the summary it prints on exit).
 #[derive(Debug)]
 pub struct HostProcess {

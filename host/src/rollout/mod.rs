@@ -48,9 +48,7 @@ pub(crate) fn key(namespace: &str, plugin: &str) -> String {
 
 /// Where `key` falls for `plugin`, 0 to 99: the same everywhere, for every delivery.
 pub(crate) fn bucket(plugin: &str, key: &str) -> u8 {
-    let digest = crate::digest::sha256_hex(format!("{plugin}\n{key}").as_bytes());
-    let head = u64::from_str_radix(&digest[..16], 16).unwrap_or(0);
-    (head % 100) as u8
+    (crate::digest::sha256_u64(format!("{plugin}\n{key}").as_bytes()) % 100) as u8
 }
 
 /// What kind of reason `reason` is, as the rollback metric labels it.
@@ -71,8 +69,12 @@ pub(crate) async fn read(
     store: &dyn IdempotencyStore,
     key: &str,
 ) -> StoreResult<Option<RolloutRecord>> {
-    let text = store.record(key).await?;
-    text.map(|t| RolloutRecord::from_text(&t))
+    parsed(key, store.record(key).await?.as_deref())
+}
+
+/// The record stored at `key` as `text`.
+fn parsed(key: &str, text: Option<&str>) -> StoreResult<Option<RolloutRecord>> {
+    text.map(RolloutRecord::from_text)
         .transpose()
         .map_err(|e| IdempotencyError::Corrupt(format!("rollout record {key}: {e}")))
 }
@@ -86,10 +88,7 @@ pub(crate) async fn change(
 ) -> StoreResult<Option<RolloutRecord>> {
     for _ in 0..ATTEMPTS {
         let text = store.record(key).await?;
-        let current = (text.as_deref())
-            .map(RolloutRecord::from_text)
-            .transpose()
-            .map_err(|e| IdempotencyError::Corrupt(format!("rollout record {key}: {e}")))?;
+        let current = parsed(key, text.as_deref())?;
         let Some(next) = change.apply(current.as_ref()) else {
             return Ok(current);
         };
