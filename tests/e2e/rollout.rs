@@ -19,8 +19,8 @@ fn setup(dir: &Path, test: &str, rules: &str) -> PathBuf {
     setup_on(dir, test, rules, &redis)
 }
 
-/// As [`setup`], on the Redis that `redis` (lines of `[idempotency]`) names.
-fn setup_on(dir: &Path, test: &str, rules: &str, redis: &str) -> PathBuf {
+/// `dir` with v1 installed as `worker` and `config` as its `qhost.toml`; the file's path.
+fn with_v1(dir: &Path, config: &str) -> PathBuf {
     let plugins = dir.join("plugins");
     std::fs::create_dir_all(&plugins).expect("plugins/");
     std::fs::write(
@@ -28,10 +28,16 @@ fn setup_on(dir: &Path, test: &str, rules: &str, redis: &str) -> PathBuf {
         qhost_e2e::plugin_bytes("fixture"),
     )
     .expect("v1");
-    let config = dir.join("qhost.toml");
-    std::fs::write(
-        &config,
-        format!(
+    let file = dir.join("qhost.toml");
+    std::fs::write(&file, config).expect("qhost.toml");
+    file
+}
+
+/// As [`setup`], on the Redis that `redis` (lines of `[idempotency]`) names.
+fn setup_on(dir: &Path, test: &str, rules: &str, redis: &str) -> PathBuf {
+    with_v1(
+        dir,
+        &format!(
             "[idempotency]\nkind = \"redis\"\n{redis}\nnamespace = \"{}\"\n\
              [retry]\nbase-secs = 0.01\nmax-secs = 0.05\n\
              [rollout]\nmode = \"canary\"\npercent = 20\n{rules}\n\
@@ -39,8 +45,6 @@ fn setup_on(dir: &Path, test: &str, rules: &str, redis: &str) -> PathBuf {
             unique_namespace(test)
         ),
     )
-    .expect("qhost.toml");
-    config
 }
 
 /// Drops v2 with `manifest` as a deploy does: manifest first, then the file by rename.
@@ -232,17 +236,9 @@ fn an_operators_promote_from_another_process_moves_the_host_even_one_restarted_m
 /// A host's configuration in `dir` (its own plugins and data): queue `jobs` on the
 /// SQS-compatible server, leases and rollouts in Redis namespace `ns`.
 fn fleet_host(dir: &Path, ns: &str, jobs: &str) -> PathBuf {
-    let plugins = dir.join("plugins");
-    std::fs::create_dir_all(&plugins).expect("plugins/");
-    std::fs::write(
-        plugins.join("worker.wasm"),
-        qhost_e2e::plugin_bytes("fixture"),
-    )
-    .expect("v1");
-    let config = dir.join("qhost.toml");
-    std::fs::write(
-        &config,
-        format!(
+    with_v1(
+        dir,
+        &format!(
             "max-in-flight = 8\n\
              [source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\nregion = \"us-east-1\"\n\
              [idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{ns}\"\n\
@@ -254,8 +250,6 @@ fn fleet_host(dir: &Path, ns: &str, jobs: &str) -> PathBuf {
             shared_url(),
         ),
     )
-    .expect("qhost.toml");
-    config
 }
 
 /// The reason a host's log gives for `event` (`canary rolled back`, `canary promoted`).
