@@ -104,6 +104,33 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: CeleryCommand,
     },
+    /// Read a plugin's committed state (its `wasi:keyvalue` buckets) from the configured
+    /// store.
+    Kv {
+        #[command(subcommand)]
+        command: KvCommand,
+    },
+}
+
+/// `qhost kv …`.
+#[derive(Subcommand)]
+pub(crate) enum KvCommand {
+    /// Print the committed value of KEY (exit code 1 when there is none).
+    Get {
+        /// The plugin.
+        plugin: String,
+        /// Its bucket.
+        bucket: String,
+        /// The key.
+        key: String,
+    },
+    /// List the bucket's committed keys, in order (at most 10,000).
+    List {
+        /// The plugin.
+        plugin: String,
+        /// Its bucket.
+        bucket: String,
+    },
 }
 
 /// `qhost celery …`.

@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use clap::Parser as _;
 
-use args::{CeleryCommand, Cli, Command, DlqCommand, Global, NewArgs, PluginsCommand, RunFlags};
+use args::{
+    CeleryCommand, Cli, Command, DlqCommand, Global, KvCommand, NewArgs, PluginsCommand, RunFlags,
+};
 use commands::*;
 use qhost::{Config, Overrides};
 
@@ -124,6 +126,17 @@ async fn dispatch(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Celery {
             command: CeleryCommand::Inspect { file, queue },
         } => celery_inspect(config()?, file.as_deref(), queue.as_deref()).await,
+        Command::Kv {
+            command:
+                KvCommand::Get {
+                    plugin,
+                    bucket,
+                    key,
+                },
+        } => return kv_get(&config()?, &plugin, &bucket, &key).await,
+        Command::Kv {
+            command: KvCommand::List { plugin, bucket },
+        } => kv_list(&config()?, &plugin, &bucket).await,
     }
     .map(|()| std::process::ExitCode::SUCCESS)
 }

@@ -25,7 +25,8 @@
 //! The host, not the handler, suppresses duplicates: `handle` runs once per idempotency key
 //! while the key is remembered. Follow-up messages go through [`outbox`] so that they are
 //! sent only when the handler acks, and only once. Calls to an API go through [`http`], where
-//! the host grants them, and carry an idempotency key the host makes for each.
+//! the host grants them, and carry an idempotency key the host makes for each. State that
+//! outlives a message goes in [`state`] buckets, committed with the run.
 #![deny(missing_docs)]
 
 // Lets the generated code and the export macro name this crate the same way from inside and
@@ -41,7 +42,14 @@ pub use wit_bindgen as __wit_bindgen;
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../wit",
-        world: "handler",
+        world: "handler-state",
+        // The keyvalue interfaces are generated here, like qhost's own (wasi:http comes from
+        // the `wasip2` crate).
+        with: {
+            "wasi:keyvalue/store@0.2.0-draft": generate,
+            "wasi:keyvalue/atomics@0.2.0-draft": generate,
+            "wasi:keyvalue/batch@0.2.0-draft": generate,
+        },
         pub_export_macro: true,
         export_macro_name: "__export_handler",
         default_bindings_module: "qhost_guest::bindings",
@@ -56,6 +64,7 @@ pub mod http;
 pub mod log;
 mod message;
 pub mod outbox;
+pub mod state;
 
 /// Sets this run's result value, as JSON text (the last call wins). The host keeps it only if
 /// the handler acks, committed with the run: a Celery caller's `AsyncResult.get()` returns it,

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use crate::kv::StateCommit;
 use crate::message::{Attribute, Outgoing};
 use crate::runtime::Costs;
 
@@ -56,15 +57,19 @@ pub struct Invocation {
     /// The run's result value (JSON text), kept only if the outcome is `Ack`: what a Celery
     /// caller's `AsyncResult.get()` returns, and what the task's callbacks get first.
     pub result: Option<String>,
+    /// What the run read and wrote of its state, committed only if the outcome is `Ack`
+    /// (wasm plugins granted `wasi:keyvalue` buckets; see `crate::kv`).
+    pub state: StateCommit,
 }
 
 impl Invocation {
-    /// An outcome with an empty outbox and no result value.
+    /// An outcome with an empty outbox, no result value and no state.
     pub fn new(outcome: Outcome) -> Self {
         Invocation {
             outcome,
             outbox: Vec::new(),
             result: None,
+            state: StateCommit::default(),
         }
     }
 }

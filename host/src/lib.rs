@@ -64,6 +64,7 @@ mod faults;
 mod handler;
 mod host;
 mod idempotency;
+mod kv;
 mod logging;
 mod message;
 mod metrics;
@@ -111,6 +112,8 @@ pub use idempotency::{
     Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
     Released, StoreResult,
 };
+pub use kv::inspect::{kv_get, kv_list};
+pub use kv::{BucketCommit, Op as StateOp, StateCommit};
 pub use payload::Payloads;
 pub use payload::local::LocalPayloads;
 pub use payload::redis::RedisPayloads;

@@ -44,6 +44,7 @@ async fn complete_all(store: &RedisStore, leases: Vec<Lease>) {
             result: None,
             window: Duration::from_secs(60),
             digest: None,
+            state: Default::default(),
         })
         .collect();
     let done = store.complete(&completions).await.expect("complete");

@@ -608,6 +608,7 @@ async fn every_redis_store_call_ends_at_its_deadline_when_the_server_stops() {
         result: None,
         window: request.window,
         digest: None,
+        state: Default::default(),
     };
     let rate = qhost::Rate::parse("10/s").expect("a rate");
     let errors = [

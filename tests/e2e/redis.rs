@@ -64,6 +64,7 @@ async fn leases_complete_once_and_a_lapsed_owner_is_refused() {
         result: None,
         window: Duration::from_secs(60),
         digest: None,
+        state: Default::default(),
     };
     assert_eq!(
         store.complete(&[stale]).await.unwrap(),
@@ -85,6 +86,7 @@ async fn leases_complete_once_and_a_lapsed_owner_is_refused() {
         result: Some(r#"{"sent": 2}"#.into()),
         window: Duration::from_secs(60),
         digest: None,
+        state: Default::default(),
     };
     assert_eq!(store.complete(&[done]).await.unwrap(), vec![Ok(())]);
     let again = store
@@ -169,6 +171,7 @@ async fn one_record_per_key_keeps_its_token_and_counts_failed_runs() {
         result: None,
         window: Duration::from_secs(3600),
         digest: None,
+        state: Default::default(),
     };
     assert_eq!(store.complete(&[done]).await.unwrap(), vec![Ok(())]);
     let record_ttl = pttl(&mut conn, &key).await;
@@ -233,6 +236,7 @@ async fn a_completed_record_shrinks_to_a_string_once_its_outbox_is_sent() {
         result: None,
         window: Duration::from_secs(3600),
         digest: Some(digest.clone()),
+        state: Default::default(),
     };
     assert_eq!(store.complete(&[done]).await.unwrap(), vec![Ok(())]);
     assert_eq!(completed(&store, &key).await, (1, Some(digest.clone())));
@@ -365,6 +369,7 @@ async fn a_batch_is_leased_in_one_round_trip() {
                 result: None,
                 window: Duration::from_secs(60),
                 digest: None,
+                state: Default::default(),
             },
             _ => unreachable!(),
         })

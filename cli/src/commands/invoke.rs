@@ -4,7 +4,7 @@ use anyhow::Context as _;
 
 use super::shown;
 use crate::args::InvokeArgs;
-use qhost::{Config, InvokeRequest, Outcome, Ran};
+use qhost::{Config, InvokeRequest, Outcome, Ran, StateCommit, StateOp};
 
 pub(crate) async fn invoke(
     config: Config,
@@ -61,6 +61,7 @@ pub(crate) async fn invoke(
         if let Some(value) = &invocation.result {
             println!("result:   {value}");
         }
+        print_state(&invocation.state, invocation.outcome == Outcome::Ack);
     }
     if !report.http_withheld.is_empty() {
         println!(
@@ -78,4 +79,32 @@ pub(crate) async fn invoke(
         );
     }
     Ok(std::process::ExitCode::from(code))
+}
+
+/// The state writes a run would commit (from an in-memory store, empty at the start).
+fn print_state(state: &StateCommit, acked: bool) {
+    let writes = state.writes();
+    if writes == 0 {
+        return;
+    }
+    let commit = if acked { "would commit" } else { "would drop" };
+    println!("state:    {writes} write(s) it {commit}");
+    for bucket in &state.buckets {
+        let name = bucket_name(&bucket.bucket);
+        for (key, op) in &bucket.writes {
+            let what = match op {
+                StateOp::Set { value } => format!("= {}", String::from_utf8_lossy(value)),
+                StateOp::Delete => "deleted".to_string(),
+                StateOp::Add { delta } => format!("+= {delta}"),
+            };
+            println!("  {name}/{key} {what}");
+        }
+    }
+}
+
+/// `counts` of the stored `NS:kv:{PLUGIN/counts}`.
+fn bucket_name(stored: &str) -> &str {
+    stored
+        .rsplit_once('/')
+        .map_or(stored, |(_, b)| b.trim_end_matches('}'))
 }

@@ -4,6 +4,7 @@
 mod celery;
 mod dlq;
 mod invoke;
+mod kv;
 mod plugins;
 mod queue;
 mod replay;
@@ -12,6 +13,7 @@ mod run;
 pub(crate) use celery::inspect as celery_inspect;
 pub(crate) use dlq::{dlq_peek, dlq_redrive};
 pub(crate) use invoke::invoke;
+pub(crate) use kv::{kv_get, kv_list};
 pub(crate) use plugins::{check, check_deploy, decide, list};
 pub(crate) use queue::{peek, purge, send};
 pub(crate) use replay::replay;

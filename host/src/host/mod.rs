@@ -99,6 +99,7 @@ impl Host {
         let payloads = Payloads::open(&config)
             .await
             .context("opening the payload stores")?;
+        (plugins.runtime()).bind_state(Arc::clone(&store), &config.namespace);
         let mut host = Host::assemble(config, source, store, Arc::clone(plugins.registry()));
         host.plugins = Some(plugins);
         Ok(host.with_payloads(payloads))

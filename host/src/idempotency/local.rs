@@ -16,6 +16,7 @@ use super::{
     Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
     Released, StoreResult,
 };
+use crate::kv::local as kv;
 use crate::message::now_ms;
 use crate::sqlite::Db;
 
@@ -74,6 +75,7 @@ impl LocalStore {
         let db = Db::open(path)?;
         db.call_now(|c| {
             c.execute_batch(SCHEMA)?;
+            c.execute_batch(kv::SCHEMA)?;
             for (column, add) in MIGRATIONS {
                 let probe = format!("SELECT {column} FROM idempotency LIMIT 0");
                 if c.prepare(&probe).is_err() {
@@ -180,18 +182,46 @@ fn update_owned(
     Ok(tx.prepare_cached(&sql)?.execute(all.as_slice())? == 1)
 }
 
-fn complete_one(tx: &Transaction<'_>, done: &Completion) -> anyhow::Result<bool> {
+/// What completing one lease came to.
+enum Completed {
+    Done,
+    Lost,
+    Conflict,
+}
+
+fn complete_one(tx: &Transaction<'_>, done: &Completion) -> anyhow::Result<Completed> {
     let outbox =
         Some(pending::encode(&done.outbox, done.result.as_deref())).filter(|t| !t.is_empty());
     let now = now_ms() as i64;
+    let state = &done.state.buckets;
+    if !state.is_empty() {
+        // The lease is checked before the state: a lost lease is lost, whatever the state.
+        let held = read(tx, &done.lease.key)?.is_some_and(|r| {
+            r.state == "leased"
+                && r.owner.as_deref() == Some(done.lease.owner.as_str())
+                && r.expires_at_ms > now
+        });
+        if !held {
+            return Ok(Completed::Lost);
+        }
+        if !kv::still_holds(tx, state, now)? {
+            return Ok(Completed::Conflict);
+        }
+        kv::apply(tx, state, now)?;
+    }
     let expires = now + done.window.as_millis() as i64;
-    update_owned(
+    let held = update_owned(
         tx,
         &done.lease,
         "state = 'completed', owner = NULL, expires_at_ms = ?4, outbox = ?5, outbox_at_ms = ?6,
          failures = 0, digest = ?7",
         &[&expires, &outbox, &now, &done.digest],
-    )
+    )?;
+    Ok(if held {
+        Completed::Done
+    } else {
+        Completed::Lost
+    })
 }
 
 impl LocalStore {
@@ -263,13 +293,17 @@ impl IdempotencyStore for LocalStore {
 
     async fn complete(&self, completions: &[Completion]) -> StoreResult<Vec<StoreResult<()>>> {
         let batch = completions.to_vec();
-        let held: Vec<bool> = self
+        let done: Vec<Completed> = self
             .write(move |tx| batch.iter().map(|c| complete_one(tx, c)).collect())
             .await?;
         Ok(completions
             .iter()
-            .zip(held)
-            .map(|(c, held)| IdempotencyError::owned(&c.lease, held))
+            .zip(done)
+            .map(|(c, done)| match done {
+                Completed::Done => Ok(()),
+                Completed::Lost => Err(IdempotencyError::LeaseLost(c.lease.key.clone())),
+                Completed::Conflict => Err(IdempotencyError::Conflict(c.lease.key.clone())),
+            })
             .collect())
     }
 
@@ -312,6 +346,21 @@ impl IdempotencyStore for LocalStore {
     async fn record(&self, key: &str) -> StoreResult<Option<String>> {
         let key = key.to_string();
         self.write(move |tx| read_record(tx, &key)).await
+    }
+
+    async fn kv_get(&self, bucket: &str, keys: &[String]) -> StoreResult<Vec<Option<Vec<u8>>>> {
+        let (bucket, keys) = (bucket.to_string(), keys.to_vec());
+        self.write(move |tx| {
+            let now = now_ms() as i64;
+            keys.iter().map(|k| kv::get(tx, &bucket, k, now)).collect()
+        })
+        .await
+    }
+
+    async fn kv_list(&self, bucket: &str, limit: usize) -> StoreResult<Vec<String>> {
+        let bucket = bucket.to_string();
+        self.write(move |tx| kv::list(tx, &bucket, limit, now_ms() as i64))
+            .await
     }
 
     async fn swap_record(
@@ -394,6 +443,7 @@ mod tests {
             result: None,
             window: Duration::from_secs(60),
             digest: None,
+            state: Default::default(),
         };
         assert_eq!(store.complete(&[done]).await.unwrap(), vec![Ok(())]);
         let third = store.acquire(&[req("k", 60_000)]).await.unwrap();
@@ -417,6 +467,7 @@ mod tests {
             result: Some(r#"{"sent": 2}"#.into()),
             window: Duration::from_secs(60),
             digest: None,
+            state: Default::default(),
         };
         assert_eq!(store.complete(&[done]).await.unwrap(), vec![Ok(())]);
         let pending = |a: &StoreResult<Acquired>| match a {
@@ -450,6 +501,7 @@ mod tests {
             result: None,
             window: Duration::from_secs(60),
             digest: None,
+            state: Default::default(),
         };
         assert_eq!(store.complete(&[stale]).await.unwrap(), vec![lost]);
         assert!(matches!(

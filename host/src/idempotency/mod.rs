@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::kv::StateCommit;
 use crate::message::Outgoing;
 
 /// Why a store call did not do what was asked: the store could not answer (fail closed), or it
@@ -52,6 +53,10 @@ pub enum IdempotencyError {
     /// The store answered with something qhost did not write (a foreign or corrupted record).
     #[error("idempotency store returned an unreadable record: {0}")]
     Corrupt(String),
+    /// A completion was refused because a key its run read to decide holds another value now
+    /// (see `crate::kv`): nothing was written, and the lease is still the caller's.
+    #[error("the state {0} read changed before it completed")]
+    Conflict(String),
 }
 
 impl IdempotencyError {
@@ -159,6 +164,8 @@ pub struct Completion {
     /// The sha256 (hex) of the body the handler ran on, kept so a later delivery of the key
     /// with another body can be told apart.
     pub digest: Option<String>,
+    /// The run's state: checked and written with the completed record (see `crate::kv`).
+    pub state: StateCommit,
 }
 
 /// What is known about a key: what the stores' `status` answer, for operators and tests
@@ -192,8 +199,9 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
     /// Extends a lease; [`IdempotencyError::LeaseLost`] when the caller no longer owns it.
     async fn extend(&self, lease: &Lease, ttl: Duration) -> StoreResult<()>;
 
-    /// Marks leases completed with their outboxes, in one call; for each, its own answer:
-    /// [`IdempotencyError::LeaseLost`] when the caller no longer owned it (nothing was written).
+    /// Marks leases completed with their outboxes and state, in one call; for each, its own
+    /// answer: [`IdempotencyError::LeaseLost`] when the caller no longer owned it, and
+    /// [`IdempotencyError::Conflict`] when a key its run read changed (nothing was written).
     async fn complete(&self, completions: &[Completion]) -> StoreResult<Vec<StoreResult<()>>>;
 
     /// Records that a completed key's outbox was sent (and its result value written).
@@ -230,6 +238,22 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
         let _ = (old, new, keep);
         Err(IdempotencyError::Unavailable(format!(
             "this store keeps no shared records ({key})"
+        )))
+    }
+
+    /// The live values of `keys` in the stored bucket `bucket` (see `crate::kv`).
+    async fn kv_get(&self, bucket: &str, keys: &[String]) -> StoreResult<Vec<Option<Vec<u8>>>> {
+        let _ = keys;
+        Err(IdempotencyError::Unavailable(format!(
+            "this store keeps no state ({bucket})"
+        )))
+    }
+
+    /// The live keys of the stored bucket `bucket`, in order, at most `limit`.
+    async fn kv_list(&self, bucket: &str, limit: usize) -> StoreResult<Vec<String>> {
+        let _ = limit;
+        Err(IdempotencyError::Unavailable(format!(
+            "this store keeps no state ({bucket})"
         )))
     }
 }

@@ -6,13 +6,28 @@
 //! them out again: the outbox under the same keys, the result record by a write that never
 //! replaces a `SUCCESS`.
 //!
-//! The text is the outbox's JSON list when there is no result value (what records written
-//! before result values existed hold, so they still read), `{"outbox": [...], "result": "..."}`
-//! when there is one, and empty when nothing is pending.
+//! On a Redis Cluster the run's state writes wait here too, with the lease's fencing token,
+//! until they are applied to their buckets (see `crate::kv`).
+//!
+//! The text is the outbox's JSON list when there is no result value or state (what records
+//! written before result values existed hold, so they still read),
+//! `{"outbox": [...], "result": "...", "state": {...}}` when there is one, and empty when
+//! nothing is pending.
 
 use serde::{Deserialize, Serialize};
 
+use crate::kv::StateCommit;
 use crate::message::Outgoing;
+
+/// State writes waiting to be applied, with the fencing token of the run that made them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PendingState {
+    /// The lease's fencing token: with the record's key, what marks them applied.
+    pub(crate) token: u64,
+    /// The writes.
+    #[serde(flatten)]
+    pub(crate) commit: StateCommit,
+}
 
 /// The stored forms.
 #[derive(Deserialize)]
@@ -22,33 +37,67 @@ enum Stored {
     WithResult {
         outbox: Vec<Outgoing>,
         result: Option<String>,
+        #[serde(default)]
+        state: Option<PendingState>,
     },
 }
 
 #[derive(Serialize)]
 struct WithResult<'a> {
     outbox: &'a [Outgoing],
-    result: &'a str,
+    result: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state: Option<&'a PendingState>,
 }
 
 /// The text that stores `outbox` and `result`; empty when there is neither.
 pub(crate) fn encode(outbox: &[Outgoing], result: Option<&str>) -> String {
+    encode_with_state(outbox, result, None)
+}
+
+/// The text that stores `outbox`, `result` and `state`; empty when there is none of them.
+pub(crate) fn encode_with_state(
+    outbox: &[Outgoing],
+    result: Option<&str>,
+    state: Option<&PendingState>,
+) -> String {
     // Outgoing is plain data (strings, bytes, numbers): serialising it cannot fail.
-    match result {
-        Some(result) => serde_json::to_string(&WithResult { outbox, result }).unwrap_or_default(),
-        None if outbox.is_empty() => String::new(),
-        None => serde_json::to_string(outbox).unwrap_or_default(),
+    if result.is_none() && state.is_none() {
+        if outbox.is_empty() {
+            return String::new();
+        }
+        return serde_json::to_string(outbox).unwrap_or_default();
     }
+    let stored = WithResult {
+        outbox,
+        result,
+        state,
+    };
+    serde_json::to_string(&stored).unwrap_or_default()
 }
 
 /// The outbox and result value stored as `text`.
 pub(crate) fn decode(text: &str) -> Result<(Vec<Outgoing>, Option<String>), serde_json::Error> {
+    decode_with_state(text).map(|(outbox, result, _)| (outbox, result))
+}
+
+/// What a record keeps pending: its outbox, result value and state writes.
+pub(crate) type PendingParts = (Vec<Outgoing>, Option<String>, Option<PendingState>);
+
+/// The outbox, result value and state writes stored as `text`.
+pub(crate) fn decode_with_state(
+    text: &str,
+) -> Result<PendingParts, serde_json::Error> {
     if text.is_empty() {
-        return Ok((Vec::new(), None));
+        return Ok((Vec::new(), None, None));
     }
     Ok(match serde_json::from_str(text)? {
-        Stored::Outbox(outbox) => (outbox, None),
-        Stored::WithResult { outbox, result } => (outbox, result),
+        Stored::Outbox(outbox) => (outbox, None, None),
+        Stored::WithResult {
+            outbox,
+            result,
+            state,
+        } => (outbox, result, state),
     })
 }
 
@@ -75,5 +124,27 @@ mod tests {
             (vec![], value)
         );
         assert!(decode("{\"outbox\": 3}").is_err());
+    }
+
+    #[test]
+    fn state_waits_beside_the_outbox() {
+        let outbox = vec![Outgoing::new("next", "hello")];
+        let state = PendingState {
+            token: 7,
+            commit: StateCommit {
+                buckets: vec![crate::kv::BucketCommit {
+                    bucket: "qhost:kv:{p/b}".into(),
+                    ttl_ms: 0,
+                    reads: vec![],
+                    writes: vec![("k".into(), crate::kv::Op::Add { delta: 1 })],
+                }],
+            },
+        };
+        let text = encode_with_state(&outbox, None, Some(&state));
+        assert_eq!(
+            decode_with_state(&text).unwrap(),
+            (outbox.clone(), None, Some(state))
+        );
+        assert_eq!(decode(&text).unwrap(), (outbox, None));
     }
 }

@@ -54,6 +54,8 @@
 //! - `release` and `outbox_sent`: if lost, the lease lapses by itself, and the outbox mark is
 //!   tried again (a duplicate finding a pending outbox sends it again, under the same keys).
 
+mod state;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -72,7 +74,6 @@ use crate::redis_link::{Group, RedisLink, RedisTarget};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
-static COMPLETE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/complete.lua")));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
 static OUTBOX_SENT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/outbox_sent.lua")));
@@ -112,6 +113,10 @@ impl RedisStore {
             link: RedisLink::connect(target, target.deadlines).await?,
             round_trips: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    fn count_round_trip(&self) {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Round trips made so far (a pipeline counts once), for measuring.
@@ -222,6 +227,98 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// Completes each lease in one script: with its state on one server; on a cluster with
+    /// the state writes `pending` (by position) kept in the record instead.
+    async fn complete_here(
+        &self,
+        completions: &[Completion],
+        pending: &[Option<pending::PendingState>],
+    ) -> Vec<StoreResult<()>> {
+        let on_one_server = !self.is_cluster();
+        let outboxes: Vec<String> = completions
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let state = pending.get(i).and_then(Option::as_ref);
+                pending::encode_with_state(&c.outbox, c.result.as_deref(), state)
+            })
+            .collect();
+        let invocations = completions
+            .iter()
+            .zip(&outboxes)
+            .map(|(c, outbox)| {
+                let mut invocation = state::COMPLETE.key(&c.lease.key);
+                invocation
+                    .arg(&c.lease.owner)
+                    .arg(ms(c.window))
+                    .arg(outbox)
+                    .arg(c.digest.as_deref().unwrap_or_default());
+                if on_one_server && !c.state.is_empty() {
+                    state::add_ops(&mut invocation, &c.state.buckets, 1);
+                }
+                (c.lease.key.as_str(), invocation)
+            })
+            .collect();
+        let done = self.run_all(&state::COMPLETE, invocations).await;
+        completions
+            .iter()
+            .zip(done)
+            .map(|(c, d)| state::completed(c, d))
+            .collect()
+    }
+
+    /// The three steps of a commit with state on a cluster (see `crate::kv`): check the reads,
+    /// complete with the writes pending, apply them. A completion whose writes could not be
+    /// applied is answered as one that may have landed: its message comes back, finds the key
+    /// completed and applies them then.
+    async fn complete_on_cluster(&self, completions: &[Completion]) -> Vec<StoreResult<()>> {
+        let all: Vec<&Completion> = completions.iter().collect();
+        let held = self.state_holds(&all).await;
+        let mut answers: Vec<Option<StoreResult<()>>> = vec![None; completions.len()];
+        let mut going = Vec::new();
+        for (i, (c, held)) in completions.iter().zip(held).enumerate() {
+            match held {
+                Ok(true) => going.push(i),
+                Ok(false) => {
+                    answers[i] = Some(Err(IdempotencyError::Conflict(c.lease.key.clone())))
+                }
+                Err(e) => answers[i] = Some(Err(e)),
+            }
+        }
+        let batch: Vec<Completion> = going.iter().map(|&i| completions[i].clone()).collect();
+        let pending: Vec<Option<pending::PendingState>> = batch
+            .iter()
+            .map(|c| {
+                c.state.has_writes().then(|| pending::PendingState {
+                    token: c.lease.fencing_token,
+                    commit: c.state.clone(),
+                })
+            })
+            .collect();
+        let done = self.complete_here(&batch, &pending).await;
+        for ((&i, done), state) in going.iter().zip(done).zip(&pending) {
+            let c = &completions[i];
+            let applied = match (done, state) {
+                (Ok(()), Some(state)) => self
+                    .apply_state(&c.lease.key, state, c.window)
+                    .await
+                    .map_err(|e| {
+                        IdempotencyError::Unavailable(format!(
+                            "completed, but its state is not applied yet: {e}"
+                        ))
+                    }),
+                (done, _) => done,
+            };
+            answers[i] = Some(applied);
+        }
+        answers
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| Err(corrupt("a completion went unanswered"))))
+            .collect()
+    }
+}
+
 fn corrupt(what: impl std::fmt::Display) -> IdempotencyError {
     IdempotencyError::Corrupt(what.to_string())
 }
@@ -255,6 +352,29 @@ fn failed(e: redis::RedisError) -> IdempotencyError {
 fn redirected(error: &redis::ServerError) -> bool {
     use redis::ServerErrorKind::{Ask, Moved, TryAgain};
     matches!(error.kind(), Some(Moved | Ask | TryAgain))
+}
+
+impl RedisStore {
+    /// One key's answer to `acquire`. On a cluster, a completed record that still holds state
+    /// writes has them applied first (see `crate::kv`): its outbox is carried out only after.
+    async fn acquired(
+        &self,
+        request: &LeaseRequest,
+        owner: String,
+        reply: StoreResult<Value>,
+    ) -> StoreResult<Acquired> {
+        let reply: Vec<String> = redis::from_redis_value(reply?)
+            .map_err(|e| corrupt(format!("a reply from the acquire script: {e}")))?;
+        if let [kind, pending, ..] = reply.as_slice()
+            && kind == "completed"
+            && self.is_cluster()
+            && pending.contains("\"state\"")
+        {
+            self.apply_pending(&request.key, pending, request.window)
+                .await?;
+        }
+        parse_acquired(request, owner, reply)
+    }
 }
 
 fn parse_acquired(
@@ -326,16 +446,19 @@ impl IdempotencyStore for RedisStore {
             })
             .collect();
         let replies = self.run_all(&ACQUIRE, invocations).await;
-        Ok(requests
-            .iter()
-            .zip(owners)
-            .zip(replies)
-            .map(|((r, owner), reply)| {
-                let reply: Vec<String> = redis::from_redis_value(reply?)
-                    .map_err(|e| corrupt(format!("a reply from the acquire script: {e}")))?;
-                parse_acquired(r, owner, reply)
-            })
-            .collect())
+        let mut answers = Vec::with_capacity(requests.len());
+        for ((r, owner), reply) in requests.iter().zip(owners).zip(replies) {
+            answers.push(self.acquired(r, owner, reply).await);
+        }
+        Ok(answers)
+    }
+
+    async fn kv_get(&self, bucket: &str, keys: &[String]) -> StoreResult<Vec<Option<Vec<u8>>>> {
+        self.get_state(bucket, keys).await
+    }
+
+    async fn kv_list(&self, bucket: &str, limit: usize) -> StoreResult<Vec<String>> {
+        self.list_state(bucket, limit).await
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> StoreResult<()> {
@@ -344,29 +467,10 @@ impl IdempotencyStore for RedisStore {
     }
 
     async fn complete(&self, completions: &[Completion]) -> StoreResult<Vec<StoreResult<()>>> {
-        let outboxes: Vec<String> = completions
-            .iter()
-            .map(|c| pending::encode(&c.outbox, c.result.as_deref()))
-            .collect();
-        let invocations = completions
-            .iter()
-            .zip(&outboxes)
-            .map(|(c, outbox)| {
-                let mut invocation = COMPLETE.key(&c.lease.key);
-                invocation
-                    .arg(&c.lease.owner)
-                    .arg(ms(c.window))
-                    .arg(outbox)
-                    .arg(c.digest.as_deref().unwrap_or_default());
-                (c.lease.key.as_str(), invocation)
-            })
-            .collect();
-        let done = self.run_all(&COMPLETE, invocations).await;
-        Ok(completions
-            .iter()
-            .zip(done)
-            .map(|(c, d)| d.and_then(|d| IdempotencyError::owned(&c.lease, d == Value::Int(1))))
-            .collect())
+        if self.is_cluster() && completions.iter().any(|c| !c.state.is_empty()) {
+            return Ok(self.complete_on_cluster(completions).await);
+        }
+        Ok(self.complete_here(completions, &[]).await)
     }
 
     async fn outbox_sent(&self, key: &str) -> StoreResult<()> {

@@ -4,7 +4,7 @@
 //! generated WIT types when it calls a guest. Keeping one set of types in the middle means the
 //! pipeline never depends on aws-sdk or wasmtime types.
 
-mod as_base64;
+pub(crate) mod as_base64;
 pub(crate) mod recorded;
 pub(crate) mod rules;
 pub(crate) mod wire;

@@ -12,6 +12,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 
+use crate::plugin::Plugin;
 use crate::plugin::registry::Registry;
 use crate::stats::{Counts, PayloadFlow, Stats};
 
@@ -278,6 +279,7 @@ impl HostCollector {
                     })
                 }),
         )?;
+        self.write_kv(encoder, &serving)?;
         Descriptor {
             kind: MetricType::Gauge,
             ..counter(
@@ -315,6 +317,52 @@ impl HostCollector {
             self.plugins.loads().into_iter().map(|((plugin, result), n)| {
                 ([("plugin", plugin), ("result", result.name().to_string())], n)
             }),
+        )
+    }
+}
+
+impl HostCollector {
+    /// `qhost_kv_*_total` for the serving versions granted state buckets (see `crate::kv`).
+    fn write_kv(&self, encoder: &mut DescriptorEncoder, serving: &[Arc<Plugin>]) -> fmt::Result {
+        let granted: Vec<&Arc<Plugin>> = (serving.iter())
+            .filter(|p| !p.manifest.capabilities.keyvalue.is_empty())
+            .collect();
+        let id = |p: &Plugin| [("plugin", p.name.clone()), ("version", p.version.clone())];
+        counter(
+            "qhost_kv_reads",
+            "State keys the serving plugin versions' runs read from the store",
+        )
+        .write(
+            encoder,
+            granted.iter().map(|p| (id(p), p.kv_counts().reads())),
+        )?;
+        counter(
+            "qhost_kv_writes_committed",
+            "State writes committed with their run's completion",
+        )
+        .write(
+            encoder,
+            (granted.iter()).map(|p| (id(p), p.kv_counts().committed_total())),
+        )?;
+        let by = |p: &Plugin, (why, n): (&'static str, u64)| {
+            let [plugin, version] = id(p);
+            ([plugin, version, ("reason", why.to_string())], n)
+        };
+        counter(
+            "qhost_kv_writes_dropped",
+            "State writes dropped with their run, by reason: failed (trap, timeout, memory limit), retry, reject, lease-lost, conflict (a key it read changed), unavailable (the store did not answer)",
+        )
+        .write(
+            encoder,
+            (granted.iter()).flat_map(|p| p.kv_counts().dropped_by().into_iter().map(|r| by(p, r))),
+        )?;
+        counter(
+            "qhost_kv_refused",
+            "State calls refused, by reason: not-granted, key-bytes, value-bytes, keys-per-run, not-a-counter",
+        )
+        .write(
+            encoder,
+            (serving.iter()).flat_map(|p| p.kv_counts().refused_by().into_iter().map(|r| by(p, r))),
         )
     }
 }

@@ -70,6 +70,7 @@ async fn completed_unsent(bed: &TestBed, job: &str) {
         result: None,
         window: Duration::from_secs(600),
         digest: None,
+        state: Default::default(),
     };
     assert_eq!(bed.local.complete(&[completion]).await, Ok(vec![Ok(())]));
 }

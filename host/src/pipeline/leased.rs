@@ -14,11 +14,26 @@ use super::route::Routed;
 use crate::celery::results::TaskState;
 use crate::faults::Operation;
 use crate::idempotency::{Completion, IdempotencyError, Lease, Released};
+use crate::kv::StateCommit;
 use crate::message::Outgoing;
 use crate::payload::OffloadError;
 use crate::plugin::Plugin;
 use crate::stats::Event;
 use opentelemetry::KeyValue;
+
+/// How soon a message whose commit met changed state comes back to run again.
+const STATE_CONFLICT_DELAY: Duration = Duration::from_secs(1);
+
+/// Deletes what a run that will not complete offloaded: it was written under its own fencing
+/// token, beside the payloads of whoever completes, so nobody will point at it.
+fn cleanup_offloaded(shared: &Arc<super::context::Shared>, outbox: Vec<Outgoing>) {
+    let shared = Arc::clone(shared);
+    tokio::spawn(async move {
+        for m in outbox {
+            shared.payloads.cleanup(&m.body, &m.attributes).await;
+        }
+    });
+}
 
 /// A delivery under its key's lease.
 #[derive(Debug)]
@@ -104,6 +119,14 @@ impl Leased {
     /// This delivery's attempt: the handler runs on its key so far, this one included.
     fn attempt(&self) -> u32 {
         self.lease.failures + 1
+    }
+
+    /// Counts the writes of a run whose outcome keeps none of them.
+    pub(crate) fn drop_state(&self, why: &'static str, state: &StateCommit) {
+        let writes = state.writes() as u64;
+        if writes > 0 {
+            self.plugin.kv_counts().dropped(why, writes);
+        }
     }
 
     /// Stops the heartbeat, waiting for an extension under way.
@@ -208,9 +231,15 @@ impl Leased {
     }
 
     /// The handler acked: large outbox messages are offloaded, the outbox (and a Celery task's
-    /// result value, `null` if the handler set none) is committed with the completed record,
-    /// then sent and the message deleted.
-    pub(crate) async fn ack(mut self, outbox: Vec<Outgoing>, result: Option<String>) -> Fate {
+    /// result value, `null` if the handler set none) and the run's state are committed with
+    /// the completed record, then the outbox is sent and the message deleted. A commit refused
+    /// because state the run read has changed puts the message back to run again.
+    pub(crate) async fn ack(
+        mut self,
+        outbox: Vec<Outgoing>,
+        result: Option<String>,
+        state: StateCommit,
+    ) -> Fate {
         self.stop_heartbeat().await;
         let shared = Arc::clone(&self.delivery.queue().shared);
         let (plugin, key) = (&self.plugin.name, &self.key.handler);
@@ -228,8 +257,13 @@ impl Leased {
             .await
         {
             Ok(outbox) => outbox,
-            Err(e) => return self.unsendable(e).await,
+            Err(e) => {
+                self.drop_state("unavailable", &state);
+                return self.unsendable(e).await;
+            }
         };
+        let kv = Arc::clone(self.plugin.kv_counts());
+        let writes = state.writes() as u64;
         let Leased {
             delivery,
             plugin,
@@ -238,33 +272,46 @@ impl Leased {
             ran_on,
             ..
         } = self;
+        let held = (!state.is_empty()).then(|| lease.clone());
         let completion = Completion {
             lease,
             outbox: outbox.clone(),
             result: result.clone(),
             window: plugin.manifest.dedup_window(),
             digest: ran_on,
+            state,
         };
         let step = delivery.span().step("complete");
         let completed = shared.completer.complete(completion).await;
         drop(step);
+        let dropped = |why| {
+            if writes > 0 {
+                kv.dropped(why, writes);
+            }
+        };
         match completed {
             Ok(()) => {
+                kv.committed(writes);
                 delivery.record(Event::Acked);
                 delivery.finish(outbox, result, &key).await
             }
+            Err(IdempotencyError::Conflict(_)) => {
+                dropped("conflict");
+                tracing::info!(key = %key.handler, "state the handler read changed before it completed; running it again");
+                cleanup_offloaded(&shared, outbox);
+                if let Some(lease) = held {
+                    delivery.release(&lease, Released::NotRun).await;
+                }
+                delivery.put_back(STATE_CONFLICT_DELAY, Event::Busy).await
+            }
             Err(IdempotencyError::LeaseLost(_)) => {
+                dropped("lease-lost");
                 tracing::warn!(key = %key.handler, "lease lost before completion; discarding this result");
-                // What this run offloaded was written under its own fencing token, beside the
-                // current owner's payloads: nobody will point at it.
-                tokio::spawn(async move {
-                    for m in outbox {
-                        shared.payloads.cleanup(&m.body, &m.attributes).await;
-                    }
-                });
+                cleanup_offloaded(&shared, outbox);
                 delivery.let_lapse(Event::LostLease)
             }
             Err(e) => {
+                dropped("unavailable");
                 if let Some(held_back) = delivery.backend_error(Operation::Complete, e.is_timeout())
                 {
                     tracing::error!(error = %e, held_back, "could not record completion; the message will come back");

@@ -71,7 +71,9 @@ fn failed(stats: &Stats, key: &str, error: &IdempotencyError, attempt: u32) -> b
     let op = Operation::OutboxSent;
     let last = matches!(
         error,
-        IdempotencyError::LeaseLost(_) | IdempotencyError::Corrupt(_)
+        IdempotencyError::LeaseLost(_)
+            | IdempotencyError::Corrupt(_)
+            | IdempotencyError::Conflict(_)
     );
     if let Some(held_back) = stats.record_failure(op, error.is_timeout()) {
         let then = if last { "leaving it" } else { "trying again" };

@@ -182,18 +182,23 @@ async fn run(mut leased: Leased, resolved: Option<Resolved>) -> Fate {
             outcome: Outcome::Ack,
             outbox,
             result,
-        }) => leased.ack(outbox, result).await,
+            state,
+        }) => leased.ack(outbox, result, state).await,
         Ok(Invocation {
             outcome: Outcome::Retry(secs),
+            state,
             ..
         }) => {
+            leased.drop_state("retry", &state);
             let reason = "the handler asked for a retry".to_string();
             leased.retry(reason, secs).await
         }
         Ok(Invocation {
             outcome: Outcome::Reject(reason),
+            state,
             ..
         }) => {
+            leased.drop_state("reject", &state);
             leased.delivery().span().error("rejected", &reason);
             leased.dead_letter(reason).await
         }

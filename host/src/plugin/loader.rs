@@ -194,6 +194,7 @@ fn build_in(
         record_http,
         ..manifest.sandbox()
     };
+    let kv_counts = Arc::clone(&sandbox.kv_counts);
     let invoker =
         WasmInvoker::new(pre, (&name, &version), sandbox, settings, runtime).map_err(fail)?;
     // Instantiated once now, so a plugin that compiles but cannot run (an initial memory or
@@ -203,7 +204,7 @@ fn build_in(
         .probe()
         .context("it cannot be instantiated")
         .map_err(fail)?;
-    Ok(Plugin::new(name, version, manifest, Arc::new(invoker)))
+    Ok(Plugin::new(name, version, manifest, Arc::new(invoker)).with_kv_counts(kv_counts))
 }
 
 /// The `.wasm` files in `dir`, sorted.

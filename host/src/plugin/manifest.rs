@@ -20,10 +20,14 @@
 //!
 //! http-requests = 16           # outbound HTTP requests per message
 //! http-response-bytes = 1048576 # the largest response body a request may read
+//! kv-value-bytes = 65536        # the largest value a state write may hold (crate::kv)
+//! kv-keys-per-run = 100         # distinct state keys one run may write
+//! kv-key-bytes = 256            # the longest state key
 //!
 //! [capabilities]
 //! http = ["https://api.sendgrid.com", "https://*.example.com:8443", "http://127.0.0.1:*"]
 //! idempotency-header = "Idempotency-Key"   # "" sends none (runtime::http)
+//! keyvalue = ["counts", { bucket = "reminded", ttl-secs = 3456000 }]   # state buckets
 //!
 //! [outbox]
 //! queues = ["sent-emails"]      # where it may send; none by default, "*" for any queue
@@ -45,6 +49,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::idempotency::key::{KeySource, OnMissingKey};
 use crate::idempotency::rate::Rate;
+use crate::kv::grant::BucketEntry;
+use crate::kv::{KvGrant, KvLimits};
 use crate::message::wire::valid_queue_name;
 use crate::runtime::http::{self, HttpGrant};
 use crate::runtime::wasm::Sandbox;
@@ -114,6 +120,10 @@ pub(crate) struct Capabilities {
     /// The header each request carries its idempotency key in; empty sends none.
     #[serde(default = "default_key_header")]
     pub idempotency_header: String,
+    /// The state buckets it may open through `wasi:keyvalue` (see `crate::kv`). None by
+    /// default.
+    #[serde(default)]
+    pub keyvalue: Vec<BucketEntry>,
 }
 
 impl Default for Capabilities {
@@ -121,6 +131,7 @@ impl Default for Capabilities {
         Capabilities {
             http: Vec::new(),
             idempotency_header: default_key_header(),
+            keyvalue: Vec::new(),
         }
     }
 }
@@ -208,6 +219,27 @@ pub struct Limits {
     /// store (`"50/s"`, `"300/min"`); unlimited by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<Rate>,
+    /// The largest value one state write may hold.
+    #[serde(default = "default_kv_value_bytes")]
+    pub kv_value_bytes: u64,
+    /// Distinct state keys one run may write.
+    #[serde(default = "default_kv_keys_per_run")]
+    pub kv_keys_per_run: u32,
+    /// The longest state key.
+    #[serde(default = "default_kv_key_bytes")]
+    pub kv_key_bytes: u32,
+}
+
+fn default_kv_value_bytes() -> u64 {
+    KvLimits::default().value_bytes
+}
+
+fn default_kv_keys_per_run() -> u32 {
+    KvLimits::default().keys_per_run
+}
+
+fn default_kv_key_bytes() -> u32 {
+    KvLimits::default().key_bytes
 }
 
 fn default_http_requests() -> u32 {
@@ -238,6 +270,9 @@ impl Default for Limits {
             http_requests: default_http_requests(),
             http_response_bytes: default_http_response_bytes(),
             rate: None,
+            kv_value_bytes: default_kv_value_bytes(),
+            kv_keys_per_run: default_kv_keys_per_run(),
+            kv_key_bytes: default_kv_key_bytes(),
         }
     }
 }
@@ -298,6 +333,7 @@ impl Manifest {
             "limits.http-response-bytes must be between 1 and {MAX_HTTP_RESPONSE_BYTES}"
         );
         self.capabilities.check()?;
+        self.kv_limits().check().map_err(anyhow::Error::msg)?;
         let outbox = &self.outbox;
         if let Some(bad) = outbox
             .queues
@@ -335,6 +371,23 @@ impl Manifest {
             timeout: self.timeout(),
             reuse_instance: self.limits.reuse_instance,
             record_http: None,
+            kv: self.kv_grant(),
+            kv_limits: self.kv_limits(),
+            kv_counts: Default::default(),
+        }
+    }
+
+    /// The state buckets it may open (`check` has refused a manifest whose list is wrong).
+    pub(crate) fn kv_grant(&self) -> KvGrant {
+        KvGrant::parse(&self.capabilities.keyvalue).unwrap_or_default()
+    }
+
+    /// How much one run may write to them.
+    pub(crate) fn kv_limits(&self) -> KvLimits {
+        KvLimits {
+            value_bytes: self.limits.kv_value_bytes,
+            keys_per_run: self.limits.kv_keys_per_run,
+            key_bytes: self.limits.kv_key_bytes,
         }
     }
 
@@ -353,6 +406,8 @@ impl Capabilities {
         HttpGrant::parse(&self.http).map_err(|e| anyhow::anyhow!("capabilities.http: {e}"))?;
         http::key_header(&self.idempotency_header)
             .map_err(|e| anyhow::anyhow!("capabilities.idempotency-header: {e}"))?;
+        KvGrant::parse(&self.keyvalue)
+            .map_err(|e| anyhow::anyhow!("capabilities.keyvalue: {e}"))?;
         Ok(())
     }
 }

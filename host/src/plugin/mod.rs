@@ -22,6 +22,7 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use crate::handler::{Failure, HandlerMessage, Invocation, Invoke};
+use crate::kv::KvCounts;
 use crate::runtime::Costs;
 use manifest::Manifest;
 
@@ -36,6 +37,7 @@ pub struct Plugin {
     pub(crate) manifest: Manifest,
     invoker: Arc<dyn Invoke>,
     slots: Option<Arc<Semaphore>>,
+    kv: Arc<KvCounts>,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -65,7 +67,19 @@ impl Plugin {
             manifest,
             invoker,
             slots,
+            kv: Arc::default(),
         }
+    }
+
+    /// Counts its runs' state in `counts` (the ones its wasm invoker keeps).
+    pub(crate) fn with_kv_counts(mut self, counts: Arc<KvCounts>) -> Self {
+        self.kv = counts;
+        self
+    }
+
+    /// What this version's runs did with state.
+    pub(crate) fn kv_counts(&self) -> &Arc<KvCounts> {
+        &self.kv
     }
 
     /// The plugin's concurrency limit, if its manifest sets one: a call holds a permit.

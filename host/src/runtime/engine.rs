@@ -25,6 +25,8 @@ use super::idle::IdleBudget;
 use super::pool;
 use super::state::HostState;
 use crate::config::SecretsGrant;
+use crate::idempotency::IdempotencyStore;
+use crate::kv::StateAccess;
 use crate::message::rules::SendShape;
 
 /// How often the epoch advances; timeouts are enforced to within about this much.
@@ -58,6 +60,8 @@ pub struct Runtime {
     /// platform's roots costs milliseconds a host without HTTP plugins need not spend), or at
     /// start when `[http] ca-file` names a CA, so a bad file stops the start.
     http_tls: Arc<OnceLock<TlsClient>>,
+    /// Where plugins' state lives (see `crate::kv`).
+    state: Arc<StateAccess>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -92,6 +96,7 @@ impl Runtime {
         Handler::add_to_linker::<_, HasSelf<_>>(&mut linker, |state: &mut HostState| state)
             .map_err(anyhow::Error::from)
             .context("linking the qhost imports")?;
+        super::kv::add_to_linker(&mut linker).context("linking WASI key-value")?;
         Ok(Runtime {
             engine,
             linker,
@@ -102,6 +107,7 @@ impl Runtime {
             max_memory_mib: settings.max_memory_mib,
             secrets: SecretsGrant::default(),
             http_tls: Arc::default(),
+            state: Arc::default(),
         })
     }
 
@@ -126,6 +132,17 @@ impl Runtime {
         }
         let client = http::tls_client(None)?;
         Ok(Arc::clone(self.http_tls.get_or_init(|| client)))
+    }
+
+    /// Serves plugins' state from `store` under `namespace` (until then, and in a command that
+    /// never calls this, from an in-memory store).
+    pub(crate) fn bind_state(&self, store: Arc<dyn IdempotencyStore>, namespace: &str) {
+        self.state.bind(store, namespace);
+    }
+
+    /// Where plugins' state lives.
+    pub(crate) fn state(&self) -> &Arc<StateAccess> {
+        &self.state
     }
 
     /// What plugins may read from the host.

@@ -12,6 +12,7 @@ pub(crate) mod engine;
 mod guest_error;
 pub(crate) mod http;
 mod idle;
+mod kv;
 mod outbox;
 mod pool;
 pub(crate) mod settings;

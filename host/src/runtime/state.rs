@@ -20,6 +20,8 @@ use super::http::{Call, HttpPolicy, OutboundHttp};
 use super::outbox::{OutboxPolicy, Sender};
 use super::settings::Settings;
 use super::stderr::GuestStderr;
+use crate::kv::KvPolicy;
+use crate::kv::run::RunState;
 use crate::message::Outgoing;
 
 /// Stderr kept per message for trap reports.
@@ -74,6 +76,8 @@ pub(crate) struct HostState {
     pub(crate) outbox: Vec<Outgoing>,
     /// The run's result value (JSON), if the guest set one.
     pub(crate) result: Option<String>,
+    /// What the run read and wrote of its buckets.
+    kv: RunState,
 }
 
 impl HostState {
@@ -83,6 +87,7 @@ impl HostState {
         config: Arc<Settings>,
         outbox_policy: Arc<OutboxPolicy>,
         http: Arc<HttpPolicy>,
+        kv: Arc<KvPolicy>,
         memory_bytes: u64,
     ) -> Self {
         let stderr = GuestStderr::new(STDERR_CAPACITY);
@@ -104,6 +109,7 @@ impl HostState {
             ctx,
             outbox: Vec::new(),
             result: None,
+            kv: RunState::new(kv),
         }
     }
 
@@ -114,7 +120,18 @@ impl HostState {
         self.ctx = ctx;
         self.outbox.clear();
         self.result = None;
+        self.kv.reset();
         self.stderr.clear();
+    }
+
+    /// The run's view of its buckets.
+    pub(crate) fn kv(&mut self) -> &mut RunState {
+        &mut self.kv
+    }
+
+    /// The resources the guest holds.
+    pub(crate) fn table(&mut self) -> &mut ResourceTable {
+        &mut self.table
     }
 
     /// The resource limiter to install on the store.

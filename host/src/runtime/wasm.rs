@@ -37,6 +37,7 @@ use super::outbox::{OutboxGrant, OutboxPolicy};
 use super::settings::Settings;
 use super::state::{CallContext, HostState};
 use crate::handler::{Failure, HandlerMessage, Invocation, Invoke};
+use crate::kv::{KvCounts, KvGrant, KvLimits, KvPolicy};
 
 /// What a plugin's calls may do and use: the runtime's part of its manifest.
 #[derive(Clone, Debug)]
@@ -61,6 +62,12 @@ pub(crate) struct Sandbox {
     pub(crate) reuse_instance: u32,
     /// For `qhost replay`: where its HTTP requests are written down instead of sent.
     pub(crate) record_http: Option<Arc<HttpRecorder>>,
+    /// The buckets it may open.
+    pub(crate) kv: KvGrant,
+    /// How much one run may write to them.
+    pub(crate) kv_limits: KvLimits,
+    /// What its runs do with state, counted.
+    pub(crate) kv_counts: Arc<KvCounts>,
 }
 
 /// Runs one component's `handle`.
@@ -72,6 +79,7 @@ pub(crate) struct WasmInvoker {
     config: Arc<Settings>,
     outbox: Arc<OutboxPolicy>,
     http: Arc<HttpPolicy>,
+    kv: Arc<KvPolicy>,
     memory_bytes: u64,
     timeout: Duration,
     reuse: u32,
@@ -126,10 +134,18 @@ impl WasmInvoker {
             counts: Arc::new(HttpCounts::default()),
             record: sandbox.record_http,
         };
+        let kv = Arc::new(KvPolicy {
+            plugin: Arc::clone(&plugin),
+            grant: sandbox.kv,
+            limits: sandbox.kv_limits,
+            counts: sandbox.kv_counts,
+            access: Arc::clone(runtime.state()),
+        });
         Ok(WasmInvoker {
             engine: pre.engine().clone(),
             pre,
             plugin,
+            kv,
             version: version.into(),
             config: Arc::new(settings),
             outbox: Arc::new(OutboxPolicy {
@@ -199,6 +215,7 @@ impl WasmInvoker {
             config,
             Arc::clone(&self.outbox),
             Arc::clone(&self.http),
+            Arc::clone(&self.kv),
             self.memory_bytes,
         );
         let mut store = Store::new(&self.engine, state);
@@ -316,6 +333,7 @@ impl WasmInvoker {
                     outcome: convert::outcome_from_guest(outcome),
                     outbox: std::mem::take(&mut data.outbox),
                     result: data.result.take(),
+                    state: data.kv().take(),
                 };
                 self.keep(warm);
                 Ok(invocation)

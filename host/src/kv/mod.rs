@@ -1,0 +1,135 @@
+//! Handler state: `wasi:keyvalue` buckets, granted per plugin, written exactly when the run's
+//! completion is.
+//!
+//! A handler that kept state in a database of its own would be back to the race qhost exists
+//! to close: a run that traps halfway, loses its lease or is redelivered after a crash writes
+//! twice or writes half. Here a run's writes never leave the host while it runs; they are
+//! committed with its completed record, under its lease's fencing token, or not at all.
+//!
+//! # What a guest sees
+//!
+//! - `open(NAME)` succeeds for a bucket the manifest grants (`[capabilities] keyvalue`,
+//!   [`grant`]) and fails with `access-denied` otherwise. Buckets belong to the plugin: two
+//!   plugins naming `counts` have two buckets, stored as `NS:kv:{PLUGIN/counts}`.
+//! - Reads see the committed state plus the run's own writes. A key is read from the store the
+//!   first time the run asks, then from memory, so a run sees one value per key.
+//! - `set`, `delete`, `increment` and the batch calls are held in the run ([`run`]): the last
+//!   write of a key is what commits. Bounds (value bytes, keys written per run, key bytes) are
+//!   refused with an error the guest sees, and counted.
+//! - `increment` returns the counter as the run sees it: the committed value when first read
+//!   plus the run's own increments. The commit adds the run's increments to the value
+//!   committed then, so runs of different keys incrementing one counter all count.
+//!
+//! # Isolation
+//!
+//! Read committed, with a check: a key the run read with `get`, `exists` or `get-many` (and
+//! did not write first) is checked at commit; if another run committed a different value
+//! meanwhile, this run's completion is refused as a *conflict*, nothing of it is written, and
+//! the message comes back to run again (using no attempt). So "read, decide, write" on one key
+//! behaves as if runs of different keys took turns. `increment` alone is never checked: counting
+//! does not conflict. On a Redis Cluster the check is made just before the completion, not in
+//! the same step (see below).
+//!
+//! # Commit, by backend
+//!
+//! - Embedded store: one SQLite transaction checks the lease, the reads, applies the writes and
+//!   marks the key completed.
+//! - Redis: the completion script itself (`lua/complete.lua` with `lua/kv.lua`) checks the
+//!   reads and applies the writes before marking the key completed; one script, so atomic.
+//! - Redis Cluster: a bucket (`{PLUGIN/BUCKET}` hash tag) and the message's record are in
+//!   different slots, so no one script can hold both. The commit is three steps:
+//!   1. per bucket, a script checks the reads (a conflict refuses the completion);
+//!   2. the completion script records the writes in the completed record, beside the outbox,
+//!      with the lease's fencing token: from here they are the run's committed writes;
+//!   3. per bucket, a script applies them unless its marker `BUCKET#applied:RECORD:TOKEN`
+//!      exists, and sets the marker (kept for the dedup window) in the same step.
+//!
+//!   A host that dies between 2 and 3 leaves the writes pending in the record, as it leaves an
+//!   outbox: the message's next delivery finds the key completed, applies them (the marker makes
+//!   a second application a no-op), then carries out the outbox. Until then other runs read
+//!   the state without them, and a `set` applied that late can land after a later run's. The
+//!   check of step 1 and the completion of step 2 are not one step: two runs of different keys
+//!   that read and write one key within that window can both commit.
+//!
+//! A run that traps, times out, retries, rejects, or loses its lease commits nothing; a
+//! delivery of a completed key runs nothing and so writes nothing again.
+
+pub(crate) mod commit;
+pub(crate) mod counts;
+pub(crate) mod grant;
+pub(crate) mod inspect;
+pub(crate) mod local;
+pub(crate) mod run;
+
+use std::sync::{Arc, OnceLock};
+
+pub use commit::{BucketCommit, Op, StateCommit};
+pub(crate) use counts::{KvCounts, Refused};
+pub(crate) use grant::{Bucket, KvGrant, KvLimits};
+
+use crate::idempotency::IdempotencyStore;
+use crate::idempotency::local::LocalStore;
+use run::KvError;
+
+/// Where plugins' state lives, for every plugin of one engine: the host's idempotency store
+/// once the host has opened it; until then (and in `qhost invoke` and `qhost replay`, which
+/// never bind one) an in-memory store of its own, empty at start.
+#[derive(Debug, Default)]
+pub(crate) struct StateAccess {
+    bound: OnceLock<(Arc<dyn IdempotencyStore>, String)>,
+    memory: OnceLock<Arc<dyn IdempotencyStore>>,
+}
+
+impl StateAccess {
+    /// Serves state from `store`, under `namespace`. The first binding stands.
+    pub(crate) fn bind(&self, store: Arc<dyn IdempotencyStore>, namespace: &str) {
+        let _ = self.bound.set((store, namespace.to_string()));
+    }
+
+    /// The store and namespace state is read from.
+    fn store(&self) -> Result<(Arc<dyn IdempotencyStore>, &str), KvError> {
+        if let Some((store, ns)) = self.bound.get() {
+            return Ok((Arc::clone(store), ns));
+        }
+        if let Some(memory) = self.memory.get() {
+            return Ok((Arc::clone(memory), "qhost"));
+        }
+        let memory: Arc<dyn IdempotencyStore> = Arc::new(
+            LocalStore::open(None)
+                .map_err(|e| KvError::Other(format!("cannot open an in-memory store: {e:#}")))?,
+        );
+        Ok((Arc::clone(self.memory.get_or_init(|| memory)), "qhost"))
+    }
+}
+
+/// One plugin's state policy: what it may open, how much a run may write, where it goes.
+#[derive(Debug)]
+pub(crate) struct KvPolicy {
+    /// The plugin's name, which scopes its buckets.
+    pub(crate) plugin: Arc<str>,
+    /// Its grant.
+    pub(crate) grant: KvGrant,
+    /// Its bounds.
+    pub(crate) limits: KvLimits,
+    /// What its runs did, for metrics.
+    pub(crate) counts: Arc<KvCounts>,
+    /// The engine's store.
+    pub(crate) access: Arc<StateAccess>,
+}
+
+impl KvPolicy {
+    /// The stored name of bucket `name` of this plugin.
+    pub(crate) fn stored(&self, name: &str) -> String {
+        let ns = self
+            .access
+            .store()
+            .map_or("qhost", |(_, ns)| ns)
+            .to_string();
+        commit::stored_bucket(&ns, &self.plugin, name)
+    }
+
+    /// The store to read from.
+    pub(crate) fn store(&self) -> Result<Arc<dyn IdempotencyStore>, KvError> {
+        self.access.store().map(|(store, _)| store)
+    }
+}

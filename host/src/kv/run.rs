@@ -1,0 +1,292 @@
+//! One run's view of its plugin's buckets: what it reads comes from the store (once per key,
+//! then from memory) with its own writes laid over it; what it writes is held here and becomes
+//! a [`StateCommit`] when the run ends. Nothing reaches the store before the run's completion.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use super::commit::{self, BucketCommit, Op, Read, StateCommit};
+use super::{Bucket, KvPolicy, Refused};
+
+/// Keys `list-keys` pages through at most, committed and written.
+pub(crate) const MAX_LISTED: usize = 10_000;
+/// Keys one `list-keys` page holds.
+const PAGE: usize = 1000;
+
+/// What the guest is told when a call cannot be served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum KvError {
+    /// The bucket is not granted.
+    AccessDenied(String),
+    /// Anything else, said in words.
+    Other(String),
+}
+
+/// The state one run sees and writes.
+#[derive(Debug)]
+pub(crate) struct RunState {
+    policy: Arc<KvPolicy>,
+    /// Buckets opened, by handle; each a granted bucket.
+    open: Vec<Bucket>,
+    /// Committed values read, by (bucket, key): what the run saw.
+    seen: BTreeMap<(String, String), Option<Vec<u8>>>,
+    /// Keys whose value the run read to decide (get, exists, get-many).
+    decided_on: BTreeSet<(String, String)>,
+    /// Writes, by (bucket, key), each key's final operation.
+    writes: BTreeMap<(String, String), Op>,
+    /// Whether the writes were handed on (to be committed); if not, dropping them counts them.
+    taken: bool,
+}
+
+impl RunState {
+    /// An empty view for one run of the plugin `policy` is for.
+    pub(crate) fn new(policy: Arc<KvPolicy>) -> Self {
+        RunState {
+            policy,
+            open: Vec::new(),
+            seen: BTreeMap::new(),
+            decided_on: BTreeSet::new(),
+            writes: BTreeMap::new(),
+            taken: false,
+        }
+    }
+
+    /// Starts the next run on a reused instance: nothing read, nothing written. Buckets the
+    /// guest keeps open stay open.
+    pub(crate) fn reset(&mut self) {
+        self.seen.clear();
+        self.decided_on.clear();
+        self.writes.clear();
+        self.taken = false;
+    }
+
+    /// Opens a granted bucket; its handle.
+    pub(crate) fn open(&mut self, name: &str) -> Result<u32, KvError> {
+        let Some(bucket) = self.policy.grant.bucket(name) else {
+            self.policy.counts.refused(Refused::NotGranted);
+            return Err(KvError::AccessDenied(format!(
+                "bucket `{name}` is not granted to this plugin (its manifest's [capabilities] keyvalue must name it)"
+            )));
+        };
+        self.open.push(bucket.clone());
+        Ok((self.open.len() - 1) as u32)
+    }
+
+    fn bucket(&self, handle: u32) -> Result<&Bucket, KvError> {
+        self.open
+            .get(handle as usize)
+            .ok_or_else(|| KvError::Other("no such bucket handle".into()))
+    }
+
+    fn check_key(&self, key: &str) -> Result<(), KvError> {
+        let max = self.policy.limits.key_bytes as usize;
+        if key.len() > max {
+            self.policy.counts.refused(Refused::KeyBytes);
+            return Err(KvError::Other(format!(
+                "a key of {} bytes is over this plugin's limits.kv-key-bytes ({max})",
+                key.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The committed value of `key`, read from the store the first time.
+    async fn committed(&mut self, bucket: &str, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+        let id = (bucket.to_string(), key.to_string());
+        if let Some(seen) = self.seen.get(&id) {
+            return Ok(seen.clone());
+        }
+        let stored = self.policy.stored(bucket);
+        let store = self.policy.store()?;
+        self.policy.counts.read(1);
+        let mut values = (store.kv_get(&stored, &[key.to_string()]).await)
+            .map_err(|e| KvError::Other(format!("the state store did not answer: {e}")))?;
+        let value = values.pop().flatten();
+        self.seen.insert(id, value.clone());
+        Ok(value)
+    }
+
+    /// The value as this run sees it: its own write, else the committed one.
+    async fn current(&mut self, bucket: &str, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+        let id = (bucket.to_string(), key.to_string());
+        match self.writes.get(&id) {
+            Some(Op::Set { value }) => Ok(Some(value.clone())),
+            Some(Op::Delete) => Ok(None),
+            Some(Op::Add { delta }) => {
+                let delta = *delta;
+                let base = self.committed(bucket, key).await?;
+                let base = commit::counter(base.as_deref()).unwrap_or(0);
+                Ok(Some((base + delta).to_string().into_bytes()))
+            }
+            None => self.committed(bucket, key).await,
+        }
+    }
+
+    /// `get`: the value this run sees; the commit then checks the key still holds what was
+    /// committed when it was read.
+    pub(crate) async fn get(&mut self, handle: u32, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+        let bucket = self.bucket(handle)?.name.clone();
+        self.check_key(key)?;
+        let value = self.current(&bucket, key).await?;
+        if !self.writes.contains_key(&(bucket.clone(), key.to_string())) {
+            self.decided_on.insert((bucket, key.to_string()));
+        }
+        Ok(value)
+    }
+
+    /// Holds a write, within the run's bounds.
+    fn write(&mut self, handle: u32, key: &str, op: Op) -> Result<(), KvError> {
+        let bucket = self.bucket(handle)?.name.clone();
+        self.check_key(key)?;
+        if let Op::Set { value } = &op {
+            let max = self.policy.limits.value_bytes;
+            if value.len() as u64 > max {
+                self.policy.counts.refused(Refused::ValueBytes);
+                return Err(KvError::Other(format!(
+                    "a value of {} bytes is over this plugin's limits.kv-value-bytes ({max})",
+                    value.len()
+                )));
+            }
+        }
+        let id = (bucket, key.to_string());
+        let max = self.policy.limits.keys_per_run as usize;
+        if !self.writes.contains_key(&id) && self.writes.len() >= max {
+            self.policy.counts.refused(Refused::KeysPerRun);
+            return Err(KvError::Other(format!(
+                "this run has written {max} keys, this plugin's limits.kv-keys-per-run"
+            )));
+        }
+        self.writes.insert(id, op);
+        Ok(())
+    }
+
+    /// `set`.
+    pub(crate) fn set(&mut self, handle: u32, key: &str, value: Vec<u8>) -> Result<(), KvError> {
+        self.write(handle, key, Op::Set { value })
+    }
+
+    /// `delete`.
+    pub(crate) fn delete(&mut self, handle: u32, key: &str) -> Result<(), KvError> {
+        self.write(handle, key, Op::Delete)
+    }
+
+    /// `increment`: the counter as this run sees it after adding `delta` (the committed value
+    /// when first read, plus this run's increments). The commit adds this run's increments to
+    /// whatever is committed then, so concurrent runs of other keys all count; the returned
+    /// value does not include theirs, and reading it does not make the commit check the key.
+    pub(crate) async fn increment(
+        &mut self,
+        handle: u32,
+        key: &str,
+        delta: u64,
+    ) -> Result<u64, KvError> {
+        let bucket = self.bucket(handle)?.name.clone();
+        self.check_key(key)?;
+        let now = self.current(&bucket, key).await?;
+        let Some(base) = commit::counter(now.as_deref()) else {
+            self.policy.counts.refused(Refused::NotACounter);
+            return Err(KvError::Other(format!(
+                "`{key}` holds a value that is not a counter (decimal digits up to {})",
+                commit::MAX_COUNTER
+            )));
+        };
+        let sum = base
+            .checked_add(delta)
+            .filter(|sum| *sum <= commit::MAX_COUNTER)
+            .ok_or_else(|| {
+                self.policy.counts.refused(Refused::NotACounter);
+                KvError::Other(format!(
+                    "incrementing `{key}` would pass the largest counter, {}",
+                    commit::MAX_COUNTER
+                ))
+            })?;
+        let id = (bucket, key.to_string());
+        let op = match self.writes.get(&id) {
+            Some(Op::Add { delta: before }) => Op::Add {
+                delta: before + delta,
+            },
+            Some(_) => Op::Set {
+                value: sum.to_string().into_bytes(),
+            },
+            None => Op::Add { delta },
+        };
+        self.write(handle, key, op)?;
+        Ok(sum)
+    }
+
+    /// `exists`.
+    pub(crate) async fn exists(&mut self, handle: u32, key: &str) -> Result<bool, KvError> {
+        Ok(self.get(handle, key).await?.is_some())
+    }
+
+    /// `list-keys`: the keys this run sees, in order, a page at a time from `cursor`.
+    pub(crate) async fn list(
+        &mut self,
+        handle: u32,
+        cursor: Option<u64>,
+    ) -> Result<(Vec<String>, Option<u64>), KvError> {
+        let bucket = self.bucket(handle)?.name.clone();
+        let stored = self.policy.stored(&bucket);
+        let store = self.policy.store()?;
+        let committed = (store.kv_list(&stored, MAX_LISTED).await)
+            .map_err(|e| KvError::Other(format!("the state store did not answer: {e}")))?;
+        let mut keys: BTreeSet<String> = committed.into_iter().collect();
+        for ((b, key), op) in &self.writes {
+            if *b != bucket {
+                continue;
+            }
+            match op {
+                Op::Delete => keys.remove(key),
+                _ => keys.insert(key.clone()),
+            };
+        }
+        let from = usize::try_from(cursor.unwrap_or(0)).unwrap_or(usize::MAX);
+        let page: Vec<String> = keys.into_iter().skip(from).take(PAGE + 1).collect();
+        let more = page.len() > PAGE && from + PAGE < MAX_LISTED;
+        let page = page.into_iter().take(PAGE).collect();
+        Ok((page, more.then_some((from + PAGE) as u64)))
+    }
+
+    /// The run's commit, by bucket; the run is over.
+    pub(crate) fn take(&mut self) -> StateCommit {
+        self.taken = true;
+        let mut out: BTreeMap<String, BucketCommit> = BTreeMap::new();
+        for (bucket, key) in std::mem::take(&mut self.decided_on) {
+            let seen = self.seen.get(&(bucket.clone(), key.clone())).cloned();
+            let seen = seen.flatten().map(|v| commit::sha1_hex(&v));
+            self.share(&mut out, &bucket).reads.push(Read { key, seen });
+        }
+        for ((bucket, key), op) in std::mem::take(&mut self.writes) {
+            self.share(&mut out, &bucket).writes.push((key, op));
+        }
+        StateCommit {
+            buckets: out.into_values().collect(),
+        }
+    }
+
+    /// The commit's entry for bucket `name`, made on first use.
+    fn share<'a>(
+        &self,
+        out: &'a mut BTreeMap<String, BucketCommit>,
+        name: &str,
+    ) -> &'a mut BucketCommit {
+        out.entry(name.to_string()).or_insert_with(|| BucketCommit {
+            bucket: self.policy.stored(name),
+            ttl_ms: (self.policy.grant.bucket(name))
+                .and_then(|b| b.ttl)
+                .map_or(0, |t| t.as_millis() as u64),
+            reads: Vec::new(),
+            writes: Vec::new(),
+        })
+    }
+}
+
+impl Drop for RunState {
+    fn drop(&mut self) {
+        if !self.taken && !self.writes.is_empty() {
+            // The run ended without an outcome: a trap, its deadline, its memory limit, or a
+            // shutdown that cut it short.
+            (self.policy.counts).dropped("failed", self.writes.len() as u64);
+        }
+    }
+}
