@@ -32,5 +32,6 @@ mod replay;
 mod rollout;
 mod secrets;
 mod sqs;
+mod state;
 mod storms;
 mod traces;

@@ -13,7 +13,9 @@ use qhost::{
     Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
     Released,
 };
-use qhost_e2e::harness::{Running, TestEnv, contents, queue_toml, run_until_idle, send_all};
+use qhost_e2e::harness::{
+    Running, TestEnv, contents, lapsing_queue_toml, queue_toml, run_until_idle, send_all,
+};
 use qhost_e2e::redis_server::{RedisServer, connect, record, shared_url, unique_namespace};
 use qhost_e2e::redis_tls::{PASSWORD, TlsRedis};
 
@@ -406,10 +408,7 @@ async fn a_handler_that_outlives_its_lease_cannot_complete_over_the_new_owner() 
     let ns = unique_namespace("expiry");
     // No heartbeat, a one-second visibility: the first delivery's handler sleeps past both, the
     // message is delivered again, and the second delivery takes a new lease and finishes first.
-    let queue = queue_toml("jobs", "fixture").replace(
-        "visibility-timeout-secs = 5",
-        "visibility-timeout-secs = 1\nheartbeat = false",
-    );
+    let queue = lapsing_queue_toml("jobs", "fixture");
     let config = env.config(&format!(
         "[idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{ns}\"\n{queue}",
         shared_url()

@@ -145,6 +145,17 @@ pub fn queue_toml(name: &str, plugin: &str) -> String {
     )
 }
 
+/// As [`queue_toml`], with a one-second visibility and no heartbeat: a handler that runs
+/// longer loses its lease, and its message is delivered again meanwhile. A host refuses this
+/// pairing at start for a plugin that may outlive it; tests of the lapse assemble one from
+/// parts.
+pub fn lapsing_queue_toml(name: &str, plugin: &str) -> String {
+    queue_toml(name, plugin).replace(
+        "visibility-timeout-secs = 5",
+        "visibility-timeout-secs = 1\nheartbeat = false",
+    )
+}
+
 /// Sends bodies to `name` through any queue backend, each with `attributes`.
 pub async fn send_all(
     queue: &dyn qhost::QueueSource,

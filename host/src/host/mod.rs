@@ -122,6 +122,13 @@ impl Host {
         store: Arc<dyn IdempotencyStore>,
         registry: Arc<Registry>,
     ) -> Self {
+        // Plugins loaded by an engine of their own (a host built from parts) read their state
+        // from this host's store too.
+        for status in registry.status() {
+            if let Some(plugin) = status.serving {
+                plugin.bind_state(Arc::clone(&store), &config.namespace);
+            }
+        }
         let stats = Arc::new(Stats::default());
         let metrics = Metrics::new(&config, Arc::clone(&stats), Arc::clone(&registry));
         Host {

@@ -85,9 +85,7 @@ pub(crate) fn decode(text: &str) -> Result<(Vec<Outgoing>, Option<String>), serd
 pub(crate) type PendingParts = (Vec<Outgoing>, Option<String>, Option<PendingState>);
 
 /// The outbox, result value and state writes stored as `text`.
-pub(crate) fn decode_with_state(
-    text: &str,
-) -> Result<PendingParts, serde_json::Error> {
+pub(crate) fn decode_with_state(text: &str) -> Result<PendingParts, serde_json::Error> {
     if text.is_empty() {
         return Ok((Vec::new(), None, None));
     }

@@ -41,12 +41,17 @@
 //!   1. per bucket, a script checks the reads (a conflict refuses the completion);
 //!   2. the completion script records the writes in the completed record, beside the outbox,
 //!      with the lease's fencing token: from here they are the run's committed writes;
-//!   3. per bucket, a script applies them unless its marker `BUCKET#applied:RECORD:TOKEN`
-//!      exists, and sets the marker (kept for the dedup window) in the same step.
+//!   3. per bucket, a script applies them unless the key's marker `BUCKET#applied:RECORD`
+//!      exists, and sets it (to the run's fencing token, kept for the dedup window) in the same
+//!      step.
 //!
 //!   A host that dies between 2 and 3 leaves the writes pending in the record, as it leaves an
 //!   outbox: the message's next delivery finds the key completed, applies them (the marker makes
-//!   a second application a no-op), then carries out the outbox. Until then other runs read
+//!   a second application a no-op), then carries out the outbox. The marker names the key, not
+//!   the run, so a primary that loses a completed record in a failover (Redis replicates
+//!   asynchronously) does not make the key's state count twice: the key runs again, and its
+//!   writes find the first run's applied. A primary holding a bucket that loses writes applied
+//!   in its last moment, before they reached its replica, loses them. Until then other runs read
 //!   the state without them, and a `set` applied that late can land after a later run's. The
 //!   check of step 1 and the completion of step 2 are not one step: two runs of different keys
 //!   that read and write one key within that window can both commit.

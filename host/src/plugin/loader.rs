@@ -204,7 +204,8 @@ fn build_in(
         .probe()
         .context("it cannot be instantiated")
         .map_err(fail)?;
-    Ok(Plugin::new(name, version, manifest, Arc::new(invoker)).with_kv_counts(kv_counts))
+    let plugin = Plugin::new(name, version, manifest, Arc::new(invoker));
+    Ok(plugin.with_kv(kv_counts, Arc::clone(runtime.state())))
 }
 
 /// The `.wasm` files in `dir`, sorted.

@@ -22,7 +22,8 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use crate::handler::{Failure, HandlerMessage, Invocation, Invoke};
-use crate::kv::KvCounts;
+use crate::idempotency::IdempotencyStore;
+use crate::kv::{KvCounts, StateAccess};
 use crate::runtime::Costs;
 use manifest::Manifest;
 
@@ -38,6 +39,7 @@ pub struct Plugin {
     invoker: Arc<dyn Invoke>,
     slots: Option<Arc<Semaphore>>,
     kv: Arc<KvCounts>,
+    kv_access: Option<Arc<StateAccess>>,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -68,13 +70,23 @@ impl Plugin {
             invoker,
             slots,
             kv: Arc::default(),
+            kv_access: None,
         }
     }
 
-    /// Counts its runs' state in `counts` (the ones its wasm invoker keeps).
-    pub(crate) fn with_kv_counts(mut self, counts: Arc<KvCounts>) -> Self {
+    /// Counts its runs' state in `counts` (the ones its wasm invoker keeps), read from
+    /// `access` (its engine's).
+    pub(crate) fn with_kv(mut self, counts: Arc<KvCounts>, access: Arc<StateAccess>) -> Self {
         self.kv = counts;
+        self.kv_access = Some(access);
         self
+    }
+
+    /// Serves its state from `store` (a host built from parts binds its plugins' engines).
+    pub(crate) fn bind_state(&self, store: Arc<dyn IdempotencyStore>, namespace: &str) {
+        if let Some(access) = &self.kv_access {
+            access.bind(store, namespace);
+        }
     }
 
     /// What this version's runs did with state.

@@ -76,9 +76,12 @@ pub(super) fn add_ops(
     }
 }
 
-/// The marker that says a completed run's writes to `bucket` are applied.
-fn marker(bucket: &str, record: &str, token: u64) -> String {
-    format!("{bucket}#applied:{record}:{token}")
+/// The marker that says the writes of a completed run of `record`'s key are applied to
+/// `bucket`. It names the key, not the run: should the record's primary lose the completion in
+/// a failover, the key's next run finds its writes applied already, and its own are not
+/// applied again. It holds the fencing token of the run that applied them.
+fn marker(bucket: &str, record: &str) -> String {
+    format!("{bucket}#applied:{record}")
 }
 
 impl RedisStore {
@@ -128,14 +131,14 @@ impl RedisStore {
         keep: Duration,
     ) -> StoreResult<()> {
         let markers: Vec<String> = (state.commit.buckets.iter())
-            .map(|b| marker(&b.bucket, record, state.token))
+            .map(|b| marker(&b.bucket, record))
             .collect();
         let invocations = (state.commit.buckets.iter())
             .zip(&markers)
             .filter(|(b, _)| !b.writes.is_empty())
             .map(|(b, marker)| {
                 let mut invocation = APPLY.key(marker);
-                invocation.arg(ms(keep));
+                invocation.arg(ms(keep)).arg(state.token);
                 let writes = BucketCommit {
                     reads: Vec::new(),
                     ..b.clone()
