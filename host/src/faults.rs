@@ -79,11 +79,13 @@ pub(crate) enum Operation {
     PayloadFetch,
     /// Storing an outgoing message's payload.
     PayloadStore,
+    /// Reading a handler's state while it runs (`crate::kv`).
+    StateRead,
 }
 
 impl Operation {
     /// Every operation, in the order metrics list them.
-    pub(crate) const ALL: [Operation; 14] = [
+    pub(crate) const ALL: [Operation; 15] = [
         Operation::Receive,
         Operation::Delete,
         Operation::ChangeVisibility,
@@ -98,6 +100,7 @@ impl Operation {
         Operation::Ping,
         Operation::PayloadFetch,
         Operation::PayloadStore,
+        Operation::StateRead,
     ];
 
     /// The backend it calls.
@@ -130,6 +133,7 @@ impl Operation {
             Operation::Ping => "ping",
             Operation::PayloadFetch => "fetch",
             Operation::PayloadStore => "store",
+            Operation::StateRead => "state_read",
         }
     }
 }

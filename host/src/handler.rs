@@ -75,7 +75,7 @@ impl Invocation {
 }
 
 /// Why a handler produced no outcome. Each counts as a retry, and as poison after the
-/// plugin's max attempts.
+/// plugin's max attempts, except a state store that did not answer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Failure {
     /// The guest trapped (a panic, an unreachable, an exception in an interpreter guest).
@@ -90,6 +90,11 @@ pub enum Failure {
     /// The component could not be instantiated.
     #[error("plugin could not be instantiated: {0}")]
     Instantiate(String),
+    /// The store did not answer a read of the handler's state: the run was ended there (its
+    /// answer could not be trusted), and the message goes back without using an attempt, as
+    /// when the idempotency store is down.
+    #[error("the state store did not answer: {0}")]
+    StateUnavailable(String),
 }
 
 impl Failure {
@@ -100,6 +105,7 @@ impl Failure {
             Failure::Timeout(_) => "timeout",
             Failure::MemoryLimit(_) => "memory_limit",
             Failure::Instantiate(_) => "instantiate",
+            Failure::StateUnavailable(_) => "state_unavailable",
         }
     }
 }

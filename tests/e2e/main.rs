@@ -33,5 +33,6 @@ mod rollout;
 mod secrets;
 mod sqs;
 mod state;
+mod state_storm;
 mod storms;
 mod traces;

@@ -20,6 +20,8 @@ pub(crate) enum KvError {
     AccessDenied(String),
     /// Anything else, said in words.
     Other(String),
+    /// The store did not answer a read: the run is ended (see `Failure::StateUnavailable`).
+    Unavailable(String),
 }
 
 /// The state one run sees and writes.
@@ -36,6 +38,8 @@ pub(crate) struct RunState {
     writes: BTreeMap<(String, String), Op>,
     /// Whether the writes were handed on (to be committed); if not, dropping them counts them.
     taken: bool,
+    /// What the store said when it could not answer a read, which ends the run.
+    unavailable: Option<String>,
 }
 
 impl RunState {
@@ -48,6 +52,7 @@ impl RunState {
             decided_on: BTreeSet::new(),
             writes: BTreeMap::new(),
             taken: false,
+            unavailable: None,
         }
     }
 
@@ -58,6 +63,19 @@ impl RunState {
         self.decided_on.clear();
         self.writes.clear();
         self.taken = false;
+        self.unavailable = None;
+    }
+
+    /// Why the store could not answer a read of this run, if it could not.
+    pub(crate) fn unavailable(&self) -> Option<&str> {
+        self.unavailable.as_deref()
+    }
+
+    /// Notes that the store did not answer: the run ends.
+    fn store_failed(&mut self, e: impl std::fmt::Display) -> KvError {
+        let text = e.to_string();
+        self.unavailable = Some(text.clone());
+        KvError::Unavailable(text)
     }
 
     /// Opens a granted bucket; its handle.
@@ -99,8 +117,8 @@ impl RunState {
         let stored = self.policy.stored(bucket);
         let store = self.policy.store()?;
         self.policy.counts.read(1);
-        let mut values = (store.kv_get(&stored, &[key.to_string()]).await)
-            .map_err(|e| KvError::Other(format!("the state store did not answer: {e}")))?;
+        let read = store.kv_get(&stored, &[key.to_string()]).await;
+        let mut values = read.map_err(|e| self.store_failed(e))?;
         let value = values.pop().flatten();
         self.seen.insert(id, value.clone());
         Ok(value)
@@ -214,6 +232,20 @@ impl RunState {
         Ok(sum)
     }
 
+    /// `get-many`: each key's value, paired with it, or `None`.
+    pub(crate) async fn get_many(
+        &mut self,
+        handle: u32,
+        keys: Vec<String>,
+    ) -> Result<Vec<Option<(String, Vec<u8>)>>, KvError> {
+        let mut found = Vec::with_capacity(keys.len());
+        for key in keys {
+            let value = self.get(handle, &key).await?;
+            found.push(value.map(|v| (key, v)));
+        }
+        Ok(found)
+    }
+
     /// `exists`.
     pub(crate) async fn exists(&mut self, handle: u32, key: &str) -> Result<bool, KvError> {
         Ok(self.get(handle, key).await?.is_some())
@@ -228,8 +260,8 @@ impl RunState {
         let bucket = self.bucket(handle)?.name.clone();
         let stored = self.policy.stored(&bucket);
         let store = self.policy.store()?;
-        let committed = (store.kv_list(&stored, MAX_LISTED).await)
-            .map_err(|e| KvError::Other(format!("the state store did not answer: {e}")))?;
+        let listed = store.kv_list(&stored, MAX_LISTED).await;
+        let committed = listed.map_err(|e| self.store_failed(e))?;
         let mut keys: BTreeSet<String> = committed.into_iter().collect();
         for ((b, key), op) in &self.writes {
             if *b != bucket {

@@ -52,5 +52,7 @@ fn failure_kind(result: &Result<Invocation, Failure>) -> Option<FailureKind> {
         Err(Failure::Timeout(_)) => Some(FailureKind::Timeout),
         Err(Failure::MemoryLimit(_)) => Some(FailureKind::MemoryLimit),
         Err(Failure::Trap(_) | Failure::Instantiate(_)) => Some(FailureKind::Trap),
+        // The store's fault, not the version's: the message goes back as it would on either.
+        Err(Failure::StateUnavailable(_)) => None,
     }
 }

@@ -202,6 +202,13 @@ async fn run(mut leased: Leased, resolved: Option<Resolved>) -> Fate {
             leased.delivery().span().error("rejected", &reason);
             leased.dead_letter(reason).await
         }
+        Err(Failure::StateUnavailable(reason)) => {
+            let delivery = leased.delivery();
+            if let Some(held_back) = delivery.backend_error(Operation::StateRead, false) {
+                tracing::warn!(%reason, held_back, "the state store did not answer the handler; putting the message back");
+            }
+            leased.back_off().await
+        }
         Err(failure) => {
             leased.delivery().span().error(failure.kind(), &failure);
             leased.delivery().record(Event::Failed);

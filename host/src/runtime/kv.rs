@@ -11,8 +11,10 @@ mod bindings {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "wasi:keyvalue/imports",
-        // Reads reach the store, so every call may wait; to the guest they still block.
-        imports: { default: async },
+        // Reads reach the store, so every call may wait; to the guest they still block. A read
+        // the store cannot answer ends the run (a trap the host classifies), so a guest never
+        // mistakes an outage for an answer.
+        imports: { default: async | trappable },
         with: {
             "wasi:keyvalue/store.bucket": super::KvBucket,
         },
@@ -39,77 +41,76 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> anyhow::Result<()
     Ok(())
 }
 
-fn to_guest(error: KvError) -> store::Error {
-    match error {
-        KvError::AccessDenied(_) => store::Error::AccessDenied,
-        KvError::Other(text) => store::Error::Other(text),
+/// What the guest gets: the value, the WIT's error, or (the store did not answer) a trap.
+type Answer<T> = wasmtime::Result<Result<T, store::Error>>;
+
+fn answer<T>(result: Result<T, KvError>) -> Answer<T> {
+    match result {
+        Ok(value) => Ok(Ok(value)),
+        Err(KvError::AccessDenied(_)) => Ok(Err(store::Error::AccessDenied)),
+        Err(KvError::Other(text)) => Ok(Err(store::Error::Other(text))),
+        Err(KvError::Unavailable(text)) => Err(wasmtime::Error::msg(format!(
+            "the state store did not answer: {text}"
+        ))),
     }
 }
 
 impl HostState {
-    fn handle(&mut self, bucket: &Resource<KvBucket>) -> Result<u32, store::Error> {
+    fn handle(&mut self, bucket: &Resource<KvBucket>) -> Result<u32, KvError> {
         self.table()
             .get(bucket)
             .map(|b| b.0)
-            .map_err(|e| store::Error::Other(format!("no such bucket: {e}")))
+            .map_err(|e| KvError::Other(format!("no such bucket: {e}")))
     }
 }
 
 impl store::Host for HostState {
-    async fn open(&mut self, identifier: String) -> Result<Resource<KvBucket>, store::Error> {
-        let handle = self.kv().open(&identifier).map_err(to_guest)?;
-        self.table()
-            .push(KvBucket(handle))
-            .map_err(|e| store::Error::Other(format!("cannot open another bucket: {e}")))
+    async fn open(&mut self, identifier: String) -> Answer<Resource<KvBucket>> {
+        let opened = self.kv().open(&identifier).and_then(|handle| {
+            (self.table().push(KvBucket(handle)))
+                .map_err(|e| KvError::Other(format!("cannot open another bucket: {e}")))
+        });
+        answer(opened)
     }
 }
 
 impl store::HostBucket for HostState {
-    async fn get(
-        &mut self,
-        bucket: Resource<KvBucket>,
-        key: String,
-    ) -> Result<Option<Vec<u8>>, store::Error> {
-        let handle = self.handle(&bucket)?;
-        self.kv().get(handle, &key).await.map_err(to_guest)
+    async fn get(&mut self, bucket: Resource<KvBucket>, key: String) -> Answer<Option<Vec<u8>>> {
+        let got = match self.handle(&bucket) {
+            Ok(handle) => self.kv().get(handle, &key).await,
+            Err(e) => Err(e),
+        };
+        answer(got)
     }
 
-    async fn set(
-        &mut self,
-        bucket: Resource<KvBucket>,
-        key: String,
-        value: Vec<u8>,
-    ) -> Result<(), store::Error> {
-        let handle = self.handle(&bucket)?;
-        self.kv().set(handle, &key, value).map_err(to_guest)
+    async fn set(&mut self, bucket: Resource<KvBucket>, key: String, value: Vec<u8>) -> Answer<()> {
+        let handle = self.handle(&bucket);
+        answer(handle.and_then(|handle| self.kv().set(handle, &key, value)))
     }
 
-    async fn delete(
-        &mut self,
-        bucket: Resource<KvBucket>,
-        key: String,
-    ) -> Result<(), store::Error> {
-        let handle = self.handle(&bucket)?;
-        self.kv().delete(handle, &key).map_err(to_guest)
+    async fn delete(&mut self, bucket: Resource<KvBucket>, key: String) -> Answer<()> {
+        let handle = self.handle(&bucket);
+        answer(handle.and_then(|handle| self.kv().delete(handle, &key)))
     }
 
-    async fn exists(
-        &mut self,
-        bucket: Resource<KvBucket>,
-        key: String,
-    ) -> Result<bool, store::Error> {
-        let handle = self.handle(&bucket)?;
-        self.kv().exists(handle, &key).await.map_err(to_guest)
+    async fn exists(&mut self, bucket: Resource<KvBucket>, key: String) -> Answer<bool> {
+        let exists = match self.handle(&bucket) {
+            Ok(handle) => self.kv().exists(handle, &key).await,
+            Err(e) => Err(e),
+        };
+        answer(exists)
     }
 
     async fn list_keys(
         &mut self,
         bucket: Resource<KvBucket>,
         cursor: Option<u64>,
-    ) -> Result<store::KeyResponse, store::Error> {
-        let handle = self.handle(&bucket)?;
-        let (keys, cursor) = self.kv().list(handle, cursor).await.map_err(to_guest)?;
-        Ok(store::KeyResponse { keys, cursor })
+    ) -> Answer<store::KeyResponse> {
+        let listed = match self.handle(&bucket) {
+            Ok(handle) => self.kv().list(handle, cursor).await,
+            Err(e) => Err(e),
+        };
+        answer(listed.map(|(keys, cursor)| store::KeyResponse { keys, cursor }))
     }
 
     async fn drop(&mut self, bucket: Resource<KvBucket>) -> wasmtime::Result<()> {
@@ -124,12 +125,12 @@ impl atomics::Host for HostState {
         bucket: Resource<KvBucket>,
         key: String,
         delta: u64,
-    ) -> Result<u64, store::Error> {
-        let handle = self.handle(&bucket)?;
-        self.kv()
-            .increment(handle, &key, delta)
-            .await
-            .map_err(to_guest)
+    ) -> Answer<u64> {
+        let sum = match self.handle(&bucket) {
+            Ok(handle) => self.kv().increment(handle, &key, delta).await,
+            Err(e) => Err(e),
+        };
+        answer(sum)
     }
 }
 
@@ -138,37 +139,30 @@ impl batch::Host for HostState {
         &mut self,
         bucket: Resource<KvBucket>,
         keys: Vec<String>,
-    ) -> Result<Vec<Option<(String, Vec<u8>)>>, store::Error> {
-        let handle = self.handle(&bucket)?;
-        let mut found = Vec::with_capacity(keys.len());
-        for key in keys {
-            let value = self.kv().get(handle, &key).await.map_err(to_guest)?;
-            found.push(value.map(|v| (key, v)));
-        }
-        Ok(found)
+    ) -> Answer<Vec<Option<(String, Vec<u8>)>>> {
+        let found = match self.handle(&bucket) {
+            Ok(handle) => self.kv().get_many(handle, keys).await,
+            Err(e) => Err(e),
+        };
+        answer(found)
     }
 
     async fn set_many(
         &mut self,
         bucket: Resource<KvBucket>,
         key_values: Vec<(String, Vec<u8>)>,
-    ) -> Result<(), store::Error> {
-        let handle = self.handle(&bucket)?;
-        for (key, value) in key_values {
-            self.kv().set(handle, &key, value).map_err(to_guest)?;
-        }
-        Ok(())
+    ) -> Answer<()> {
+        let handle = self.handle(&bucket);
+        answer(handle.and_then(|handle| {
+            (key_values.into_iter()).try_for_each(|(key, value)| self.kv().set(handle, &key, value))
+        }))
     }
 
-    async fn delete_many(
-        &mut self,
-        bucket: Resource<KvBucket>,
-        keys: Vec<String>,
-    ) -> Result<(), store::Error> {
-        let handle = self.handle(&bucket)?;
-        for key in keys {
-            self.kv().delete(handle, &key).map_err(to_guest)?;
-        }
-        Ok(())
+    async fn delete_many(&mut self, bucket: Resource<KvBucket>, keys: Vec<String>) -> Answer<()> {
+        let handle = self.handle(&bucket);
+        answer(
+            handle
+                .and_then(|handle| (keys.iter()).try_for_each(|key| self.kv().delete(handle, key))),
+        )
     }
 }

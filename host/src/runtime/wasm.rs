@@ -241,14 +241,17 @@ impl WasmInvoker {
                 handler,
                 used: 0,
             }),
-            Err(e) if store.data().memory_limit_hit() => Err(self.classify(e, store.data())),
+            Err(e) if store.data().memory_limit_hit() => Err(self.classify(e, store.data_mut())),
             Err(e) => Err(Failure::Instantiate(format!("{e:#}"))),
         }
     }
 
-    fn classify(&self, error: wasmtime::Error, state: &HostState) -> Failure {
+    fn classify(&self, error: wasmtime::Error, state: &mut HostState) -> Failure {
         if state.memory_limit_hit() {
             return Failure::MemoryLimit(self.memory_bytes >> 20);
+        }
+        if let Some(reason) = state.kv().unavailable() {
+            return Failure::StateUnavailable(reason.to_string());
         }
         // Timeouts never arrive here: the store yields at its epoch deadline instead of
         // trapping, and the call's own timer ends it (see `invoke`).
@@ -340,7 +343,7 @@ impl WasmInvoker {
             }
             // A failed instance is dropped, never reused.
             Err(e) => {
-                let failure = self.classify(e, warm.store.data());
+                let failure = self.classify(e, warm.store.data_mut());
                 self.drop_instance(warm);
                 Err(failure)
             }
