@@ -225,3 +225,24 @@ pub fn patient_queue(endpoint: &str) -> qhost::SqsQueue {
 pub async fn drain_at(endpoint: &str, queue: &str) -> Vec<qhost::Received> {
     crate::harness::take_all(&patient_queue(endpoint), queue, Duration::from_secs(1)).await
 }
+
+/// Whether a run of `of` jobs on `queue` is over: `done` of them have shown their effect and
+/// nothing is left on the queue. Fails once four minutes have passed since `started`.
+pub async fn jobs_done(
+    sqs: &qhost::SqsQueue,
+    queue: &str,
+    done: usize,
+    of: usize,
+    started: std::time::Instant,
+) -> bool {
+    use qhost::QueueSource as _;
+    let depth = sqs.depth(queue).await.expect("depth");
+    if done == of && depth.total() == 0 {
+        return true;
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(240),
+        "not done: {done} of {of} jobs, {depth:?} on the queue"
+    );
+    false
+}
