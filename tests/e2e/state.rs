@@ -347,3 +347,54 @@ async fn read_decide_write_decides_once_on_redis() {
     );
     decides_once(&redis).await;
 }
+
+/// The example plugin built from `plugins/email-reminder`, under its own manifest: two
+/// reminders for one address and month under two reminder ids (the producer bug the key
+/// cannot catch), delivered at once, send one email; another address gets its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_reminder_example_sends_one_email_per_address_and_month() {
+    let env = TestEnv::new();
+    let manifest =
+        std::fs::read_to_string(qhost_e2e::workspace().join("plugins/email-reminder/qhost.toml"))
+            .expect("the example's manifest");
+    assert!(manifest.contains("keyvalue = [{ bucket = \"reminded\""));
+    env.install("email-reminder", "email-reminder", &manifest);
+    let config = env.config(&format!(
+        "[idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{}\"\n{}",
+        shared_url(),
+        unique_namespace("state-reminder"),
+        queue_toml("reminders", "email-reminder")
+    ));
+    let reminder = |id: &str, email: &str| {
+        format!(r#"{{"reminder-id":"{id}","email":"{email}","customer":"C","month":"2026-12"}}"#)
+    };
+    let bodies = [
+        reminder("dec-ann-1", "ann@example.com"),
+        reminder("dec-ann-2", "ann@example.com"),
+        reminder("dec-ann-3", "Ann@example.com"),
+        reminder("dec-bob", "bob@example.com"),
+    ];
+    let bodies: Vec<&str> = bodies.iter().map(String::as_str).collect();
+    send_all(&env.queue(), "reminders", &bodies, &[]).await;
+    let host = env.host(config.clone()).await;
+    run_until_idle(&host).await;
+
+    let sent = contents(&env.queue(), "sent-emails").await;
+    let mut to: Vec<String> = (sent.iter())
+        .filter_map(|m| attr(m, "to").map(str::to_lowercase))
+        .collect();
+    to.sort();
+    assert_eq!(to, ["ann@example.com", "bob@example.com"], "one email each");
+    let by = value(
+        &config,
+        "email-reminder",
+        "reminded",
+        "ann@example.com/2026-12",
+    )
+    .await;
+    assert!(
+        by.as_deref().is_some_and(|id| id.starts_with("dec-ann-")),
+        "the reminder that sent it is recorded: {by:?}"
+    );
+    assert_eq!(host.stats().total().acked, 4);
+}

@@ -3,12 +3,20 @@
 //! The body is JSON: `{"reminder-id": "...", "email": "...", "customer": "...", "month": "..."}`.
 //! The handler "sends" the email by putting it in the outbox for the `sent-emails` queue (the
 //! `sent-queue` setting), using the idempotency key as the email's Message-Id, which is what a
-//! real email API would deduplicate on. It never checks whether it already sent the email:
+//! real email API would deduplicate on. It never checks whether it already sent this reminder:
 //! the host guarantees it runs once per reminder while the key is remembered.
+//!
+//! What the key cannot catch is a producer that sends the same month's reminder twice under
+//! two reminder ids. For that the handler keeps state: in the `reminded` bucket (granted in its
+//! manifest) it records each address-month it reminded, and a second reminder for the same
+//! address and month sends nothing. The record is committed with the run that sent the email,
+//! so the check and the send cannot race or half-happen. Without the grant it relies on the key
+//! alone.
 //!
 //! For the demo, `"outage-attempts": N` makes the pretend email API fail the first N deliveries.
 
 use qhost_guest::outbox::Outgoing;
+use qhost_guest::state::{self, Bucket};
 use qhost_guest::{Attribute, Handler, Message, Outcome, config, log};
 use serde::{Deserialize, Serialize};
 
@@ -47,9 +55,60 @@ impl Handler for EmailReminder {
             log::warn("email API unavailable; asking for a retry");
             return Outcome::Retry(1);
         }
-        match send_email(&msg, &reminder) {
+        let reminded = match Reminded::open(&reminder) {
+            Ok(reminded) => reminded,
+            Err(e) => return Outcome::Retry(retry_seconds(&e.to_string())),
+        };
+        match reminded.before() {
+            Ok(Some(by)) => {
+                log::info(&format!(
+                    "{} was reminded for {} already (by {by}); not sending again",
+                    reminder.email, reminder.month
+                ));
+                return Outcome::Ack;
+            }
+            Ok(None) => {}
+            Err(e) => return Outcome::Retry(retry_seconds(&e.to_string())),
+        }
+        match send_email(&msg, &reminder).and_then(|()| reminded.record(&msg)) {
             Ok(()) => Outcome::Ack,
             Err(e) => Outcome::Retry(retry_seconds(&e)),
+        }
+    }
+}
+
+/// The address-months reminded so far, when the manifest grants the `reminded` bucket.
+struct Reminded {
+    bucket: Option<Bucket>,
+    key: String,
+}
+
+impl Reminded {
+    fn open(reminder: &Reminder) -> Result<Self, state::Error> {
+        let key = format!("{}/{}", reminder.email.to_lowercase(), reminder.month);
+        let bucket = match Bucket::open("reminded") {
+            Ok(bucket) => Some(bucket),
+            Err(state::Error::NotGranted(_)) => None,
+            Err(e) => return Err(e),
+        };
+        Ok(Reminded { bucket, key })
+    }
+
+    /// The reminder that reminded this address this month, if one did.
+    fn before(&self) -> Result<Option<String>, state::Error> {
+        match &self.bucket {
+            Some(bucket) => bucket.get_text(&self.key),
+            None => Ok(None),
+        }
+    }
+
+    /// Records this run's reminder, committed with it.
+    fn record(&self, msg: &Message) -> Result<(), String> {
+        match &self.bucket {
+            Some(bucket) => bucket
+                .set(&self.key, &msg.idempotency_key)
+                .map_err(|e| e.to_string()),
+            None => Ok(()),
         }
     }
 }
