@@ -6,11 +6,18 @@
 // out through the outbox, which the host sends once, with the idempotency key as its
 // Message-Id.
 //
-// Build: scripts/build-plugins (jco componentize, pinned by package-lock.json, against ../../wit).
+// What the key cannot catch, two reminder ids for one address and month, the handler catches
+// with state: the `reminded` bucket its manifest grants (wasi:keyvalue) records each
+// address-month it reminded, committed with the run that sent the email. Without the grant it
+// relies on the key.
+//
+// Build: scripts/build-guest-plugins (componentize-js, pinned by package-lock.json, against
+// ../../wit's `handler-state` world).
 
 import { get } from "qhost:handler/config@0.1.1";
 import { write } from "qhost:handler/log@0.1.1";
 import { send } from "qhost:handler/outbox@0.1.1";
+import { open } from "wasi:keyvalue/store@0.2.0-draft";
 
 const text = new TextDecoder();
 const bytes = new TextEncoder();
@@ -32,6 +39,12 @@ export function handle(msg) {
     write("warn", "email API unavailable; asking for a retry");
     return { tag: "retry", val: 1 };
   }
+  const reminded = remindedBucket();
+  const seen = `${email.toLowerCase()}/${month}`;
+  if (reminded !== null && reminded.exists(seen)) {
+    write("info", `${email} was reminded for ${month} already; not sending again`);
+    return { tag: "ack" };
+  }
   const messageId = `<${msg.idempotencyKey}@reminders.qhost>`;
   const emailJson = {
     "message-id": messageId,
@@ -52,6 +65,19 @@ export function handle(msg) {
     write("error", `could not queue the email: ${e.payload ?? e}`);
     return { tag: "retry", val: 5 };
   }
+  reminded?.set(seen, bytes.encode(msg.idempotencyKey));
   write("info", `reminder for ${email} queued as ${messageId}`);
   return { tag: "ack" };
+}
+
+// The `reminded` bucket, or null when the manifest grants no such bucket.
+function remindedBucket() {
+  try {
+    return open("reminded");
+  } catch (e) {
+    if (e.payload?.tag === "access-denied") {
+      return null;
+    }
+    throw e;
+  }
 }

@@ -4,8 +4,12 @@ The host holds a lease on the reminder's id (see qhost.toml) before this runs an
 key once it acks, so the handler does no duplicate checking of its own. The email goes out
 through the outbox, which the host sends once, with the idempotency key as its Message-Id.
 
-Build: scripts/build-guest-plugins (componentize-py, pinned, against ../../wit, with
-../../guest-sdk/python on its path for qhost_celery).
+What the key cannot catch, two reminder ids for one address and month, the handler catches with
+state: the `reminded` bucket its manifest grants (wasi:keyvalue) records each address-month it
+reminded, committed with the run that sent the email. Without the grant it relies on the key.
+
+Build: scripts/build-guest-plugins (componentize-py, pinned, against ../../wit's
+`handler-state` world, with ../../guest-sdk/python on its path for qhost_celery).
 """
 
 import json
@@ -13,7 +17,7 @@ import json
 import qhost_celery
 import wit_world
 from componentize_py_types import Err
-from wit_world.imports import config, log, outbox
+from wit_world.imports import config, log, outbox, store
 from wit_world.imports.types import (
     Attribute,
     AttributeValue_String,
@@ -41,6 +45,10 @@ class WitWorld(wit_world.WitWorld):
         if msg.receive_count <= reminder.get("outage-attempts", 0):
             log.write(log.Level.WARN, "email API unavailable; asking for a retry")
             return Outcome_Retry(1)
+        reminded, seen = reminded_bucket(), f"{email.lower()}/{month}"
+        if reminded is not None and reminded.exists(seen):
+            log.write(log.Level.INFO, f"{email} was reminded for {month} already; not sending again")
+            return Outcome_Ack()
         message_id = f"<{msg.idempotency_key}@reminders.qhost>"
         email_json = {
             "message-id": message_id,
@@ -56,8 +64,20 @@ class WitWorld(wit_world.WitWorld):
         except Err as e:
             log.write(log.Level.ERROR, f"could not queue the email: {e.value}")
             return Outcome_Retry(5)
+        if reminded is not None:
+            reminded.set(seen, msg.idempotency_key.encode())
         log.write(log.Level.INFO, f"reminder for {email} queued as {message_id}")
         if task is not None:
             # What the task returns: a caller's AsyncResult(id).get() gets it.
             qhost_celery.set_result({"message-id": message_id})
         return Outcome_Ack()
+
+
+def reminded_bucket():
+    """The `reminded` bucket, or None when the manifest grants no such bucket."""
+    try:
+        return store.open("reminded")
+    except Err as e:
+        if isinstance(e.value, store.Error_AccessDenied):
+            return None
+        raise

@@ -13,6 +13,7 @@ use qhost_e2e::harness::{
 };
 use qhost_e2e::redis_cluster::RedisCluster;
 use qhost_e2e::redis_server::{shared_url, unique_namespace};
+use qhost_e2e::{guest_bytes, guest_manifest};
 
 /// The counter plugin: the fixture, keyed by the `job-id` attribute, granted `counts`.
 const COUNTER: &str = "[idempotency]\nkey = \"attribute:job-id\"\n\
@@ -348,17 +349,13 @@ async fn read_decide_write_decides_once_on_redis() {
     decides_once(&redis).await;
 }
 
-/// The example plugin built from `plugins/email-reminder`, under its own manifest: two
-/// reminders for one address and month under two reminder ids (the producer bug the key
-/// cannot catch), delivered at once, send one email; another address gets its own.
-#[tokio::test(flavor = "multi_thread")]
-async fn the_reminder_example_sends_one_email_per_address_and_month() {
-    let env = TestEnv::new();
-    let manifest =
-        std::fs::read_to_string(qhost_e2e::workspace().join("plugins/email-reminder/qhost.toml"))
-            .expect("the example's manifest");
+/// An email-reminder example, as `bytes` under its own `manifest`: two reminders for one
+/// address and month under two reminder ids (the producer bug the key cannot catch), delivered
+/// at once, send one email; another address gets its own.
+async fn one_email_per_address_and_month(bytes: &[u8], manifest: &str) {
+    let env = TestEnv::with_shared_cache();
     assert!(manifest.contains("keyvalue = [{ bucket = \"reminded\""));
-    env.install("email-reminder", "email-reminder", &manifest);
+    env.install_bytes("email-reminder", bytes, manifest);
     let config = env.config(&format!(
         "[idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{}\"\n{}",
         shared_url(),
@@ -397,4 +394,24 @@ async fn the_reminder_example_sends_one_email_per_address_and_month() {
         "the reminder that sent it is recorded: {by:?}"
     );
     assert_eq!(host.stats().total().acked, 4);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rust_reminder_sends_one_email_per_address_and_month() {
+    let manifest =
+        std::fs::read_to_string(qhost_e2e::workspace().join("plugins/email-reminder/qhost.toml"))
+            .expect("the example's manifest");
+    one_email_per_address_and_month(&qhost_e2e::plugin_bytes("email-reminder"), &manifest).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_reminder_sends_one_email_per_address_and_month() {
+    let lang = "email-reminder-py";
+    one_email_per_address_and_month(&guest_bytes(lang), &guest_manifest(lang)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_javascript_reminder_sends_one_email_per_address_and_month() {
+    let lang = "email-reminder-js";
+    one_email_per_address_and_month(&guest_bytes(lang), &guest_manifest(lang)).await;
 }
