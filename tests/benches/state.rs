@@ -21,8 +21,11 @@ const QUEUE: &str = "bench";
 const PLUGIN: &str = "stateful";
 const MANIFEST: &str = "[capabilities]\nkeyvalue = [\"counts\"]\n";
 
-/// The cases: a label and the body of message `i`.
-const CASES: [(&str, fn(usize) -> String); 3] = [
+/// The body of message `i`.
+type Body = fn(usize) -> String;
+
+/// The cases: a label and the body of each message.
+const CASES: [(&str, Body); 3] = [
     ("no state write", |_| "ack".into()),
     ("1 write", |i| format!("kv-set:counts:k{i}:v")),
     ("10 writes", |_| "kv-many:counts:10".into()),
@@ -46,7 +49,7 @@ struct Run {
 }
 
 /// Runs `n` messages with bodies from `body` through the stateful plugin on `store`.
-async fn measure(store: Arc<dyn IdempotencyStore>, n: usize, body: fn(usize) -> String) -> Run {
+async fn measure(store: Arc<dyn IdempotencyStore>, n: usize, body: Body) -> Run {
     let config = config();
     let plugin = qhost_e2e::fixture_plugin_with(PLUGIN, &config, MANIFEST);
     let source = Arc::new(LocalQueue::open(None, Default::default()).expect("queue"));

@@ -11,6 +11,22 @@ fn qhost(dir: &std::path::Path) -> Command {
     c
 }
 
+/// A directory whose `plugins/` holds the email-reminder example under its own manifest; the
+/// directory and the `.wasm`'s path.
+fn with_the_reminder() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("a directory");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("plugins/");
+    let wasm = plugins.join("email-reminder.wasm");
+    std::fs::write(&wasm, qhost_e2e::plugin_bytes("email-reminder")).expect("the plugin");
+    std::fs::copy(
+        qhost_e2e::workspace().join("plugins/email-reminder/qhost.toml"),
+        plugins.join("email-reminder.toml"),
+    )
+    .expect("its manifest");
+    (dir, wasm)
+}
+
 /// Runs `qhost send ARGS` in `dir`, checks it succeeded, and returns the message id it printed.
 fn send(dir: &std::path::Path, args: &[&str]) -> String {
     let sent = qhost(dir)
@@ -128,19 +144,7 @@ fn send_then_peek_shows_the_message_with_its_attributes() {
 /// format is refused before anything runs.
 #[test]
 fn json_logs_are_one_object_per_line_with_the_handlers_fields() {
-    let dir = tempfile::tempdir().unwrap();
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir(&plugins).unwrap();
-    std::fs::write(
-        plugins.join("email-reminder.wasm"),
-        qhost_e2e::plugin_bytes("email-reminder"),
-    )
-    .unwrap();
-    std::fs::copy(
-        qhost_e2e::workspace().join("plugins/email-reminder/qhost.toml"),
-        plugins.join("email-reminder.toml"),
-    )
-    .unwrap();
+    let (dir, _) = with_the_reminder();
     let body = r#"{"reminder-id":"r1","email":"a@example.com","customer":"A","month":"2026-12"}"#;
     send(dir.path(), &["--queue", "reminders", "--body", body]);
 
@@ -254,16 +258,8 @@ fn version_names_the_wit_package_and_the_embedded_wasmtime() {
 
 #[test]
 fn invoke_runs_one_message_and_says_the_outcome_in_its_exit_code() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, reminder) = with_the_reminder();
     let plugins = dir.path().join("plugins");
-    std::fs::create_dir(&plugins).unwrap();
-    let reminder = plugins.join("email-reminder.wasm");
-    std::fs::write(&reminder, qhost_e2e::plugin_bytes("email-reminder")).unwrap();
-    std::fs::copy(
-        qhost_e2e::workspace().join("plugins/email-reminder/qhost.toml"),
-        plugins.join("email-reminder.toml"),
-    )
-    .unwrap();
     let fixture = plugins.join("fixture.wasm");
     std::fs::write(&fixture, qhost_e2e::plugin_bytes("fixture")).unwrap();
     std::fs::write(plugins.join("fixture.toml"), "[limits]\ntimeout-ms = 300\n").unwrap();
@@ -723,4 +719,76 @@ fn text_logs_show_a_handlers_context_once_whatever_the_filter() {
             );
         }
     }
+}
+
+/// On the embedded defaults: the example reminder records the address-month it reminded, a
+/// second reminder for it under another id sends nothing, `qhost kv` reads the record, and
+/// `qhost invoke` prints the write a run would commit.
+#[test]
+fn qhost_kv_reads_what_a_run_committed_and_invoke_shows_what_it_would() {
+    let (dir, wasm) = with_the_reminder();
+    let reminder = |id: &str| {
+        format!(
+            r#"{{"reminder-id":"{id}","email":"a@example.com","customer":"A","month":"2026-12"}}"#
+        )
+    };
+    let send_and_run = |id: &str| {
+        send(
+            dir.path(),
+            &["--queue", "reminders", "--body", &reminder(id)],
+        );
+        let ran = qhost(dir.path()).args(["run", "--until-idle"]).output();
+        let ran = ran.expect("qhost run");
+        assert!(
+            ran.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ran.stderr)
+        );
+        String::from_utf8_lossy(&ran.stderr).into_owned()
+    };
+    send_and_run("r1");
+    let log = send_and_run("r2");
+    assert!(
+        log.contains("a@example.com was reminded for 2026-12 already (by r1); not sending again"),
+        "{log}"
+    );
+    let peeked = qhost(dir.path())
+        .args(["peek", "--queue", "sent-emails"])
+        .output()
+        .unwrap();
+    let sent = String::from_utf8_lossy(&peeked.stdout);
+    assert_eq!(
+        sent.matches("a@example.com").count(),
+        2,
+        "one email (body and attribute): {sent}"
+    );
+
+    let out = |args: &[&str]| {
+        let o = qhost(dir.path()).args(args).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    };
+    assert_eq!(
+        out(&["kv", "list", "email-reminder", "reminded"]),
+        (Some(0), "a@example.com/2026-12\n".into())
+    );
+    let get = |key: &str| out(&["kv", "get", "email-reminder", "reminded", key]);
+    assert_eq!(get("a@example.com/2026-12"), (Some(0), "r1\n".into()));
+    assert_eq!(get("b@example.com/2026-12").0, Some(1), "no value");
+    let (code, _) = out(&["kv", "get", "email-reminder", "../x", "k"]);
+    assert_eq!(code, Some(1), "not a bucket name");
+
+    let invoked = qhost(dir.path())
+        .args(["invoke", wasm.to_str().unwrap(), "--body", &reminder("r3")])
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&invoked.stdout);
+    assert!(
+        printed.contains(
+            "state:    1 write(s) it would commit\n  reminded/a@example.com/2026-12 = r3\n"
+        ),
+        "invoke runs on an empty in-memory store and prints the write:\n{printed}"
+    );
 }
