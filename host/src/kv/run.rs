@@ -322,3 +322,213 @@ impl Drop for RunState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::idempotency::{
+        Acquired, Completion, IdempotencyError, IdempotencyStore, LeaseRequest,
+    };
+    use crate::kv::{KvCounts, KvGrant, KvLimits, StateAccess};
+
+    fn policy(access: Arc<StateAccess>) -> Arc<KvPolicy> {
+        let grant: Vec<crate::kv::grant::BucketEntry> =
+            toml::from_str::<toml::Table>(r#"k = ["counts", { bucket = "short", ttl-secs = 60 }]"#)
+                .ok()
+                .and_then(|t| t.get("k").cloned())
+                .and_then(|k| k.try_into().ok())
+                .expect("a grant");
+        Arc::new(KvPolicy {
+            plugin: "p".into(),
+            grant: KvGrant::parse(&grant).expect("a grant"),
+            limits: KvLimits {
+                value_bytes: 8,
+                keys_per_run: 3,
+                key_bytes: 4,
+            },
+            counts: Arc::new(KvCounts::default()),
+            access,
+        })
+    }
+
+    /// Commits `state` as the completion of a fresh lease on `key`.
+    async fn commit(
+        store: &Arc<dyn IdempotencyStore>,
+        key: &str,
+        state: StateCommit,
+    ) -> Result<(), IdempotencyError> {
+        let request = LeaseRequest {
+            key: key.into(),
+            ttl: Duration::from_secs(10),
+            window: Duration::from_secs(60),
+        };
+        let Ok(Acquired::Granted(lease)) = store.acquire(&[request]).await.unwrap().remove(0)
+        else {
+            panic!("no lease on {key}");
+        };
+        let done = Completion {
+            lease,
+            outbox: Vec::new(),
+            result: None,
+            window: Duration::from_secs(60),
+            digest: None,
+            state,
+        };
+        store.complete(&[done]).await.unwrap().remove(0)
+    }
+
+    #[tokio::test]
+    async fn a_run_sees_its_own_writes_over_the_committed_state() {
+        let access = Arc::new(StateAccess::default());
+        let mut run = RunState::new(policy(Arc::clone(&access)));
+        assert_eq!(
+            run.open("other"),
+            Err(KvError::AccessDenied(
+                "bucket `other` is not granted to this plugin (its manifest's [capabilities] keyvalue must name it)".into()
+            ))
+        );
+        let b = run.open("counts").unwrap();
+        assert_eq!(run.increment(b, "n", 2).await, Ok(2));
+        assert_eq!(run.increment(b, "n", 3).await, Ok(5));
+        assert_eq!(run.get(b, "n").await, Ok(Some(b"5".to_vec())));
+        run.set(b, "s", b"7".to_vec()).unwrap();
+        assert_eq!(
+            run.increment(b, "s", 1).await,
+            Ok(8),
+            "a set value counts on"
+        );
+        run.delete(b, "d").unwrap();
+        assert_eq!(
+            run.increment(b, "d", 4).await,
+            Ok(4),
+            "a deleted key counts from 0"
+        );
+        run.set(b, "t", b"x".to_vec()).unwrap_err(); // a fourth key: over keys-per-run
+        assert!(run.set(b, "toolong", vec![]).is_err());
+        assert!(run.set(b, "v", vec![0; 9]).is_err());
+        assert_eq!(
+            run.list(b, None).await,
+            Ok((vec!["d".into(), "n".into(), "s".into()], None))
+        );
+        let state = run.take();
+        assert_eq!(state.buckets.len(), 1);
+        let writes = &state.buckets[0].writes;
+        assert_eq!(
+            writes,
+            &vec![
+                (
+                    "d".to_string(),
+                    Op::Set {
+                        value: b"4".to_vec()
+                    }
+                ),
+                ("n".to_string(), Op::Add { delta: 5 }),
+                (
+                    "s".to_string(),
+                    Op::Set {
+                        value: b"8".to_vec()
+                    }
+                ),
+            ]
+        );
+        assert!(
+            state.buckets[0].reads.is_empty(),
+            "a key written first is not read"
+        );
+        let refused = run.policy.counts.refused_by();
+        assert_eq!(
+            refused,
+            vec![
+                ("key-bytes", 1),
+                ("keys-per-run", 1),
+                ("not-granted", 1),
+                ("value-bytes", 1)
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_commit_adds_to_counters_and_refuses_a_changed_read() {
+        let access = Arc::new(StateAccess::default());
+        let store = access.store().map(|(s, _)| s).unwrap();
+        let policy = policy(Arc::clone(&access));
+        let mut first = RunState::new(Arc::clone(&policy));
+        let mut second = RunState::new(Arc::clone(&policy));
+        let (b1, b2) = (
+            first.open("counts").unwrap(),
+            second.open("counts").unwrap(),
+        );
+        // Both read "seen" absent and both count: the first commits, the second conflicts.
+        assert_eq!(first.get(b1, "seen").await, Ok(None));
+        assert_eq!(second.exists(b2, "seen").await, Ok(false));
+        for run in [&mut first, &mut second] {
+            run.set(0, "seen", b"1".to_vec()).unwrap();
+            run.increment(0, "n", 1).await.unwrap();
+        }
+        let (s1, s2) = (first.take(), second.take());
+        assert_eq!(
+            s1.buckets[0].reads,
+            vec![Read {
+                key: "seen".into(),
+                seen: None
+            }]
+        );
+        commit(&store, "k1", s1).await.unwrap();
+        assert_eq!(
+            commit(&store, "k2", s2).await,
+            Err(IdempotencyError::Conflict("k2".into()))
+        );
+        let bucket = policy.stored("counts");
+        let values = store
+            .kv_get(&bucket, &["n".into(), "seen".into()])
+            .await
+            .unwrap();
+        assert_eq!(values, vec![Some(b"1".to_vec()), Some(b"1".to_vec())]);
+
+        // Blind increments of runs that overlap all count.
+        let mut runs: Vec<RunState> = (0..3).map(|_| RunState::new(Arc::clone(&policy))).collect();
+        for run in &mut runs {
+            let b = run.open("counts").unwrap();
+            assert_eq!(
+                run.increment(b, "n", 1).await,
+                Ok(2),
+                "each sees the committed 1, plus its own"
+            );
+        }
+        for (i, mut run) in runs.into_iter().enumerate() {
+            commit(&store, &format!("blind-{i}"), run.take())
+                .await
+                .unwrap();
+        }
+        let n = store.kv_get(&bucket, &["n".into()]).await.unwrap();
+        assert_eq!(n, vec![Some(b"4".to_vec())]);
+        assert_eq!(store.kv_list(&bucket, 10).await.unwrap(), ["n", "seen"]);
+    }
+
+    #[tokio::test]
+    async fn dropping_a_run_that_wrote_counts_its_writes_dropped() {
+        let policy = policy(Arc::new(StateAccess::default()));
+        let mut run = RunState::new(Arc::clone(&policy));
+        let b = run.open("short").unwrap();
+        run.set(b, "a", b"1".to_vec()).unwrap();
+        run.set(b, "b", b"1".to_vec()).unwrap();
+        drop(run);
+        assert_eq!(policy.counts.dropped_by(), vec![("failed", 2)]);
+        let mut run = RunState::new(Arc::clone(&policy));
+        let b = run.open("short").unwrap();
+        run.set(b, "a", b"1".to_vec()).unwrap();
+        let state = run.take();
+        assert_eq!(
+            state.buckets[0].ttl_ms, 60_000,
+            "the grant's ttl goes with the writes"
+        );
+        drop(run);
+        assert_eq!(
+            policy.counts.dropped_by(),
+            vec![("failed", 2)],
+            "taken writes are not dropped"
+        );
+    }
+}
