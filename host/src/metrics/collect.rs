@@ -350,7 +350,7 @@ impl HostCollector {
         };
         counter(
             "qhost_kv_writes_dropped",
-            "State writes dropped with their run, by reason: failed (trap, timeout, memory limit), retry, reject, lease-lost, conflict (a key it read changed), unavailable (the store did not answer)",
+            "State writes dropped with their run, by reason: failed (trap, timeout, memory limit), retry, reject, lease-lost, conflict (a key it read changed), unavailable (the payload store did not take the run's outbox before its commit)",
         )
         .write(
             encoder,

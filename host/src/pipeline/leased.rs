@@ -258,7 +258,11 @@ impl Leased {
         {
             Ok(outbox) => outbox,
             Err(e) => {
-                self.drop_state("unavailable", &state);
+                let why = match e {
+                    OffloadError::TooLarge(_) => "reject",
+                    OffloadError::Unavailable(_) => "unavailable",
+                };
+                self.drop_state(why, &state);
                 return self.unsendable(e).await;
             }
         };
@@ -310,8 +314,9 @@ impl Leased {
                 cleanup_offloaded(&shared, outbox);
                 delivery.let_lapse(Event::LostLease)
             }
+            // Not counted: the completion may have landed (its writes are then carried out by
+            // the message's next delivery) or not (the run runs again).
             Err(e) => {
-                dropped("unavailable");
                 if let Some(held_back) = delivery.backend_error(Operation::Complete, e.is_timeout())
                 {
                     tracing::error!(error = %e, held_back, "could not record completion; the message will come back");
