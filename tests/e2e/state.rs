@@ -415,3 +415,49 @@ async fn the_javascript_reminder_sends_one_email_per_address_and_month() {
     let lang = "email-reminder-js";
     one_email_per_address_and_month(&guest_bytes(lang), &guest_manifest(lang)).await;
 }
+
+/// A bucket granted with `ttl-secs` forgets a key that long after its last write: on the
+/// embedded store and on Redis, read as `qhost kv` reads it.
+async fn forgets_after_its_ttl(idempotency: &str) {
+    let env = TestEnv::new();
+    env.install(
+        "short",
+        "fixture",
+        "[capabilities]\nkeyvalue = [{ bucket = \"recent\", ttl-secs = 1 }, \"kept\"]\n",
+    );
+    let config = env.config(&format!("{idempotency}\n{}", queue_toml("jobs", "short")));
+    let host = env.host(config.clone()).await;
+    let body = "kv-set:recent:a:1;kv-set:kept:a:1";
+    send_all(&env.queue(), "jobs", &[body], &[]).await;
+    run_until_idle(&host).await;
+    let get = async |bucket: &str| value(&config, "short", bucket, "a").await;
+    assert_eq!(get("recent").await.as_deref(), Some("1"));
+    tokio::time::sleep(std::time::Duration::from_millis(1300)).await;
+    assert_eq!(
+        get("recent").await,
+        None,
+        "forgotten a second after its write"
+    );
+    assert_eq!(
+        get("kept").await.as_deref(),
+        Some("1"),
+        "a bucket without a ttl keeps it"
+    );
+    let listed = (qhost::kv_list(&config, "short", "recent").await).expect("the keys");
+    assert!(listed.is_empty(), "{listed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bucket_with_a_ttl_forgets_keys_on_the_embedded_store() {
+    forgets_after_its_ttl("").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bucket_with_a_ttl_forgets_keys_on_redis() {
+    let redis = format!(
+        "[idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{}\"",
+        shared_url(),
+        unique_namespace("state-ttl")
+    );
+    forgets_after_its_ttl(&redis).await;
+}
