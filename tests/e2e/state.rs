@@ -21,6 +21,15 @@ const COUNTER: &str = "[idempotency]\nkey = \"attribute:job-id\"\n\
 
 const JOBS: usize = 30;
 
+/// The `[idempotency]` section for the tests' Redis, in a namespace of this test's own.
+fn on_redis(test: &str) -> String {
+    format!(
+        "[idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{}\"",
+        shared_url(),
+        unique_namespace(test)
+    )
+}
+
 async fn value(config: &Config, plugin: &str, bucket: &str, key: &str) -> Option<String> {
     (qhost::kv_get(config, plugin, bucket, key).await)
         .expect("the store answers")
@@ -123,12 +132,7 @@ async fn state_counts_once_per_key_on_the_embedded_store() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn state_counts_once_per_key_on_redis() {
-    let ns = unique_namespace("state");
-    let redis = format!(
-        "[idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{ns}\"",
-        shared_url()
-    );
-    counts_once_per_key(&redis).await;
+    counts_once_per_key(&on_redis("state")).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -341,12 +345,7 @@ async fn read_decide_write_decides_once_on_the_embedded_store() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn read_decide_write_decides_once_on_redis() {
-    let redis = format!(
-        "[idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{}\"",
-        shared_url(),
-        unique_namespace("state-once")
-    );
-    decides_once(&redis).await;
+    decides_once(&on_redis("state-once")).await;
 }
 
 /// An email-reminder example, as `bytes` under its own `manifest`: two reminders for one
@@ -357,9 +356,8 @@ async fn one_email_per_address_and_month(bytes: &[u8], manifest: &str) {
     assert!(manifest.contains("keyvalue = [{ bucket = \"reminded\""));
     env.install_bytes("email-reminder", bytes, manifest);
     let config = env.config(&format!(
-        "[idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{}\"\n{}",
-        shared_url(),
-        unique_namespace("state-reminder"),
+        "{}\n{}",
+        on_redis("state-reminder"),
         queue_toml("reminders", "email-reminder")
     ));
     let reminder = |id: &str, email: &str| {
@@ -454,10 +452,5 @@ async fn a_bucket_with_a_ttl_forgets_keys_on_the_embedded_store() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bucket_with_a_ttl_forgets_keys_on_redis() {
-    let redis = format!(
-        "[idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{}\"",
-        shared_url(),
-        unique_namespace("state-ttl")
-    );
-    forgets_after_its_ttl(&redis).await;
+    forgets_after_its_ttl(&on_redis("state-ttl")).await;
 }
