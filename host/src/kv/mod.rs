@@ -19,6 +19,9 @@
 //! - `increment` returns the counter as the run sees it: the committed value when first read
 //!   plus the run's own increments. The commit adds the run's increments to the value
 //!   committed then, so runs of different keys incrementing one counter all count.
+//! - A read the store cannot answer ends the run (a trap, classified as
+//!   `Failure::StateUnavailable`): the message goes back without using an attempt, and the
+//!   guest never mistakes an outage for an answer.
 //!
 //! # Isolation
 //!
