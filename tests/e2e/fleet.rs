@@ -22,32 +22,11 @@ use qhost_e2e::harness::{TestEnv, attr};
 use qhost_e2e::processes::HostProcess;
 use qhost_e2e::redis_cluster::RedisCluster;
 use qhost_e2e::redis_server::{record_cmd, state_word, unique_namespace};
-use qhost_e2e::sqs_server::{create_queue, drain, endpoint, jobs_done, sdk_config, unique};
+use qhost_e2e::sqs_server::{
+    create_queue, drain, fleet_host_config, jobs_done, sdk_config, unique,
+};
 
 const JOBS: usize = 120;
-
-fn config_file(env: &TestEnv, file: &str, ns: &str, seeds: &[String], jobs: &str) -> PathBuf {
-    let seeds: Vec<String> = seeds.iter().map(|u| format!("{u:?}")).collect();
-    let text = format!(
-        "plugins-dir = {:?}\ndata-dir = {:?}\nmax-in-flight = 8\nshutdown-grace-secs = 5\n\
-         [source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\nregion = \"us-east-1\"\n\
-         [idempotency]\nkind = \"redis\"\ncluster = true\nurls = [{}]\nnamespace = \"{ns}\"\n\
-         [retry]\nbase-secs = 0.05\nmax-secs = 1\n\
-         [[queue]]\nname = \"{jobs}\"\nplugin = \"fixture\"\nwait-time-secs = 1\n\
-         visibility-timeout-secs = 3\n",
-        env.plugins_dir(),
-        env.data_dir().join(file),
-        endpoint(),
-        seeds.join(", "),
-    );
-    let path = env
-        .plugins_dir()
-        .parent()
-        .expect("the test directory")
-        .join(format!("{file}.toml"));
-    std::fs::write(&path, text).expect("config file");
-    path
-}
 
 /// Sends every job once, and every fifth job a second time (a producer retry: another message,
 /// the same job id).
@@ -93,8 +72,16 @@ async fn a_fleet_on_a_cluster_survives_a_killed_host_and_a_killed_primary() {
     create_queue(&sink, &[]).await;
     let ns = unique_namespace("fleet");
     let seeds = cluster.urls();
+    let urls: Vec<String> = seeds.iter().map(|u| format!("{u:?}")).collect();
+    let redis = format!(
+        "[idempotency]\nkind = \"redis\"\ncluster = true\nurls = [{}]\nnamespace = \"{ns}\"",
+        urls.join(", ")
+    );
     let configs: Vec<PathBuf> = (0..4)
-        .map(|i| config_file(&env, &format!("host-{i}"), &ns, &seeds, &jobs))
+        .map(|i| {
+            let name = format!("host-{i}");
+            fleet_host_config(&env, &name, 8, &redis, (&jobs, "fixture"))
+        })
         .collect();
     let sqs = SqsQueue::from_sdk_config(&sdk_config());
     produce(&sqs, &jobs, &sink).await;

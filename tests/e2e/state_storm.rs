@@ -16,30 +16,12 @@ use qhost_e2e::processes::HostProcess;
 use qhost_e2e::redis_cluster::RedisCluster;
 use qhost_e2e::redis_server::{shared_url, unique_namespace};
 use qhost_e2e::sqs_server::{
-    create_queue, drain, endpoint, jobs_done, patient_queue, sdk_config, unique,
+    create_queue, drain, endpoint, fleet_host_config, jobs_done, patient_queue, sdk_config, unique,
 };
 
 const JOBS: usize = 120;
 /// The counters each job increments besides `total`: `d0` to `d3`, by job number.
 const SPREAD: usize = 4;
-
-fn config_file(env: &TestEnv, file: &str, idempotency: &str, jobs: &str) -> PathBuf {
-    let text = format!(
-        "plugins-dir = {:?}\ndata-dir = {:?}\nmax-in-flight = 4\nshutdown-grace-secs = 5\n\
-         [source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\nregion = \"us-east-1\"\n\
-         {idempotency}\n[retry]\nbase-secs = 0.05\nmax-secs = 1\n\
-         [[queue]]\nname = \"{jobs}\"\nplugin = \"counter\"\nwait-time-secs = 1\n\
-         visibility-timeout-secs = 3\n",
-        env.plugins_dir(),
-        env.data_dir().join(file),
-        endpoint(),
-    );
-    let path = (env.plugins_dir().parent())
-        .expect("the test directory")
-        .join(format!("{file}.toml"));
-    std::fs::write(&path, text).expect("config file");
-    path
-}
 
 /// Sends every job once, and every fifth job a second time (another message, the same key).
 async fn produce(sqs: &SqsQueue, jobs: &str, sink: &str) {
@@ -91,7 +73,10 @@ async fn storm(test: &str, idempotency: &str, mut mid_run: Storm<'_>) {
         create_queue(q, &[]).await;
     }
     let configs: Vec<PathBuf> = (0..2)
-        .map(|i| config_file(&env, &format!("host-{i}"), idempotency, &jobs))
+        .map(|i| {
+            let name = format!("host-{i}");
+            fleet_host_config(&env, &name, 4, idempotency, (&jobs, "counter"))
+        })
         .collect();
     let mut hosts: Vec<HostProcess> = configs
         .iter()

@@ -246,3 +246,31 @@ pub async fn jobs_done(
     );
     false
 }
+
+/// Writes the configuration of one of several hosts consuming `queue` of the SQS-compatible
+/// server with `plugin`, on the store `idempotency` (an `[idempotency]` section), beside
+/// `env`'s directories with its own data directory `name`; the file's path.
+pub fn fleet_host_config(
+    env: &crate::harness::TestEnv,
+    name: &str,
+    max_in_flight: usize,
+    idempotency: &str,
+    (queue, plugin): (&str, &str),
+) -> std::path::PathBuf {
+    let text = format!(
+        "plugins-dir = {:?}\ndata-dir = {:?}\nmax-in-flight = {max_in_flight}\n\
+         shutdown-grace-secs = 5\n\
+         [source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\nregion = \"us-east-1\"\n\
+         {idempotency}\n[retry]\nbase-secs = 0.05\nmax-secs = 1\n\
+         [[queue]]\nname = \"{queue}\"\nplugin = \"{plugin}\"\nwait-time-secs = 1\n\
+         visibility-timeout-secs = 3\n",
+        env.plugins_dir(),
+        env.data_dir().join(name),
+        endpoint(),
+    );
+    let path = (env.plugins_dir().parent())
+        .expect("the test directory")
+        .join(format!("{name}.toml"));
+    std::fs::write(&path, text).expect("config file");
+    path
+}

@@ -115,6 +115,7 @@ impl RedisStore {
         })
     }
 
+    /// Counts one round trip (a pipeline counts once).
     fn count_round_trip(&self) {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
     }
@@ -144,7 +145,7 @@ impl RedisStore {
     }
 
     async fn query<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> StoreResult<T> {
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.count_round_trip();
         let mut link = self.link.clone();
         pipe.query_async(&mut link).await.map_err(failed)
     }
@@ -196,7 +197,7 @@ impl RedisStore {
             self.link.forget_nodes();
         }
         for i in moved {
-            self.round_trips.fetch_add(1, Ordering::Relaxed);
+            self.count_round_trip();
             let mut link = self.link.clone();
             ordered[i] = invocations[i]
                 .1
@@ -209,7 +210,7 @@ impl RedisStore {
 
     /// Sends one group's pipeline (see [`RedisLink::send`]), counting the round trip.
     async fn send(&self, pipe: &redis::Pipeline, group: &Group) -> StoreResult<Vec<Value>> {
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.count_round_trip();
         self.link.send(pipe, group).await.map_err(failed)
     }
 
