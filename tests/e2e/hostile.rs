@@ -15,7 +15,7 @@ use qhost::Payloads;
 use qhost::QueueSource;
 use qhost::SqsQueue;
 use qhost::testing::scoped_key as scoped;
-use qhost::{Acquired, IdempotencyStore, LeaseRequest};
+use qhost::{Acquired, IdempotencyStore, LeaseRequest, Released};
 use qhost::{Attribute, AttributeValue, Outgoing, Received};
 use qhost_e2e::harness::{TestEnv, attr, contents, run_until_idle};
 use qhost_e2e::sqs_server::{
@@ -349,17 +349,32 @@ async fn put_backs_while_busy_use_up_no_attempts() {
         let ids = setup.send(&[Outgoing::new(&jobs, body.as_str())]).await;
         let store = setup.env.store();
         let key = scoped("qhost", "fixture", &ids[0]);
-        // Long enough that a host slow to start under load still finds it held.
+        // Held until the host has put the message back at least once, however slowly the
+        // host starts; then the test lets it go untouched, as an owner that did not run would.
         let request = LeaseRequest {
             key,
-            ttl: Duration::from_secs(8),
+            ttl: Duration::from_secs(60),
             window: Duration::from_secs(60),
         };
         let held = store.acquire(&[request]).await.unwrap();
-        assert!(matches!(held[0], Ok(Acquired::Granted(_))), "{held:?}");
+        let lease = match &held[0] {
+            Ok(Acquired::Granted(lease)) => lease.clone(),
+            other => panic!("{other:?}"),
+        };
         let host = setup.host(&[(&jobs, "fixture")]).await;
 
-        run_until_idle(&host).await;
+        let release_once_busy = async {
+            let busy = async {
+                while host.stats().total().busy == 0 {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(120), busy)
+                .await
+                .unwrap_or_else(|_| panic!("{backend:?}: the host never found the key busy"));
+            store.release(&lease, Released::NotRun).await.unwrap();
+        };
+        tokio::join!(run_until_idle(&host), release_once_busy);
 
         let c = host.stats().total();
         assert!(c.busy >= 1, "{backend:?}: put back while leased: {c:?}");
