@@ -17,7 +17,7 @@ use qhost::SqsQueue;
 use qhost::testing::scoped_key as scoped;
 use qhost::{Acquired, IdempotencyStore, LeaseRequest, Released};
 use qhost::{Attribute, AttributeValue, Outgoing, Received};
-use qhost_e2e::harness::{TestEnv, attr, contents, run_until_idle};
+use qhost_e2e::harness::{TestEnv, attr, contents, eventually, run_until_idle};
 use qhost_e2e::sqs_server::{
     client, create_bucket, create_queue, drain, endpoint, s3_payloads, sdk_config, unique,
 };
@@ -364,14 +364,11 @@ async fn put_backs_while_busy_use_up_no_attempts() {
         let host = setup.host(&[(&jobs, "fixture")]).await;
 
         let release_once_busy = async {
-            let busy = async {
-                while host.stats().total().busy == 0 {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            };
-            tokio::time::timeout(Duration::from_secs(120), busy)
-                .await
-                .unwrap_or_else(|_| panic!("{backend:?}: the host never found the key busy"));
+            let what = format!("{backend:?}: the host finds the key busy");
+            eventually(Duration::from_secs(120), &what, async || {
+                host.stats().total().busy > 0
+            })
+            .await;
             store.release(&lease, Released::NotRun).await.unwrap();
         };
         tokio::join!(run_until_idle(&host), release_once_busy);
