@@ -11,6 +11,25 @@ use crate::config::rollout::FailureKind;
 use crate::handler::{Failure, HandlerMessage, Invocation, Outcome};
 use crate::plugin::Plugin;
 use crate::plugin::canary::CanarySlot;
+use crate::plugin::registry::Registry;
+
+/// The versions a run of a message routed to `routed` meets, as they are when the run starts:
+/// the serving one, and the canary if one of another version runs beside it.
+///
+/// Not the versions of when the message was routed: a promotion can land in between, and a key
+/// in the promoted canary's share must not go back to the version it left. The canary is read
+/// first and the serving version after, the reverse of the order a promotion writes them in,
+/// so the promoted version is seen in one or the other. A plugin removed in between runs as
+/// routed (calls already under way finish).
+pub(super) fn versions(
+    registry: &Registry,
+    routed: Arc<Plugin>,
+) -> (Arc<Plugin>, Option<Arc<CanarySlot>>) {
+    let canary = registry.canaries.get(&routed.name);
+    let serving = registry.get(&routed.name).unwrap_or(routed);
+    let canary = canary.filter(|slot| slot.plugin.version != serving.version);
+    (serving, canary)
+}
 
 /// Runs `input` on the canary when its key falls in the canary's share, else (or when the
 /// canary fails) on `serving`; the answer and the version that gave it (whose name and version
@@ -54,5 +73,51 @@ fn failure_kind(result: &Result<Invocation, Failure>) -> Option<FailureKind> {
         Err(Failure::Trap(_) | Failure::Instantiate(_)) => Some(FailureKind::Trap),
         // The store's fault, not the version's: the message goes back as it would on either.
         Err(Failure::StateUnavailable(_)) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::manifest::Manifest;
+
+    fn version(version: &str) -> Plugin {
+        let ack = |_msg| Ok(Invocation::new(Outcome::Ack));
+        let manifest = Manifest::parse("").expect("an empty manifest");
+        Plugin::new("worker", version, manifest, Arc::new(ack))
+    }
+
+    fn names(chosen: &(Arc<Plugin>, Option<Arc<CanarySlot>>)) -> (&str, Option<&str>) {
+        let canary = chosen.1.as_ref().map(|slot| slot.plugin.version.as_str());
+        (chosen.0.version.as_str(), canary)
+    }
+
+    #[test]
+    fn a_message_routed_before_a_promotion_runs_on_the_promoted_version() {
+        let registry = Registry::new([version("v1")]);
+        let routed = registry.get("worker").expect("v1 serves");
+        registry.start_canary(version("v2"), 100);
+        let during = versions(&registry, Arc::clone(&routed));
+        assert_eq!(names(&during), ("v1", Some("v2")));
+        registry.promote("worker", "v2", "test");
+        let after = versions(&registry, routed);
+        assert_eq!(names(&after), ("v2", None), "not back on v1");
+    }
+
+    #[test]
+    fn a_rollback_leaves_a_routed_message_on_the_serving_version() {
+        let registry = Registry::new([version("v1")]);
+        let routed = registry.get("worker").expect("v1 serves");
+        registry.start_canary(version("v2"), 100);
+        registry.roll_back("worker", "v2", "test");
+        assert_eq!(names(&versions(&registry, routed)), ("v1", None));
+    }
+
+    #[test]
+    fn a_plugin_removed_after_routing_runs_as_routed() {
+        let registry = Registry::new([version("v1")]);
+        let routed = registry.get("worker").expect("v1 serves");
+        registry.remove("worker");
+        assert_eq!(names(&versions(&registry, routed)), ("v1", None));
     }
 }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::canary::invoke_either;
+use super::canary::{invoke_either, versions};
 use super::delivery::{Delivery, Fate};
 use super::leased::Leased;
 use super::route::Routed;
@@ -159,9 +159,7 @@ async fn run(mut leased: Leased, resolved: Option<Resolved>) -> Fate {
     if let Some(capture) = &leased.delivery().queue().capture {
         capture.offer(&input);
     }
-    // A canary of another version than the one routed to (a promotion can land in between).
-    let canary = (shared.registry.canaries.get(&plugin.name))
-        .filter(|slot| slot.plugin.version != plugin.version);
+    let (plugin, canary) = versions(&shared.registry, plugin);
     let call = async {
         match &canary {
             Some(slot) => invoke_either(leased.delivery(), &plugin, slot, input).await,

@@ -93,10 +93,13 @@ impl Registry {
     }
 
     /// Makes `plugin` its name's serving version, ending any canary of that name.
+    ///
+    /// The new version serves before the canary ends: a run reads the canary first and the
+    /// serving version after (`pipeline::canary::versions`), so a promoted canary is never
+    /// missing from both while it moves from one to the other.
     fn serve(&self, plugin: Arc<Plugin>) {
         (self.loaded_at.lock().unwrap_or_else(|e| e.into_inner()))
             .insert(plugin.name.clone(), crate::message::now_ms());
-        self.canaries.end(&plugin.name, None);
         let mut errors = self.errors_mut();
         errors.remove(&plugin.name);
         self.plugins.rcu(|map| {
@@ -105,6 +108,7 @@ impl Registry {
             map
         });
         drop(errors);
+        self.canaries.end(&plugin.name, None);
     }
 
     /// Starts `plugin` as a canary beside its name's serving version, at `percent` of keys.
@@ -127,7 +131,8 @@ impl Registry {
 
     /// Promotes `name`'s canary, if it is `version`: it takes all traffic.
     pub(crate) fn promote(&self, name: &str, version: &str, reason: &str) {
-        if let Some(slot) = self.canaries.end(name, Some(version)) {
+        let canary = self.canaries.get(name);
+        if let Some(slot) = canary.filter(|slot| slot.plugin.version == version) {
             tracing::info!(plugin = %name, %version, %reason, "canary promoted");
             self.serve(Arc::clone(&slot.plugin));
         }
