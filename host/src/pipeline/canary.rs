@@ -19,8 +19,9 @@ use crate::plugin::registry::Registry;
 /// Not the versions of when the message was routed: a promotion can land in between, and a key
 /// in the promoted canary's share must not go back to the version it left. The canary is read
 /// first and the serving version after, the reverse of the order a promotion writes them in,
-/// so the promoted version is seen in one or the other. A plugin removed in between runs as
-/// routed (calls already under way finish).
+/// so the promoted version is seen in one or the other: arc-swap's default strategy puts a
+/// `SeqCst` operation in every load and store, so operations on the two `ArcSwap`s have one
+/// global order. A plugin removed in between runs as routed (calls already under way finish).
 pub(super) fn versions(
     registry: &Registry,
     routed: Arc<Plugin>,
