@@ -69,4 +69,8 @@ impl QueueSource for FailingAcks {
     async fn depth(&self, queue: &str) -> Result<QueueDepth, SourceError> {
         self.inner.depth(queue).await
     }
+
+    fn depth_is_exact(&self) -> bool {
+        self.inner.depth_is_exact()
+    }
 }

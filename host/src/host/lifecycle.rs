@@ -9,16 +9,14 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{Host, IDLE_CHECK, RELEASE_DEADLINE};
+use super::{Host, RELEASE_DEADLINE};
 use crate::admin::health;
-use crate::config::Config;
 use crate::pipeline::{
     AckTask, Acker, Completer, OutboxMarks, PutBacks, QueueCtx, Shared, run_poller,
 };
 use crate::plugin::registry::Registry;
 use crate::plugin::{status, watch};
 use crate::progress::Progress;
-use crate::source::QueueSource;
 
 impl Host {
     /// Runs until `shutdown` is cancelled, then drains. Meanwhile the queues and the store are
@@ -148,7 +146,7 @@ impl Host {
     /// Runs until every consumed queue is empty and nothing is in flight (or `shutdown`).
     pub async fn run_until_idle(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let idle = shutdown.child_token();
-        let watcher = tokio::spawn(watch_idle(
+        let watcher = tokio::spawn(super::idle::watch(
             Arc::clone(&self.source),
             self.config.clone(),
             Arc::clone(&self.registry),
@@ -222,34 +220,4 @@ async fn flush_acks(ackers: Vec<(String, AckTask)>) {
         }
     });
     futures_util::future::join_all(closing).await;
-}
-
-/// Cancels `idle` once all consumed queues hold no messages, visible or not. A queue whose
-/// plugin is not loaded is not consumed, so it is not waited for (its messages stay).
-async fn watch_idle(
-    source: Arc<dyn QueueSource>,
-    config: Arc<Config>,
-    registry: Arc<Registry>,
-    idle: CancellationToken,
-) {
-    while !idle.is_cancelled() {
-        tokio::select! {
-            _ = idle.cancelled() => return,
-            _ = tokio::time::sleep(IDLE_CHECK) => {}
-        }
-        let mut empty = true;
-        for q in (config.queues.iter()).filter(|q| registry.get(&q.plugin).is_some()) {
-            match source.depth(&q.name).await {
-                Ok(d) if d.total() == 0 => {}
-                Ok(_) => empty = false,
-                Err(e) => {
-                    tracing::warn!(queue = %q.name, error = %e, "could not read queue depth");
-                    empty = false;
-                }
-            }
-        }
-        if empty {
-            idle.cancel();
-        }
-    }
 }

@@ -13,6 +13,7 @@
 //!
 //! `open` opens the backends and makes the start-up checks; `lifecycle` runs and drains.
 
+mod idle;
 mod lifecycle;
 pub(crate) mod open;
 

@@ -353,6 +353,11 @@ impl QueueSource for LocalQueue {
             invisible: (total - visible) as u64,
         })
     }
+
+    /// One query counts both, in one transaction.
+    fn depth_is_exact(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

@@ -113,4 +113,12 @@ pub trait QueueSource: Send + Sync + std::fmt::Debug + 'static {
 
     /// How many messages the queue holds.
     async fn depth(&self, queue: &str) -> Result<QueueDepth, SourceError>;
+
+    /// Whether one [`depth`](QueueSource::depth) reading is exact: all its counts taken at one
+    /// instant. SQS's counts are approximate (an SQS-compatible server may take them one after
+    /// another), so a message changing state meanwhile can be missed; `run --until-idle` then
+    /// wants several empty readings in a row.
+    fn depth_is_exact(&self) -> bool {
+        false
+    }
 }
