@@ -3,8 +3,9 @@
 //!
 //! Why one empty reading is not always enough: a depth reading from SQS is three approximate
 //! counts (visible, delayed, in flight), not one snapshot. A message whose retry delay ends
-//! while they are taken is counted in none of them: it is still hidden when the visible count is
-//! taken, and already visible when the in-flight count is. The host would stop with that message
+//! while they are taken can be counted in none of them: on a server that takes them one after
+//! another (moto does), it is still hidden when the visible count is taken, and already visible
+//! when the in-flight count is. The host would stop with that message
 //! on the queue, and a queue's redrive policy would never get to move it. So a source whose
 //! reading is approximate must read empty [`APPROXIMATE_EMPTY_READINGS`] times in a row,
 //! [`IDLE_CHECK`] apart; one message cannot be between states at each of them. The embedded

@@ -11,7 +11,8 @@
 //! reports what is true: deliveries still running after the release, and deletes handed to the
 //! ack tasks but not confirmed, each counted on its own.
 //!
-//! `open` opens the backends and makes the start-up checks; `lifecycle` runs and drains.
+//! `open` opens the backends and makes the start-up checks; `lifecycle` runs and drains;
+//! `idle` decides when a run until idle ends.
 
 mod idle;
 mod lifecycle;
