@@ -22,7 +22,9 @@
 //! | `plugin`        | what the host serves: `plugin::Plugin`, manifests, secrets, loading |
 //! |                 | (the one way into `runtime`), the registry, hot reload, status        |
 //! | `payload`       | claim check: payload stores (Redis, S3, local), pointers, allow-list  |
-//! | `pipeline`      | the data path: receive, route, lease, run, one fate per delivery      |
+//! | `format`        | how a queue's messages are read: qhost's, Celery's, SNS, EventBridge, |
+//! |                 | S3 events; what the pipeline routes, keys, runs and commits           |
+//! | `pipeline`      | the data path: receive, read, route, lease, run, one fate per delivery |
 //! | `host`          | wiring: backends by configuration and start-up checks (`host::StartError`), |
 //! |                 | pollers, shutdown                                                     |
 //! | `dlq`           | dead letters read and redriven (`qhost dlq`)                          |
@@ -61,6 +63,7 @@ mod config;
 mod digest;
 mod dlq;
 mod faults;
+mod format;
 mod handler;
 mod host;
 mod idempotency;
@@ -91,12 +94,12 @@ mod traces;
 // The host and its configuration.
 pub use celery::ContentType as CeleryContentType;
 pub use celery::inspect::{CeleryReport, inspect as inspect_celery};
-pub use config::celery::{CeleryQueue, CeleryResults};
+pub use config::celery::CeleryResults;
 pub use config::deadlines::Deadlines;
 pub use config::load::Overrides;
 pub use config::payload::{PayloadConfig, PayloadPlace};
 pub use config::secrets::SecretsGrant;
-pub use config::{Config, QueueConfig, RetryPolicy, SourceKind, StoreKind};
+pub use config::{Config, MessageFormat, QueueConfig, RetryPolicy, Routes, SourceKind, StoreKind};
 pub use host::Host;
 pub use host::open::{StartError, load_plugins, runtime_for};
 

@@ -48,6 +48,8 @@ pub struct Counts {
     pub conflicts: u64,
     /// Celery tasks received after their `expires`, acked without running.
     pub expired: u64,
+    /// Messages that held nothing to run (S3's test event), acked.
+    pub ignored: u64,
 }
 
 /// Something that happened to one message.
@@ -83,6 +85,8 @@ pub(crate) enum Event {
     Conflict,
     /// A Celery task past its expiry, acked without running.
     Expired,
+    /// A message that holds nothing to run (S3's test event), acked.
+    Ignored,
 }
 
 impl Event {
@@ -99,6 +103,7 @@ impl Event {
             Event::DeadLettered => Some("dead_lettered"),
             Event::Released => Some("released"),
             Event::Expired => Some("expired"),
+            Event::Ignored => Some("ignored"),
             Event::LostLease => Some("lease_lost"),
             Event::Received
             | Event::Invoked
@@ -127,6 +132,7 @@ impl Counts {
             Event::Released => self.released += 1,
             Event::Conflict => self.conflicts += 1,
             Event::Expired => self.expired += 1,
+            Event::Ignored => self.ignored += 1,
         }
     }
 
@@ -136,6 +142,7 @@ impl Counts {
         self.acked += o.acked;
         self.duplicates += o.duplicates;
         self.expired += o.expired;
+        self.ignored += o.ignored;
         self.busy += o.busy;
         self.rate_limited += o.rate_limited;
         self.retried += o.retried;

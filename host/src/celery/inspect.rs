@@ -2,7 +2,7 @@
 //! for people moving a task to qhost.
 
 use super::{ContentType, decode};
-use crate::config::QueueConfig;
+use crate::config::{MessageFormat, QueueConfig};
 
 /// A Celery message as qhost reads it.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,29 +32,29 @@ pub struct CeleryReport {
 /// Reads `raw` (an SQS message body) as a Celery task; with `queue`, as that queue reads it
 /// (its accepted serializers) and where it routes it. Without one, JSON and msgpack are read.
 pub fn inspect(raw: &[u8], queue: Option<&QueueConfig>) -> Result<CeleryReport, String> {
-    let celery = match queue {
-        None => None,
-        Some(q) => Some(q.celery.as_ref().ok_or_else(|| {
-            format!(
+    let accept = match queue.map(|q| (q, &q.format)) {
+        None => vec![ContentType::Json, ContentType::Msgpack],
+        Some((_, MessageFormat::Celery { accept })) => accept.clone(),
+        Some((q, _)) => {
+            return Err(format!(
                 "queue `{}` is not a Celery queue (format = \"celery\")",
                 q.name
-            )
-        })?),
-    };
-    let accept = match celery {
-        Some(c) => c.accept.clone(),
-        None => vec![ContentType::Json, ContentType::Msgpack],
+            ));
+        }
     };
     let task = decode(raw, &accept).map_err(|e| e.to_string())?;
-    let route = celery.map(|c| {
-        c.plugin_for(&task.name).map(str::to_string).ok_or_else(|| {
-            let routed: Vec<&str> = c.tasks.keys().map(String::as_str).collect();
-            format!(
-                "not routed: the queue routes {} and has no default plugin; it would be \
-                 dead-lettered",
-                routed.join(", ")
-            )
-        })
+    let route = queue.map(|q| {
+        let routes = &q.routes;
+        (routes.lookup(std::slice::from_ref(&task.name)))
+            .or(routes.default.as_deref())
+            .map(str::to_string)
+            .ok_or_else(|| {
+                format!(
+                    "not routed: the queue routes {} and has no default plugin; it would be \
+                     dead-lettered",
+                    routes.names()
+                )
+            })
     });
     Ok(CeleryReport {
         key: task.key(),

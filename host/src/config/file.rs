@@ -99,6 +99,15 @@ pub(crate) struct RawRetry {
     pub max_secs: Option<f64>,
 }
 
+/// A queue's `routes` as written: a table of route name to plugin, or (for qhost's own
+/// format) the list of plugins a route attribute may name.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawRoutes {
+    List(Vec<String>),
+    Table(std::collections::BTreeMap<String, String>),
+}
+
 /// `[celery]` as written.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -118,7 +127,7 @@ pub(crate) struct RawQueue {
     pub batch_size: Option<u32>,
     pub dead_letter: Option<String>,
     pub route_attribute: Option<String>,
-    pub routes: Option<Vec<String>>,
+    pub routes: Option<RawRoutes>,
     pub max_receives: Option<u32>,
     pub heartbeat: Option<bool>,
     pub pollers: Option<u32>,

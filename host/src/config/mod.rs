@@ -10,6 +10,7 @@ pub(crate) mod deadlines;
 #[cfg(test)]
 mod documented;
 mod file;
+pub(crate) mod format;
 pub(crate) mod load;
 pub(crate) mod payload;
 pub(crate) mod rollout;
@@ -21,12 +22,13 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 
-use crate::message::wire::{valid_plugin_name, valid_queue_name};
+use crate::message::wire::valid_queue_name;
 use crate::redis_link::{RedisTarget, redacted};
 use crate::runtime::MAX_MEMORY_MIB;
-use celery::{CeleryQueue, CeleryResults, celery_of, results_of};
+use celery::{CeleryResults, results_of};
 pub(crate) use deadlines::Deadlines;
 use file::{RawConfig, RawQueue};
+pub use format::{MessageFormat, Routes};
 pub(crate) use payload::{PayloadConfig, PayloadPlace};
 pub(crate) use secrets::SecretsGrant;
 
@@ -79,8 +81,14 @@ pub struct QueueConfig {
     pub name: String,
     /// The queue's URL, for SQS (otherwise resolved by name).
     pub url: Option<String>,
-    /// The plugin that handles it.
+    /// The plugin that stands for the queue: its default route, or for a queue routed by its
+    /// table alone the first route's plugin (what its unroutable messages' dead letters and
+    /// metrics name).
     pub plugin: String,
+    /// How its messages are read (`format`).
+    pub format: MessageFormat,
+    /// Which plugin runs each route the format reads, and the default.
+    pub routes: Routes,
     /// How long a received message stays hidden; the heartbeat extends it while a handler runs.
     pub visibility: Duration,
     /// Long-poll wait.
@@ -91,32 +99,22 @@ pub struct QueueConfig {
     pub pollers: usize,
     /// Where rejected and poison messages go.
     pub dead_letter: String,
-    /// A message attribute that may name another plugin to handle the message.
-    pub route_attribute: Option<String>,
-    /// The plugins the route attribute may name (besides `plugin`); nothing else.
-    pub routes: Vec<String>,
     /// Queue-level redrive: receives after which the queue itself dead-letters a message (a
     /// safety net for messages that crash the host).
     pub max_receives: Option<u32>,
     /// Whether to extend the lease and visibility while a handler runs. Off only for handlers
     /// that must never outlive their visibility timeout (and for tests of lease expiry).
     pub heartbeat: bool,
-    /// For a queue that Celery producers send to (`format = "celery"`): its task routes and
-    /// accepted serializers.
-    pub celery: Option<CeleryQueue>,
     /// A sample of its handled messages written for `qhost replay`, when asked for.
     pub capture: Option<capture::CaptureConfig>,
 }
 
 impl QueueConfig {
-    /// Every plugin the queue may run, once each: its own, then its routes (or its Celery
-    /// tasks' plugins).
+    /// Every plugin the queue may run, once each: its own, then its routes'.
     pub fn plugins(&self) -> impl Iterator<Item = &str> {
-        let tasks = self.celery.iter().flat_map(|c| c.tasks.values());
         let mut seen = std::collections::BTreeSet::new();
         std::iter::once(&self.plugin)
-            .chain(&self.routes)
-            .chain(tasks)
+            .chain(self.routes.table.values())
             .map(String::as_str)
             .filter(move |name| seen.insert(*name))
     }
@@ -251,7 +249,8 @@ impl Config {
         };
         check_unique(&queues)?;
         let celery_results = results_of(raw.celery)?;
-        if celery_results.is_some() && queues.iter().all(|q| q.celery.is_none()) {
+        let celery = |q: &QueueConfig| matches!(q.format, MessageFormat::Celery { .. });
+        if celery_results.is_some() && !queues.iter().any(celery) {
             bail!("celery.result-backend is set, but no queue has format = \"celery\"");
         }
         let data_dir = raw.data_dir.unwrap_or_else(|| ".qhost".into());
@@ -376,26 +375,18 @@ fn in_range<T: PartialOrd + std::fmt::Display>(
 
 fn queue(index: usize, q: RawQueue) -> anyhow::Result<QueueConfig> {
     let field = |f: &str| format!("queue[{index}].{f}");
-    let celery = celery_of(&q, &field)?;
+    let (format, routes) = format::format_of(&q, &field)?;
     let name = q
         .name
         .with_context(|| format!("{} is required", field("name")))?;
     if !valid_queue_name(&name) {
         bail!("{} `{name}` is not a valid queue name", field("name"));
     }
-    // A Celery queue routed by `tasks` alone names its first task's plugin where one plugin
+    // A queue routed by its table alone names its first route's plugin where one plugin
     // stands for the queue (its dead letters' verdicts, its metrics).
-    let first_routed = celery
-        .as_ref()
-        .and_then(|c| c.tasks.values().next().cloned());
-    let plugin = (q.plugin.clone().or(first_routed))
+    let plugin = (routes.default.clone())
+        .or_else(|| routes.table.values().next().cloned())
         .with_context(|| format!("{} is required", field("plugin")))?;
-    if !valid_plugin_name(&plugin) {
-        bail!(
-            "{} `{plugin}` is not a valid plugin name (letters, digits, - and _)",
-            field("plugin")
-        );
-    }
     let visibility = q.visibility_timeout_secs.unwrap_or(30);
     in_range(&field("visibility-timeout-secs"), visibility, 1, 43_200)?;
     let wait = q.wait_time_secs.unwrap_or(20);
@@ -414,17 +405,6 @@ fn queue(index: usize, q: RawQueue) -> anyhow::Result<QueueConfig> {
     if let Some(max) = q.max_receives {
         in_range(&field("max-receives"), max, 1, 1000)?;
     }
-    let routes = q.routes.unwrap_or_default();
-    if let Some(bad) = routes.iter().find(|r| !valid_plugin_name(r)) {
-        bail!("{} `{bad}` is not a valid plugin name", field("routes"));
-    }
-    if q.route_attribute.is_some() && routes.is_empty() {
-        bail!(
-            "{} needs {}: the plugins a message may choose (deny by default)",
-            field("route-attribute"),
-            field("routes")
-        );
-    }
     if let Some(url) = &q.url
         && !(url.starts_with("https://") || url.starts_with("http://"))
     {
@@ -439,14 +419,13 @@ fn queue(index: usize, q: RawQueue) -> anyhow::Result<QueueConfig> {
         batch_size: batch as usize,
         pollers: pollers as usize,
         dead_letter,
-        route_attribute: q.route_attribute,
+        format,
         routes,
         max_receives: q.max_receives,
         heartbeat: q.heartbeat.unwrap_or(true),
         capture: (q.capture.as_ref())
             .map(|raw| capture::capture(&field("capture"), raw))
             .transpose()?,
-        celery,
     })
 }
 

@@ -1,7 +1,6 @@
 //! The host's lifecycle: run (pollers, readiness, the plugin watcher), drain at shutdown, and
 //! run until idle.
 
-use crate::celery::results::ResultBackend;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -11,6 +10,7 @@ use tokio_util::task::TaskTracker;
 
 use super::{Host, RELEASE_DEADLINE};
 use crate::admin::health;
+use crate::format::Formats;
 use crate::pipeline::{
     AckTask, Acker, Completer, OutboxMarks, PutBacks, QueueCtx, Shared, run_poller,
 };
@@ -112,6 +112,7 @@ impl Host {
 
     async fn consume(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let shared = Arc::new(self.shared());
+        let formats = Formats::open(&self.config);
         let mut ackers = Vec::new();
         let pollers = TaskTracker::new();
         for q in &self.config.queues {
@@ -127,6 +128,7 @@ impl Host {
             let ctx = Arc::new(QueueCtx {
                 shared: Arc::clone(&shared),
                 config: q.clone(),
+                format: formats.for_queue(q),
                 acker,
                 put_backs: PutBacks::spawn(Arc::clone(&self.source), q.name.clone()),
                 capture: self.capture(q),
@@ -173,20 +175,7 @@ impl Host {
             payloads: Arc::clone(&self.payloads),
             tracer: self.tracer.clone(),
             outbox_marks: OutboxMarks::default(),
-            celery_results: self.celery_results(),
             recent: Arc::clone(&self.recent),
-        }
-    }
-
-    /// The Celery result backend the configuration names (it connects on its first record).
-    fn celery_results(&self) -> Option<Arc<ResultBackend>> {
-        let settings = self.config.celery_results.as_ref()?;
-        match ResultBackend::new(settings, self.config.deadlines.redis) {
-            Ok(backend) => Some(Arc::new(backend)),
-            Err(e) => {
-                tracing::error!(error = %e, "Celery result records will not be written");
-                None
-            }
         }
     }
 

@@ -10,13 +10,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, Transaction, params};
 
+use super::local_state as kv;
 use super::pending;
 use super::rate::{self, Admission, Rate};
 use super::{
     Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
     Released, StoreResult,
 };
-use crate::kv::local as kv;
 use crate::message::now_ms;
 use crate::sqlite::Db;
 

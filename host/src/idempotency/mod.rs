@@ -20,8 +20,10 @@
 //! handler runs, not deliveries: a message put back while its key was busy, while a store was
 //! down or while its outbox was pending has used up nothing.
 
+pub(crate) mod commit;
 pub(crate) mod key;
 pub(crate) mod local;
+mod local_state;
 pub(crate) mod pending;
 pub(crate) mod rate;
 pub(crate) mod redis;
@@ -30,8 +32,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::kv::StateCommit;
 use crate::message::Outgoing;
+use commit::StateCommit;
 
 /// Why a store call did not do what was asked: the store could not answer (fail closed), or it
 /// answered that the caller's lease is no longer the caller's (drop the result).
@@ -54,7 +56,7 @@ pub enum IdempotencyError {
     #[error("idempotency store returned an unreadable record: {0}")]
     Corrupt(String),
     /// A completion was refused because a key its run read to decide holds another value now
-    /// (see `crate::kv`): nothing was written, and the lease is still the caller's.
+    /// (see the `kv` module's docs): nothing was written, and the lease is still the caller's.
     #[error("the state {0} read changed before it completed")]
     Conflict(String),
 }
@@ -164,7 +166,7 @@ pub struct Completion {
     /// The sha256 (hex) of the body the handler ran on, kept so a later delivery of the key
     /// with another body can be told apart.
     pub digest: Option<String>,
-    /// The run's state: checked and written with the completed record (see `crate::kv`).
+    /// The run's state: checked and written with the completed record (see the `kv` module's docs).
     pub state: StateCommit,
 }
 
@@ -218,7 +220,7 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
     /// reserved), or when to try again.
     async fn admit(&self, key: &str, rate: rate::Rate) -> StoreResult<rate::Admission>;
 
-    /// The shared record at `key` (a plugin's rollout: `crate::rollout`), as stored.
+    /// The shared record at `key` (a plugin's rollout), as stored.
     async fn record(&self, key: &str) -> StoreResult<Option<String>> {
         Err(IdempotencyError::Unavailable(format!(
             "this store keeps no shared records ({key})"
@@ -241,7 +243,7 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
         )))
     }
 
-    /// The live values of `keys` in the stored bucket `bucket` (see `crate::kv`).
+    /// The live values of `keys` in the stored bucket `bucket` (see the `kv` module's docs).
     async fn kv_get(&self, bucket: &str, keys: &[String]) -> StoreResult<Vec<Option<Vec<u8>>>> {
         let _ = keys;
         Err(IdempotencyError::Unavailable(format!(

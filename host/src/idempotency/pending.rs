@@ -7,7 +7,7 @@
 //! replaces a `SUCCESS`.
 //!
 //! On a Redis Cluster the run's state writes wait here too, with the lease's fencing token,
-//! until they are applied to their buckets (see `crate::kv`).
+//! until they are applied to their buckets (see the `kv` module's docs).
 //!
 //! The text is the outbox's JSON list when there is no result value or state (what records
 //! written before result values existed hold, so they still read),
@@ -16,7 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::kv::StateCommit;
+use crate::idempotency::commit::StateCommit;
 use crate::message::Outgoing;
 
 /// State writes waiting to be applied, with the fencing token of the run that made them.
@@ -130,11 +130,11 @@ mod tests {
         let state = PendingState {
             token: 7,
             commit: StateCommit {
-                buckets: vec![crate::kv::BucketCommit {
+                buckets: vec![crate::idempotency::commit::BucketCommit {
                     bucket: "qhost:kv:{p/b}".into(),
                     ttl_ms: 0,
                     reads: vec![],
-                    writes: vec![("k".into(), crate::kv::Op::Add { delta: 1 })],
+                    writes: vec![("k".into(), crate::idempotency::commit::Op::Add { delta: 1 })],
                 }],
             },
         };

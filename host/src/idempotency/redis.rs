@@ -269,7 +269,7 @@ impl RedisStore {
             .collect()
     }
 
-    /// The three steps of a commit with state on a cluster (see `crate::kv`): check the reads,
+    /// The three steps of a commit with state on a cluster (see the `kv` module's docs): check the reads,
     /// complete with the writes pending, apply them. A completion whose writes could not be
     /// applied is answered as one that may have landed: its message comes back, finds the key
     /// completed and applies them then.
@@ -357,7 +357,7 @@ fn redirected(error: &redis::ServerError) -> bool {
 
 impl RedisStore {
     /// One key's answer to `acquire`. On a cluster, a completed record that still holds state
-    /// writes has them applied first (see `crate::kv`): its outbox is carried out only after.
+    /// writes has them applied first (see the `kv` module's docs): its outbox is carried out only after.
     async fn acquired(
         &self,
         request: &LeaseRequest,

@@ -2,10 +2,10 @@
 //! store holds it, for operators and handler authors. Read-only: state changes only with a
 //! run's completion.
 
-use super::commit::stored_bucket;
 use super::grant::valid_bucket_name;
 use super::run::MAX_LISTED;
 use crate::config::Config;
+use crate::idempotency::commit::stored_bucket;
 
 /// The committed value of `key` in `plugin`'s bucket `bucket`.
 pub async fn kv_get(

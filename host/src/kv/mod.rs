@@ -62,33 +62,46 @@
 //! A run that traps, times out, retries, rejects, or loses its lease commits nothing; a
 //! delivery of a completed key runs nothing and so writes nothing again.
 
-pub(crate) mod commit;
 pub(crate) mod counts;
 pub(crate) mod grant;
 pub(crate) mod inspect;
-pub(crate) mod local;
 pub(crate) mod run;
 
 use std::sync::{Arc, OnceLock};
 
-pub use commit::{BucketCommit, Op, StateCommit};
+use crate::idempotency::commit;
+pub use crate::idempotency::commit::{BucketCommit, Op, StateCommit};
 pub(crate) use counts::{KvCounts, Refused};
 pub(crate) use grant::{Bucket, KvGrant, KvLimits};
 
 use crate::idempotency::IdempotencyStore;
-use crate::idempotency::local::LocalStore;
 use run::KvError;
+
+/// Opens the store that state is read from when no host's store is bound: for `qhost invoke`
+/// and `qhost replay`, an empty in-memory one. The runtime passes it in, so this module opens
+/// no backend of its own.
+pub(crate) type OpenMemory = fn() -> anyhow::Result<Arc<dyn IdempotencyStore>>;
 
 /// Where plugins' state lives, for every plugin of one engine: the host's idempotency store
 /// once the host has opened it; until then (and in `qhost invoke` and `qhost replay`, which
-/// never bind one) an in-memory store of its own, empty at start.
-#[derive(Debug, Default)]
+/// never bind one) the store `open_memory` opens, on first use.
+#[derive(Debug)]
 pub(crate) struct StateAccess {
     bound: OnceLock<(Arc<dyn IdempotencyStore>, String)>,
     memory: OnceLock<Arc<dyn IdempotencyStore>>,
+    open_memory: OpenMemory,
 }
 
 impl StateAccess {
+    /// Serves state from the store `open_memory` opens, until [`StateAccess::bind`].
+    pub(crate) fn new(open_memory: OpenMemory) -> Self {
+        StateAccess {
+            bound: OnceLock::new(),
+            memory: OnceLock::new(),
+            open_memory,
+        }
+    }
+
     /// Serves state from `store`, under `namespace`. The first binding stands.
     pub(crate) fn bind(&self, store: Arc<dyn IdempotencyStore>, namespace: &str) {
         let _ = self.bound.set((store, namespace.to_string()));
@@ -102,10 +115,8 @@ impl StateAccess {
         if let Some(memory) = self.memory.get() {
             return Ok((Arc::clone(memory), "qhost"));
         }
-        let memory: Arc<dyn IdempotencyStore> = Arc::new(
-            LocalStore::open(None)
-                .map_err(|e| KvError::Other(format!("cannot open an in-memory store: {e:#}")))?,
-        );
+        let memory = (self.open_memory)()
+            .map_err(|e| KvError::Other(format!("cannot open an in-memory store: {e:#}")))?;
         Ok((Arc::clone(self.memory.get_or_init(|| memory)), "qhost"))
     }
 }

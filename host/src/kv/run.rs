@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use super::commit::{self, BucketCommit, Op, Read, StateCommit};
 use super::{Bucket, KvPolicy, Refused};
+use crate::idempotency::commit::{self, BucketCommit, Op, Read, StateCommit};
 
 /// Keys `list-keys` pages through at most, committed and written.
 pub(crate) const MAX_LISTED: usize = 10_000;
@@ -333,6 +333,10 @@ mod tests {
     };
     use crate::kv::{KvCounts, KvGrant, KvLimits, StateAccess};
 
+    fn memory() -> anyhow::Result<Arc<dyn IdempotencyStore>> {
+        Ok(Arc::new(crate::idempotency::local::LocalStore::open(None)?))
+    }
+
     fn policy(access: Arc<StateAccess>) -> Arc<KvPolicy> {
         let grant: Vec<crate::kv::grant::BucketEntry> =
             toml::from_str::<toml::Table>(r#"k = ["counts", { bucket = "short", ttl-secs = 60 }]"#)
@@ -381,7 +385,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_run_sees_its_own_writes_over_the_committed_state() {
-        let access = Arc::new(StateAccess::default());
+        let access = Arc::new(StateAccess::new(memory));
         let mut run = RunState::new(policy(Arc::clone(&access)));
         assert_eq!(
             run.open("other"),
@@ -451,7 +455,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_commit_adds_to_counters_and_refuses_a_changed_read() {
-        let access = Arc::new(StateAccess::default());
+        let access = Arc::new(StateAccess::new(memory));
         let store = access.store().map(|(s, _)| s).unwrap();
         let policy = policy(Arc::clone(&access));
         let mut first = RunState::new(Arc::clone(&policy));
@@ -509,7 +513,7 @@ mod tests {
 
     #[tokio::test]
     async fn dropping_a_run_that_wrote_counts_its_writes_dropped() {
-        let policy = policy(Arc::new(StateAccess::default()));
+        let policy = policy(Arc::new(StateAccess::new(memory)));
         let mut run = RunState::new(Arc::clone(&policy));
         let b = run.open("short").unwrap();
         run.set(b, "a", b"1".to_vec()).unwrap();

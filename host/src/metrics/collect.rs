@@ -75,7 +75,7 @@ const fn counter<'a>(name: &'a str, help: &'a str) -> Descriptor<'a> {
 type Read = fn(&Counts) -> u64;
 
 /// What a delivery's outcome is called in `qhost_messages_handled_total`.
-const OUTCOMES: [(&str, Read); 9] = [
+const OUTCOMES: [(&str, Read); 10] = [
     ("acked", |c| c.acked),
     ("duplicate", |c| c.duplicates),
     ("busy", |c| c.busy),
@@ -85,6 +85,7 @@ const OUTCOMES: [(&str, Read); 9] = [
     ("dead_lettered", |c| c.dead_lettered),
     ("released", |c| c.released),
     ("expired", |c| c.expired),
+    ("ignored", |c| c.ignored),
 ];
 
 /// Per queue and plugin counts that are not outcomes, each its own family.

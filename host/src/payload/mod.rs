@@ -30,6 +30,7 @@ use crate::message::wire::{self, MAX_MESSAGE_BYTES, POINTER_ATTRIBUTES};
 use crate::message::{Attribute, Outgoing, find_attribute, rules};
 use crate::stats::{PayloadFlow, Stats};
 use local::LocalPayloads;
+pub(crate) use pointer::Body;
 use pointer::{Location, Pointer};
 use redis::RedisPayloads;
 use s3::S3Payloads;
@@ -68,7 +69,7 @@ pub enum OffloadError {
 }
 
 /// A message's body with its payload fetched, and the attributes the handler sees.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Resolved {
     /// The original bytes.
     pub body: Vec<u8>,
@@ -171,10 +172,20 @@ impl Payloads {
         body: &[u8],
         attributes: &[Attribute],
     ) -> Result<Option<Resolved>, ResolveError> {
-        let parsed = pointer::parse(body, attributes);
-        let Some(pointer) = parsed.map_err(|e| ResolveError::Reject(e.to_string()))? else {
-            return Ok(None);
-        };
+        match Body::of(body, attributes) {
+            Body::Inline => Ok(None),
+            Body::Pointer(pointer) => self.fetch(&pointer, attributes).await.map(Some),
+            Body::BadPointer(e) => Err(ResolveError::Reject(e.to_string())),
+        }
+    }
+
+    /// The payload `pointer` names, checked; `attributes` are the message's, which the
+    /// handler sees without the pointer's reserved ones.
+    pub(crate) async fn fetch(
+        &self,
+        pointer: &Pointer,
+        attributes: &[Attribute],
+    ) -> Result<Resolved, ResolveError> {
         let location = &pointer.location;
         let max = self.config.max_bytes;
         if pointer.size > max {
@@ -198,9 +209,9 @@ impl Payloads {
             }
             missing_or_larger => ResolveError::Reject(missing_or_larger.to_string()),
         })?;
-        let sha256 = check(&pointer, &payload).map_err(ResolveError::Reject)?;
+        let sha256 = check(pointer, &payload).map_err(ResolveError::Reject)?;
         self.count(PayloadFlow::Fetched, payload.len());
-        Ok(Some(Resolved {
+        Ok(Resolved {
             sha256,
             body: payload,
             attributes: attributes
@@ -208,7 +219,7 @@ impl Payloads {
                 .filter(|a| !POINTER_ATTRIBUTES.contains(&a.name.as_str()))
                 .cloned()
                 .collect(),
-        }))
+        })
     }
 
     /// Deletes the payload a finished message points to, if the policy says so. Best effort: a

@@ -58,21 +58,50 @@ pub(crate) struct Pointer {
     pub sha256: Option<String>,
 }
 
+/// A received message's body, classified once when it is read: carried in the message, or a
+/// pointer to its payload (parsed, with its size and digest), or a pointer that cannot be
+/// followed. Routing, keying and fetching all read this one value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Body {
+    /// The message carries its body.
+    Inline,
+    /// The message points to its payload.
+    Pointer(Pointer),
+    /// The message is marked as a pointer, but the pointer is malformed.
+    BadPointer(PointerError),
+}
+
+impl Body {
+    /// Classifies a message's `body` by its `attributes`: a pointer's JSON is parsed only for
+    /// a message that has a pointer's size attribute.
+    pub(crate) fn of(body: &[u8], attributes: &[Attribute]) -> Body {
+        match parse(body, attributes) {
+            Ok(None) => Body::Inline,
+            Ok(Some(pointer)) => Body::Pointer(pointer),
+            Err(e) => Body::BadPointer(e),
+        }
+    }
+
+    /// Whether the payload is elsewhere (or was meant to be).
+    pub(crate) fn is_pointer(&self) -> bool {
+        !matches!(self, Body::Inline)
+    }
+
+    /// The payload's sha256 as its pointer carries it (qhost's pointers do; the Extended
+    /// Client's do not).
+    pub(crate) fn carried_digest(&self) -> Option<&str> {
+        match self {
+            Body::Pointer(p) => p.sha256.as_deref(),
+            _ => None,
+        }
+    }
+}
+
 /// Whether a message with these attributes carries a pointer rather than its body.
 pub(crate) fn is_pointer(attributes: &[Attribute]) -> bool {
     POINTER_SIZES
         .iter()
         .any(|name| find_attribute(attributes, name).is_some())
-}
-
-/// The payload digest a message's pointer carries (qhost's pointers do; the extended client's
-/// do not), which the payload is verified against before its handler runs. `None` for a body
-/// that is not a pointer, or a pointer without one.
-pub(crate) fn carried_digest(body: &[u8], attributes: &[Attribute]) -> Option<String> {
-    parse(body, attributes)
-        .ok()
-        .flatten()
-        .and_then(|p| p.sha256)
 }
 
 /// Why a message marked as a pointer cannot be followed: it never will be, so the message is

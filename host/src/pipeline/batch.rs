@@ -1,5 +1,6 @@
-//! A received batch: route and key each message, lease them in one store call, and start a task
-//! per message. Messages of a FIFO group run in order, one at a time, in a task of their own.
+//! A received batch: read, route and key each message, lease them in one store call, and start
+//! a task per message. Messages of a FIFO group run in order, one at a time, in a task of their
+//! own; so do the runs of a message that holds several (`parts`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -7,15 +8,16 @@ use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::{Instrument as _, Span};
 
-use super::celery;
 use super::context::QueueCtx;
 use super::delivery::{Delivery, Fate, PluginRef, log_span};
 use super::heartbeat::Hold;
-use super::route::{Routed, Unroutable, needs_payload, plugin_ref, route_with};
+use super::parts;
+use super::route::{Read, Routed, needs_payload, read};
 use super::run;
 use crate::faults::Operation;
 use crate::idempotency::{Acquired, IdempotencyError, LeaseRequest, StoreResult};
 use crate::message::Received;
+use crate::payload::Body;
 use crate::stats::{Backend, Event};
 use crate::traces::StepSpan;
 use opentelemetry::KeyValue;
@@ -44,17 +46,20 @@ pub(crate) async fn dispatch(
             spawn(queue, task.instrument(span), permit);
             continue;
         }
-        if needs_payload(queue, &msg) {
-            spawn(
-                queue,
-                run_one(Arc::clone(queue), msg).instrument(span),
-                permit,
-            );
+        let body = Body::of(&msg.body, &msg.attributes);
+        if needs_payload(queue, &msg, &body) {
+            let task = run_one(Arc::clone(queue), msg, body, true);
+            spawn(queue, task.instrument(span), permit);
             continue;
         }
-        match span.in_scope(|| route(queue, msg, None)) {
-            Ok(routed) => ready.push((routed, permit, span)),
-            Err(unroutable) => spawn(queue, (*unroutable).end().instrument(span), permit),
+        match span.in_scope(|| read(queue, msg, body, None)) {
+            Read::One(Ok(routed)) => ready.push((routed, permit, span)),
+            Read::One(Err(unroutable)) => spawn(queue, unroutable.end().instrument(span), permit),
+            other => spawn(
+                queue,
+                ended(Arc::clone(queue), other).instrument(span),
+                permit,
+            ),
         }
     }
     for chain in groups.into_values() {
@@ -66,10 +71,25 @@ pub(crate) async fn dispatch(
 /// A message that could not be read as it arrived is dead-lettered alone, with why.
 async fn malformed(queue: Arc<QueueCtx>, msg: Received, reason: String) -> Fate {
     let plugin = PluginRef::Named(queue.config.plugin.clone());
-    let delivery = Delivery::received(queue, msg, plugin);
+    let delivery = Delivery::received(queue, msg, Body::Inline, plugin);
     delivery
         .dead_letter(format!("malformed message: {reason}"))
         .await
+}
+
+/// Carries a read message to its end: its one run leased alone, its parts one after another,
+/// or, holding nothing to run, acked (counted as ignored).
+async fn ended(queue: Arc<QueueCtx>, read: Read) -> Fate {
+    match read {
+        Read::One(Ok(routed)) => lease_one(routed).await,
+        Read::One(Err(unroutable)) => unroutable.end().await,
+        Read::Parts { msg, body, runs } => parts::run(queue, msg, body, runs).await,
+        Read::Nothing(delivery) => {
+            tracing::debug!("the message holds nothing to run; acking it");
+            delivery.record(Event::Ignored);
+            delivery.delete()
+        }
+    }
 }
 
 fn spawn<F: Future<Output = Fate> + Send + 'static>(queue: &QueueCtx, task: F, permit: Permit) {
@@ -77,19 +97,6 @@ fn spawn<F: Future<Output = Fate> + Send + 'static>(queue: &QueueCtx, task: F, p
         task.await;
         drop(permit);
     });
-}
-
-/// Routes and keys a message (`resolved`: its payload, when fetched first) as its queue reads
-/// it: a Celery task by its name and id, anything else as its plugin's manifest says.
-fn route(
-    queue: &Arc<QueueCtx>,
-    msg: Received,
-    resolved: Option<crate::payload::Resolved>,
-) -> Result<Routed, Box<Unroutable>> {
-    match &queue.config.celery {
-        Some(routes) => celery::route(queue, msg, resolved, routes),
-        None => route_with(queue, msg, resolved),
-    }
 }
 
 /// Leases the ready messages in one call and starts their tasks.
@@ -166,28 +173,36 @@ async fn fail_closed(delivery: Delivery, error: &IdempotencyError) -> Fate {
     delivery.back_off().await
 }
 
-/// One message from routing to its fate, leasing it on its own. A message keyed by a payload
-/// it only points to has the payload fetched first.
-async fn run_one(queue: Arc<QueueCtx>, msg: Received) -> Fate {
-    let routed = if needs_payload(&queue, &msg) {
-        let payloads = Arc::clone(&queue.shared.payloads);
-        match payloads.resolve(&msg.body, &msg.attributes).await {
-            Ok(resolved) => route(&queue, msg, resolved),
-            Err(e) => {
-                let plugin = plugin_ref(&queue, &msg);
-                let delivery = Delivery::received(Arc::clone(&queue), msg, plugin);
-                return run::unfetchable(delivery, e).await;
+/// One message from reading to its fate, leasing it on its own; `fetch`: whether its payload
+/// is fetched before it is read (its format or its key needs it).
+async fn run_one(queue: Arc<QueueCtx>, msg: Received, body: Body, fetch: bool) -> Fate {
+    let fetched = match (&body, fetch) {
+        (Body::Pointer(pointer), true) => {
+            match queue.shared.payloads.fetch(pointer, &msg.attributes).await {
+                Ok(resolved) => Some(resolved),
+                Err(e) => {
+                    let plugin = PluginRef::Named(queue.config.plugin.clone());
+                    let delivery = Delivery::received(Arc::clone(&queue), msg, body, plugin);
+                    return run::unfetchable(delivery, e).await;
+                }
             }
         }
-    } else {
-        route(&queue, msg, None)
+        (Body::BadPointer(e), true) => {
+            let plugin = PluginRef::Named(queue.config.plugin.clone());
+            let reason = e.to_string();
+            let delivery = Delivery::received(Arc::clone(&queue), msg, body, plugin);
+            return delivery.dead_letter(reason).await;
+        }
+        _ => None,
     };
-    let routed = match routed {
-        Ok(routed) => routed,
-        Err(unroutable) => return (*unroutable).end().await,
-    };
+    let read = read(&queue, msg, body, fetched);
+    ended(queue, read).await
+}
+
+/// Leases one routed delivery on its own and carries it to its fate.
+pub(super) async fn lease_one(routed: Routed) -> Fate {
     let step = lease_step(&routed, 1);
-    let store = &queue.shared.store;
+    let store = &routed.delivery.shared().store;
     let answered = store.acquire(std::slice::from_ref(&routed.request)).await;
     let answer = each_answer(1, answered).remove(0);
     leased(routed, answer, step).await
@@ -207,12 +222,19 @@ async fn run_group(queue: Arc<QueueCtx>, chain: Vec<(Received, Permit)>) -> Fate
     for (msg, _permit) in messages.by_ref() {
         hold.let_go(&msg.receipt).await;
         let span = log_span(&msg);
-        if run_one(Arc::clone(&queue), msg).instrument(span).await == Fate::Back {
+        let body = Body::of(&msg.body, &msg.attributes);
+        let fetch = needs_payload(&queue, &msg, &body);
+        if run_one(Arc::clone(&queue), msg, body, fetch)
+            .instrument(span)
+            .await
+            == Fate::Back
+        {
             for (later, _permit) in messages {
                 hold.let_go(&later.receipt).await;
                 let span = log_span(&later);
                 let plugin = PluginRef::Named(queue.config.plugin.clone());
-                let delivery = Delivery::new(Arc::clone(&queue), later, plugin);
+                let body = Body::Inline;
+                let delivery = Delivery::new(Arc::clone(&queue), later, body, plugin);
                 let put_back = delivery.put_back(std::time::Duration::ZERO, Event::Busy);
                 put_back.instrument(span).await;
             }

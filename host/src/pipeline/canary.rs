@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::delivery::Delivery;
-use super::run::invoke;
+use super::invoke::invoke;
 use crate::config::rollout::FailureKind;
 use crate::handler::{Failure, HandlerMessage, Invocation, Outcome};
 use crate::plugin::Plugin;

@@ -2,7 +2,6 @@
 //! settings and ack batcher ([`QueueCtx`]), which holds the host's part so that a delivery
 //! carries one handle to everything it may need.
 
-use crate::celery::results::ResultBackend;
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
@@ -14,6 +13,7 @@ use super::completer::Completer;
 use super::outbox_mark::OutboxMarks;
 use super::putback::PutBacks;
 use crate::config::{Config, QueueConfig};
+use crate::format::Format;
 use crate::idempotency::IdempotencyStore;
 use crate::metrics::Metrics;
 use crate::payload::Payloads;
@@ -51,8 +51,6 @@ pub(crate) struct Shared {
     pub(crate) tracer: Option<Tracer>,
     /// Marks sent outboxes, retrying when the store does not answer.
     pub(crate) outbox_marks: OutboxMarks,
-    /// Where Celery tasks' result records go, when configured.
-    pub(crate) celery_results: Option<Arc<ResultBackend>>,
     /// The dead letters sent lately, for the console.
     pub(crate) recent: Arc<RecentDeadLetters>,
 }
@@ -70,6 +68,8 @@ pub(crate) struct QueueCtx {
     pub(crate) shared: Arc<Shared>,
     /// The queue's configuration.
     pub(crate) config: QueueConfig,
+    /// How its messages are read.
+    pub(crate) format: Arc<dyn Format>,
     /// Its ack batcher.
     pub(crate) acker: Acker,
     /// Its put-back batcher.

@@ -35,12 +35,13 @@ use std::time::Duration;
 use super::backoff;
 use super::context::{QueueCtx, Shared};
 use super::deadletter::{self, Verdict};
-use crate::celery::follow::FollowUp;
-use crate::celery::results::TaskState;
+use super::parts::{Part, PartFate};
 use crate::faults::Operation;
+use crate::format::Effects;
 use crate::idempotency::{IdempotencyError, Lease, Released};
-use crate::message::{Outgoing, Received, wire};
+use crate::message::{Outgoing, Received};
 use crate::metrics::InFlight;
+use crate::payload::Body;
 use crate::plugin::Plugin;
 use crate::recent::DeadLetter;
 use crate::stats::Event;
@@ -117,6 +118,8 @@ pub(crate) enum Lettered {
 pub(crate) struct Delivery {
     queue: Arc<QueueCtx>,
     msg: Received,
+    /// Its body, classified when it was read.
+    body: Body,
     plugin: PluginRef,
     /// Whether this delivery fetched and verified the payload its pointer names: only then
     /// may finishing it delete that payload.
@@ -125,23 +128,28 @@ pub(crate) struct Delivery {
     _in_flight: InFlight,
     /// Its trace span, ended with it.
     span: MessageSpan,
-    /// The Celery task id whose result record this delivery writes, if it writes one.
-    result_for: Option<String>,
-    /// The Celery tasks its task sends once its run acks (callbacks, the chain's next).
-    follow_ups: Vec<FollowUp>,
+    /// What its format commits with its completion besides the handler's outbox.
+    effects: Option<Arc<dyn Effects>>,
+    /// The message this delivery is one run of, when it holds several (`parts`).
+    part: Option<Part>,
 }
 
 impl Delivery {
     /// A delivery of `msg` just received from `queue`, for `plugin`: counted received.
-    pub(crate) fn received(queue: Arc<QueueCtx>, msg: Received, plugin: PluginRef) -> Self {
-        let delivery = Delivery::new(queue, msg, plugin);
+    pub(crate) fn received(
+        queue: Arc<QueueCtx>,
+        msg: Received,
+        body: Body,
+        plugin: PluginRef,
+    ) -> Self {
+        let delivery = Delivery::new(queue, msg, body, plugin);
         delivery.record(Event::Received);
         delivery
     }
 
     /// A delivery of `msg` from `queue` that was counted received already (a FIFO group's
     /// later message, put back unrun with its group).
-    pub(crate) fn new(queue: Arc<QueueCtx>, msg: Received, plugin: PluginRef) -> Self {
+    pub(crate) fn new(queue: Arc<QueueCtx>, msg: Received, body: Body, plugin: PluginRef) -> Self {
         let in_flight = queue.shared.metrics.in_flight();
         let shared = &queue.shared;
         let system = shared.config.source.messaging_system();
@@ -157,86 +165,72 @@ impl Delivery {
             _in_flight: in_flight,
             queue,
             msg,
+            body,
             plugin,
             payload_verified: false,
-            result_for: None,
-            follow_ups: Vec::new(),
+            effects: None,
+            part: None,
         }
     }
 
-    /// Notes that this delivery is Celery task `id`, whose result record it writes when it
-    /// ends after a run (if the host has a result backend).
-    pub(crate) fn records_result_of(&mut self, id: String) {
-        if self.queue.shared.celery_results.is_some() {
-            self.result_for = Some(id);
+    /// Makes this delivery one run of a message that holds several: its fates are reported to
+    /// `part`, and the message takes its fate once every part has ended.
+    pub(crate) fn as_part(&mut self, part: Option<Part>) {
+        self.part = part;
+    }
+
+    /// The part of a message this delivery is, if it is one.
+    pub(crate) fn part(&self) -> Option<&Part> {
+        self.part.as_ref()
+    }
+
+    /// Notes what its format commits with its completion.
+    pub(crate) fn carries(&mut self, effects: Option<Arc<dyn Effects>>) {
+        self.effects = effects;
+    }
+
+    /// At an ack: the outbox to commit (the handler's, with the format's own messages after
+    /// it, keyed under `plugin` and `key`) and the result value to commit with it.
+    pub(crate) fn on_ack(
+        &self,
+        outbox: Vec<Outgoing>,
+        plugin: &str,
+        key: &str,
+        result: Option<String>,
+    ) -> (Vec<Outgoing>, Option<String>) {
+        match &self.effects {
+            Some(effects) => effects.on_ack(outbox, plugin, key, result),
+            None => (outbox, None),
         }
     }
 
-    /// The result value to commit with this delivery's completion: for a Celery task whose
-    /// record is written, the handler's value, or `null` when it set none; otherwise nothing.
-    pub(crate) fn result_to_record(&self, value: Option<String>) -> Option<String> {
-        self.result_for.as_ref()?;
-        Some(value.unwrap_or_else(|| "null".to_string()))
+    /// The message was given up after running: its format records that where a caller waits
+    /// (in the background; a record that cannot be written is logged, and the run stands).
+    pub(crate) fn gave_up(&self, reason: &str) {
+        if let Some(write) = self.effects.as_ref().and_then(|e| e.gave_up(reason)) {
+            self.queue.shared.tasks.spawn(write.in_current_span());
+        }
     }
 
-    /// Writes the Celery result record of this delivery's task, if it has one, beside the
-    /// delivery's end (a record that cannot be written is logged; the run stands): how a task
-    /// that failed ends. A success's record is committed with its completion (`finish`).
-    pub(crate) fn record_result(&self, state: TaskState) {
-        let shared = &self.queue.shared;
-        let (Some(id), Some(backend)) = (&self.result_for, &shared.celery_results) else {
-            return;
-        };
-        let (id, backend) = (id.clone(), Arc::clone(backend));
-        let write = async move {
-            if let Err(e) = backend.record(&id, &state).await {
-                tracing::warn!(task_id = %id, error = %e, "could not write the Celery result record");
-            }
-        };
-        shared.tasks.spawn(write.in_current_span());
-    }
-
-    /// Writes the `SUCCESS` record of this delivery's task with the run's result `value`
-    /// (JSON), when the host has a result backend (it may have been dropped from the
-    /// configuration since the run: nothing to write to then).
-    async fn write_success(&self, value: String) -> Result<(), String> {
-        let (Some(id), Some(backend)) = (&self.result_for, &self.queue.shared.celery_results)
-        else {
+    /// Writes a committed result value where a caller waits on it, before the outbox goes out.
+    async fn write_result(&self, value: String) -> Result<(), String> {
+        let Some(effects) = &self.effects else {
             return Ok(());
         };
         let step = self.span.step("result record");
-        let written = backend.record(id, &TaskState::Success(value)).await;
+        let written = effects.write_result(&value).await;
         drop(step);
-        written.map(drop)
+        written
     }
 
-    /// Notes the Celery tasks this delivery's task sends once its run acks.
-    pub(crate) fn follows_with(&mut self, follow_ups: Vec<FollowUp>) {
-        self.follow_ups = follow_ups;
+    /// Its body, classified when it was read.
+    pub(crate) fn body(&self) -> &Body {
+        &self.body
     }
 
-    /// `outbox` (the handler's) with the task's follow-ups after it, each named by its place
-    /// in the outbox as the handler's own messages are (`wire::derived_key`), so the outbox
-    /// that commits with the completion holds them: sent once, and only for a run that acked.
-    /// `result` is the run's result value (JSON), which a follow-up gets first as Celery
-    /// passes a parent's return value (`null` when there is none).
-    pub(crate) fn with_follow_ups(
-        &self,
-        mut outbox: Vec<Outgoing>,
-        plugin: &str,
-        key: &str,
-        result: Option<&str>,
-    ) -> Vec<Outgoing> {
-        if self.follow_ups.is_empty() {
-            return outbox;
-        }
-        // The value was checked to be JSON when the handler set it.
-        let parent = (result.and_then(|r| serde_json::from_str(r).ok())).unwrap_or_default();
-        for f in &self.follow_ups {
-            let derived = wire::derived_key(plugin, key, outbox.len());
-            outbox.push(f.outgoing(&derived, &parent));
-        }
-        outbox
+    /// Whether this delivery fetched and verified its payload.
+    pub(crate) fn is_payload_verified(&self) -> bool {
+        self.payload_verified
     }
 
     /// Notes that this delivery fetched and verified its payload.
@@ -294,8 +288,8 @@ impl Delivery {
         backoff::delay(policy, self.msg.receive_count, asked_secs)
     }
 
-    /// Writes a completed key's result record (a Celery task's), sends its outbox, records both
-    /// done under `key`, and deletes the message. If either fails the message is put back: its
+    /// Writes a completed key's result value (a Celery task's record), sends its outbox,
+    /// records both done under `key`, and deletes the message. If either fails the message is put back: its
     /// redelivery finds the key completed with them still pending and carries them out then.
     /// The record goes first: while the result backend is down nothing is sent, so its outage
     /// costs no outbox copies.
@@ -307,9 +301,9 @@ impl Delivery {
     ) -> Fate {
         let pending = !outbox.is_empty() || result.is_some();
         if let Some(value) = result
-            && let Err(e) = self.write_success(value).await
+            && let Err(e) = self.write_result(value).await
         {
-            tracing::warn!(error = %e, "could not write the Celery result record; will write it on redelivery");
+            tracing::warn!(error = %e, "could not write the result record; will write it on redelivery");
             return self.back_off().await;
         }
         if !outbox.is_empty() {
@@ -342,6 +336,17 @@ impl Delivery {
                 .mark(&shared.store, &shared.stats, &key.scoped)
                 .await;
         }
+        self.done()
+    }
+
+    /// Deletes the message once its work is recorded complete (or reports this part done). A
+    /// later copy of this message is then acked without its payload: the payload can go, if
+    /// this delivery verified it (a duplicate, or a message pointing at someone else's payload,
+    /// deletes nothing).
+    pub(crate) fn done(self) -> Fate {
+        if let Some(part) = &self.part {
+            return part.end(PartFate::Done);
+        }
         let Delivery {
             queue,
             msg,
@@ -349,9 +354,6 @@ impl Delivery {
             ..
         } = self;
         queue.acker.ack(msg.receipt);
-        // The work is recorded complete, so a later copy of this message is acked without its
-        // payload: the payload can go, if this delivery verified it (a duplicate, or a message
-        // pointing at someone else's payload, deletes nothing).
         if payload_verified {
             let payloads = Arc::clone(&queue.shared.payloads);
             tokio::spawn(async move { payloads.cleanup(&msg.body, &msg.attributes).await });
@@ -361,6 +363,9 @@ impl Delivery {
 
     /// Hands the message to the ack batcher. A dead letter keeps any payload it points at.
     pub(crate) fn delete(self) -> Fate {
+        if let Some(part) = &self.part {
+            return part.end(PartFate::Done);
+        }
         self.queue.acker.ack(self.msg.receipt);
         Fate::Gone
     }
@@ -369,6 +374,15 @@ impl Delivery {
     /// release at shutdown, an outage). Not an attempt.
     pub(crate) async fn put_back(self, delay: Duration, why: Event) -> Fate {
         self.record(why);
+        self.hide(delay).await
+    }
+
+    /// Makes the message visible again after `delay` (or reports this part back), counting
+    /// nothing: what the message's parts ended as was counted as each ended.
+    pub(crate) async fn hide(self, delay: Duration) -> Fate {
+        if let Some(part) = &self.part {
+            return part.end(PartFate::Back(delay));
+        }
         if let Err(e) = self
             .queue
             .put_backs
@@ -407,6 +421,11 @@ impl Delivery {
     /// Sends the dead letter for `attempts` handler runs, and says how it went, for the stage
     /// that asked to end the delivery accordingly.
     pub(crate) async fn send_dead_letter(&self, reason: &str, attempts: u32) -> Lettered {
+        if let Some(part) = &self.part {
+            // The message's one dead letter names every part's reason (`parts`).
+            part.end(PartFate::Dead(reason.to_string()));
+            return Lettered::Sent;
+        }
         let (msg, plugin) = (&self.msg, &self.plugin);
         let verdict = Verdict {
             plugin: plugin.name(),
@@ -452,7 +471,10 @@ impl Delivery {
     /// message comes back when its visibility lapses, to be found completed or leased.
     pub(crate) fn let_lapse(self, why: Event) -> Fate {
         self.record(why);
-        Fate::Back
+        match &self.part {
+            Some(part) => part.end(PartFate::Lapsed),
+            None => Fate::Back,
+        }
     }
 
     /// Gives `lease` back with `why`, logging what the store said (a lease already passed on,

@@ -11,7 +11,6 @@ use super::delivery::{Delivery, Fate, Key, Lettered};
 use super::heartbeat::Heartbeat;
 use super::outbox;
 use super::route::Routed;
-use crate::celery::results::TaskState;
 use crate::faults::Operation;
 use crate::idempotency::{Completion, IdempotencyError, Lease, Released};
 use crate::kv::StateCommit;
@@ -223,16 +222,16 @@ impl Leased {
         match self.delivery.send_dead_letter(&reason, attempts).await {
             Lettered::Sent => {
                 self.delivery.record(Event::DeadLettered);
-                self.delivery.record_result(TaskState::Failure(reason));
+                self.delivery.gave_up(&reason);
                 self.settle(Released::GaveUp).await.delete()
             }
             Lettered::Kept(delay) => self.put_back(delay, Event::Deferred).await,
         }
     }
 
-    /// The handler acked: large outbox messages are offloaded, the outbox (and a Celery task's
-    /// result value, `null` if the handler set none) and the run's state are committed with
-    /// the completed record, then the outbox is sent and the message deleted. A commit refused
+    /// The handler acked: large outbox messages are offloaded, the outbox (with the format's
+    /// own messages, and its result value: a Celery task's) and the run's state are committed
+    /// with the completed record, then the outbox is sent and the message deleted. A commit refused
     /// because state the run read has changed puts the message back to run again.
     pub(crate) async fn ack(
         mut self,
@@ -243,8 +242,7 @@ impl Leased {
         self.stop_heartbeat().await;
         let shared = Arc::clone(&self.delivery.queue().shared);
         let (plugin, key) = (&self.plugin.name, &self.key.handler);
-        let outbox = (self.delivery).with_follow_ups(outbox, plugin, key, result.as_deref());
-        let result = self.delivery.result_to_record(result);
+        let (outbox, result) = self.delivery.on_ack(outbox, plugin, key, result);
         let mut outbox = outbox::stamp(&self.key.handler, &self.plugin, outbox);
         self.delivery
             .span()

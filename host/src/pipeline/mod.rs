@@ -1,7 +1,7 @@
 //! The data path: receive, route, lease, run, and end each delivery one way.
 //!
 //! ```text
-//! receive (per queue) --batch--> route + key --> acquire leases (one call per batch)
+//! receive (per queue) --batch--> read (format) --> route + key --> acquire leases (one call per batch)
 //!    completed before -> finish without running (sending any outbox left unsent)
 //!    leased elsewhere -> put back until the lease lapses
 //!    granted          -> run: fetch an offloaded payload (bad pointer: dead-letter; store
@@ -21,9 +21,10 @@
 //! |--------------|---------------------------------------------------------------------|
 //! | `receive`    | the per-queue poll loop and its in-flight permits                   |
 //! | `batch`      | a received batch: FIFO groups, one lease call, a task per message   |
-//! | `route`      | plugin and idempotency key for a message                            |
-//! | `celery`     | the same for a Celery task message: by task name and task id        |
+//! | `route`      | a message read by its queue's format; plugin and key for each run   |
+//! | `parts`      | a message of several runs: one fate for the message once all end    |
 //! | `run`        | what the lease found; resolve, invoke, end by the outcome           |
+//! | `invoke`     | one call of a plugin: its concurrency limit, span, timing, panics   |
 //! | `delivery`   | one message's life and its fates                                    |
 //! | `heartbeat`  | lease and visibility extension while a delivery is leased           |
 //! | `outbox`     | what qhost stamps on outgoing messages                              |
@@ -40,9 +41,6 @@ mod acker;
 pub(crate) mod backoff;
 mod batch;
 mod canary;
-mod celery;
-#[cfg(test)]
-mod celery_fates;
 mod completer;
 mod context;
 mod deadletter;
@@ -51,15 +49,17 @@ mod delivery;
 mod fates;
 mod gather;
 mod heartbeat;
+mod invoke;
 mod leased;
 mod outbox;
 mod outbox_mark;
+mod parts;
 mod putback;
 mod receive;
 mod route;
 mod run;
 #[cfg(test)]
-mod test_bed;
+pub(crate) mod test_bed;
 
 pub(crate) use acker::{AckTask, Acker};
 pub(crate) use completer::Completer;

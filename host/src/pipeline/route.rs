@@ -1,22 +1,26 @@
-//! Route and key: which plugin handles a message, and what key it is leased under.
+//! Read, route and key: what a message holds (its queue's format), which plugin handles each
+//! run of it, and what key that run is leased under.
 //!
-//! Every received message passes here once (a Celery queue's through `pipeline::celery`, which
-//! ends the same way) and becomes a [`Delivery`]: [`Routed`] (a loaded plugin and a key, ready
-//! for a lease) or [`Unroutable`] (ended at once: put back, using no attempt, while its plugin
-//! is not loaded or a task is not due; acked unrun when a task expired; dead-lettered when the
-//! message itself is at fault).
+//! Every received message passes here once: [`read`] asks the queue's format for its runs
+//! (`crate::format`) and makes each a delivery: [`Routed`] (a loaded plugin and a key, ready for
+//! a lease) or [`Unroutable`] (ended at once: put back, using no attempt, while its plugin is not
+//! loaded or it is not due; acked unrun when it expired; dead-lettered when the message itself is
+//! at fault). A message of several runs (an S3 notification's records) makes a delivery per run,
+//! each a part of the message (`parts`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::context::QueueCtx;
 use super::delivery::{Delivery, Fate, Key, PluginRef};
-use crate::celery::DecodeError;
+use super::parts::{Part, Parts};
+use crate::digest::sha256_hex;
+use crate::format::{Admit, KeyBasis, Route, Run, View};
 use crate::idempotency::LeaseRequest;
 use crate::idempotency::key::{KeyInput, KeySource, MissingKey, OnMissingKey, scoped};
 use crate::message::wire;
 use crate::message::{Outgoing, Received, find_attribute};
-use crate::payload::{Resolved, pointer};
+use crate::payload::{Body, Resolved};
 use crate::plugin::Plugin;
 use crate::stats::Event;
 use opentelemetry::KeyValue;
@@ -33,18 +37,32 @@ pub(crate) struct Routed {
     pub(crate) key: Key,
     /// The lease to ask for.
     pub(crate) request: LeaseRequest,
-    /// The offloaded payload, when it was fetched (and verified) to derive the key; for a
-    /// Celery task, the task as the handler is given it.
+    /// What the handler is given when it is not the message as received: its fetched payload,
+    /// or what the queue's format read from it.
     pub(crate) resolved: Option<Resolved>,
     /// A deadline lower than the plugin's, from the message (a Celery task's time limit).
     pub(crate) time_limit: Option<Duration>,
 }
 
 impl Routed {
-    /// A duplicate of completed work: sends the outbox and writes the result record still
-    /// pending (if any) and deletes the message, without running the handler.
+    /// A duplicate of completed work: carries out the effects still pending (the result record
+    /// and the outbox) and deletes the message, without running the handler.
     pub(crate) async fn finish(self, outbox: Vec<Outgoing>, result: Option<String>) -> Fate {
         self.delivery.finish(outbox, result, &self.key).await
+    }
+
+    /// The sha256 of the body the handler runs on, when it is known without fetching: what
+    /// the format read, a fetched payload's, the body's own, or the digest a qhost pointer
+    /// carries (`None` for a pointer without one).
+    pub(crate) fn body_digest(&self) -> Option<String> {
+        if let Some(resolved) = &self.resolved {
+            return Some(resolved.sha256.clone());
+        }
+        let delivery = &self.delivery;
+        match delivery.body() {
+            Body::Inline => Some(sha256_hex(&delivery.msg().body)),
+            body => body.carried_digest().map(str::to_string),
+        }
     }
 }
 
@@ -72,38 +90,27 @@ pub(crate) enum RouteError {
         /// The plugins it may name.
         routes: String,
     },
+    /// A route the queue's table does not hold, with no default plugin: dead-lettered.
+    #[error(
+        "{noun} `{name}` is not one this queue routes ({table}: {routes}) and it has no default plugin"
+    )]
+    UnknownRoute {
+        /// What a route is in this format.
+        noun: &'static str,
+        /// The route the message named.
+        name: String,
+        /// The table's field: `tasks` for Celery's tasks, `routes` otherwise.
+        table: &'static str,
+        /// The names the queue routes.
+        routes: String,
+    },
     /// The plugin's key source is missing from the message: dead-lettered.
     #[error(transparent)]
     NoKey(#[from] MissingKey),
-    /// A Celery queue's message that is not a task qhost runs: dead-lettered.
-    #[error(transparent)]
-    Celery(#[from] DecodeError),
-    /// A Celery task whose name the queue does not route, with no default plugin:
-    /// dead-lettered.
-    #[error(
-        "task `{task}` is not one this queue routes (tasks: {routed}) and it has no default plugin"
-    )]
-    UnknownTask {
-        /// The task name.
-        task: String,
-        /// The names the queue routes.
-        routed: String,
-    },
-    /// A Celery task whose callbacks or chain send to a queue its plugin may not send Celery
-    /// tasks to: dead-lettered before it runs.
-    #[error(
-        "task `{task}` sends a callback or its chain's next task to queue `{queue}`, and plugin \
-         `{plugin}` may not send Celery tasks there (its manifest's [outbox] celery must name it)"
-    )]
-    UngrantedFollowUp {
-        /// The task name.
-        task: String,
-        /// Where the follow-up would go.
-        queue: String,
-        /// The task's plugin.
-        plugin: String,
-    },
-    /// A Celery task not due yet: put back hidden until it is, no attempt used.
+    /// Not what the queue's format says it is, or a run the format refuses: dead-lettered.
+    #[error("{0}")]
+    Refused(String),
+    /// Not due yet: put back hidden until it is, no attempt used.
     #[error("not due until its eta {eta}")]
     NotDue {
         /// The eta as the message wrote it.
@@ -111,7 +118,7 @@ pub(crate) enum RouteError {
         /// How long to hide it: until then, or as long as SQS allows at a time.
         wait: Duration,
     },
-    /// A Celery task past its expiry: acked without running.
+    /// Past its expiry: acked without running.
     #[error("expired at {expires}")]
     Expired {
         /// The expiry as the message wrote it.
@@ -139,81 +146,245 @@ impl Unroutable {
                 self.delivery.put_back(delay, Event::Deferred).await
             }
             RouteError::NotDue { wait, .. } => {
-                tracing::debug!(%reason, "putting the task back until it is due");
+                tracing::debug!(%reason, "putting the message back until it is due");
                 self.delivery.put_back(wait, Event::Deferred).await
             }
             RouteError::Expired { .. } => {
-                tracing::info!(%reason, "acking the task without running it");
+                tracing::info!(%reason, "acking the message without running it");
                 self.delivery.record(Event::Expired);
                 self.delivery.delete()
             }
             RouteError::BadRoute { .. }
+            | RouteError::UnknownRoute { .. }
             | RouteError::NoKey(_)
-            | RouteError::Celery(_)
-            | RouteError::UnknownTask { .. }
-            | RouteError::UngrantedFollowUp { .. } => self.delivery.dead_letter(reason).await,
+            | RouteError::Refused(_) => self.delivery.dead_letter(reason).await,
         }
     }
 }
 
-/// Whether the message's key is in a payload it only points to: its plugin keys by the body
-/// (`json:/…`, or `body-sha256` with no digest beside the pointer), so the payload is fetched
-/// before the key is derived.
-pub(crate) fn needs_payload(queue: &QueueCtx, msg: &Received) -> bool {
-    if !pointer::is_pointer(&msg.attributes) {
-        return false;
-    }
-    if queue.config.celery.is_some() {
-        // The task's envelope, and so its name and id, is the payload.
-        return true;
-    }
-    match plugin_for(queue, msg).map(|p| p.manifest.idempotency.key.clone()) {
-        Ok(KeySource::JsonPointer(_)) => true,
-        Ok(KeySource::BodySha256) => pointer::carried_digest(&msg.body, &msg.attributes).is_none(),
-        _ => false,
-    }
+/// What reading a message came to.
+#[derive(Debug)]
+pub(crate) enum Read {
+    /// Its one run.
+    One(Result<Routed, Box<Unroutable>>),
+    /// Its runs, each a part of it, to run in order (an S3 notification's records).
+    Parts {
+        /// The message.
+        msg: Received,
+        /// Its body.
+        body: Body,
+        /// Its runs.
+        runs: Vec<Result<Routed, Box<Unroutable>>>,
+    },
+    /// Nothing to run (S3's test event): to be acked.
+    Nothing(Delivery),
 }
 
-/// Routes a message whose key may come from its fetched payload, `resolved`.
-pub(crate) fn route_with(
+/// Reads `msg` (classified as `body`) by its queue's format and routes each run; `fetched` is
+/// its payload, when it pointed to one that was fetched first.
+pub(crate) fn read(
     queue: &Arc<QueueCtx>,
     msg: Received,
-    resolved: Option<Resolved>,
+    body: Body,
+    fetched: Option<Resolved>,
+) -> Read {
+    let (bytes, attributes) = match &fetched {
+        Some(r) => (&r.body[..], &r.attributes[..]),
+        None => (&msg.body[..], &msg.attributes[..]),
+    };
+    let default = || PluginRef::Named(queue.config.plugin.clone());
+    let mut runs = match queue.format.read(&msg, bytes, attributes) {
+        Ok(runs) => runs,
+        Err(why) => {
+            let delivery = Delivery::received(Arc::clone(queue), msg, body, default());
+            let error = RouteError::Refused(why);
+            return Read::One(Err(Box::new(Unroutable { delivery, error })));
+        }
+    };
+    match runs.len() {
+        0 => Read::Nothing(Delivery::received(Arc::clone(queue), msg, body, default())),
+        1 => {
+            let run = runs.pop().expect("one run");
+            Read::One(route(queue, msg, body, fetched, run, None))
+        }
+        n => {
+            let parts = Parts::new(n);
+            let runs = (runs.into_iter().enumerate())
+                .map(|(i, run)| {
+                    let part = Some(parts.part(i));
+                    route(queue, msg.clone(), body.clone(), fetched.clone(), run, part)
+                })
+                .collect();
+            Read::Parts { msg, body, runs }
+        }
+    }
+}
+
+/// Routes and keys one run of `msg`.
+fn route(
+    queue: &Arc<QueueCtx>,
+    msg: Received,
+    body: Body,
+    fetched: Option<Resolved>,
+    run: Run,
+    part: Option<Part>,
 ) -> Result<Routed, Box<Unroutable>> {
-    let keyed = plugin_for(queue, &msg).and_then(|plugin| {
-        let policy = &plugin.manifest.idempotency;
-        // Only `body-sha256` keys take a pointer's digest: no other message pays for the parse.
-        let digest = (resolved.is_none()
-            && policy.key == KeySource::BodySha256
-            && pointer::is_pointer(&msg.attributes))
-        .then(|| pointer::carried_digest(&msg.body, &msg.attributes))
-        .flatten();
-        let input = key_input(&msg, resolved.as_ref(), digest.as_deref());
-        match derive_key(&policy.key, input, policy.on_missing) {
-            Ok(key) => Ok((plugin, key)),
-            Err(e) => Err((PluginRef::Loaded(plugin), e)),
+    let ended = |plugin: PluginRef, error: RouteError, msg, body, part| {
+        let mut delivery = Delivery::received(Arc::clone(queue), msg, body, plugin);
+        delivery.as_part(part);
+        Err(Box::new(Unroutable { delivery, error }))
+    };
+    let name = match plugin_name(queue, &run.route) {
+        Ok(name) => name.to_string(),
+        Err(e) => {
+            return ended(
+                PluginRef::Named(queue.config.plugin.clone()),
+                e,
+                msg,
+                body,
+                part,
+            );
         }
-    });
-    match keyed {
-        Ok((plugin, key)) => {
-            let mut routed = routed(queue, msg, plugin, key);
-            if resolved.is_some() {
-                routed.delivery.payload_verified();
+    };
+    let refused = match run.admit {
+        Admit::Now => None,
+        Admit::NotDue { eta, wait } => Some(RouteError::NotDue { eta, wait }),
+        Admit::Expired { expires } => Some(RouteError::Expired { expires }),
+        Admit::Refused(why) => Some(RouteError::Refused(why)),
+    };
+    if let Some(error) = refused {
+        return ended(PluginRef::Named(name), error, msg, body, part);
+    }
+    let plugin = match loaded(queue, &name) {
+        Ok(plugin) => plugin,
+        Err((plugin, error)) => return ended(plugin, error, msg, body, part),
+    };
+    if let Some(Err(why)) = run.effects.as_ref().map(|e| e.check(&plugin)) {
+        return ended(
+            PluginRef::Loaded(plugin),
+            RouteError::Refused(why),
+            msg,
+            body,
+            part,
+        );
+    }
+    let resolved = match run.view {
+        Some(View { body, attributes }) => Some(Resolved {
+            sha256: sha256_hex(&body),
+            body,
+            attributes,
+        }),
+        None => fetched,
+    };
+    let key = match key_of(&plugin, &run.key, &msg, &body, resolved.as_ref()) {
+        Ok(key) => key,
+        Err(e) => return ended(PluginRef::Loaded(plugin), e, msg, body, part),
+    };
+    let verified = body.is_pointer() && resolved.is_some();
+    let mut routed = routed(queue, msg, body, plugin, key);
+    routed.delivery.as_part(part);
+    routed.delivery.carries(run.effects);
+    if verified {
+        routed.delivery.payload_verified();
+    }
+    routed.resolved = resolved;
+    routed.time_limit = run.time_limit;
+    Ok(routed)
+}
+
+/// The plugin a route names: one of the queue's routes, or its default. A message never
+/// chooses a plugin the queue does not list.
+fn plugin_name<'a>(queue: &'a QueueCtx, route: &Route) -> Result<&'a str, RouteError> {
+    let routes = &queue.config.routes;
+    let default = routes.default.as_deref();
+    match route {
+        Route::Default => Ok(default.unwrap_or(&queue.config.plugin)),
+        Route::Named { names, noun } => {
+            (routes.lookup(names).or(default)).ok_or_else(|| RouteError::UnknownRoute {
+                noun,
+                name: names.first().cloned().unwrap_or_default(),
+                table: if *noun == "task" { "tasks" } else { "routes" },
+                routes: routes.names(),
+            })
+        }
+        Route::Chosen { attribute, value } => {
+            if default == Some(value.as_str()) {
+                return Ok(default.unwrap_or_default());
             }
-            routed.resolved = resolved;
-            Ok(routed)
+            (routes.table.get(value).map(String::as_str)).ok_or_else(|| RouteError::BadRoute {
+                attribute: attribute.clone(),
+                value: value.clone(),
+                routes: routes.names(),
+            })
         }
-        Err((plugin, error)) => {
-            let delivery = Delivery::received(Arc::clone(queue), msg, plugin);
-            Err(Box::new(Unroutable { delivery, error }))
-        }
+    }
+}
+
+/// The key of a run for `plugin`, derived from what `basis` says.
+fn key_of(
+    plugin: &Plugin,
+    basis: &KeyBasis,
+    msg: &Received,
+    body: &Body,
+    resolved: Option<&Resolved>,
+) -> Result<String, RouteError> {
+    let policy = &plugin.manifest.idempotency;
+    let id = match basis {
+        KeyBasis::Fixed(key) => return Ok(key.clone()),
+        KeyBasis::Id(id) => id.as_str(),
+        KeyBasis::Message => &msg.id,
+    };
+    let input = match resolved {
+        Some(r) => KeyInput {
+            id,
+            body: &r.body,
+            attributes: &r.attributes,
+            sha256: Some(&r.sha256),
+        },
+        // Only `body-sha256` keys read a pointer's digest.
+        None => KeyInput {
+            id,
+            body: &msg.body,
+            attributes: &msg.attributes,
+            sha256: body.carried_digest(),
+        },
+    };
+    if *basis == KeyBasis::Message {
+        return derive_key(&policy.key, input, policy.on_missing);
+    }
+    Ok(policy.key.derive_or(input, policy.on_missing)?)
+}
+
+/// Whether a message's key is in a payload it only points to: its format reads the body, or
+/// its plugin keys by the body (`json:/…`, or `body-sha256` with no digest beside the pointer),
+/// so the payload is fetched before the message is read.
+pub(crate) fn needs_payload(queue: &QueueCtx, msg: &Received, body: &Body) -> bool {
+    if !body.is_pointer() {
+        return false;
+    }
+    if queue.format.reads_body() {
+        return true;
+    }
+    let runs = queue.format.read(msg, &msg.body, &msg.attributes);
+    let Some(run) = runs.ok().and_then(|mut runs| runs.pop()) else {
+        return false;
+    };
+    let name = plugin_name(queue, &run.route).ok();
+    match name.and_then(|name| queue.shared.registry.get(name)) {
+        Some(p) => match &p.manifest.idempotency.key {
+            KeySource::JsonPointer(_) => true,
+            KeySource::BodySha256 => body.carried_digest().is_none(),
+            _ => false,
+        },
+        None => false,
     }
 }
 
 /// A keyed delivery for `plugin`, with the lease request for its key.
-pub(super) fn routed(
+fn routed(
     queue: &Arc<QueueCtx>,
     msg: Received,
+    body: Body,
     plugin: Arc<Plugin>,
     key: String,
 ) -> Routed {
@@ -227,7 +398,7 @@ pub(super) fn routed(
         window: plugin.manifest.dedup_window(),
     };
     let loaded = PluginRef::Loaded(Arc::clone(&plugin));
-    let delivery = Delivery::received(Arc::clone(queue), msg, loaded);
+    let delivery = Delivery::received(Arc::clone(queue), msg, body, loaded);
     let handler_key = &key.handler;
     (delivery.span()).set(|| vec![KeyValue::new("qhost.idempotency_key", handler_key.clone())]);
     Routed {
@@ -240,41 +411,8 @@ pub(super) fn routed(
     }
 }
 
-/// What the key is derived from: the fetched payload if there is one, otherwise the message
-/// (with, for a pointer, the payload digest it carries).
-fn key_input<'a>(
-    msg: &'a Received,
-    resolved: Option<&'a Resolved>,
-    digest: Option<&'a str>,
-) -> KeyInput<'a> {
-    match resolved {
-        Some(r) => KeyInput {
-            id: &msg.id,
-            body: &r.body,
-            attributes: &r.attributes,
-            sha256: None,
-        },
-        None => KeyInput {
-            sha256: digest,
-            ..KeyInput::from(msg)
-        },
-    }
-}
-
-/// The plugin a message goes to, loaded or by name, for a delivery that ends before routing.
-pub(crate) fn plugin_ref(queue: &QueueCtx, msg: &Received) -> PluginRef {
-    plugin_for(queue, msg).map_or_else(|(named, _)| named, PluginRef::Loaded)
-}
-
-/// The loaded plugin for a message; the error names the plugin it would have gone to.
-fn plugin_for(queue: &QueueCtx, msg: &Received) -> Result<Arc<Plugin>, (PluginRef, RouteError)> {
-    let name =
-        route_name(queue, msg).map_err(|e| (PluginRef::Named(queue.config.plugin.clone()), e))?;
-    loaded(queue, name)
-}
-
 /// The loaded plugin `name`; the error says why it is not serving.
-pub(super) fn loaded(queue: &QueueCtx, name: &str) -> Result<Arc<Plugin>, (PluginRef, RouteError)> {
+fn loaded(queue: &QueueCtx, name: &str) -> Result<Arc<Plugin>, (PluginRef, RouteError)> {
     let registry = &queue.shared.registry;
     registry.get(name).ok_or_else(|| {
         let error = RouteError::NoPlugin {
@@ -283,24 +421,6 @@ pub(super) fn loaded(queue: &QueueCtx, name: &str) -> Result<Arc<Plugin>, (Plugi
         };
         (PluginRef::Named(name.to_string()), error)
     })
-}
-
-/// The plugin name for a message: the queue's, or one of the queue's routes named by its route
-/// attribute. A message never chooses a plugin the queue does not list.
-fn route_name<'a>(queue: &'a QueueCtx, msg: &'a Received) -> Result<&'a str, RouteError> {
-    let config = &queue.config;
-    let Some(attribute) = &config.route_attribute else {
-        return Ok(&config.plugin);
-    };
-    match find_attribute(&msg.attributes, attribute).and_then(|a| a.text()) {
-        None => Ok(&config.plugin),
-        Some(name) if name == config.plugin || config.routes.iter().any(|r| r == name) => Ok(name),
-        Some(name) => Err(RouteError::BadRoute {
-            attribute: attribute.clone(),
-            value: name.to_string(),
-            routes: config.routes.join(", "),
-        }),
-    }
 }
 
 /// The key: an outbox message's derived key when the plugin keys by message id (so a copy

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::canary::{invoke_either, versions};
 use super::delivery::{Delivery, Fate};
+use super::invoke::invoke;
 use super::leased::Leased;
 use super::route::Routed;
 use crate::digest::sha256_hex;
@@ -15,14 +16,9 @@ use crate::faults::Operation;
 use crate::handler::{Failure, HandlerMessage, Invocation, Outcome};
 use crate::idempotency::Acquired;
 use crate::idempotency::rate::{self, Admission};
-use crate::message::Received;
-use crate::payload::{ResolveError, Resolved, pointer};
-use crate::plugin::Plugin;
+use crate::payload::{Body, ResolveError, Resolved};
 use crate::plugin::manifest::OnConflict;
 use crate::stats::Event;
-use futures_util::FutureExt as _;
-use std::panic::AssertUnwindSafe;
-use tracing::Instrument as _;
 
 /// Shortest delay before a message whose key is leased elsewhere comes back.
 const MIN_BUSY_DELAY: Duration = Duration::from_secs(1);
@@ -129,14 +125,21 @@ async fn run(mut leased: Leased, resolved: Option<Resolved>) -> Fate {
         Some(resolved) => Some(resolved),
         None => {
             let delivery = leased.delivery();
-            let msg = delivery.msg();
-            let mut step =
-                pointer::is_pointer(&msg.attributes).then(|| delivery.span().step("payload fetch"));
-            let fetched = shared.payloads.resolve(&msg.body, &msg.attributes).await;
-            if let (Some(step), Err(e)) = (&mut step, &fetched) {
-                step.error(e.kind(), e);
-            }
-            drop(step);
+            let fetched = match delivery.body() {
+                Body::Inline => Ok(None),
+                Body::BadPointer(e) => Err(ResolveError::Reject(e.to_string())),
+                Body::Pointer(pointer) => {
+                    let mut step = delivery.span().step("payload fetch");
+                    let fetched = shared
+                        .payloads
+                        .fetch(pointer, &delivery.msg().attributes)
+                        .await;
+                    if let Err(e) = &fetched {
+                        step.error(e.kind(), e);
+                    }
+                    fetched.map(Some)
+                }
+            };
             match fetched {
                 Ok(resolved) => {
                     if resolved.is_some() {
@@ -215,23 +218,15 @@ async fn run(mut leased: Leased, resolved: Option<Resolved>) -> Fate {
     }
 }
 
-/// The sha256 of a delivery's body, when it is known without fetching: the body's own, or the
-/// digest a qhost pointer carries (`None` for a pointer without one).
-fn body_digest(msg: &Received) -> Option<String> {
-    if pointer::is_pointer(&msg.attributes) {
-        pointer::carried_digest(&msg.body, &msg.attributes)
-    } else {
-        Some(sha256_hex(&msg.body))
-    }
-}
-
 /// Whether a delivery of a completed key (whose run handled a body with sha256 `done`) carries
 /// another body. Reported (logged, counted) when it does; the reason to dead-letter it is
 /// returned when the plugin says `on-conflict = "reject"`, and otherwise it goes on as the
 /// duplicate it claims to be.
 fn conflict(routed: &Routed, done: &str) -> Option<String> {
     let delivery = &routed.delivery;
-    let mine = body_digest(delivery.msg()).filter(|mine| !mine.eq_ignore_ascii_case(done))?;
+    let mine = routed
+        .body_digest()
+        .filter(|mine| !mine.eq_ignore_ascii_case(done))?;
     let key = routed.key.handler.as_str();
     tracing::warn!(key, ran = done, this = %mine, "a completed key came again with a different body");
     delivery.record(Event::Conflict);
@@ -292,68 +287,4 @@ fn handler_message(leased: &Leased, resolved: Option<Resolved>) -> HandlerMessag
         group_id: m.group_id.clone(),
         time_limit: leased.time_limit(),
     }
-}
-
-/// What a step span says of a finished call: the handler's verdict and its outbox size.
-fn invocation_attributes(invocation: &Invocation) -> Vec<opentelemetry::KeyValue> {
-    let verdict = match invocation.outcome {
-        Outcome::Ack => "ack",
-        Outcome::Retry(_) => "retry",
-        Outcome::Reject(_) => "reject",
-    };
-    vec![
-        opentelemetry::KeyValue::new("qhost.handler.verdict", verdict),
-        opentelemetry::KeyValue::new("qhost.outbox.count", invocation.outbox.len() as i64),
-    ]
-}
-
-/// Waits for a slot under the plugin's own concurrency limit (if it has one), then calls it in a
-/// span naming the plugin version, so that every line logged during the call says which build
-/// ran. A panicking native handler is a failure, not a lost task. If this future is dropped
-/// (the shutdown grace is over), the call goes with it: a wasm guest stops at its next epoch
-/// yield.
-pub(super) async fn invoke(
-    delivery: &Delivery,
-    plugin: &Arc<Plugin>,
-    input: HandlerMessage,
-) -> Result<Invocation, Failure> {
-    let slot = match plugin.slots() {
-        Some(slots) => Some(Arc::clone(slots).acquire_owned().await.map_err(|_| {
-            Failure::Instantiate("the plugin's concurrency limit was closed".into())
-        })?),
-        None => None,
-    };
-    delivery.record(Event::Invoked);
-    let stats = &delivery.shared().stats;
-    stats.record_invocation(&plugin.name, &plugin.version);
-    let span = tracing::info_span!("invoke", plugin = %plugin.name, version = %plugin.version, trace_id = tracing::field::Empty);
-    if let Some(trace_id) = delivery.span().trace_id() {
-        span.record("trace_id", trace_id);
-    }
-    let call = AssertUnwindSafe(plugin.invoke(input).instrument(span)).catch_unwind();
-    let started = std::time::Instant::now();
-    let mut step = delivery.span().step("invoke");
-    let ended = call.await;
-    match &ended {
-        Ok(Ok(invocation)) => step.set(|| invocation_attributes(invocation)),
-        Ok(Err(failure)) => step.error(failure.kind(), failure),
-        Err(_) => step.error("trap", "the handler panicked"),
-    }
-    drop(step);
-    let queue = &delivery.queue().config.name;
-    (delivery.shared().metrics).observe_process(
-        queue,
-        &plugin.name,
-        &plugin.version,
-        started.elapsed(),
-    );
-    drop(slot);
-    ended.unwrap_or_else(|panic| {
-        let text = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "(no message)".into());
-        Err(Failure::Trap(format!("handler panicked: {text}")))
-    })
 }

@@ -17,6 +17,7 @@ use super::context::{QueueCtx, Shared};
 use super::outbox_mark::OutboxMarks;
 use super::putback::PutBacks;
 use crate::config::Config;
+use crate::format::Formats;
 use crate::handler::Invoke;
 use crate::idempotency::key::scoped;
 use crate::idempotency::local::LocalStore;
@@ -76,7 +77,6 @@ impl Shared {
             payloads: Arc::new(Payloads::disabled()),
             tracer: None,
             outbox_marks: OutboxMarks::default(),
-            celery_results: None,
             recent: Arc::default(),
         }
     }
@@ -137,6 +137,7 @@ impl TestBed {
                 Arc::clone(&source) as Arc<dyn QueueSource>,
                 JOBS.to_string(),
             ),
+            format: Formats::default().for_queue(&queue_config),
             shared,
             config: queue_config,
             acker,

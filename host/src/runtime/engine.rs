@@ -26,6 +26,7 @@ use super::pool;
 use super::state::HostState;
 use crate::config::SecretsGrant;
 use crate::idempotency::IdempotencyStore;
+use crate::idempotency::local::LocalStore;
 use crate::kv::StateAccess;
 use crate::message::rules::SendShape;
 
@@ -107,7 +108,7 @@ impl Runtime {
             max_memory_mib: settings.max_memory_mib,
             secrets: SecretsGrant::default(),
             http_tls: Arc::default(),
-            state: Arc::default(),
+            state: Arc::new(StateAccess::new(open_memory)),
         })
     }
 
@@ -215,4 +216,9 @@ fn start_epoch_ticker(engine: &Engine) {
         })
         .map(drop)
         .unwrap_or_else(|e| tracing::error!("cannot start the epoch ticker: {e}"));
+}
+
+/// An empty in-memory store, for the state of plugins that no host's store serves.
+fn open_memory() -> anyhow::Result<Arc<dyn IdempotencyStore>> {
+    Ok(Arc::new(LocalStore::open(None)?))
 }

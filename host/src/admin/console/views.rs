@@ -130,11 +130,7 @@ pub(crate) fn queues(host: &HostView) -> Vec<QueueView> {
 }
 
 fn format_of(q: &QueueConfig) -> &'static str {
-    if q.celery.is_some() {
-        "celery"
-    } else {
-        "qhost"
-    }
+    q.format.name()
 }
 
 /// Every plugin the host loaded or failed to load.

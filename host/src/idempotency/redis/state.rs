@@ -1,4 +1,4 @@
-//! Handler state on Redis (see `crate::kv` for the design): a bucket is a sorted set of its
+//! Handler state on Redis (the design is in the `kv` module's docs): a bucket is a sorted set of its
 //! keys by expiry, `NS:kv:{PLUGIN/BUCKET}`, beside one string per key,
 //! `NS:kv:{PLUGIN/BUCKET}:KEY`; the hash tag keeps a bucket in one slot. On one server the
 //! completion script checks and writes the state; on a cluster the commit takes the three
@@ -10,9 +10,9 @@ use std::time::Duration;
 use redis::{Script, ScriptInvocation, Value};
 
 use super::{RedisStore, corrupt, failed, ms};
+use crate::idempotency::commit::{BucketCommit, Op};
 use crate::idempotency::pending::{self, PendingState};
 use crate::idempotency::{Completion, IdempotencyError, StoreResult};
-use crate::kv::{BucketCommit, Op};
 use crate::message::now_ms;
 use crate::redis_link::RedisLink;
 

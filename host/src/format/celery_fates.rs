@@ -6,11 +6,11 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
-use super::test_bed::{JOBS, PLUGIN, TestBed};
 use crate::celery::fixtures::{kombu, v2_headers, v2_json};
 use crate::handler::{HandlerMessage, Invocation, Outcome};
 use crate::message::wire::DEAD_LETTER_REASON;
 use crate::message::{Received, find_attribute};
+use crate::pipeline::test_bed::{JOBS, PLUGIN, TestBed};
 
 /// What the handler was given, in order.
 type Seen = Arc<Mutex<Vec<HandlerMessage>>>;

@@ -1,6 +1,6 @@
 //! Handler state in the embedded store: one table, read and written inside the store's own
 //! transactions, so a completion's state is committed in the same SQLite transaction as its
-//! completed record (see the module docs of `kv`).
+//! completed record (see the `kv` module's docs).
 
 use rusqlite::{OptionalExtension, Transaction, params};
 

@@ -1,0 +1,261 @@
+//! The format step: how a queue's messages are read, between the source and routing.
+//!
+//! Most SQS traffic does not arrive as a bare body. A Celery producer sends kombu's envelope,
+//! an SNS topic its notification, an EventBridge rule its event, an S3 bucket its event
+//! records. A queue's `format` names which, and its [`Format`] turns each received message into
+//! the [`Run`]s the pipeline routes, leases and runs:
+//!
+//! - the route: the names the queue's routing table is looked up by (a task name, a topic, a
+//!   detail-type, an S3 event), or the route attribute's value for qhost's own messages;
+//! - what the key is derived from ([`KeyBasis`]): the queue's message id, or the id the
+//!   producer retries with (SNS's `MessageId`, an event's `id`, an S3 object's sequencer), or
+//!   a key the format fixes whatever the plugin's manifest says (a Celery task id);
+//! - what the handler is given ([`View`]): the unwrapped body and the format's attributes;
+//! - whether it may run now ([`Admit`]): a Celery task not due yet, or past its expiry;
+//! - the format's effects ([`Effects`]): what commits with the run's completion besides the
+//!   handler's own outbox (Celery's result record and follow-up tasks), behind one trait, so
+//!   the pipeline commits and sends them without knowing which format made them.
+//!
+//! A message that is not what its format says is refused with why (`Err`), and the pipeline
+//! dead-letters it; nothing is guessed at. A message may hold several runs (an S3 notification's
+//! records), each leased and decided on its own, or none (S3's test event), which is acked.
+//!
+//! | module        | format                                                              |
+//! |---------------|---------------------------------------------------------------------|
+//! | `qhost`       | the body as it is; routed by a route attribute, if the queue has one |
+//! | `celery`      | Celery's task messages (decoding in `crate::celery`)                 |
+//! | `sns`         | SNS notifications                                                   |
+//! | `eventbridge` | EventBridge events                                                  |
+//! | `s3`          | S3 event notifications, bare or inside an SNS notification          |
+//! | `inspect`     | what qhost reads from a message, for `qhost inspect`                |
+
+mod celery;
+#[cfg(test)]
+mod celery_fates;
+mod eventbridge;
+mod qhost;
+mod s3;
+mod sns;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::future::BoxFuture;
+
+use crate::config::{Config, MessageFormat, QueueConfig};
+use crate::message::{Attribute, Outgoing, Received};
+use crate::plugin::Plugin;
+
+/// How a queue's messages are read.
+pub(crate) trait Format: Send + Sync + std::fmt::Debug {
+    /// Reads `msg`, whose body and attributes are `body` and `attributes` (an offloaded
+    /// payload's, fetched, when it came as a pointer and [`Format::reads_body`]): the runs it
+    /// holds, in order, or why it is not what this format says.
+    fn read(
+        &self,
+        msg: &Received,
+        body: &[u8],
+        attributes: &[Attribute],
+    ) -> Result<Vec<Run>, String>;
+
+    /// Whether reading needs the body: a message that points to its payload then has it
+    /// fetched before it is read. qhost's own format reads only attributes, so its payloads
+    /// are fetched under the lease, once the message is known to run.
+    fn reads_body(&self) -> bool {
+        true
+    }
+}
+
+/// One run a message holds: routed, keyed and leased on its own.
+#[derive(Debug)]
+pub(crate) struct Run {
+    /// Where it goes.
+    pub(crate) route: Route,
+    /// What its key is derived from.
+    pub(crate) key: KeyBasis,
+    /// What the handler is given; `None`: the message's own body and attributes.
+    pub(crate) view: Option<View>,
+    /// A deadline lower than the plugin's, from the message (a Celery task's time limit).
+    pub(crate) time_limit: Option<Duration>,
+    /// Whether it runs now.
+    pub(crate) admit: Admit,
+    /// What commits with its completion besides the handler's outbox.
+    pub(crate) effects: Option<Arc<dyn Effects>>,
+}
+
+impl Run {
+    /// A run of the message as it is, by `route` and `key`, admitted now, with no effects.
+    pub(crate) fn plain(route: Route, key: KeyBasis, view: Option<View>) -> Run {
+        Run {
+            route,
+            key,
+            view,
+            time_limit: None,
+            admit: Admit::Now,
+            effects: None,
+        }
+    }
+}
+
+/// Where a run goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// The queue's default plugin.
+    Default,
+    /// The first of `names` that the queue's table routes; none of them: the default plugin,
+    /// or (without one) a dead letter naming `names[0]` as a `noun`.
+    Named {
+        /// The names to look up, in order (a topic's ARN, then its name).
+        names: Vec<String>,
+        /// What a name is, for the dead letter's reason (`task`, `topic`, …).
+        noun: &'static str,
+    },
+    /// A plugin the message itself chose through the queue's route attribute: one of the
+    /// table's routes, or a dead letter; never the default instead.
+    Chosen {
+        /// The route attribute.
+        attribute: String,
+        /// What the message put there.
+        value: String,
+    },
+}
+
+/// What a run's idempotency key is derived from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum KeyBasis {
+    /// The message as received: the plugin's key source reads its id, body and attributes.
+    Message,
+    /// The id the producer retries with, in place of the queue's message id: a plugin keyed by
+    /// `message-id` (the default) is keyed by it; other key sources read the run's view.
+    Id(String),
+    /// This key, whatever the plugin's key source (a Celery task id: what makes two
+    /// deliveries the same task).
+    Fixed(String),
+}
+
+/// What a handler is given in place of the message's own body and attributes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct View {
+    /// The body.
+    pub(crate) body: Vec<u8>,
+    /// The attributes.
+    pub(crate) attributes: Vec<Attribute>,
+}
+
+/// Whether a run may run now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Admit {
+    /// It may.
+    Now,
+    /// Not yet: put back hidden for `wait`, using no attempt (a Celery task's eta).
+    NotDue {
+        /// The due time as the message wrote it.
+        eta: String,
+        /// How long to hide it.
+        wait: Duration,
+    },
+    /// Never: acked without running (a Celery task past its expiry).
+    Expired {
+        /// The expiry as the message wrote it.
+        expires: String,
+    },
+    /// Refused with this reason, once its route is known (a Celery task whose callbacks
+    /// qhost will not send): dead-lettered.
+    Refused(String),
+}
+
+/// A format's effects of one run: what commits with its completion besides the handler's own
+/// outbox, carried out once the completion is committed, and again by a delivery that finds
+/// them still pending.
+#[async_trait]
+pub(crate) trait Effects: Send + Sync + std::fmt::Debug {
+    /// Why `plugin` may not carry these effects out (a follow-up to a queue it may not send
+    /// to): the run is then refused before it starts.
+    fn check(&self, plugin: &Plugin) -> Result<(), String> {
+        let _ = plugin;
+        Ok(())
+    }
+
+    /// At an ack: the outbox to commit (the handler's `outbox`, which may gain the format's own
+    /// messages, each keyed by its place under `plugin` and `key`) and the result value to
+    /// commit with it, from the handler's `result`.
+    fn on_ack(
+        &self,
+        outbox: Vec<Outgoing>,
+        plugin: &str,
+        key: &str,
+        result: Option<String>,
+    ) -> (Vec<Outgoing>, Option<String>);
+
+    /// Writes a committed result `value` where a caller waits on it, before the outbox is sent.
+    async fn write_result(&self, value: &str) -> Result<(), String>;
+
+    /// The message was given up after running, with `reason`: what to write where a caller
+    /// waits (best effort, run in the background), if anything.
+    fn gave_up(&self, reason: &str) -> Option<BoxFuture<'static, ()>>;
+}
+
+/// The formats of a host's queues, with what they share (Celery's result backend).
+#[derive(Debug, Default)]
+pub(crate) struct Formats {
+    celery: celery::Shared,
+}
+
+impl Formats {
+    /// The formats `config` names, sharing one connection to each backend they write to.
+    pub(crate) fn open(config: &Config) -> Formats {
+        Formats {
+            celery: celery::Shared::open(config),
+        }
+    }
+
+    /// The format of `queue`.
+    pub(crate) fn for_queue(&self, queue: &QueueConfig) -> Arc<dyn Format> {
+        match &queue.format {
+            MessageFormat::Qhost { route_attribute } => {
+                Arc::new(qhost::Qhost::new(route_attribute.clone()))
+            }
+            MessageFormat::Celery { accept } => {
+                Arc::new(self.celery.format(&queue.name, accept.clone()))
+            }
+            MessageFormat::Sns => Arc::new(sns::Sns),
+            MessageFormat::EventBridge => Arc::new(eventbridge::EventBridge),
+            MessageFormat::S3 => Arc::new(s3::S3),
+        }
+    }
+}
+
+/// `attributes` with `name` set to the string `value`, when there is one.
+fn push_text(attributes: &mut Vec<Attribute>, name: &str, value: Option<&str>) {
+    if let Some(value) = value {
+        attributes.push(Attribute::string(name, value));
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use crate::message::{Attribute, Received};
+
+    /// A message received with `body`.
+    pub(crate) fn received(body: &str) -> Received {
+        Received {
+            id: "sqs-id".into(),
+            receipt: "r".into(),
+            queue: "q".into(),
+            body: body.as_bytes().to_vec(),
+            attributes: Vec::new(),
+            receive_count: 1,
+            sent_at_ms: 0,
+            group_id: None,
+            malformed: None,
+        }
+    }
+
+    /// The text of attribute `name`.
+    pub(crate) fn attribute_text(attributes: &[Attribute], name: &str) -> Option<String> {
+        crate::message::find_attribute(attributes, name)
+            .and_then(Attribute::text)
+            .map(str::to_string)
+    }
+}
