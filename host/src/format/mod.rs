@@ -33,6 +33,8 @@ mod celery;
 #[cfg(test)]
 mod celery_fates;
 mod eventbridge;
+#[cfg(test)]
+mod fates;
 mod qhost;
 mod s3;
 mod sns;
