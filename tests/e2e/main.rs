@@ -17,6 +17,7 @@ mod dlq;
 mod email_sender;
 mod faults;
 mod fleet;
+mod formats;
 mod guides;
 mod hostile;
 mod http;
