@@ -99,6 +99,20 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: PluginsCommand,
     },
+    /// Print what qhost reads from a message: for each run it holds, its route, the plugin a
+    /// queue sends it to, its idempotency key, and the body and attributes its handler gets.
+    /// Without FILE, the first message waiting in --queue (embedded queue).
+    Inspect {
+        /// A file holding the message body; `-` reads stdin.
+        file: Option<PathBuf>,
+        /// The message format: qhost, celery, sns, eventbridge or s3 (default: the queue's, or
+        /// qhost).
+        #[arg(long, short)]
+        format: Option<String>,
+        /// The configured queue whose format, routes and plugins' keys apply.
+        #[arg(long, short)]
+        queue: Option<String>,
+    },
     /// Read Celery task messages as qhost does.
     Celery {
         #[command(subcommand)]

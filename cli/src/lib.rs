@@ -123,6 +123,14 @@ async fn dispatch(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Plugins {
             command: PluginsCommand::Rollback { name },
         } => decide(&config()?, &name, false).await,
+        Command::Inspect {
+            file,
+            format,
+            queue,
+        } => {
+            let (file, format, queue) = (file.as_deref(), format.as_deref(), queue.as_deref());
+            inspect(config()?, file, format, queue).await
+        }
         Command::Celery {
             command: CeleryCommand::Inspect { file, queue },
         } => celery_inspect(config()?, file.as_deref(), queue.as_deref()).await,

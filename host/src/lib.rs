@@ -142,6 +142,7 @@ pub use runtime::{WASMTIME_VERSION, WIT_PACKAGE};
 // What an operator runs against a configuration: the queue verbs, one message through one
 // plugin file, a new handler project.
 pub use dlq::{Redriven, Verdict};
+pub use format::inspect::{Inspected, InspectedRun, inspect as inspect_message};
 pub use message::recorded::{LineError, RecordedMessage, read_lines as read_recorded};
 pub use oneshot::{InvokeReport, InvokeRequest, Ran, invoke_file};
 pub use queues::{DeadLetter, Purged, Queues};

@@ -792,3 +792,63 @@ fn qhost_kv_reads_what_a_run_committed_and_invoke_shows_what_it_would() {
         "invoke runs on an empty in-memory store and prints the write:\n{printed}"
     );
 }
+
+#[test]
+fn qhost_inspect_says_what_each_format_reads_where_a_queue_routes_it_and_why_it_would_not() {
+    let dir = tempfile::tempdir().expect("a directory");
+    std::fs::create_dir(dir.path().join("plugins")).expect("plugins/");
+    std::fs::write(
+        dir.path().join("qhost.toml"),
+        "[[queue]]\nname = \"uploads\"\nformat = \"s3\"\nroutes = { \"ObjectCreated:*\" = \"thumbs\" }\n",
+    )
+    .expect("qhost.toml");
+    // The routed plugin keys by bucket: inspect derives the key from its manifest.
+    std::fs::write(
+        dir.path().join("plugins/thumbs.toml"),
+        "[idempotency]\nkey = \"attribute:s3-bucket\"\n",
+    )
+    .expect("its manifest");
+    let record = |event: &str, key: &str, sequencer: &str| {
+        serde_json::json!({"eventName": event, "s3": {"bucket": {"name": "photos"},
+            "object": {"key": key, "eTag": "e", "sequencer": sequencer}}})
+    };
+    let notification = serde_json::json!({"Records": [
+        record("ObjectCreated:Put", "a+b.jpg", "01"),
+        record("ObjectRemoved:Delete", "c.jpg", "02"),
+    ]});
+    std::fs::write(dir.path().join("n.json"), notification.to_string()).expect("n.json");
+    let out = qhost(dir.path())
+        .args(["inspect", "--queue", "uploads", "n.json"])
+        .output()
+        .expect("running qhost inspect");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    for line in [
+        "format    s3",
+        "run 1",
+        "route     ObjectCreated:Put, then ObjectCreated:*, then photos",
+        "plugin    thumbs",
+        "key       photos",
+        "attribute s3-key = a b.jpg",
+        "run 2",
+        "plugin    none (not routed: the queue routes ObjectCreated:* and has no default plugin; it would be dead-lettered)",
+        "key       photos/c.jpg/02",
+    ] {
+        assert!(text.lines().any(|l| l == line), "`{line}` in:\n{text}");
+    }
+
+    let out = qhost(dir.path())
+        .args(["inspect", "--format", "eventbridge", "n.json"])
+        .output()
+        .expect("running qhost inspect");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("error: not an EventBridge event: no `id`; a queue would dead-letter it"),
+        "{err}"
+    );
+}

@@ -3,6 +3,7 @@
 
 mod celery;
 mod dlq;
+mod inspect;
 mod invoke;
 mod kv;
 mod plugins;
@@ -12,6 +13,7 @@ mod run;
 
 pub(crate) use celery::inspect as celery_inspect;
 pub(crate) use dlq::{dlq_peek, dlq_redrive};
+pub(crate) use inspect::inspect;
 pub(crate) use invoke::invoke;
 pub(crate) use kv::{kv_get, kv_list};
 pub(crate) use plugins::{check, check_deploy, decide, list};

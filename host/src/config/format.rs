@@ -41,6 +41,28 @@ pub enum MessageFormat {
 }
 
 impl MessageFormat {
+    /// The format `name` names, with its defaults (Celery's: JSON and msgpack read, as
+    /// `qhost inspect` reads a message without a queue), or why there is none.
+    pub fn named(name: &str) -> Result<MessageFormat, String> {
+        Ok(match name {
+            "qhost" => MessageFormat::Qhost {
+                route_attribute: None,
+            },
+            "celery" => MessageFormat::Celery {
+                accept: vec![ContentType::Json, ContentType::Msgpack],
+            },
+            "sns" => MessageFormat::Sns,
+            "eventbridge" => MessageFormat::EventBridge,
+            "s3" => MessageFormat::S3,
+            other => {
+                return Err(format!(
+                    "`{other}` is not a message format qhost reads ({})",
+                    FORMATS.join(", ")
+                ));
+            }
+        })
+    }
+
     /// The format's name, as `format` spells it.
     pub fn name(&self) -> &'static str {
         match self {
@@ -339,6 +361,20 @@ mod tests {
         for (lines, says) in cases {
             let err = refusal(lines);
             assert!(err.contains(says), "{lines}: {err}");
+        }
+    }
+
+    #[test]
+    fn every_configuration_the_formats_guide_shows_is_one_qhost_takes() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/formats.md");
+        let guide = std::fs::read_to_string(path).expect("docs/formats.md");
+        let blocks: Vec<&str> = guide.split("```toml\n").skip(1).collect();
+        assert_eq!(blocks.len(), 3, "one per format");
+        for block in blocks {
+            let text = block.split("```").next().unwrap_or_default();
+            let text: String = text.lines().map(|l| format!("{}\n", l.trim_start())).collect();
+            let config = Config::parse(&text).unwrap_or_else(|e| panic!("{text}: {e:#}"));
+            assert!(!config.queues[0].routes.table.is_empty(), "{text}");
         }
     }
 }

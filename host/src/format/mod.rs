@@ -35,6 +35,7 @@ mod celery_fates;
 mod eventbridge;
 #[cfg(test)]
 mod fates;
+pub(crate) mod inspect;
 mod qhost;
 mod s3;
 mod sns;
