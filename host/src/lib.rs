@@ -14,8 +14,9 @@
 //! | `message`       | the host's message types; `message::wire`, the wire contract (leaf); |
 //! |                 | `message::rules`, SQS's rules for a message to be sent              |
 //! | `source`        | the queue boundary (`source::QueueSource`); `sqs`, `local` (SQLite)  |
-//! | `idempotency`   | leases and completed records (`idempotency::IdempotencyStore`); keys; |
-//! |                 | the fleet-wide rate limit (`idempotency::rate`)                     |
+//! | `idempotency`   | the store by capability: leases and completed records                |
+//! |                 | (`IdempotencyStore`), shared records, the fleet-wide rate (`rate`),  |
+//! |                 | state reads; keys; what a completion commits (`commit`, leaf)        |
 //! | `handler`       | the invocation contract: message in, outcome out (`handler::Invoke`) |
 //! | `runtime`       | how one wasm call runs: engine, bindings, guest state, limits,       |
 //! |                 | outbound HTTP by grant (`runtime::http`); imports nothing of `plugin` |
@@ -112,8 +113,8 @@ pub use idempotency::local::LocalStore;
 pub use idempotency::rate::{Admission, Rate};
 pub use idempotency::redis::RedisStore;
 pub use idempotency::{
-    Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
-    Released, StoreResult,
+    Acquired, Completion, FleetRate, IdempotencyError, IdempotencyStore, KeyStatus, Lease,
+    LeaseRequest, Released, SharedRecords, StateReads, Store, StoreResult,
 };
 pub use kv::inspect::{kv_get, kv_list};
 pub use kv::{BucketCommit, Op as StateOp, StateCommit};

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::host::Host;
-use crate::idempotency::IdempotencyStore;
+use crate::idempotency::Store;
 use crate::message::Attribute;
 use crate::payload::Payloads;
 use crate::source::QueueSource;
@@ -75,7 +75,7 @@ pub fn source(host: &Host) -> Arc<dyn QueueSource> {
 }
 
 /// A host's idempotency store.
-pub fn store(host: &Host) -> Arc<dyn IdempotencyStore> {
+pub fn store(host: &Host) -> Arc<dyn Store> {
     host.store()
 }
 

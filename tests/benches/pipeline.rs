@@ -16,7 +16,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use qhost::IdempotencyStore;
 use qhost::LocalQueue;
 use qhost::LocalStore;
 use qhost::Manifest;
@@ -25,6 +24,7 @@ use qhost::Plugin;
 use qhost::QueueSource;
 use qhost::RedisStore;
 use qhost::Registry;
+use qhost::Store;
 use qhost::{Config, Host};
 use qhost::{HandlerMessage, Invocation, Outcome};
 use qhost::{Tracer, Traces};
@@ -66,14 +66,14 @@ struct Run {
 }
 
 /// Runs `n` messages through `plugin` with `store`.
-async fn measure(plugin: Plugin, store: Arc<dyn IdempotencyStore>, n: usize) -> Run {
+async fn measure(plugin: Plugin, store: Arc<dyn Store>, n: usize) -> Run {
     measure_traced(plugin, store, n, None).await
 }
 
 /// Runs `n` messages through `plugin` with `store`, traced by `tracer` if given.
 async fn measure_traced(
     plugin: Plugin,
-    store: Arc<dyn IdempotencyStore>,
+    store: Arc<dyn Store>,
     n: usize,
     tracer: Option<Tracer>,
 ) -> Run {
@@ -84,7 +84,7 @@ async fn measure_traced(
 /// `canary` beside it taking half the keys if given.
 async fn measure_in(
     plugin: Plugin,
-    store: Arc<dyn IdempotencyStore>,
+    store: Arc<dyn Store>,
     n: usize,
     tracer: Option<Tracer>,
     canary: Option<Plugin>,
@@ -143,7 +143,7 @@ fn native_plugin() -> Plugin {
     Plugin::new("native", "native", Manifest::default(), Arc::new(handler))
 }
 
-fn local_store() -> Arc<dyn IdempotencyStore> {
+fn local_store() -> Arc<dyn Store> {
     Arc::new(LocalStore::open(None).expect("store"))
 }
 

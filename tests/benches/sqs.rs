@@ -21,13 +21,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use qhost::IdempotencyStore;
 use qhost::LocalStore;
 use qhost::Outgoing;
 use qhost::QueueSource;
 use qhost::RedisStore;
 use qhost::Registry;
 use qhost::SqsQueue;
+use qhost::Store;
 use qhost::{Config, Host};
 use qhost_e2e::cpu::CpuTime;
 use qhost_e2e::sqs_server::{create_queue, endpoint, sdk_config, unique};
@@ -139,7 +139,7 @@ async fn main() {
         .zip(bare_before)
         .map(|(a, b)| a - b)
         .sum();
-    let (store, store_name): (Arc<dyn IdempotencyStore>, _) =
+    let (store, store_name): (Arc<dyn Store>, _) =
         match RedisStore::connect(&qhost_e2e::redis_server::shared_url()).await {
             Ok(redis) => (Arc::new(redis), "Redis"),
             Err(_) => (Arc::new(LocalStore::open(None).expect("store")), "local"),

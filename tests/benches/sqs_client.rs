@@ -29,7 +29,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use qhost::{Config, Host, IdempotencyStore, LocalStore, RedisStore, Registry, SqsQueue};
+use qhost::{Config, Host, LocalStore, RedisStore, Registry, SqsQueue, Store};
 use qhost_e2e::cpu::CpuTime;
 use qhost_e2e::sqs_responder::{OPERATIONS, Responder};
 use qhost_e2e::sqs_server::sdk_config_for;
@@ -116,7 +116,7 @@ async fn bare_loop(responder: &Responder, n: usize) -> Row {
 async fn qhost_row(
     name: &'static str,
     responder: &Responder,
-    store: Arc<dyn IdempotencyStore>,
+    store: Arc<dyn Store>,
     redis: Option<&RedisStore>,
     n: usize,
     manifest: &str,

@@ -11,8 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use qhost::{
-    Config, Host, IdempotencyStore, LocalQueue, LocalStore, Outgoing, QueueSource, RedisStore,
-    Registry,
+    Config, Host, LocalQueue, LocalStore, Outgoing, QueueSource, RedisStore, Registry, Store,
 };
 use qhost_e2e::cpu::CpuTime;
 use tokio_util::sync::CancellationToken;
@@ -49,7 +48,7 @@ struct Run {
 }
 
 /// Runs `n` messages with bodies from `body` through the stateful plugin on `store`.
-async fn measure(store: Arc<dyn IdempotencyStore>, n: usize, body: Body) -> Run {
+async fn measure(store: Arc<dyn Store>, n: usize, body: Body) -> Run {
     let config = config();
     let plugin = qhost_e2e::fixture_plugin_with(PLUGIN, &config, MANIFEST);
     let source = Arc::new(LocalQueue::open(None, Default::default()).expect("queue"));
@@ -108,7 +107,7 @@ async fn main() {
     let mut on_redis = vec![Vec::new(); CASES.len()];
     for _ in 0..rounds {
         for (i, (_, body)) in CASES.iter().enumerate() {
-            let local: Arc<dyn IdempotencyStore> = Arc::new(LocalStore::open(None).expect("store"));
+            let local: Arc<dyn Store> = Arc::new(LocalStore::open(None).expect("store"));
             embedded[i].push(measure(local, n, *body).await);
             if let Ok(redis) = &redis {
                 on_redis[i].push(measure(Arc::new(redis.clone()), n, *body).await);

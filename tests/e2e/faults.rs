@@ -584,7 +584,7 @@ async fn every_sqs_and_s3_call_ends_at_its_deadline_when_no_answer_comes() {
 
 #[tokio::test]
 async fn every_redis_store_call_ends_at_its_deadline_when_the_server_stops() {
-    use qhost::{Completion, IdempotencyStore as _, LeaseRequest, Released};
+    use qhost::{Completion, FleetRate as _, IdempotencyStore as _, LeaseRequest, Released};
     let redis = RedisServer::start();
     let mut target = qhost::RedisTarget::single(redis.url());
     target.deadlines.response = Duration::from_millis(300);

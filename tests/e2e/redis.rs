@@ -598,7 +598,7 @@ async fn the_rate_limit_reserves_slots_alike_on_redis_and_the_embedded_store() {
     let redis = RedisStore::connect(&shared_url()).await.expect("redis");
     let local = qhost::LocalStore::open(None).expect("local store");
     let key = qhost::testing::rate_key(&unique_namespace("rate"), "mailer");
-    for store in [&redis as &dyn IdempotencyStore, &local] {
+    for store in [&redis as &dyn qhost::FleetRate, &local] {
         // Each admitted call's wait, and when the call was made: its slot (the store's clock
         // when it decided, plus the wait) lies between `before + wait` and `after + wait`, so
         // the slots' spacing is checked whatever the calls themselves took on a busy machine.

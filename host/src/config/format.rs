@@ -372,7 +372,10 @@ mod tests {
         assert_eq!(blocks.len(), 3, "one per format");
         for block in blocks {
             let text = block.split("```").next().unwrap_or_default();
-            let text: String = text.lines().map(|l| format!("{}\n", l.trim_start())).collect();
+            let text: String = text
+                .lines()
+                .map(|l| format!("{}\n", l.trim_start()))
+                .collect();
             let config = Config::parse(&text).unwrap_or_else(|e| panic!("{text}: {e:#}"));
             assert!(!config.queues[0].routes.table.is_empty(), "{text}");
         }

@@ -41,7 +41,7 @@ impl Host {
         let parts = health::Checked {
             config: Arc::clone(&self.config),
             source: Arc::clone(&self.source),
-            store: Arc::clone(&self.store),
+            store: self.store.clone(),
             metrics: Arc::clone(&self.metrics),
             stats: Arc::clone(&self.stats),
         };
@@ -101,7 +101,7 @@ impl Host {
         })?;
         // Canaries start only on a reload, so their follower runs where reloads do.
         tokio::spawn(crate::rollout::follow::run(
-            Arc::clone(&self.store),
+            self.store.clone(),
             Arc::clone(plugins),
             Arc::clone(&self.config),
             stop.clone(),
@@ -164,14 +164,14 @@ impl Host {
         Shared {
             config: Arc::clone(&self.config),
             source: Arc::clone(&self.source),
-            store: Arc::clone(&self.store),
+            store: self.store.clone(),
             registry: Arc::clone(&self.registry),
             stats: Arc::clone(&self.stats),
             metrics: Arc::clone(&self.metrics),
             in_flight: Arc::new(Semaphore::new(self.config.max_in_flight)),
             tasks: TaskTracker::new(),
             abandon: self.abandon.child_token(),
-            completer: Completer::spawn(Arc::clone(&self.store)),
+            completer: Completer::spawn(self.store.clone()),
             payloads: Arc::clone(&self.payloads),
             tracer: self.tracer.clone(),
             outbox_marks: OutboxMarks::default(),

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::{Health, HostView};
 use crate::config::Config;
-use crate::idempotency::IdempotencyStore;
+use crate::idempotency::Store;
 use crate::metrics::Metrics;
 use crate::payload::Payloads;
 use crate::plugin::registry::Registry;
@@ -51,7 +51,7 @@ const SPARE_INSTANCES: u32 = 16;
 pub struct Host {
     config: Arc<Config>,
     source: Arc<dyn QueueSource>,
-    store: Arc<dyn IdempotencyStore>,
+    store: Arc<dyn Store>,
     registry: Arc<Registry>,
     plugins: Option<Arc<PluginDir>>,
     payloads: Arc<Payloads>,
@@ -101,7 +101,7 @@ impl Host {
         let payloads = Payloads::open(&config)
             .await
             .context("opening the payload stores")?;
-        (plugins.runtime()).bind_state(Arc::clone(&store), &config.namespace);
+        (plugins.runtime()).bind_state(store.clone(), &config.namespace);
         let mut host = Host::assemble(config, source, store, Arc::clone(plugins.registry()));
         host.plugins = Some(plugins);
         Ok(host.with_payloads(payloads))
@@ -112,7 +112,7 @@ impl Host {
     pub fn new(
         config: Config,
         source: Arc<dyn QueueSource>,
-        store: Arc<dyn IdempotencyStore>,
+        store: Arc<dyn Store>,
         registry: Registry,
     ) -> Self {
         Host::assemble(config, source, store, Arc::new(registry))
@@ -121,14 +121,14 @@ impl Host {
     fn assemble(
         config: Config,
         source: Arc<dyn QueueSource>,
-        store: Arc<dyn IdempotencyStore>,
+        store: Arc<dyn Store>,
         registry: Arc<Registry>,
     ) -> Self {
         // Plugins loaded by an engine of their own (a host built from parts) read their state
         // from this host's store too.
         for status in registry.status() {
             if let Some(plugin) = status.serving {
-                plugin.bind_state(Arc::clone(&store), &config.namespace);
+                plugin.bind_state(store.clone(), &config.namespace);
             }
         }
         let stats = Arc::new(Stats::default());
@@ -212,7 +212,7 @@ impl Host {
 
     /// The idempotency backend.
     #[cfg(feature = "test-support")]
-    pub(crate) fn store(&self) -> Arc<dyn IdempotencyStore> {
+    pub(crate) fn store(&self) -> Arc<dyn Store> {
         Arc::clone(&self.store)
     }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::SPARE_INSTANCES;
 use crate::aws::AwsSettings;
 use crate::config::{Config, SourceKind, StoreKind};
-use crate::idempotency::IdempotencyStore;
+use crate::idempotency::Store;
 use crate::idempotency::local::LocalStore;
 use crate::idempotency::redis::RedisStore;
 use crate::plugin::loader;
@@ -190,7 +190,7 @@ async fn check_queues(sqs: &SqsQueue, config: &Config) -> Result<(), StartError>
 }
 
 /// Opens the idempotency backend the configuration names.
-pub(crate) async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn IdempotencyStore>> {
+pub(crate) async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     match &config.store {
         StoreKind::Local => {
             let path = config.database();

@@ -14,8 +14,8 @@ use super::local_state as kv;
 use super::pending;
 use super::rate::{self, Admission, Rate};
 use super::{
-    Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
-    Released, StoreResult,
+    Acquired, Completion, FleetRate, IdempotencyError, IdempotencyStore, KeyStatus, Lease,
+    LeaseRequest, Released, SharedRecords, StateReads, StoreResult,
 };
 use crate::message::now_ms;
 use crate::sqlite::Db;
@@ -267,7 +267,6 @@ impl IdempotencyStore for LocalStore {
     async fn ping(&self) -> StoreResult<()> {
         self.write(|_| Ok(())).await
     }
-
     async fn acquire(&self, requests: &[LeaseRequest]) -> StoreResult<Vec<StoreResult<Acquired>>> {
         let requests = requests.to_vec();
         let acquired: Vec<Acquired> = self
@@ -279,7 +278,6 @@ impl IdempotencyStore for LocalStore {
         // One transaction: every key is answered, or the call fails whole.
         Ok(acquired.into_iter().map(Ok).collect())
     }
-
     async fn extend(&self, lease: &Lease, ttl: Duration) -> StoreResult<()> {
         let owned = lease.clone();
         let held = self
@@ -290,7 +288,6 @@ impl IdempotencyStore for LocalStore {
             .await?;
         IdempotencyError::owned(lease, held)
     }
-
     async fn complete(&self, completions: &[Completion]) -> StoreResult<Vec<StoreResult<()>>> {
         let batch = completions.to_vec();
         let done: Vec<Completed> = self
@@ -306,7 +303,6 @@ impl IdempotencyStore for LocalStore {
             })
             .collect())
     }
-
     async fn outbox_sent(&self, key: &str) -> StoreResult<()> {
         let key = key.to_string();
         self.write(move |tx| {
@@ -319,50 +315,27 @@ impl IdempotencyStore for LocalStore {
         })
         .await
     }
-
-    async fn admit(&self, key: &str, rate: Rate) -> StoreResult<Admission> {
-        let key = key.to_string();
-        self.write(move |tx| {
-            let stored: Option<i64> = tx
-                .prepare_cached("SELECT tat_us FROM rate WHERE key = ?1")?
-                .query_row([&key], |row| row.get(0))
-                .optional()?;
-            let now_us = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_micros() as u64);
-            let (admission, next) = rate::decide(rate, now_us, stored.map(|t| t as u64));
-            if let Some(next) = next {
-                tx.prepare_cached(
-                    "INSERT INTO rate (key, tat_us) VALUES (?1, ?2)
-                     ON CONFLICT (key) DO UPDATE SET tat_us = excluded.tat_us",
-                )?
-                .execute(params![key, next as i64])?;
-            }
-            Ok(admission)
-        })
-        .await
+    async fn release(&self, lease: &Lease, why: Released) -> StoreResult<()> {
+        let owned = lease.clone();
+        let failures = match why {
+            Released::NotRun => "failures",
+            Released::Failed => "failures + 1",
+            Released::GaveUp => "0",
+        };
+        let set = format!("state = 'released', owner = NULL, failures = {failures}");
+        let held = self
+            .write(move |tx| update_owned(tx, &owned, &set, &[]))
+            .await?;
+        IdempotencyError::owned(lease, held)
     }
+}
 
+#[async_trait]
+impl SharedRecords for LocalStore {
     async fn record(&self, key: &str) -> StoreResult<Option<String>> {
         let key = key.to_string();
         self.write(move |tx| read_record(tx, &key)).await
     }
-
-    async fn kv_get(&self, bucket: &str, keys: &[String]) -> StoreResult<Vec<Option<Vec<u8>>>> {
-        let (bucket, keys) = (bucket.to_string(), keys.to_vec());
-        self.write(move |tx| {
-            let now = now_ms() as i64;
-            keys.iter().map(|k| kv::get(tx, &bucket, k, now)).collect()
-        })
-        .await
-    }
-
-    async fn kv_list(&self, bucket: &str, limit: usize) -> StoreResult<Vec<String>> {
-        let bucket = bucket.to_string();
-        self.write(move |tx| kv::list(tx, &bucket, limit, now_ms() as i64))
-            .await
-    }
-
     async fn swap_record(
         &self,
         key: &str,
@@ -386,19 +359,48 @@ impl IdempotencyStore for LocalStore {
         })
         .await
     }
+}
 
-    async fn release(&self, lease: &Lease, why: Released) -> StoreResult<()> {
-        let owned = lease.clone();
-        let failures = match why {
-            Released::NotRun => "failures",
-            Released::Failed => "failures + 1",
-            Released::GaveUp => "0",
-        };
-        let set = format!("state = 'released', owner = NULL, failures = {failures}");
-        let held = self
-            .write(move |tx| update_owned(tx, &owned, &set, &[]))
-            .await?;
-        IdempotencyError::owned(lease, held)
+#[async_trait]
+impl FleetRate for LocalStore {
+    async fn admit(&self, key: &str, rate: Rate) -> StoreResult<Admission> {
+        let key = key.to_string();
+        self.write(move |tx| {
+            let stored: Option<i64> = tx
+                .prepare_cached("SELECT tat_us FROM rate WHERE key = ?1")?
+                .query_row([&key], |row| row.get(0))
+                .optional()?;
+            let now_us = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u64);
+            let (admission, next) = rate::decide(rate, now_us, stored.map(|t| t as u64));
+            if let Some(next) = next {
+                tx.prepare_cached(
+                    "INSERT INTO rate (key, tat_us) VALUES (?1, ?2)
+                     ON CONFLICT (key) DO UPDATE SET tat_us = excluded.tat_us",
+                )?
+                .execute(params![key, next as i64])?;
+            }
+            Ok(admission)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl StateReads for LocalStore {
+    async fn kv_get(&self, bucket: &str, keys: &[String]) -> StoreResult<Vec<Option<Vec<u8>>>> {
+        let (bucket, keys) = (bucket.to_string(), keys.to_vec());
+        self.write(move |tx| {
+            let now = now_ms() as i64;
+            keys.iter().map(|k| kv::get(tx, &bucket, k, now)).collect()
+        })
+        .await
+    }
+    async fn kv_list(&self, bucket: &str, limit: usize) -> StoreResult<Vec<String>> {
+        let bucket = bucket.to_string();
+        self.write(move |tx| kv::list(tx, &bucket, limit, now_ms() as i64))
+            .await
     }
 }
 

@@ -190,7 +190,9 @@ pub enum KeyStatus {
     },
 }
 
-/// A store of leases and completed records: Redis, or the embedded local store.
+/// Leases and completed records: what makes a handler run once per key. Redis, a Redis
+/// Cluster, or the embedded store; each also serves the other capabilities below, and each
+/// consumer asks for the one it uses.
 #[async_trait]
 pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
     /// Tries to take a lease on each key, as one round trip where the backend allows; for
@@ -215,17 +217,13 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Checks that the store answers (for readiness): one cheap round trip.
     async fn ping(&self) -> StoreResult<()>;
+}
 
-    /// One call under the rate kept at `key` (see [`rate`]): when it may run (its slot then
-    /// reserved), or when to try again.
-    async fn admit(&self, key: &str, rate: rate::Rate) -> StoreResult<rate::Admission>;
-
-    /// The shared record at `key` (a plugin's rollout), as stored.
-    async fn record(&self, key: &str) -> StoreResult<Option<String>> {
-        Err(IdempotencyError::Unavailable(format!(
-            "this store keeps no shared records ({key})"
-        )))
-    }
+/// Records a fleet shares, each replaced only by a compare-and-set (a plugin's rollout).
+#[async_trait]
+pub trait SharedRecords: Send + Sync + std::fmt::Debug + 'static {
+    /// The shared record at `key`, as stored.
+    async fn record(&self, key: &str) -> StoreResult<Option<String>>;
 
     /// Replaces the record at `key` with `new`, kept for `keep`, if it still holds `old`
     /// (`None`: absent); whether it did. Two writers that read the same record cannot both
@@ -236,26 +234,30 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
         old: Option<&str>,
         new: &str,
         keep: Duration,
-    ) -> StoreResult<bool> {
-        let _ = (old, new, keep);
-        Err(IdempotencyError::Unavailable(format!(
-            "this store keeps no shared records ({key})"
-        )))
-    }
+    ) -> StoreResult<bool>;
+}
 
-    /// The live values of `keys` in the stored bucket `bucket` (see the `kv` module's docs).
-    async fn kv_get(&self, bucket: &str, keys: &[String]) -> StoreResult<Vec<Option<Vec<u8>>>> {
-        let _ = keys;
-        Err(IdempotencyError::Unavailable(format!(
-            "this store keeps no state ({bucket})"
-        )))
-    }
+/// The fleet-wide rate limit (see [`rate`]).
+#[async_trait]
+pub trait FleetRate: Send + Sync + std::fmt::Debug + 'static {
+    /// One call under the rate kept at `key`: when it may run (its slot then reserved), or
+    /// when to try again.
+    async fn admit(&self, key: &str, rate: rate::Rate) -> StoreResult<rate::Admission>;
+}
+
+/// Handler state's committed values, as runs read them (see the `kv` module's docs); writes
+/// go with a completion ([`IdempotencyStore::complete`]).
+#[async_trait]
+pub trait StateReads: Send + Sync + std::fmt::Debug + 'static {
+    /// The live values of `keys` in the stored bucket `bucket`.
+    async fn kv_get(&self, bucket: &str, keys: &[String]) -> StoreResult<Vec<Option<Vec<u8>>>>;
 
     /// The live keys of the stored bucket `bucket`, in order, at most `limit`.
-    async fn kv_list(&self, bucket: &str, limit: usize) -> StoreResult<Vec<String>> {
-        let _ = limit;
-        Err(IdempotencyError::Unavailable(format!(
-            "this store keeps no state ({bucket})"
-        )))
-    }
+    async fn kv_list(&self, bucket: &str, limit: usize) -> StoreResult<Vec<String>>;
 }
+
+/// A store that serves every capability: what a host opens and wires, handing each part the
+/// capability it uses.
+pub trait Store: IdempotencyStore + SharedRecords + FleetRate + StateReads {}
+
+impl<T: IdempotencyStore + SharedRecords + FleetRate + StateReads> Store for T {}

@@ -66,8 +66,8 @@ use redis::{Script, ScriptInvocation, Value};
 use super::pending;
 use super::rate::{self, Admission, Rate};
 use super::{
-    Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
-    Released, StoreResult,
+    Acquired, Completion, FleetRate, IdempotencyError, IdempotencyStore, KeyStatus, Lease,
+    LeaseRequest, Released, SharedRecords, StateReads, StoreResult,
 };
 use crate::message::Outgoing;
 use crate::redis_link::{Group, RedisLink, RedisTarget};
@@ -427,7 +427,6 @@ impl IdempotencyStore for RedisStore {
             .map(drop)
             .map_err(failed)
     }
-
     async fn acquire(&self, requests: &[LeaseRequest]) -> StoreResult<Vec<StoreResult<Acquired>>> {
         let owners: Vec<String> = requests
             .iter()
@@ -453,27 +452,16 @@ impl IdempotencyStore for RedisStore {
         }
         Ok(answers)
     }
-
-    async fn kv_get(&self, bucket: &str, keys: &[String]) -> StoreResult<Vec<Option<Vec<u8>>>> {
-        self.get_state(bucket, keys).await
-    }
-
-    async fn kv_list(&self, bucket: &str, limit: usize) -> StoreResult<Vec<String>> {
-        self.list_state(bucket, limit).await
-    }
-
     async fn extend(&self, lease: &Lease, ttl: Duration) -> StoreResult<()> {
         let args = [ms(ttl).to_string(), ms(ttl + lease.window).to_string()];
         self.owned(&EXTEND, lease, &args).await
     }
-
     async fn complete(&self, completions: &[Completion]) -> StoreResult<Vec<StoreResult<()>>> {
         if self.is_cluster() && completions.iter().any(|c| !c.state.is_empty()) {
             return Ok(self.complete_on_cluster(completions).await);
         }
         Ok(self.complete_here(completions, &[]).await)
     }
-
     async fn outbox_sent(&self, key: &str) -> StoreResult<()> {
         let mut pipe = redis::pipe();
         pipe.load_script(&OUTBOX_SENT)
@@ -482,31 +470,26 @@ impl IdempotencyStore for RedisStore {
             .ignore();
         self.query::<()>(&pipe).await
     }
-
-    async fn admit(&self, key: &str, rate: Rate) -> StoreResult<Admission> {
-        let mut invocation = RATE.key(key);
-        invocation
-            .arg(rate.interval_us())
-            .arg(rate.tolerance_us())
-            .arg(rate::MAX_WAIT.as_micros() as u64);
-        let mut pipe = redis::pipe();
-        pipe.load_script(&RATE).ignore().invoke_script(&invocation);
-        let ((reserved, wait_us),): ((u8, u64),) = self.query(&pipe).await?;
-        let wait = Duration::from_micros(wait_us);
-        Ok(if reserved == 1 {
-            Admission::After(wait)
-        } else {
-            Admission::Later(wait)
-        })
+    async fn release(&self, lease: &Lease, why: Released) -> StoreResult<()> {
+        let how = match why {
+            Released::NotRun => "not-run",
+            Released::Failed => "failed",
+            Released::GaveUp => "gave-up",
+        };
+        // After a failed run the record (its count and token) lives two windows.
+        let args = [how.to_string(), ms(lease.window * 2).to_string()];
+        self.owned(&RELEASE, lease, &args).await
     }
+}
 
+#[async_trait]
+impl SharedRecords for RedisStore {
     async fn record(&self, key: &str) -> StoreResult<Option<String>> {
         let mut pipe = redis::pipe();
         pipe.get(key);
         let (text,): (Option<String>,) = self.query(&pipe).await?;
         Ok(text)
     }
-
     async fn swap_record(
         &self,
         key: &str,
@@ -525,16 +508,35 @@ impl IdempotencyStore for RedisStore {
         let (swapped,): (u8,) = self.query(&pipe).await?;
         Ok(swapped == 1)
     }
+}
 
-    async fn release(&self, lease: &Lease, why: Released) -> StoreResult<()> {
-        let how = match why {
-            Released::NotRun => "not-run",
-            Released::Failed => "failed",
-            Released::GaveUp => "gave-up",
-        };
-        // After a failed run the record (its count and token) lives two windows.
-        let args = [how.to_string(), ms(lease.window * 2).to_string()];
-        self.owned(&RELEASE, lease, &args).await
+#[async_trait]
+impl FleetRate for RedisStore {
+    async fn admit(&self, key: &str, rate: Rate) -> StoreResult<Admission> {
+        let mut invocation = RATE.key(key);
+        invocation
+            .arg(rate.interval_us())
+            .arg(rate.tolerance_us())
+            .arg(rate::MAX_WAIT.as_micros() as u64);
+        let mut pipe = redis::pipe();
+        pipe.load_script(&RATE).ignore().invoke_script(&invocation);
+        let ((reserved, wait_us),): ((u8, u64),) = self.query(&pipe).await?;
+        let wait = Duration::from_micros(wait_us);
+        Ok(if reserved == 1 {
+            Admission::After(wait)
+        } else {
+            Admission::Later(wait)
+        })
+    }
+}
+
+#[async_trait]
+impl StateReads for RedisStore {
+    async fn kv_get(&self, bucket: &str, keys: &[String]) -> StoreResult<Vec<Option<Vec<u8>>>> {
+        self.get_state(bucket, keys).await
+    }
+    async fn kv_list(&self, bucket: &str, limit: usize) -> StoreResult<Vec<String>> {
+        self.list_state(bucket, limit).await
     }
 }
 

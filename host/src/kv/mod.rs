@@ -74,21 +74,21 @@ pub use crate::idempotency::commit::{BucketCommit, Op, StateCommit};
 pub(crate) use counts::{KvCounts, Refused};
 pub(crate) use grant::{Bucket, KvGrant, KvLimits};
 
-use crate::idempotency::IdempotencyStore;
+use crate::idempotency::StateReads;
 use run::KvError;
 
 /// Opens the store that state is read from when no host's store is bound: for `qhost invoke`
 /// and `qhost replay`, an empty in-memory one. The runtime passes it in, so this module opens
 /// no backend of its own.
-pub(crate) type OpenMemory = fn() -> anyhow::Result<Arc<dyn IdempotencyStore>>;
+pub(crate) type OpenMemory = fn() -> anyhow::Result<Arc<dyn StateReads>>;
 
 /// Where plugins' state lives, for every plugin of one engine: the host's idempotency store
 /// once the host has opened it; until then (and in `qhost invoke` and `qhost replay`, which
 /// never bind one) the store `open_memory` opens, on first use.
 #[derive(Debug)]
 pub(crate) struct StateAccess {
-    bound: OnceLock<(Arc<dyn IdempotencyStore>, String)>,
-    memory: OnceLock<Arc<dyn IdempotencyStore>>,
+    bound: OnceLock<(Arc<dyn StateReads>, String)>,
+    memory: OnceLock<Arc<dyn StateReads>>,
     open_memory: OpenMemory,
 }
 
@@ -103,12 +103,12 @@ impl StateAccess {
     }
 
     /// Serves state from `store`, under `namespace`. The first binding stands.
-    pub(crate) fn bind(&self, store: Arc<dyn IdempotencyStore>, namespace: &str) {
+    pub(crate) fn bind(&self, store: Arc<dyn StateReads>, namespace: &str) {
         let _ = self.bound.set((store, namespace.to_string()));
     }
 
     /// The store and namespace state is read from.
-    fn store(&self) -> Result<(Arc<dyn IdempotencyStore>, &str), KvError> {
+    fn store(&self) -> Result<(Arc<dyn StateReads>, &str), KvError> {
         if let Some((store, ns)) = self.bound.get() {
             return Ok((Arc::clone(store), ns));
         }
@@ -148,7 +148,7 @@ impl KvPolicy {
     }
 
     /// The store to read from.
-    pub(crate) fn store(&self) -> Result<Arc<dyn IdempotencyStore>, KvError> {
+    pub(crate) fn store(&self) -> Result<Arc<dyn StateReads>, KvError> {
         self.access.store().map(|(store, _)| store)
     }
 }

@@ -328,13 +328,22 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::idempotency::local::LocalStore;
     use crate::idempotency::{
-        Acquired, Completion, IdempotencyError, IdempotencyStore, LeaseRequest,
+        Acquired, Completion, IdempotencyError, IdempotencyStore, LeaseRequest, StateReads,
     };
     use crate::kv::{KvCounts, KvGrant, KvLimits, StateAccess};
 
-    fn memory() -> anyhow::Result<Arc<dyn IdempotencyStore>> {
-        Ok(Arc::new(crate::idempotency::local::LocalStore::open(None)?))
+    fn memory() -> anyhow::Result<Arc<dyn StateReads>> {
+        Ok(Arc::new(LocalStore::open(None)?))
+    }
+
+    /// Runs' state served from an embedded store of the test's own, which it commits through.
+    fn bound() -> (Arc<StateAccess>, Arc<LocalStore>) {
+        let access = Arc::new(StateAccess::new(memory));
+        let store = Arc::new(LocalStore::open(None).expect("an in-memory store"));
+        access.bind(store.clone(), "qhost");
+        (access, store)
     }
 
     fn policy(access: Arc<StateAccess>) -> Arc<KvPolicy> {
@@ -359,7 +368,7 @@ mod tests {
 
     /// Commits `state` as the completion of a fresh lease on `key`.
     async fn commit(
-        store: &Arc<dyn IdempotencyStore>,
+        store: &LocalStore,
         key: &str,
         state: StateCommit,
     ) -> Result<(), IdempotencyError> {
@@ -455,8 +464,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_commit_adds_to_counters_and_refuses_a_changed_read() {
-        let access = Arc::new(StateAccess::new(memory));
-        let store = access.store().map(|(s, _)| s).unwrap();
+        let (access, store) = bound();
         let policy = policy(Arc::clone(&access));
         let mut first = RunState::new(Arc::clone(&policy));
         let mut second = RunState::new(Arc::clone(&policy));

@@ -14,7 +14,7 @@ use super::outbox_mark::OutboxMarks;
 use super::putback::PutBacks;
 use crate::config::{Config, QueueConfig};
 use crate::format::Format;
-use crate::idempotency::IdempotencyStore;
+use crate::idempotency::Store;
 use crate::metrics::Metrics;
 use crate::payload::Payloads;
 use crate::plugin::registry::Registry;
@@ -30,7 +30,7 @@ pub(crate) struct Shared {
     /// The queue backend.
     pub(crate) source: Arc<dyn QueueSource>,
     /// The idempotency backend.
-    pub(crate) store: Arc<dyn IdempotencyStore>,
+    pub(crate) store: Arc<dyn Store>,
     /// Loaded plugins.
     pub(crate) registry: Arc<Registry>,
     /// Counters.

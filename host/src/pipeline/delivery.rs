@@ -333,7 +333,7 @@ impl Delivery {
         if pending {
             let shared = &self.queue.shared;
             (shared.outbox_marks)
-                .mark(&shared.store, &shared.stats, &key.scoped)
+                .mark(shared.store.clone(), &shared.stats, &key.scoped)
                 .await;
         }
         self.done()

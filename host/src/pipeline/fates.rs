@@ -10,8 +10,8 @@ use crate::handler::{Failure, HandlerMessage, Invocation, Invoke, Outcome};
 use crate::idempotency::local::LocalStore;
 use crate::idempotency::rate::{Admission, Rate};
 use crate::idempotency::{
-    Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
-    Released, StoreResult,
+    Acquired, Completion, FleetRate, IdempotencyError, IdempotencyStore, KeyStatus, Lease,
+    LeaseRequest, Released, SharedRecords, StateReads, StoreResult,
 };
 use crate::message::wire::{DEAD_LETTER_REASON, IDEMPOTENCY_KEY};
 use crate::message::{Outgoing, Received, find_attribute};
@@ -371,7 +371,37 @@ impl IdempotencyStore for Skewed {
     async fn ping(&self) -> StoreResult<()> {
         self.0.ping().await
     }
+}
+
+#[async_trait::async_trait]
+impl FleetRate for Skewed {
     async fn admit(&self, key: &str, rate: Rate) -> StoreResult<Admission> {
         self.0.admit(key, rate).await
+    }
+}
+
+#[async_trait::async_trait]
+impl SharedRecords for Skewed {
+    async fn record(&self, key: &str) -> StoreResult<Option<String>> {
+        self.0.record(key).await
+    }
+    async fn swap_record(
+        &self,
+        key: &str,
+        old: Option<&str>,
+        new: &str,
+        keep: Duration,
+    ) -> StoreResult<bool> {
+        self.0.swap_record(key, old, new, keep).await
+    }
+}
+
+#[async_trait::async_trait]
+impl StateReads for Skewed {
+    async fn kv_get(&self, bucket: &str, keys: &[String]) -> StoreResult<Vec<Option<Vec<u8>>>> {
+        self.0.kv_get(bucket, keys).await
+    }
+    async fn kv_list(&self, bucket: &str, limit: usize) -> StoreResult<Vec<String>> {
+        self.0.kv_list(bucket, limit).await
     }
 }

@@ -40,7 +40,7 @@ impl OutboxMarks {
     /// Marks `key`'s outbox sent; if the store does not answer, keeps trying in the background.
     pub(crate) async fn mark(
         &self,
-        store: &Arc<dyn IdempotencyStore>,
+        store: Arc<dyn IdempotencyStore>,
         stats: &Arc<Stats>,
         key: &str,
     ) {
@@ -57,7 +57,7 @@ impl OutboxMarks {
             );
             return;
         };
-        let (store, stats, key) = (Arc::clone(store), Arc::clone(stats), key.to_string());
+        let (stats, key) = (Arc::clone(stats), key.to_string());
         tokio::spawn(async move {
             retry(store.as_ref(), &stats, &key).await;
             drop(slot);
@@ -105,7 +105,6 @@ mod tests {
 
     use super::*;
     use crate::idempotency::local::LocalStore;
-    use crate::idempotency::rate::{Admission, Rate};
     use crate::idempotency::{Acquired, Completion, Lease, LeaseRequest, Released, StoreResult};
 
     /// The embedded store, except that outbox marks time out while `down`.
@@ -143,9 +142,6 @@ mod tests {
         async fn ping(&self) -> StoreResult<()> {
             self.inner.ping().await
         }
-        async fn admit(&self, key: &str, rate: Rate) -> StoreResult<Admission> {
-            self.inner.admit(key, rate).await
-        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -158,7 +154,7 @@ mod tests {
         let store: Arc<dyn IdempotencyStore> = flaky.clone();
         let stats = Arc::new(Stats::default());
         OutboxMarks::default()
-            .mark(&store, &stats, "ns:{p:k}")
+            .mark(Arc::clone(&store), &stats, "ns:{p:k}")
             .await;
         assert_eq!(flaky.tries.load(SeqCst), 1);
         // Down for the first pauses (1 s, 2 s, 4 s): three more tries, all timed out.

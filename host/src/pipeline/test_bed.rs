@@ -21,7 +21,7 @@ use crate::format::Formats;
 use crate::handler::Invoke;
 use crate::idempotency::key::scoped;
 use crate::idempotency::local::LocalStore;
-use crate::idempotency::{IdempotencyStore, KeyStatus};
+use crate::idempotency::{KeyStatus, Store};
 use crate::message::{Attribute, Outgoing, Received};
 use crate::metrics::Metrics;
 use crate::payload::Payloads;
@@ -53,7 +53,7 @@ impl Shared {
     pub(crate) fn for_test(
         config: Config,
         source: Arc<dyn QueueSource>,
-        store: Arc<dyn IdempotencyStore>,
+        store: Arc<dyn Store>,
         plugin: Plugin,
     ) -> Shared {
         let config = Arc::new(config);
@@ -68,7 +68,7 @@ impl Shared {
             in_flight: Arc::new(tokio::sync::Semaphore::new(config.max_in_flight)),
             config,
             source,
-            completer: Completer::spawn(Arc::clone(&store)),
+            completer: Completer::spawn(store.clone()),
             store,
             registry,
             stats,
@@ -92,7 +92,7 @@ impl TestBed {
     pub(crate) fn with_store(
         manifest: &str,
         handler: impl Invoke,
-        wrap: impl FnOnce(Arc<LocalStore>) -> Arc<dyn IdempotencyStore>,
+        wrap: impl FnOnce(Arc<LocalStore>) -> Arc<dyn Store>,
     ) -> TestBed {
         let queue = format!("plugin = \"{PLUGIN}\"\n");
         TestBed::build(&queue, manifest, handler, wrap)
@@ -107,7 +107,7 @@ impl TestBed {
         queue: &str,
         manifest: &str,
         handler: impl Invoke,
-        wrap: impl FnOnce(Arc<LocalStore>) -> Arc<dyn IdempotencyStore>,
+        wrap: impl FnOnce(Arc<LocalStore>) -> Arc<dyn Store>,
     ) -> TestBed {
         let local = Arc::new(LocalStore::open(None).expect("an in-memory store"));
         let store = wrap(Arc::clone(&local));

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use crate::handler::{Failure, HandlerMessage, Invocation, Invoke};
-use crate::idempotency::IdempotencyStore;
+use crate::idempotency::StateReads;
 use crate::kv::{KvCounts, StateAccess};
 use crate::runtime::Costs;
 use manifest::Manifest;
@@ -83,7 +83,7 @@ impl Plugin {
     }
 
     /// Serves its state from `store` (a host built from parts binds its plugins' engines).
-    pub(crate) fn bind_state(&self, store: Arc<dyn IdempotencyStore>, namespace: &str) {
+    pub(crate) fn bind_state(&self, store: Arc<dyn StateReads>, namespace: &str) {
         if let Some(access) = &self.kv_access {
             access.bind(store, namespace);
         }

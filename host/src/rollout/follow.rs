@@ -12,7 +12,7 @@ use super::record::{Change, RolloutRecord, RolloutState};
 use super::{change, key, read, rules};
 use crate::config::Config;
 use crate::config::rollout::RolloutPolicy;
-use crate::idempotency::{IdempotencyStore, StoreResult};
+use crate::idempotency::{SharedRecords, StoreResult};
 use crate::plugin::canary::CanarySlot;
 use crate::plugin::kept;
 use crate::plugin::registry::Registry;
@@ -24,7 +24,7 @@ pub(crate) const TICK: Duration = Duration::from_secs(1);
 /// Follows every canary of `registry` until `stop`, calling `changed` after each tick that
 /// followed one (to publish the plugins' status, rollouts included).
 pub(crate) async fn run(
-    store: Arc<dyn IdempotencyStore>,
+    store: Arc<dyn SharedRecords>,
     plugins: Arc<PluginDir>,
     config: Arc<Config>,
     stop: CancellationToken,
@@ -62,7 +62,7 @@ pub(crate) async fn run(
 /// back), its file being the rollout's canary, takes the serving version from the versions it
 /// kept (`plugin::kept`) and joins the rollout (or serves the previous version). Without the
 /// kept version it says so and serves its file for every key.
-async fn join_at_start(store: &dyn IdempotencyStore, plugins: &Arc<PluginDir>, config: &Config) {
+async fn join_at_start(store: &dyn SharedRecords, plugins: &Arc<PluginDir>, config: &Config) {
     let registry = plugins.registry();
     for status in registry.status() {
         let (name, Some(file)) = (status.name, status.serving) else {
@@ -113,7 +113,7 @@ async fn join_at_start(store: &dyn IdempotencyStore, plugins: &Arc<PluginDir>, c
 
 /// One tick of one canary.
 async fn step(
-    store: &dyn IdempotencyStore,
+    store: &dyn SharedRecords,
     registry: &Registry,
     config: &Config,
     slot: &CanarySlot,

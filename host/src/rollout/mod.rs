@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use record::{Change, RolloutRecord};
 
-use crate::idempotency::{IdempotencyError, IdempotencyStore, StoreResult};
+use crate::idempotency::{IdempotencyError, SharedRecords, StoreResult};
 
 /// How long a rollout's record is kept after its last change.
 const KEEP: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -66,7 +66,7 @@ pub(crate) fn reason_kind(reason: &str) -> &'static str {
 
 /// The record at `key`.
 pub(crate) async fn read(
-    store: &dyn IdempotencyStore,
+    store: &dyn SharedRecords,
     key: &str,
 ) -> StoreResult<Option<RolloutRecord>> {
     parsed(key, store.record(key).await?.as_deref())
@@ -82,7 +82,7 @@ fn parsed(key: &str, text: Option<&str>) -> StoreResult<Option<RolloutRecord>> {
 /// Applies `change` to the record at `key` by compare-and-set; the record as it is after
 /// (changed or not).
 pub(crate) async fn change(
-    store: &dyn IdempotencyStore,
+    store: &dyn SharedRecords,
     key: &str,
     change: &Change,
 ) -> StoreResult<Option<RolloutRecord>> {

@@ -1,7 +1,7 @@
 //! The rollout record: one per plugin, in the idempotency store, so every host of a fleet
 //! splits keys the same way, adds its counts to one window and follows one decision.
 //!
-//! It is a small JSON text replaced whole by compare-and-set (`IdempotencyStore::swap_record`):
+//! It is a small JSON text replaced whole by compare-and-set (`SharedRecords::swap_record`):
 //! a host reads it, computes the next record with the pure functions here, and swaps it in only
 //! if nobody changed it meanwhile, else reads again. So two hosts deciding at once produce one
 //! decision, and counts are never lost or added twice.

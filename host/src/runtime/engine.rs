@@ -25,7 +25,7 @@ use super::idle::IdleBudget;
 use super::pool;
 use super::state::HostState;
 use crate::config::SecretsGrant;
-use crate::idempotency::IdempotencyStore;
+use crate::idempotency::StateReads;
 use crate::idempotency::local::LocalStore;
 use crate::kv::StateAccess;
 use crate::message::rules::SendShape;
@@ -137,7 +137,7 @@ impl Runtime {
 
     /// Serves plugins' state from `store` under `namespace` (until then, and in a command that
     /// never calls this, from an in-memory store).
-    pub(crate) fn bind_state(&self, store: Arc<dyn IdempotencyStore>, namespace: &str) {
+    pub(crate) fn bind_state(&self, store: Arc<dyn StateReads>, namespace: &str) {
         self.state.bind(store, namespace);
     }
 
@@ -219,6 +219,6 @@ fn start_epoch_ticker(engine: &Engine) {
 }
 
 /// An empty in-memory store, for the state of plugins that no host's store serves.
-fn open_memory() -> anyhow::Result<Arc<dyn IdempotencyStore>> {
+fn open_memory() -> anyhow::Result<Arc<dyn StateReads>> {
     Ok(Arc::new(LocalStore::open(None)?))
 }
