@@ -12,7 +12,7 @@ use super::context::QueueCtx;
 use super::delivery::{Delivery, Fate, PluginRef, log_span};
 use super::heartbeat::Hold;
 use super::parts;
-use super::route::{Read, Routed, needs_payload, read};
+use super::route::{Read, Routed, Unroutable, needs_payload, read};
 use super::run;
 use crate::faults::Operation;
 use crate::idempotency::{Acquired, IdempotencyError, LeaseRequest, StoreResult};
@@ -83,7 +83,7 @@ async fn ended(queue: Arc<QueueCtx>, read: Read) -> Fate {
     match read {
         Read::One(Ok(routed)) => lease_one(routed).await,
         Read::One(Err(unroutable)) => unroutable.end().await,
-        Read::Parts { msg, body, runs } => parts::run(queue, msg, body, runs).await,
+        Read::Parts { msg, body, runs } => run_parts(queue, msg, body, runs).await,
         Read::Nothing(delivery) => {
             tracing::debug!("the message holds nothing to run; acking it");
             delivery.record(Event::Ignored);
@@ -199,8 +199,39 @@ async fn run_one(queue: Arc<QueueCtx>, msg: Received, body: Body, fetch: bool) -
     ended(queue, read).await
 }
 
+/// Runs a message's parts in order, then ends the message by how they ended (`parts`).
+async fn run_parts(
+    queue: Arc<QueueCtx>,
+    msg: Received,
+    body: Body,
+    runs: Vec<Result<Routed, Box<Unroutable>>>,
+) -> Fate {
+    let mut parts = None;
+    let mut verified = false;
+    for run in runs {
+        let delivery = match &run {
+            Ok(routed) => &routed.delivery,
+            Err(unroutable) => &unroutable.delivery,
+        };
+        verified |= delivery.is_payload_verified();
+        parts = delivery.part().map(|p| Arc::clone(&p.parts)).or(parts);
+        let span = tracing::info_span!("part");
+        match run {
+            Ok(routed) => lease_one(routed).instrument(span).await,
+            Err(unroutable) => unroutable.end().instrument(span).await,
+        };
+    }
+    let fates = parts.map(|p| p.fates()).unwrap_or_default();
+    let plugin = PluginRef::Named(queue.config.plugin.clone());
+    let mut whole = Delivery::new(queue, msg, body, plugin);
+    if verified {
+        whole.payload_verified();
+    }
+    parts::settle(whole, &fates).await
+}
+
 /// Leases one routed delivery on its own and carries it to its fate.
-pub(super) async fn lease_one(routed: Routed) -> Fate {
+async fn lease_one(routed: Routed) -> Fate {
     let step = lease_step(&routed, 1);
     let store = &routed.delivery.shared().store;
     let answered = store.acquire(std::slice::from_ref(&routed.request)).await;

@@ -35,7 +35,7 @@ use std::time::Duration;
 use super::backoff;
 use super::context::{QueueCtx, Shared};
 use super::deadletter::{self, Verdict};
-use super::parts::{Part, PartFate};
+use super::part::{Part, PartFate};
 use crate::faults::Operation;
 use crate::format::Effects;
 use crate::idempotency::{IdempotencyError, Lease, Released};
@@ -64,6 +64,13 @@ pub(crate) enum Fate {
     Gone,
     /// Still in the queue: it comes back after a delay or when its visibility lapses.
     Back,
+}
+
+impl Fate {
+    /// `Back` when `back`, else `Gone`.
+    fn of(back: bool) -> Fate {
+        if back { Fate::Back } else { Fate::Gone }
+    }
 }
 
 /// The plugin a delivery belongs to: a loaded build, or only a name (not loaded, or not routed
@@ -345,7 +352,7 @@ impl Delivery {
     /// deletes nothing).
     pub(crate) fn done(self) -> Fate {
         if let Some(part) = &self.part {
-            return part.end(PartFate::Done);
+            return Fate::of(part.end(PartFate::Done));
         }
         let Delivery {
             queue,
@@ -364,7 +371,7 @@ impl Delivery {
     /// Hands the message to the ack batcher. A dead letter keeps any payload it points at.
     pub(crate) fn delete(self) -> Fate {
         if let Some(part) = &self.part {
-            return part.end(PartFate::Done);
+            return Fate::of(part.end(PartFate::Done));
         }
         self.queue.acker.ack(self.msg.receipt);
         Fate::Gone
@@ -381,7 +388,7 @@ impl Delivery {
     /// nothing: what the message's parts ended as was counted as each ended.
     pub(crate) async fn hide(self, delay: Duration) -> Fate {
         if let Some(part) = &self.part {
-            return part.end(PartFate::Back(delay));
+            return Fate::of(part.end(PartFate::Back(delay)));
         }
         if let Err(e) = self
             .queue
@@ -472,7 +479,7 @@ impl Delivery {
     pub(crate) fn let_lapse(self, why: Event) -> Fate {
         self.record(why);
         match &self.part {
-            Some(part) => part.end(PartFate::Lapsed),
+            Some(part) => Fate::of(part.end(PartFate::Lapsed)),
             None => Fate::Back,
         }
     }

@@ -22,6 +22,7 @@
 //! | `receive`    | the per-queue poll loop and its in-flight permits                   |
 //! | `batch`      | a received batch: FIFO groups, one lease call, a task per message   |
 //! | `route`      | a message read by its queue's format; plugin and key for each run   |
+//! | `part`       | one run of a message of several: where it reports how it ended      |
 //! | `parts`      | a message of several runs: one fate for the message once all end    |
 //! | `run`        | what the lease found; resolve, invoke, end by the outcome           |
 //! | `invoke`     | one call of a plugin: its concurrency limit, span, timing, panics   |
@@ -53,6 +54,7 @@ mod invoke;
 mod leased;
 mod outbox;
 mod outbox_mark;
+mod part;
 mod parts;
 mod putback;
 mod receive;

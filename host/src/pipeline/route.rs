@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::context::QueueCtx;
 use super::delivery::{Delivery, Fate, Key, PluginRef};
-use super::parts::{Part, Parts};
+use super::part::{Part, Parts};
 use crate::digest::sha256_hex;
 use crate::format::{Admit, KeyBasis, Route, Run, View};
 use crate::idempotency::LeaseRequest;
