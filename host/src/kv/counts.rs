@@ -33,6 +33,40 @@ impl Refused {
     }
 }
 
+/// Why a run's writes were not committed: its label in `qhost_state_writes_dropped_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dropped {
+    /// The handler asked for a retry.
+    Retry,
+    /// The handler rejected the message.
+    Reject,
+    /// The run failed (trapped, timed out, hit its memory limit).
+    Failed,
+    /// State it read changed before it completed.
+    Conflict,
+    /// Its lease passed to another worker before it completed.
+    LeaseLost,
+    /// Its outbox was too large to send, with no payload store.
+    OutboxRejected,
+    /// The payload store its outbox needed did not answer.
+    Unavailable,
+}
+
+impl Dropped {
+    /// Its label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Dropped::Retry => "retry",
+            Dropped::Reject => "reject",
+            Dropped::Failed => "failed",
+            Dropped::Conflict => "conflict",
+            Dropped::LeaseLost => "lease-lost",
+            Dropped::OutboxRejected => "reject",
+            Dropped::Unavailable => "unavailable",
+        }
+    }
+}
+
 /// One plugin's counts.
 #[derive(Debug, Default)]
 pub(crate) struct KvCounts {
@@ -66,8 +100,8 @@ impl KvCounts {
     }
 
     /// `n` writes dropped with their run, for `why`.
-    pub(crate) fn dropped(&self, why: &'static str, n: u64) {
-        add(&self.dropped, why, n);
+    pub(crate) fn dropped(&self, why: Dropped, n: u64) {
+        add(&self.dropped, why.label(), n);
     }
 
     /// A call refused.

@@ -71,7 +71,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::idempotency::commit;
 pub use crate::idempotency::commit::{BucketCommit, Op, StateCommit};
-pub(crate) use counts::{KvCounts, Refused};
+pub(crate) use counts::{Dropped, KvCounts, Refused};
 pub(crate) use grant::{Bucket, KvGrant, KvLimits};
 
 use crate::idempotency::StateReads;

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use super::{Bucket, KvPolicy, Refused};
+use super::{Bucket, Dropped, KvPolicy, Refused};
 use crate::idempotency::commit::{self, BucketCommit, Op, Read, StateCommit};
 
 /// Keys `list-keys` pages through at most, committed and written.
@@ -318,7 +318,7 @@ impl Drop for RunState {
         if !self.taken && !self.writes.is_empty() {
             // The run ended without an outcome: a trap, its deadline, its memory limit, or a
             // shutdown that cut it short.
-            (self.policy.counts).dropped("failed", self.writes.len() as u64);
+            (self.policy.counts).dropped(Dropped::Failed, self.writes.len() as u64);
         }
     }
 }

@@ -81,6 +81,7 @@ fn failure_kind(result: &Result<Invocation, Failure>) -> Option<FailureKind> {
 mod tests {
     use super::*;
     use crate::plugin::manifest::Manifest;
+    use crate::rollout::record::DecidedBy;
 
     fn version(version: &str) -> Plugin {
         let ack = |_msg| Ok(Invocation::new(Outcome::Ack));
@@ -110,7 +111,7 @@ mod tests {
         let registry = Registry::new([version("v1")]);
         let routed = registry.get("worker").expect("v1 serves");
         registry.start_canary(version("v2"), 100);
-        registry.roll_back("worker", "v2", "test");
+        registry.roll_back("worker", "v2", DecidedBy::ByHand, "test");
         assert_eq!(names(&versions(&registry, routed)), ("v1", None));
     }
 

@@ -16,8 +16,8 @@ use crate::message::{Attribute, Outgoing, Received};
 pub(crate) struct Verdict<'a> {
     /// The plugin name.
     pub(crate) plugin: &'a str,
-    /// Its version, or `-` when none was loaded.
-    pub(crate) version: &'a str,
+    /// Its version, when one was loaded.
+    pub(crate) version: Option<&'a str>,
     /// Handler runs on the message's key (deliveries, when it never ran).
     pub(crate) attempts: u32,
     /// The reason.
@@ -54,7 +54,8 @@ pub(crate) fn letter(msg: &Received, dead_letter_queue: &str, verdict: &Verdict<
     let verdict_attributes = [
         Attribute::string(wire::DEAD_LETTER_REASON, reason_text(verdict.reason)),
         Attribute::string(wire::DEAD_LETTER_PLUGIN, verdict.plugin),
-        Attribute::string(wire::DEAD_LETTER_VERSION, verdict.version),
+        // The wire's word for "no version loaded" is `-`.
+        Attribute::string(wire::DEAD_LETTER_VERSION, verdict.version.unwrap_or("-")),
         Attribute::number(wire::DEAD_LETTER_ATTEMPTS, verdict.attempts),
         Attribute::string(wire::DEAD_LETTER_SOURCE_QUEUE, &msg.queue),
     ];
@@ -127,7 +128,7 @@ mod tests {
     fn verdict(reason: &str) -> Verdict<'_> {
         Verdict {
             plugin: "p",
-            version: "-",
+            version: None,
             attempts: 1,
             reason,
         }

@@ -92,11 +92,11 @@ impl PluginRef {
         }
     }
 
-    /// Its version, or `-` when none is loaded.
-    pub(crate) fn version(&self) -> &str {
+    /// Its version, when one is loaded.
+    pub(crate) fn version(&self) -> Option<&str> {
         match self {
-            PluginRef::Loaded(p) => &p.version,
-            PluginRef::Named(_) => "-",
+            PluginRef::Loaded(p) => Some(&p.version),
+            PluginRef::Named(_) => None,
         }
     }
 }
@@ -164,7 +164,10 @@ impl Delivery {
         span.set(|| {
             vec![
                 KeyValue::new("qhost.plugin", plugin.name().to_string()),
-                KeyValue::new("qhost.plugin.version", plugin.version().to_string()),
+                KeyValue::new(
+                    "qhost.plugin.version",
+                    plugin.version().unwrap_or("-").to_string(),
+                ),
             ]
         });
         Delivery {

@@ -13,7 +13,7 @@ use super::outbox;
 use super::route::Routed;
 use crate::faults::Operation;
 use crate::idempotency::{Completion, IdempotencyError, Lease, Released};
-use crate::kv::StateCommit;
+use crate::kv::{Dropped, StateCommit};
 use crate::message::Outgoing;
 use crate::payload::OffloadError;
 use crate::plugin::Plugin;
@@ -121,7 +121,7 @@ impl Leased {
     }
 
     /// Counts the writes of a run whose outcome keeps none of them.
-    pub(crate) fn drop_state(&self, why: &'static str, state: &StateCommit) {
+    pub(crate) fn drop_state(&self, why: Dropped, state: &StateCommit) {
         let writes = state.writes() as u64;
         if writes > 0 {
             self.plugin.kv_counts().dropped(why, writes);
@@ -257,8 +257,8 @@ impl Leased {
             Ok(outbox) => outbox,
             Err(e) => {
                 let why = match e {
-                    OffloadError::TooLarge(_) => "reject",
-                    OffloadError::Unavailable(_) => "unavailable",
+                    OffloadError::TooLarge(_) => Dropped::OutboxRejected,
+                    OffloadError::Unavailable(_) => Dropped::Unavailable,
                 };
                 self.drop_state(why, &state);
                 return self.unsendable(e).await;
@@ -298,7 +298,7 @@ impl Leased {
                 delivery.finish(outbox, result, &key).await
             }
             Err(IdempotencyError::Conflict(_)) => {
-                dropped("conflict");
+                dropped(Dropped::Conflict);
                 tracing::info!(key = %key.handler, "state the handler read changed before it completed; running it again");
                 cleanup_offloaded(&shared, outbox);
                 if let Some(lease) = held {
@@ -307,7 +307,7 @@ impl Leased {
                 delivery.put_back(STATE_CONFLICT_DELAY, Event::Busy).await
             }
             Err(IdempotencyError::LeaseLost(_)) => {
-                dropped("lease-lost");
+                dropped(Dropped::LeaseLost);
                 tracing::warn!(key = %key.handler, "lease lost before completion; discarding this result");
                 cleanup_offloaded(&shared, outbox);
                 delivery.let_lapse(Event::LostLease)

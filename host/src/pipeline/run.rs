@@ -16,6 +16,7 @@ use crate::faults::Operation;
 use crate::handler::{Failure, HandlerMessage, Invocation, Outcome};
 use crate::idempotency::Acquired;
 use crate::idempotency::rate::{self, Admission};
+use crate::kv::Dropped;
 use crate::payload::{Body, ResolveError, Resolved};
 use crate::plugin::manifest::OnConflict;
 use crate::stats::Event;
@@ -48,12 +49,12 @@ pub(crate) async fn leased(mut routed: Routed, acquired: Acquired) -> Fate {
             let resolved = routed.resolved.take();
             let leased = Leased::new(routed, lease);
             match within_rate(&leased).await {
-                Ok(()) => run(leased, resolved).await,
-                Err(Some(later)) => {
+                RateSlot::Now => run(leased, resolved).await,
+                RateSlot::Later(later) => {
                     let delay = later.max(MIN_BUSY_DELAY);
                     leased.put_back(delay, Event::RateLimited).await
                 }
-                Err(None) => leased.back_off().await,
+                RateSlot::Unanswered => leased.back_off().await,
             }
         }
         Acquired::Completed {
@@ -86,13 +87,22 @@ pub(crate) async fn leased(mut routed: Routed, acquired: Acquired) -> Fate {
     }
 }
 
-/// Waits for the plugin's slot under its rate limit, if it has one (see `idempotency::rate`):
-/// `Ok` once the call may run; `Err(Some(when))` when the slot is too far off and the message
-/// should come back then; `Err(None)` when the store did not answer.
-async fn within_rate(leased: &Leased) -> Result<(), Option<Duration>> {
+/// Where a run stands under its plugin's rate limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RateSlot {
+    /// It may run (its slot, if it has a limit, reached and reserved).
+    Now,
+    /// Its slot is too far off: the message comes back after this long.
+    Later(Duration),
+    /// The store did not answer: the message goes back on the retry schedule.
+    Unanswered,
+}
+
+/// Waits for the plugin's slot under its rate limit, if it has one (see `idempotency::rate`).
+async fn within_rate(leased: &Leased) -> RateSlot {
     let (delivery, plugin) = (leased.delivery(), leased.plugin());
     let Some(limit) = plugin.manifest.limits.rate else {
-        return Ok(());
+        return RateSlot::Now;
     };
     let shared = delivery.shared();
     let key = rate::key(&shared.config.namespace, &plugin.name);
@@ -101,17 +111,17 @@ async fn within_rate(leased: &Leased) -> Result<(), Option<Duration>> {
             if !wait.is_zero() {
                 tokio::time::sleep(wait).await;
             }
-            Ok(())
+            RateSlot::Now
         }
         Ok(Admission::Later(when)) => {
             tracing::debug!(plugin = %plugin.name, %limit, "over the rate limit; putting the message back");
-            Err(Some(when))
+            RateSlot::Later(when)
         }
         Err(e) => {
             if let Some(held_back) = delivery.backend_error(Operation::Admit, e.is_timeout()) {
                 tracing::warn!(error = %e, held_back, "could not check the rate limit; putting the message back");
             }
-            Err(None)
+            RateSlot::Unanswered
         }
     }
 }
@@ -190,7 +200,7 @@ async fn run(mut leased: Leased, resolved: Option<Resolved>) -> Fate {
             state,
             ..
         }) => {
-            leased.drop_state("retry", &state);
+            leased.drop_state(Dropped::Retry, &state);
             let reason = "the handler asked for a retry".to_string();
             leased.retry(reason, secs).await
         }
@@ -199,7 +209,7 @@ async fn run(mut leased: Leased, resolved: Option<Resolved>) -> Fate {
             state,
             ..
         }) => {
-            leased.drop_state("reject", &state);
+            leased.drop_state(Dropped::Reject, &state);
             leased.delivery().span().error("rejected", &reason);
             leased.dead_letter(reason).await
         }

@@ -15,6 +15,7 @@ use arc_swap::ArcSwap;
 
 use crate::plugin::Plugin;
 use crate::plugin::canary::Canaries;
+use crate::rollout::record::DecidedBy;
 
 /// Loaded plugins by name.
 #[derive(Debug, Default)]
@@ -140,11 +141,10 @@ impl Registry {
 
     /// Rolls `name`'s canary back, if it is `version`: the serving version keeps all traffic,
     /// and why is shown as the name's load error until another file loads.
-    pub(crate) fn roll_back(&self, name: &str, version: &str, reason: &str) {
+    pub(crate) fn roll_back(&self, name: &str, version: &str, by: DecidedBy, reason: &str) {
         if self.canaries.end(name, Some(version)).is_some() {
             tracing::warn!(plugin = %name, %version, %reason, "canary rolled back");
-            self.canaries
-                .rolled_back(name, crate::rollout::reason_kind(reason));
+            self.canaries.rolled_back(name, by.label());
             self.rolled_back(name, version, reason);
         }
     }

@@ -3,7 +3,7 @@
 
 use anyhow::Context as _;
 
-use super::record::{Change, RolloutRecord, RolloutState};
+use super::record::{Change, DecidedBy, Decision, RolloutRecord, RolloutState};
 use super::{change, key, read};
 use crate::config::Config;
 
@@ -33,10 +33,14 @@ pub async fn decide_by_hand(
     } else {
         (RolloutState::RolledBack, "rolled back by hand")
     };
+    let decision = Decision {
+        state,
+        by: DecidedBy::ByHand,
+        reason: reason.to_string(),
+    };
     let decide = Change::Decide {
         canary: current.canary.clone(),
-        state,
-        reason: reason.to_string(),
+        decision,
         now_ms: crate::message::now_ms(),
     };
     let after = change(&*store, &at, &decide)

@@ -159,12 +159,11 @@ async fn step(
     };
     if record.canary == canary
         && record.state == RolloutState::Canary
-        && let Some((state, reason)) = rules::decide(&policy, &record, now)
+        && let Some(decision) = rules::decide(&policy, &record, now)
     {
         let decide = Change::Decide {
             canary: canary.clone(),
-            state,
-            reason,
+            decision,
             now_ms: now,
         };
         if let Some(after) = change(store, &at, &decide).await? {
@@ -185,6 +184,8 @@ fn follow(registry: &Registry, slot: &CanarySlot, record: &RolloutRecord) {
     match record.state {
         RolloutState::Canary => slot.set_percent(record.percent),
         RolloutState::Promoted => registry.promote(name, version, &record.reason),
-        RolloutState::RolledBack => registry.roll_back(name, version, &record.reason),
+        RolloutState::RolledBack => {
+            registry.roll_back(name, version, record.decided_by, &record.reason)
+        }
     }
 }

@@ -51,19 +51,6 @@ pub(crate) fn bucket(plugin: &str, key: &str) -> u8 {
     (crate::digest::sha256_u64(format!("{plugin}\n{key}").as_bytes()) % 100) as u8
 }
 
-/// What kind of reason `reason` is, as the rollback metric labels it.
-pub(crate) fn reason_kind(reason: &str) -> &'static str {
-    if reason.starts_with("failure share") {
-        "failure-share"
-    } else if reason.contains("rollback-on") {
-        "rollback-on"
-    } else if reason.contains("by hand") {
-        "by-hand"
-    } else {
-        "other"
-    }
-}
-
 /// The record at `key`.
 pub(crate) async fn read(
     store: &dyn SharedRecords,
@@ -138,8 +125,11 @@ mod tests {
         assert_eq!(a.unwrap(), b.unwrap(), "one rollout, both joined");
         let decide = |state, reason: &str| Change::Decide {
             canary: "v2".into(),
-            state,
-            reason: reason.into(),
+            decision: record::Decision {
+                state,
+                by: record::DecidedBy::ByHand,
+                reason: reason.into(),
+            },
             now_ms: 2,
         };
         let promote = decide(RolloutState::Promoted, "a");

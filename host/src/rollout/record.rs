@@ -10,6 +10,48 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::rollout::FailureKind;
 
+/// Which rule decided a rollout, as the rollback metric labels it. A record written before
+/// this was kept reads as `Other`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DecidedBy {
+    /// Not known (an older record), or not decided.
+    #[default]
+    Other,
+    /// A failure of a kind `rollback-on` lists.
+    RollbackOn,
+    /// The canary's failure share over the serving version's, past the margin.
+    FailureShare,
+    /// The promotion rules held.
+    PromotionRules,
+    /// An operator (`qhost plugins promote|rollback`, the console).
+    ByHand,
+}
+
+impl DecidedBy {
+    /// Its label in `qhost_rollout_rollbacks_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            DecidedBy::Other => "other",
+            DecidedBy::RollbackOn => "rollback-on",
+            DecidedBy::FailureShare => "failure-share",
+            DecidedBy::PromotionRules => "promotion-rules",
+            DecidedBy::ByHand => "by-hand",
+        }
+    }
+}
+
+/// A rollout's decision: where it goes, which rule took it there, and why in words.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Decision {
+    /// Promoted or rolled back.
+    pub(crate) state: RolloutState,
+    /// The rule.
+    pub(crate) by: DecidedBy,
+    /// Why, as operators read it.
+    pub(crate) reason: String,
+}
+
 /// Where a rollout is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -115,6 +157,9 @@ pub struct RolloutRecord {
     /// Why it was promoted or rolled back.
     #[serde(default)]
     pub reason: String,
+    /// Which rule decided it.
+    #[serde(default)]
+    pub decided_by: DecidedBy,
     /// When it started, ms since the Unix epoch.
     pub started_ms: u64,
     /// When it was decided (0 while it runs).
@@ -160,8 +205,7 @@ pub(crate) enum Change {
     /// Decides `canary`'s rollout, if it is still undecided.
     Decide {
         canary: String,
-        state: RolloutState,
-        reason: String,
+        decision: Decision,
         now_ms: u64,
     },
 }
@@ -190,6 +234,7 @@ impl Change {
                     percent: *percent,
                     state: RolloutState::Canary,
                     reason: String::new(),
+                    decided_by: DecidedBy::Other,
                     started_ms: *now_ms,
                     decided_ms: 0,
                     serving_runs: Tally::default(),
@@ -208,13 +253,13 @@ impl Change {
             }
             Change::Decide {
                 canary,
-                state,
-                reason,
+                decision,
                 now_ms,
             } => {
                 let mut next = running(canary)?.clone();
-                next.state = *state;
-                next.reason = reason.clone();
+                next.state = decision.state;
+                next.decided_by = decision.by;
+                next.reason = decision.reason.clone();
                 next.decided_ms = *now_ms;
                 Some(next)
             }
@@ -263,8 +308,11 @@ mod tests {
         );
         let decide = |state| Change::Decide {
             canary: "v2".into(),
-            state,
-            reason: "why".into(),
+            decision: Decision {
+                state,
+                by: DecidedBy::FailureShare,
+                reason: "why".into(),
+            },
             now_ms: 9,
         };
         let decided = decide(RolloutState::RolledBack)

@@ -12,28 +12,25 @@
 
 use std::time::Duration;
 
-use super::record::{RolloutRecord, RolloutState};
+use super::record::{DecidedBy, Decision, RolloutRecord, RolloutState};
 use crate::config::rollout::Canary;
 
-/// What the rules say about `record` at `now_ms`: a decision and its reason, or `None` while
-/// the canary should keep running.
-pub(crate) fn decide(
-    policy: &Canary,
-    record: &RolloutRecord,
-    now_ms: u64,
-) -> Option<(RolloutState, String)> {
+/// What the rules say about `record` at `now_ms`: a decision, or `None` while the canary
+/// should keep running.
+pub(crate) fn decide(policy: &Canary, record: &RolloutRecord, now_ms: u64) -> Option<Decision> {
     let canary = &record.canary_runs;
     for kind in &policy.rollback_on {
         if canary.of(*kind) > 0 {
-            return Some((
-                RolloutState::RolledBack,
-                format!(
+            return Some(Decision {
+                state: RolloutState::RolledBack,
+                by: DecidedBy::RollbackOn,
+                reason: format!(
                     "a {} on the canary (rollback-on lists it); {} of its {} runs failed",
                     kind.name(),
                     canary.failed(),
                     canary.runs()
                 ),
-            ));
+            });
         }
     }
     let runs = canary.runs();
@@ -50,29 +47,29 @@ pub(crate) fn decide(
             share(record.serving_runs.failed(), record.serving_runs.runs()),
         );
         if mine - theirs > policy.rollback_margin {
-            return Some((
-                RolloutState::RolledBack,
-                format!(
+            return Some(Decision {
+                state: RolloutState::RolledBack,
+                by: DecidedBy::FailureShare,
+                reason: format!(
                     "failure share {:.1}% on the canary against {:.1}% on the serving version over {runs} canary runs, above the margin of {:.1} points",
                     mine * 100.0,
                     theirs * 100.0,
                     policy.rollback_margin * 100.0
                 ),
-            ));
+            });
         }
     }
     let ran = Duration::from_millis(now_ms.saturating_sub(record.started_ms));
     let enough_runs = policy.promote_after_messages.is_none_or(|n| runs >= n);
     let long_enough = policy.promote_after.is_none_or(|d| ran >= d);
-    (enough_runs && long_enough).then(|| {
-        (
-            RolloutState::Promoted,
-            format!(
-                "{runs} canary runs over {} s, {} failed, no rollback rule tripped",
-                ran.as_secs(),
-                canary.failed()
-            ),
-        )
+    (enough_runs && long_enough).then(|| Decision {
+        state: RolloutState::Promoted,
+        by: DecidedBy::PromotionRules,
+        reason: format!(
+            "{runs} canary runs over {} s, {} failed, no rollback rule tripped",
+            ran.as_secs(),
+            canary.failed()
+        ),
     })
 }
 
@@ -100,6 +97,7 @@ mod tests {
             percent: 20,
             state: RolloutState::Canary,
             reason: String::new(),
+            decided_by: DecidedBy::Other,
             started_ms: 0,
             decided_ms: 0,
             serving_runs: serving,
@@ -122,8 +120,12 @@ mod tests {
             None,
             "too few runs"
         );
-        let (state, reason) = decide(&policy(), &record(tally(14, 6), tally(100, 0)), 0).unwrap();
-        assert_eq!(state, RolloutState::RolledBack);
+        let Decision { state, by, reason } =
+            decide(&policy(), &record(tally(14, 6), tally(100, 0)), 0).unwrap();
+        assert_eq!(
+            (state, by),
+            (RolloutState::RolledBack, DecidedBy::FailureShare)
+        );
         assert!(
             reason.starts_with("failure share 30.0% on the canary against 0.0%"),
             "{reason}"
@@ -141,22 +143,29 @@ mod tests {
         at_once.rollback_on = vec![FailureKind::MemoryLimit];
         let mut canary = tally(3, 0);
         canary.count(Some(FailureKind::MemoryLimit));
-        let (state, reason) = decide(&at_once, &record(canary, Tally::default()), 0).unwrap();
-        assert_eq!(state, RolloutState::RolledBack);
+        let Decision { state, by, reason } =
+            decide(&at_once, &record(canary, Tally::default()), 0).unwrap();
+        assert_eq!(
+            (state, by),
+            (RolloutState::RolledBack, DecidedBy::RollbackOn)
+        );
         assert!(
             reason.starts_with("a memory-limit on the canary"),
             "{reason}"
         );
 
-        let (state, _) = decide(&policy(), &record(tally(100, 0), tally(400, 0)), 0).unwrap();
-        assert_eq!(state, RolloutState::Promoted);
+        let decided = decide(&policy(), &record(tally(100, 0), tally(400, 0)), 0).unwrap();
+        assert_eq!(
+            (decided.state, decided.by),
+            (RolloutState::Promoted, DecidedBy::PromotionRules)
+        );
         let mut timed = policy();
         timed.promote_after = Some(Duration::from_secs(60));
         assert_eq!(
             decide(&timed, &record(tally(100, 0), tally(400, 0)), 59_000),
             None
         );
-        let (state, reason) =
+        let Decision { state, reason, .. } =
             decide(&timed, &record(tally(100, 0), tally(400, 0)), 60_000).unwrap();
         assert_eq!(state, RolloutState::Promoted);
         assert!(reason.starts_with("100 canary runs over 60 s"), "{reason}");
