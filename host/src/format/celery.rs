@@ -95,6 +95,7 @@ impl Format for Celery {
         let route = Route::Named {
             names: vec![task.name.clone()],
             noun: "task",
+            table: "tasks",
         };
         let (follow_ups, admit) = match follow::follow_ups(&task, &self.queue) {
             Ok(follow_ups) => (follow_ups, admit(&task, SystemTime::now())),

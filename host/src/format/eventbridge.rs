@@ -71,6 +71,7 @@ impl Format for EventBridge {
         let route = Route::Named {
             names: vec![detail_type.to_string(), source.to_string()],
             noun: "detail-type",
+            table: "routes",
         };
         let view = View {
             body: detail.to_string().into_bytes(),
@@ -121,7 +122,8 @@ mod tests {
             run.route,
             Route::Named {
                 names,
-                noun: "detail-type"
+                noun: "detail-type",
+                table: "routes"
             }
         );
         let view = run.view.as_ref().unwrap();

@@ -113,6 +113,8 @@ pub(crate) enum Route {
         names: Vec<String>,
         /// What a name is, for the dead letter's reason (`task`, `topic`, …).
         noun: &'static str,
+        /// The table's field as the format spells it (`tasks` for Celery, `routes` otherwise).
+        table: &'static str,
     },
     /// A plugin the message itself chose through the queue's route attribute: one of the
     /// table's routes, or a dead letter; never the default instead.

@@ -88,6 +88,7 @@ fn run(record: &Value, attributes: &[Attribute]) -> Result<Run, String> {
     let route = Route::Named {
         names: vec![event.to_string(), format!("{kind}:*"), bucket.to_string()],
         noun: "event",
+        table: "routes",
     };
     let view = View {
         body: record.to_string().into_bytes(),
@@ -158,7 +159,8 @@ mod tests {
             runs[0].route,
             Route::Named {
                 names: names.to_vec(),
-                noun: "event"
+                noun: "event",
+                table: "routes"
             }
         );
         let view = runs[0].view.as_ref().unwrap();

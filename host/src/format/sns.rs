@@ -33,6 +33,7 @@ impl Format for Sns {
         let route = Route::Named {
             names: vec![note.topic_arn.clone(), note.topic_name().to_string()],
             noun: "topic",
+            table: "routes",
         };
         let key = KeyBasis::Id(note.message_id.clone());
         let mut view_attributes = note.attributes()?;
@@ -189,7 +190,8 @@ mod tests {
             run.route,
             Route::Named {
                 names,
-                noun: "topic"
+                noun: "topic",
+                table: "routes"
             }
         );
         let view = run.view.as_ref().unwrap();

@@ -225,9 +225,13 @@ impl Payloads {
     /// Deletes the payload a finished message points to, if the policy says so. Best effort: a
     /// payload left behind expires (Redis) or is cleaned up by the bucket's lifecycle rules.
     pub async fn cleanup(&self, body: &[u8], attributes: &[Attribute]) {
-        let Ok(Some(p)) = pointer::parse(body, attributes) else {
-            return;
-        };
+        if let Body::Pointer(p) = Body::of(body, attributes) {
+            self.cleanup_pointer(&p, attributes).await;
+        }
+    }
+
+    /// As [`Payloads::cleanup`], for a message whose body was classified as pointer `p`.
+    pub(crate) async fn cleanup_pointer(&self, p: &Pointer, attributes: &[Attribute]) {
         let wanted = match p.location {
             Location::S3 { .. } if find_sha(attributes) => self.config.delete_after_ack,
             Location::S3 { .. } => self.config.delete_extended_after_ack,

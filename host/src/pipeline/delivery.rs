@@ -298,7 +298,7 @@ impl Delivery {
         backoff::delay(policy, self.msg.receive_count, asked_secs)
     }
 
-    /// Writes a completed key's result value (a Celery task's record), sends its outbox,
+    /// Writes a completed key's result value (where a caller waits on it), sends its outbox,
     /// records both done under `key`, and deletes the message. If either fails the message is put back: its
     /// redelivery finds the key completed with them still pending and carries them out then.
     /// The record goes first: while the result backend is down nothing is sent, so its outage
@@ -360,13 +360,15 @@ impl Delivery {
         let Delivery {
             queue,
             msg,
+            body,
             payload_verified,
             ..
         } = self;
         queue.acker.ack(msg.receipt);
-        if payload_verified {
+        if let (true, Body::Pointer(pointer)) = (payload_verified, body) {
             let payloads = Arc::clone(&queue.shared.payloads);
-            tokio::spawn(async move { payloads.cleanup(&msg.body, &msg.attributes).await });
+            let attributes = msg.attributes;
+            tokio::spawn(async move { payloads.cleanup_pointer(&pointer, &attributes).await });
         }
         Fate::Gone
     }

@@ -230,7 +230,7 @@ impl Leased {
     }
 
     /// The handler acked: large outbox messages are offloaded, the outbox (with the format's
-    /// own messages, and its result value: a Celery task's) and the run's state are committed
+    /// own messages, and the result value it records) and the run's state are committed
     /// with the completed record, then the outbox is sent and the message deleted. A commit refused
     /// because state the run read has changed puts the message back to run again.
     pub(crate) async fn ack(

@@ -40,7 +40,7 @@ pub(crate) struct Routed {
     /// What the handler is given when it is not the message as received: its fetched payload,
     /// or what the queue's format read from it.
     pub(crate) resolved: Option<Resolved>,
-    /// A deadline lower than the plugin's, from the message (a Celery task's time limit).
+    /// A deadline lower than the plugin's, from the message (a task's own time limit).
     pub(crate) time_limit: Option<Duration>,
 }
 
@@ -99,7 +99,7 @@ pub(crate) enum RouteError {
         noun: &'static str,
         /// The route the message named.
         name: String,
-        /// The table's field: `tasks` for Celery's tasks, `routes` otherwise.
+        /// The routing table's field, as the queue's format spells it.
         table: &'static str,
         /// The names the queue routes.
         routes: String,
@@ -299,11 +299,11 @@ fn plugin_name<'a>(queue: &'a QueueCtx, route: &Route) -> Result<&'a str, RouteE
     let default = routes.default.as_deref();
     match route {
         Route::Default => Ok(default.unwrap_or(&queue.config.plugin)),
-        Route::Named { names, noun } => {
+        Route::Named { names, noun, table } => {
             (routes.lookup(names).or(default)).ok_or_else(|| RouteError::UnknownRoute {
                 noun,
                 name: names.first().cloned().unwrap_or_default(),
-                table: if *noun == "task" { "tasks" } else { "routes" },
+                table,
                 routes: routes.names(),
             })
         }
