@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use qhost::{Host, Received, SqsQueue};
 use qhost_e2e::harness::{Running, TestEnv, attr};
-use qhost_e2e::sqs_server::{TEST_ENV, create_queue, drain, endpoint, sdk_config, unique};
+use qhost_e2e::sqs_server::{TEST_ENV, collect, create_queue, drain, endpoint, sdk_config, unique};
 use serde_json::Value;
 
 /// The test venv's Python, with tests/support (`celery_app.py`, the scripts) on its path.
@@ -60,17 +60,6 @@ async fn queues(name: &str) -> (String, String, String) {
         create_queue(q, &[]).await;
     }
     (queue, dlq, sink)
-}
-
-/// Takes messages from `queue` until `n` have come (or a minute passed).
-async fn collect(queue: &str, n: usize) -> Vec<Received> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut got = Vec::new();
-    while got.len() < n && Instant::now() < deadline {
-        got.extend(drain(queue).await);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    got
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -9,12 +9,12 @@
 
 use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use qhost::{Host, Received, SqsQueue};
 use qhost_e2e::harness::{Running, TestEnv, attr};
 use qhost_e2e::sqs_server::{
-    TEST_ENV, arn, client, create_queue, drain, endpoint, sdk_config, unique,
+    TEST_ENV, arn, client, collect, create_queue, drain, endpoint, sdk_config, unique,
 };
 use serde_json::{Value, json};
 
@@ -98,17 +98,6 @@ async fn start(env: &TestEnv, q: &Queues, lines: &str) -> Running {
         .await
         .expect("host starts");
     Running::start(host)
-}
-
-/// Takes messages from `queue` until `n` have come (or a minute passed).
-async fn collect(queue: &str, n: usize) -> Vec<Received> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut got = Vec::new();
-    while got.len() < n && Instant::now() < deadline {
-        got.extend(drain(queue).await);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    got
 }
 
 /// The fixture's reports, as JSON.

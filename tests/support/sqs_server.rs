@@ -210,6 +210,17 @@ pub async fn drain(queue: &str) -> Vec<qhost::Received> {
     drain_at(endpoint(), queue).await
 }
 
+/// Takes messages from `queue` until `n` have come (or a minute passed), deleting them.
+pub async fn collect(queue: &str, n: usize) -> Vec<qhost::Received> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut got = Vec::new();
+    while got.len() < n && std::time::Instant::now() < deadline {
+        got.extend(drain(queue).await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    got
+}
+
 /// A client for the server at `endpoint` as the tests use it to look inside: patient, since it
 /// is the tests' instrument and not what they assert on.
 pub fn patient_queue(endpoint: &str) -> qhost::SqsQueue {
