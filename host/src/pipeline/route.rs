@@ -201,22 +201,19 @@ pub(crate) fn read(
             return Read::One(Err(Box::new(Unroutable { delivery, error })));
         }
     };
-    match runs.len() {
-        0 => Read::Nothing(Delivery::received(Arc::clone(queue), msg, body, default())),
-        1 => {
-            let run = runs.pop().expect("one run");
-            Read::One(route(queue, msg, body, fetched, run, None))
-        }
-        n => {
-            let parts = Parts::new(n);
-            let runs = (runs.into_iter().enumerate())
-                .map(|(i, run)| {
-                    let part = Some(parts.part(i));
-                    route(queue, msg.clone(), body.clone(), fetched.clone(), run, part)
-                })
-                .collect();
-            Read::Parts { msg, body, runs }
-        }
+    if runs.len() > 1 {
+        let parts = Parts::new(runs.len());
+        let runs = (runs.into_iter().enumerate())
+            .map(|(i, run)| {
+                let part = Some(parts.part(i));
+                route(queue, msg.clone(), body.clone(), fetched.clone(), run, part)
+            })
+            .collect();
+        return Read::Parts { msg, body, runs };
+    }
+    match runs.pop() {
+        Some(run) => Read::One(route(queue, msg, body, fetched, run, None)),
+        None => Read::Nothing(Delivery::received(Arc::clone(queue), msg, body, default())),
     }
 }
 
@@ -234,40 +231,10 @@ fn route(
         delivery.as_part(part);
         Err(Box::new(Unroutable { delivery, error }))
     };
-    let name = match plugin_name(queue, &run.route) {
-        Ok(name) => name.to_string(),
-        Err(e) => {
-            return ended(
-                PluginRef::Named(queue.config.plugin.clone()),
-                e,
-                msg,
-                body,
-                part,
-            );
-        }
-    };
-    let refused = match run.admit {
-        Admit::Now => None,
-        Admit::NotDue { eta, wait } => Some(RouteError::NotDue { eta, wait }),
-        Admit::Expired { expires } => Some(RouteError::Expired { expires }),
-        Admit::Refused(why) => Some(RouteError::Refused(why)),
-    };
-    if let Some(error) = refused {
-        return ended(PluginRef::Named(name), error, msg, body, part);
-    }
-    let plugin = match loaded(queue, &name) {
+    let plugin = match admitted(queue, &run) {
         Ok(plugin) => plugin,
         Err((plugin, error)) => return ended(plugin, error, msg, body, part),
     };
-    if let Some(Err(why)) = run.effects.as_ref().map(|e| e.check(&plugin)) {
-        return ended(
-            PluginRef::Loaded(plugin),
-            RouteError::Refused(why),
-            msg,
-            body,
-            part,
-        );
-    }
     let resolved = match run.view {
         Some(View { body, attributes }) => Some(Resolved {
             sha256: sha256_hex(&body),
@@ -290,6 +257,32 @@ fn route(
     routed.resolved = resolved;
     routed.time_limit = run.time_limit;
     Ok(routed)
+}
+
+/// The loaded plugin `run` goes to, when it may run now; otherwise the plugin its delivery
+/// names as it ends, and why.
+fn admitted(queue: &QueueCtx, run: &Run) -> Result<Arc<Plugin>, (PluginRef, RouteError)> {
+    let name = plugin_name(queue, &run.route)
+        .map_err(|e| (PluginRef::Named(queue.config.plugin.clone()), e))?;
+    let refused = match &run.admit {
+        Admit::Now => None,
+        Admit::NotDue { eta, wait } => Some(RouteError::NotDue {
+            eta: eta.clone(),
+            wait: *wait,
+        }),
+        Admit::Expired { expires } => Some(RouteError::Expired {
+            expires: expires.clone(),
+        }),
+        Admit::Refused(why) => Some(RouteError::Refused(why.clone())),
+    };
+    if let Some(error) = refused {
+        return Err((PluginRef::Named(name.to_string()), error));
+    }
+    let plugin = loaded(queue, name)?;
+    match run.effects.as_ref().map(|e| e.check(&plugin)) {
+        Some(Err(why)) => Err((PluginRef::Loaded(plugin), RouteError::Refused(why))),
+        _ => Ok(plugin),
+    }
 }
 
 /// The plugin a route names: one of the queue's routes, or its default. A message never
