@@ -835,7 +835,7 @@ fn qhost_inspect_says_what_each_format_reads_where_a_queue_routes_it_and_why_it_
         "key       photos",
         "attribute s3-key = a b.jpg",
         "run 2",
-        "plugin    none (not routed: the queue routes ObjectCreated:* and has no default plugin; it would be dead-lettered)",
+        "plugin    none (event `ObjectRemoved:Delete` is not one this queue routes (routes: ObjectCreated:*) and it has no default plugin; it would be dead-lettered)",
         "key       photos/c.jpg/02",
     ] {
         assert!(text.lines().any(|l| l == line), "`{line}` in:\n{text}");

@@ -121,29 +121,10 @@ fn derive(
 
 /// Where `queue` routes `run`, or why it would not run it.
 fn plugin_for(queue: &QueueConfig, run: &Run) -> Result<String, String> {
-    let routes = &queue.routes;
-    let plugin = match &run.route {
-        Route::Default => routes
-            .default
-            .clone()
-            .or_else(|| Some(queue.plugin.clone())),
-        Route::Named { names, .. } => routes
-            .lookup(names)
-            .or(routes.default.as_deref())
-            .map(str::to_string),
-        Route::Chosen { value, .. } if routes.default.as_deref() == Some(value) => {
-            Some(value.clone())
-        }
-        Route::Chosen { value, .. } => routes.table.get(value).cloned(),
-    };
-    let Some(plugin) = plugin else {
-        return Err(format!(
-            "not routed: the queue routes {} and has no default plugin; it would be dead-lettered",
-            routes.names()
-        ));
-    };
+    let plugin = (run.route.plugin(&queue.routes, &queue.plugin))
+        .map_err(|unrouted| format!("{unrouted}; it would be dead-lettered"))?;
     match &run.admit {
-        Admit::Now => Ok(plugin),
+        Admit::Now => Ok(plugin.to_string()),
         Admit::NotDue { eta, .. } => {
             Err(format!("{plugin}, once due at {eta}: put back until then"))
         }
@@ -191,10 +172,10 @@ mod tests {
             None,
         );
         let plugin = report.unwrap().runs[0].plugin.clone().unwrap();
-        assert!(
-            plugin
-                .unwrap_err()
-                .contains("not routed: the queue routes orders")
+        assert_eq!(
+            plugin.unwrap_err(),
+            "topic `arn:aws:sns:us-east-1:1:refunds` is not one this queue routes (routes: orders) \
+             and it has no default plugin; it would be dead-lettered"
         );
     }
 

@@ -46,7 +46,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::future::BoxFuture;
 
-use crate::config::{Config, MessageFormat, QueueConfig};
+use crate::config::{Config, MessageFormat, QueueConfig, Routes};
 use crate::message::{Attribute, Outgoing, Received};
 use crate::plugin::Plugin;
 
@@ -123,6 +123,68 @@ pub(crate) enum Route {
         attribute: String,
         /// What the message put there.
         value: String,
+    },
+}
+
+impl Route {
+    /// The plugin this route runs on in a queue routed by `routes`, whose plugin is
+    /// `queue_plugin`: one of the queue's routes, or its default. A message never reaches a
+    /// plugin the queue does not list.
+    pub(crate) fn plugin<'a>(
+        &self,
+        routes: &'a Routes,
+        queue_plugin: &'a str,
+    ) -> Result<&'a str, Unrouted> {
+        let default = routes.default.as_deref();
+        match self {
+            Route::Default => Ok(default.unwrap_or(queue_plugin)),
+            Route::Named { names, noun, table } => {
+                (routes.lookup(names).or(default)).ok_or_else(|| Unrouted::Unknown {
+                    noun,
+                    name: names.first().cloned().unwrap_or_default(),
+                    table,
+                    routes: routes.names(),
+                })
+            }
+            Route::Chosen { value, .. } if default == Some(value.as_str()) => Ok(queue_plugin),
+            Route::Chosen { attribute, value } => (routes.table.get(value).map(String::as_str))
+                .ok_or_else(|| Unrouted::NotARoute {
+                    attribute: attribute.clone(),
+                    value: value.clone(),
+                    routes: routes.names(),
+                }),
+        }
+    }
+}
+
+/// Why a run's route names no plugin of its queue: the message is dead-lettered with this.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Unrouted {
+    /// A route the queue's table does not hold, with no default plugin.
+    #[error(
+        "{noun} `{name}` is not one this queue routes ({table}: {routes}) and it has no default plugin"
+    )]
+    Unknown {
+        /// What a route is in this format.
+        noun: &'static str,
+        /// The route the message named.
+        name: String,
+        /// The routing table's field, as the format spells it.
+        table: &'static str,
+        /// The names the queue routes.
+        routes: String,
+    },
+    /// The route attribute names a plugin the queue does not route to.
+    #[error(
+        "route attribute `{attribute}` holds `{value}`, which is not one of this queue's routes ({routes})"
+    )]
+    NotARoute {
+        /// The queue's route attribute.
+        attribute: String,
+        /// What the message put there.
+        value: String,
+        /// The plugins it may name.
+        routes: String,
     },
 }
 

@@ -15,7 +15,7 @@ use super::context::QueueCtx;
 use super::delivery::{Delivery, Fate, Key, PluginRef};
 use super::part::{Part, Parts};
 use crate::digest::sha256_hex;
-use crate::format::{Admit, KeyBasis, Route, Run, View};
+use crate::format::{Admit, KeyBasis, Run, Unrouted, View};
 use crate::idempotency::LeaseRequest;
 use crate::idempotency::key::{KeyInput, KeySource, MissingKey, OnMissingKey, scoped};
 use crate::message::wire;
@@ -78,32 +78,9 @@ pub(crate) enum RouteError {
         /// Its last load error, or that no file loaded.
         why: String,
     },
-    /// The route attribute names a plugin this queue does not route to: dead-lettered.
-    #[error(
-        "route attribute `{attribute}` holds `{value}`, which is not one of this queue's routes ({routes})"
-    )]
-    BadRoute {
-        /// The queue's route attribute.
-        attribute: String,
-        /// What the message put there.
-        value: String,
-        /// The plugins it may name.
-        routes: String,
-    },
-    /// A route the queue's table does not hold, with no default plugin: dead-lettered.
-    #[error(
-        "{noun} `{name}` is not one this queue routes ({table}: {routes}) and it has no default plugin"
-    )]
-    UnknownRoute {
-        /// What a route is in this format.
-        noun: &'static str,
-        /// The route the message named.
-        name: String,
-        /// The routing table's field, as the queue's format spells it.
-        table: &'static str,
-        /// The names the queue routes.
-        routes: String,
-    },
+    /// A route the queue does not hold: dead-lettered.
+    #[error(transparent)]
+    Unrouted(#[from] Unrouted),
     /// The plugin's key source is missing from the message: dead-lettered.
     #[error(transparent)]
     NoKey(#[from] MissingKey),
@@ -154,10 +131,9 @@ impl Unroutable {
                 self.delivery.record(Event::Expired);
                 self.delivery.delete()
             }
-            RouteError::BadRoute { .. }
-            | RouteError::UnknownRoute { .. }
-            | RouteError::NoKey(_)
-            | RouteError::Refused(_) => self.delivery.dead_letter(reason).await,
+            RouteError::Unrouted(_) | RouteError::NoKey(_) | RouteError::Refused(_) => {
+                self.delivery.dead_letter(reason).await
+            }
         }
     }
 }
@@ -262,8 +238,9 @@ fn route(
 /// The loaded plugin `run` goes to, when it may run now; otherwise the plugin its delivery
 /// names as it ends, and why.
 fn admitted(queue: &QueueCtx, run: &Run) -> Result<Arc<Plugin>, (PluginRef, RouteError)> {
-    let name = plugin_name(queue, &run.route)
-        .map_err(|e| (PluginRef::Named(queue.config.plugin.clone()), e))?;
+    let config = &queue.config;
+    let name = (run.route.plugin(&config.routes, &config.plugin))
+        .map_err(|e| (PluginRef::Named(config.plugin.clone()), e.into()))?;
     let refused = match &run.admit {
         Admit::Now => None,
         Admit::NotDue { eta, wait } => Some(RouteError::NotDue {
@@ -282,34 +259,6 @@ fn admitted(queue: &QueueCtx, run: &Run) -> Result<Arc<Plugin>, (PluginRef, Rout
     match run.effects.as_ref().map(|e| e.check(&plugin)) {
         Some(Err(why)) => Err((PluginRef::Loaded(plugin), RouteError::Refused(why))),
         _ => Ok(plugin),
-    }
-}
-
-/// The plugin a route names: one of the queue's routes, or its default. A message never
-/// chooses a plugin the queue does not list.
-fn plugin_name<'a>(queue: &'a QueueCtx, route: &Route) -> Result<&'a str, RouteError> {
-    let routes = &queue.config.routes;
-    let default = routes.default.as_deref();
-    match route {
-        Route::Default => Ok(default.unwrap_or(&queue.config.plugin)),
-        Route::Named { names, noun, table } => {
-            (routes.lookup(names).or(default)).ok_or_else(|| RouteError::UnknownRoute {
-                noun,
-                name: names.first().cloned().unwrap_or_default(),
-                table,
-                routes: routes.names(),
-            })
-        }
-        Route::Chosen { attribute, value } => {
-            if default == Some(value.as_str()) {
-                return Ok(default.unwrap_or_default());
-            }
-            (routes.table.get(value).map(String::as_str)).ok_or_else(|| RouteError::BadRoute {
-                attribute: attribute.clone(),
-                value: value.clone(),
-                routes: routes.names(),
-            })
-        }
     }
 }
 
@@ -362,7 +311,10 @@ pub(crate) fn needs_payload(queue: &QueueCtx, msg: &Received, body: &Body) -> bo
     let Some(run) = runs.ok().and_then(|mut runs| runs.pop()) else {
         return false;
     };
-    let name = plugin_name(queue, &run.route).ok();
+    let name = run
+        .route
+        .plugin(&queue.config.routes, &queue.config.plugin)
+        .ok();
     match name.and_then(|name| queue.shared.registry.get(name)) {
         Some(p) => match &p.manifest.idempotency.key {
             KeySource::JsonPointer(_) => true,
