@@ -149,7 +149,7 @@ pub use oneshot::{InvokeReport, InvokeRequest, Ran, invoke_file};
 pub use queues::{DeadLetter, Purged, Queues};
 pub use replay::{Compared, Ended, Finding, Replay, Run, Side, replay_files};
 pub use rollout::by_hand::{decide_by_hand as decide_rollout, rollout_of};
-pub use rollout::record::{RolloutRecord, RolloutState, Tally};
+pub use rollout::record::{DecidedBy, RolloutRecord, RolloutState, Tally};
 pub use runtime::http::record::RecordedRequest;
 pub use scaffold::{Language, create as create_project};
 
