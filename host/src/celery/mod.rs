@@ -18,9 +18,9 @@
 //!    in one body dict).
 //!
 //! What the host does with a task (route by name, key by id, hold back until its eta, drop it
-//! past its expiry) is in `pipeline::celery`; this module reads, and writes what a worker
-//! writes: result records ([`results`]), tasks a handler sends ([`send`]), and a task's
-//! callbacks and chain ([`follow`]).
+//! past its expiry) is the Celery format's (`format::celery`); this module reads, and writes
+//! what a worker writes: result records ([`results`]), tasks a handler sends ([`send`]), and a
+//! task's callbacks and chain ([`follow`]).
 
 mod content;
 mod envelope;
