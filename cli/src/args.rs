@@ -124,6 +124,48 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: KvCommand,
     },
+    /// List, pause, resume, backfill or fire the configured schedules (`[[schedule]]`), for
+    /// the whole fleet sharing the store.
+    Schedule {
+        #[command(subcommand)]
+        command: ScheduleCommand,
+    },
+}
+
+/// `qhost schedule …`.
+#[derive(Subcommand)]
+pub(crate) enum ScheduleCommand {
+    /// Each schedule: its next ticks, the last tick fired and by which host, and how many
+    /// ticks were fired, missed and skipped.
+    List,
+    /// Stop NAME firing on every host (within a second) until it is resumed.
+    Pause {
+        /// The schedule.
+        name: String,
+    },
+    /// Start NAME firing again, from now: ticks that fell while it was paused are counted as
+    /// skipped (`backfill` fires them).
+    Resume {
+        /// The schedule.
+        name: String,
+    },
+    /// Fire NAME's ticks from --from to --to (both included) that were never fired, each once,
+    /// oldest first.
+    Backfill {
+        /// The schedule.
+        name: String,
+        /// The first tick's time, RFC 3339 (2026-12-01T09:00:00Z).
+        #[arg(long)]
+        from: String,
+        /// The last tick's time, RFC 3339.
+        #[arg(long)]
+        to: String,
+    },
+    /// Fire one extra tick of NAME now, with a key of its own.
+    Fire {
+        /// The schedule.
+        name: String,
+    },
 }
 
 /// `qhost kv …`.

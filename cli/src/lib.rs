@@ -95,6 +95,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             Ok(())
         }
         Command::Send(args) => send(config()?, args).await,
+        Command::Schedule { command } => schedule(&config()?, command).await,
         Command::Peek { queue, limit } => peek(config()?, &queue, limit).await,
         Command::Purge { queue, yes } => purge(config()?, &queue, yes).await,
         Command::Invoke(args) => return invoke(config()?, args).await,

@@ -84,6 +84,7 @@ mod replay;
 mod rollout;
 mod runtime;
 mod scaffold;
+pub mod schedule;
 mod source;
 mod sqlite;
 mod stats;
@@ -99,6 +100,7 @@ pub use config::celery::CeleryResults;
 pub use config::deadlines::Deadlines;
 pub use config::load::Overrides;
 pub use config::payload::{PayloadConfig, PayloadPlace};
+pub use config::schedule::{CatchUpPolicy, Overlap, ScheduleConfig, ScheduleTarget};
 pub use config::secrets::SecretsGrant;
 pub use config::{Config, MessageFormat, QueueConfig, RetryPolicy, Routes, SourceKind, StoreKind};
 pub use host::Host;
@@ -113,8 +115,8 @@ pub use idempotency::local::LocalStore;
 pub use idempotency::rate::{Admission, Rate};
 pub use idempotency::redis::RedisStore;
 pub use idempotency::{
-    Acquired, Completion, FleetRate, IdempotencyError, IdempotencyStore, KeyStatus, Lease,
-    LeaseRequest, Released, SharedRecords, StateReads, Store, StoreResult,
+    Acquired, Claimed, Claims, Completion, FleetRate, IdempotencyError, IdempotencyStore,
+    KeyStatus, Lease, LeaseRequest, Released, SharedRecords, StateReads, Store, StoreResult,
 };
 pub use kv::inspect::{kv_get, kv_list};
 pub use kv::{BucketCommit, Op as StateOp, StateCommit};

@@ -24,6 +24,12 @@ pub mod wire {
     pub const S3_POINTER_CLASS: &str = w::S3_POINTER_CLASS;
 }
 
+/// Sets this process's clock, as schedules read it, `ms` ahead (negative: behind), so that
+/// tests can run hosts whose clocks are apart.
+pub fn offset_schedule_clock(ms: i64) {
+    crate::schedule::offset_by(ms);
+}
+
 /// How long the plugins directory's watcher waits for a copy to settle.
 pub const WATCH_DEBOUNCE: std::time::Duration = crate::plugin::watch::DEBOUNCE;
 

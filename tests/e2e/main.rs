@@ -31,6 +31,7 @@ mod redis;
 mod reload;
 mod replay;
 mod rollout;
+mod schedules;
 mod secrets;
 mod sqs;
 mod state;

@@ -10,6 +10,7 @@ mod plugins;
 mod queue;
 mod replay;
 mod run;
+mod schedule;
 
 pub(crate) use celery::inspect as celery_inspect;
 pub(crate) use dlq::{dlq_peek, dlq_redrive};
@@ -20,6 +21,7 @@ pub(crate) use plugins::{check, check_deploy, decide, list};
 pub(crate) use queue::{peek, purge, send};
 pub(crate) use replay::replay;
 pub(crate) use run::{DEAD_LETTERED, run};
+pub(crate) use schedule::schedule;
 
 use qhost::Attribute;
 

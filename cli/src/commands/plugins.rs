@@ -53,8 +53,16 @@ pub(crate) async fn check_deploy(
             }
         }
     }
+    let mut schedule_problems = 0;
+    for s in qhost::schedule::check(config) {
+        schedule_problems += usize::from(s.problem);
+        println!("schedule {}: {}", s.name, s.line);
+    }
     if problems > 0 {
         bail!("{problems} problem(s): `qhost run` would refuse to start");
+    }
+    if schedule_problems > 0 {
+        bail!("{schedule_problems} schedule(s) send ticks their queue would dead-letter");
     }
     println!("ok: `qhost run` would start");
     Ok(())

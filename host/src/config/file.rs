@@ -28,6 +28,8 @@ pub(crate) struct RawConfig {
     pub rollout: Option<super::rollout::RawRollout>,
     #[serde(rename = "queue")]
     pub queues: Option<Vec<RawQueue>>,
+    #[serde(rename = "schedule")]
+    pub schedules: Option<Vec<super::schedule::RawSchedule>>,
 }
 
 impl RawConfig {

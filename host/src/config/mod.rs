@@ -14,6 +14,7 @@ pub(crate) mod format;
 pub(crate) mod load;
 pub(crate) mod payload;
 pub(crate) mod rollout;
+pub(crate) mod schedule;
 pub(crate) mod secrets;
 
 use std::net::SocketAddr;
@@ -150,6 +151,8 @@ pub struct Config {
     pub retry: RetryPolicy,
     /// Consumed queues.
     pub queues: Vec<QueueConfig>,
+    /// Schedules (`[[schedule]]`): cron in qhost.
+    pub schedules: Vec<schedule::ScheduleConfig>,
     /// Where Celery result records go (`[celery] result-backend`), if anywhere.
     pub celery_results: Option<CeleryResults>,
     /// Payload offload (claim check).
@@ -288,7 +291,9 @@ impl Config {
         let admin_listen = admin_listen(admin.listen.as_deref().unwrap_or(DEFAULT_ADMIN_LISTEN))?;
         let admin_token = admin.token.as_ref().map(admin::token).transpose()?;
         let rollout = rollout::RolloutConfig::check(&raw.rollout.unwrap_or_default())?;
+        let schedules = schedule::schedules(raw.schedules)?;
         Ok(Config {
+            schedules,
             rollout,
             deadlines,
             admin_listen,

@@ -89,8 +89,8 @@ fn inspected(
     };
     let key = match &run.key {
         KeyBasis::Fixed(key) => Ok(key.clone()),
-        KeyBasis::Id(id) => derive(manifest.as_ref(), id, &body, &attributes),
-        KeyBasis::Message => derive(manifest.as_ref(), &msg.id, &body, &attributes),
+        KeyBasis::Id(id) => derive(manifest.as_ref(), id, &body, &attributes, false),
+        KeyBasis::Message => derive(manifest.as_ref(), &msg.id, &body, &attributes, true),
     };
     InspectedRun {
         route,
@@ -101,12 +101,14 @@ fn inspected(
     }
 }
 
-/// The key `manifest`'s key source (the default without one) derives from a run.
+/// The key `manifest`'s key source (the default without one) derives from a run; `as_sent`:
+/// the run is the message as received, whose own key (a message qhost sent) the host honours.
 fn derive(
     manifest: Option<&Manifest>,
     id: &str,
     body: &[u8],
     attributes: &[Attribute],
+    as_sent: bool,
 ) -> Result<String, String> {
     let default = Manifest::default();
     let policy = &manifest.unwrap_or(&default).idempotency;
@@ -116,7 +118,12 @@ fn derive(
         attributes,
         sha256: None,
     };
-    (policy.key.derive_or(input, policy.on_missing)).map_err(|e| e.to_string())
+    let key = if as_sent {
+        policy.key.derive_for_run(input, policy.on_missing)
+    } else {
+        policy.key.derive_or(input, policy.on_missing)
+    };
+    key.map_err(|e| e.to_string())
 }
 
 /// Where `queue` routes `run`, or why it would not run it.

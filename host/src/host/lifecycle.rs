@@ -17,6 +17,7 @@ use crate::pipeline::{
 use crate::plugin::registry::Registry;
 use crate::plugin::{status, watch};
 use crate::progress::Progress;
+use crate::schedule::run::Scheduler;
 
 impl Host {
     /// Runs until `shutdown` is cancelled, then drains. Meanwhile the queues and the store are
@@ -24,7 +25,9 @@ impl Host {
     pub async fn run(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let watcher = self.watch_plugins()?;
         let checks = self.watch_health(&shutdown);
+        let schedules = self.fire_schedules(&shutdown);
         let result = self.consume(shutdown).await;
+        schedules.cancel();
         checks.cancel();
         if let Some(stop) = watcher {
             stop.cancel();
@@ -53,6 +56,19 @@ impl Host {
                 _ = ended.cancelled() => {}
             }
         });
+        stop
+    }
+
+    /// Starts this host's scheduler (see [`crate::schedule`]), until `shutdown`.
+    fn fire_schedules(&self, shutdown: &CancellationToken) -> CancellationToken {
+        let stop = shutdown.child_token();
+        let scheduler = Scheduler {
+            config: Arc::clone(&self.config),
+            store: self.store.clone(),
+            source: Arc::clone(&self.source),
+            metrics: Arc::clone(&self.metrics),
+        };
+        tokio::spawn(scheduler.run(stop.clone()));
         stop
     }
 

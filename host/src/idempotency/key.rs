@@ -10,7 +10,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::message::{Attribute, Received, find_attribute};
+use crate::message::{Attribute, Received, find_attribute, wire};
 
 /// Where a plugin's idempotency key comes from.
 #[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -158,6 +158,25 @@ impl KeySource {
                 }
             }
         }
+    }
+
+    /// The key the host leases `msg` under: a message qhost sent (an outbox message, a
+    /// schedule's tick) carries its key (`qhost-idempotency-key`), which a plugin keyed by
+    /// message id takes instead of the id, so a copy sent again is dropped; otherwise what
+    /// this source derives, falling back to the message id if `on_missing` says so.
+    pub(crate) fn derive_for_run<'a>(
+        &self,
+        msg: impl Into<KeyInput<'a>>,
+        on_missing: OnMissingKey,
+    ) -> Result<String, MissingKey> {
+        let msg = msg.into();
+        if *self == KeySource::MessageId
+            && let Some(key) =
+                find_attribute(msg.attributes, wire::IDEMPOTENCY_KEY).and_then(|a| a.text())
+        {
+            return Ok(key.to_string());
+        }
+        self.derive_or(msg, on_missing)
     }
 
     /// The key for `msg`, falling back to the message id if `on_missing` says so.

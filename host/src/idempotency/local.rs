@@ -14,10 +14,10 @@ use super::local_state as kv;
 use super::pending;
 use super::rate::{self, Admission, Rate};
 use super::{
-    Acquired, Completion, FleetRate, IdempotencyError, IdempotencyStore, KeyStatus, Lease,
-    LeaseRequest, Released, SharedRecords, StateReads, StoreResult,
+    Acquired, Claimed, Claims, Completion, FleetRate, IdempotencyError, IdempotencyStore,
+    KeyStatus, Lease, LeaseRequest, Released, SharedRecords, StateReads, StoreResult,
 };
-use crate::message::now_ms;
+use crate::message::{Outgoing, now_ms};
 use crate::sqlite::Db;
 
 const SCHEMA: &str = "
@@ -330,6 +330,58 @@ impl IdempotencyStore for LocalStore {
     }
 }
 
+/// Claims `key` (see [`Claims::claim`]): a live record is someone's; anything else becomes a
+/// completed record with the outbox pending.
+fn claim_one(
+    tx: &Transaction<'_>,
+    key: &str,
+    outbox: &str,
+    window: Duration,
+) -> anyhow::Result<Claimed> {
+    let now = now_ms() as i64;
+    if let Some(live) = read(tx, key)?.filter(|r| r.expires_at_ms > now && r.state != "released") {
+        let stored = live.outbox.as_deref().unwrap_or_default();
+        let since = live.outbox_at_ms.unwrap_or(now);
+        return Ok(Claimed::Taken {
+            pending_outbox: pending::decode(stored)?.0,
+            pending_for: Duration::from_millis((now - since).max(0) as u64),
+        });
+    }
+    let outbox = Some(outbox).filter(|t| !t.is_empty());
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO idempotency
+             (key, state, owner, fencing, expires_at_ms, outbox, outbox_at_ms, failures, digest)
+         VALUES (?1, 'completed', NULL, 1, ?2, ?3, ?4, 0, NULL)",
+    )?
+    .execute(params![
+        key,
+        now + window.as_millis() as i64,
+        outbox,
+        outbox.map(|_| now)
+    ])?;
+    Ok(Claimed::Won)
+}
+
+#[async_trait]
+impl Claims for LocalStore {
+    async fn claim(
+        &self,
+        key: &str,
+        outbox: &[Outgoing],
+        window: Duration,
+    ) -> StoreResult<Claimed> {
+        let (key, outbox) = (key.to_string(), pending::encode(outbox, None));
+        self.write(move |tx| claim_one(tx, &key, &outbox, window))
+            .await
+    }
+    async fn status(&self, key: &str) -> StoreResult<KeyStatus> {
+        LocalStore::status(self, key).await
+    }
+    async fn time(&self) -> StoreResult<std::time::SystemTime> {
+        Ok(std::time::SystemTime::now())
+    }
+}
+
 #[async_trait]
 impl SharedRecords for LocalStore {
     async fn record(&self, key: &str) -> StoreResult<Option<String>> {
@@ -534,6 +586,49 @@ mod tests {
         );
         store.release(&third, Released::GaveUp).await.unwrap();
         assert_eq!(grant(&store, "k", 60_000).await.failures, 0);
+    }
+
+    #[tokio::test]
+    async fn a_claim_is_won_once_and_its_outbox_waits_until_sent() {
+        let store = LocalStore::open(None).unwrap();
+        let msg = Outgoing::new("reminders", "tick");
+        let window = Duration::from_secs(60);
+        let (a, b) = tokio::join!(
+            store.claim("ns:{schedule:m:t1}", std::slice::from_ref(&msg), window),
+            store.claim("ns:{schedule:m:t1}", std::slice::from_ref(&msg), window)
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert!(
+            (a == Claimed::Won) != (b == Claimed::Won),
+            "one of two claims at once wins: {a:?} {b:?}"
+        );
+        let Claimed::Taken { pending_outbox, .. } = store
+            .claim("ns:{schedule:m:t1}", &[], window)
+            .await
+            .unwrap()
+        else {
+            panic!("taken")
+        };
+        assert_eq!(pending_outbox, [msg], "unsent: a later host sends it");
+        store.outbox_sent("ns:{schedule:m:t1}").await.unwrap();
+        assert_eq!(
+            store
+                .claim("ns:{schedule:m:t1}", &[], window)
+                .await
+                .unwrap(),
+            Claimed::Taken {
+                pending_outbox: Vec::new(),
+                pending_for: Duration::ZERO
+            }
+        );
+        let lease = grant(&store, "ns:{p:leased}", 60_000).await;
+        assert!(
+            matches!(
+                store.claim(&lease.key, &[], window).await.unwrap(),
+                Claimed::Taken { .. }
+            ),
+            "a key a run holds is not claimable"
+        );
     }
 
     #[tokio::test]

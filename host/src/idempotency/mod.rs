@@ -256,8 +256,40 @@ pub trait StateReads: Send + Sync + std::fmt::Debug + 'static {
     async fn kv_list(&self, bucket: &str, limit: usize) -> StoreResult<Vec<String>>;
 }
 
+/// What claiming a key found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claimed {
+    /// This caller claimed it: the key is done, its outbox committed and pending until
+    /// [`IdempotencyStore::outbox_sent`].
+    Won,
+    /// The store knew the key already (done, or leased by a run).
+    Taken {
+        /// Outbox messages committed with it and not yet confirmed sent.
+        pending_outbox: Vec<Outgoing>,
+        /// How long ago they were committed (zero when there are none).
+        pending_for: Duration,
+    },
+}
+
+/// Work that is claimed and done in one step, with nothing to run between: a schedule's tick.
+/// Beside it, what a scheduler reads: a key's record, and the store's clock.
+#[async_trait]
+pub trait Claims: Send + Sync + std::fmt::Debug + 'static {
+    /// Records `key` as done, with `outbox` committed beside it, remembered for `window`,
+    /// unless the store knows the key already. One atomic step: of any number of callers at
+    /// once, one wins.
+    async fn claim(&self, key: &str, outbox: &[Outgoing], window: Duration)
+    -> StoreResult<Claimed>;
+
+    /// What the store holds for `key` (a scoped key).
+    async fn status(&self, key: &str) -> StoreResult<KeyStatus>;
+
+    /// The store's clock (Redis's `TIME`), which a fleet's hosts measure their own against.
+    async fn time(&self) -> StoreResult<std::time::SystemTime>;
+}
+
 /// A store that serves every capability: what a host opens and wires, handing each part the
 /// capability it uses.
-pub trait Store: IdempotencyStore + SharedRecords + FleetRate + StateReads {}
+pub trait Store: IdempotencyStore + SharedRecords + FleetRate + StateReads + Claims {}
 
-impl<T: IdempotencyStore + SharedRecords + FleetRate + StateReads> Store for T {}
+impl<T: IdempotencyStore + SharedRecords + FleetRate + StateReads + Claims> Store for T {}

@@ -58,7 +58,7 @@ mod state;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use redis::{Script, ScriptInvocation, Value};
@@ -66,8 +66,8 @@ use redis::{Script, ScriptInvocation, Value};
 use super::pending;
 use super::rate::{self, Admission, Rate};
 use super::{
-    Acquired, Completion, FleetRate, IdempotencyError, IdempotencyStore, KeyStatus, Lease,
-    LeaseRequest, Released, SharedRecords, StateReads, StoreResult,
+    Acquired, Claimed, Claims, Completion, FleetRate, IdempotencyError, IdempotencyStore,
+    KeyStatus, Lease, LeaseRequest, Released, SharedRecords, StateReads, StoreResult,
 };
 use crate::message::Outgoing;
 use crate::redis_link::{Group, RedisLink, RedisTarget};
@@ -78,6 +78,7 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lu
 static OUTBOX_SENT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/outbox_sent.lua")));
 static RATE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/rate.lua")));
+static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/claim.lua")));
 static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/status.lua")));
 static SWAP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/swap.lua")));
 
@@ -479,6 +480,46 @@ impl IdempotencyStore for RedisStore {
         // After a failed run the record (its count and token) lives two windows.
         let args = [how.to_string(), ms(lease.window * 2).to_string()];
         self.owned(&RELEASE, lease, &args).await
+    }
+}
+
+#[async_trait]
+impl Claims for RedisStore {
+    async fn claim(
+        &self,
+        key: &str,
+        outbox: &[Outgoing],
+        window: Duration,
+    ) -> StoreResult<Claimed> {
+        let mut invocation = CLAIM.key(key);
+        invocation
+            .arg(ms(window))
+            .arg(pending::encode(outbox, None));
+        let mut pipe = redis::pipe();
+        pipe.load_script(&CLAIM).ignore().invoke_script(&invocation);
+        let (reply,): (Vec<String>,) = self.query(&pipe).await?;
+        match reply.as_slice() {
+            [won] if won == "won" => Ok(Claimed::Won),
+            [taken, pending, age] if taken == "taken" => Ok(Claimed::Taken {
+                pending_outbox: decode_pending(pending)?.0,
+                pending_for: Duration::from_millis(age.parse::<i64>().unwrap_or(0).max(0) as u64),
+            }),
+            other => Err(corrupt(format!(
+                "unexpected reply from the claim script: {other:?}"
+            ))),
+        }
+    }
+    async fn status(&self, key: &str) -> StoreResult<KeyStatus> {
+        RedisStore::status(self, key).await
+    }
+    async fn time(&self) -> StoreResult<SystemTime> {
+        let mut link = self.link.clone();
+        self.count_round_trip();
+        let (secs, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut link)
+            .await
+            .map_err(failed)?;
+        Ok(SystemTime::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros))
     }
 }
 

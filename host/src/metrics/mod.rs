@@ -15,10 +15,12 @@
 mod collect;
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -50,6 +52,19 @@ struct DepthLabels {
     state: &'static str,
 }
 
+/// Labels of `qhost_schedule_ticks_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TickLabels {
+    schedule: String,
+    result: &'static str,
+}
+
+/// Labels of `qhost_schedule_lag_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ScheduleLabels {
+    schedule: String,
+}
+
 /// The duration histogram last used per queue and plugin, with the version it is for.
 type ProcessCache = HashMap<String, HashMap<String, (String, Histogram)>>;
 
@@ -62,6 +77,8 @@ pub struct Metrics {
     process_cache: Mutex<ProcessCache>,
     in_flight: Gauge,
     depth: Family<DepthLabels, Gauge>,
+    ticks: Family<TickLabels, Counter>,
+    lag: Family<ScheduleLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -96,6 +113,19 @@ impl Metrics {
             "Approximate messages in a consumed queue, by state (visible, or invisible: in flight or delayed), polled every few seconds",
             depth.clone(),
         );
+        let ticks = Family::<TickLabels, Counter>::default();
+        registry.register(
+            "qhost_schedule_ticks",
+            "Schedule ticks this host decided, by result: fired (claimed and sent), missed (no host was up for it inside the catch-up window), skipped (the previous tick's message was still being handled); summed across a fleet, each tick counts once",
+            ticks.clone(),
+        );
+        let lag = Family::<ScheduleLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register_with_unit(
+            "qhost_schedule_lag",
+            "How late the last tick this host fired was sent, after its scheduled time",
+            Unit::Seconds,
+            lag.clone(),
+        );
         registry.register_collector(Box::new(collect::HostCollector::new(
             system, stats, plugins,
         )));
@@ -106,6 +136,8 @@ impl Metrics {
             process_cache: Mutex::default(),
             in_flight,
             depth,
+            ticks,
+            lag,
         }
     }
 
@@ -168,6 +200,25 @@ impl Metrics {
                 .get_or_create(&labels)
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
+    }
+}
+
+impl Metrics {
+    /// Counts `n` ticks of `schedule` with `result` (fired, missed, skipped).
+    pub(crate) fn count_ticks(&self, schedule: &str, result: &'static str, n: u64) {
+        let labels = TickLabels {
+            schedule: schedule.to_string(),
+            result,
+        };
+        self.ticks.get_or_create(&labels).inc_by(n);
+    }
+
+    /// Records how late `schedule`'s last fired tick was sent.
+    pub(crate) fn set_schedule_lag(&self, schedule: &str, seconds: f64) {
+        let labels = ScheduleLabels {
+            schedule: schedule.to_string(),
+        };
+        self.lag.get_or_create(&labels).set(seconds);
     }
 }
 

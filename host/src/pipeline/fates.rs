@@ -10,8 +10,8 @@ use crate::handler::{Failure, HandlerMessage, Invocation, Invoke, Outcome};
 use crate::idempotency::local::LocalStore;
 use crate::idempotency::rate::{Admission, Rate};
 use crate::idempotency::{
-    Acquired, Completion, FleetRate, IdempotencyError, IdempotencyStore, KeyStatus, Lease,
-    LeaseRequest, Released, SharedRecords, StateReads, StoreResult,
+    Acquired, Claimed, Claims, Completion, FleetRate, IdempotencyError, IdempotencyStore,
+    KeyStatus, Lease, LeaseRequest, Released, SharedRecords, StateReads, StoreResult,
 };
 use crate::message::wire::{DEAD_LETTER_REASON, IDEMPOTENCY_KEY};
 use crate::message::{Outgoing, Received, find_attribute};
@@ -393,6 +393,24 @@ impl SharedRecords for Skewed {
         keep: Duration,
     ) -> StoreResult<bool> {
         self.0.swap_record(key, old, new, keep).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Claims for Skewed {
+    async fn claim(
+        &self,
+        key: &str,
+        outbox: &[Outgoing],
+        window: Duration,
+    ) -> StoreResult<Claimed> {
+        self.0.claim(key, outbox, window).await
+    }
+    async fn status(&self, key: &str) -> StoreResult<KeyStatus> {
+        Claims::status(self.0.as_ref(), key).await
+    }
+    async fn time(&self) -> StoreResult<std::time::SystemTime> {
+        self.0.time().await
     }
 }
 

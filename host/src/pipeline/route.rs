@@ -17,9 +17,8 @@ use super::part::{Part, Parts};
 use crate::digest::sha256_hex;
 use crate::format::{Admit, KeyBasis, Run, Unrouted, View};
 use crate::idempotency::LeaseRequest;
-use crate::idempotency::key::{KeyInput, KeySource, MissingKey, OnMissingKey, scoped};
-use crate::message::wire;
-use crate::message::{Outgoing, Received, find_attribute};
+use crate::idempotency::key::{KeyInput, KeySource, MissingKey, scoped};
+use crate::message::{Outgoing, Received};
 use crate::payload::{Body, Resolved};
 use crate::plugin::Plugin;
 use crate::stats::Event;
@@ -292,7 +291,7 @@ fn key_of(
         },
     };
     if *basis == KeyBasis::Message {
-        return derive_key(&policy.key, input, policy.on_missing);
+        return Ok(policy.key.derive_for_run(input, policy.on_missing)?);
     }
     Ok(policy.key.derive_or(input, policy.on_missing)?)
 }
@@ -366,20 +365,4 @@ fn loaded(queue: &QueueCtx, name: &str) -> Result<Arc<Plugin>, (PluginRef, Route
         };
         (PluginRef::Named(name.to_string()), error)
     })
-}
-
-/// The key: an outbox message's derived key when the plugin keys by message id (so a copy
-/// re-sent after a crash is dropped), otherwise what the plugin's key source says.
-fn derive_key(
-    source: &KeySource,
-    msg: KeyInput<'_>,
-    on_missing: OnMissingKey,
-) -> Result<String, RouteError> {
-    if *source == KeySource::MessageId
-        && let Some(key) =
-            find_attribute(msg.attributes, wire::IDEMPOTENCY_KEY).and_then(|a| a.text())
-    {
-        return Ok(key.to_string());
-    }
-    Ok(source.derive_or(msg, on_missing)?)
 }

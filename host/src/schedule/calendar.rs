@@ -1,0 +1,292 @@
+//! When a schedule ticks: a cron expression read in an IANA time zone, giving instants.
+//!
+//! A tick is an instant (a UTC second), never a reading of some host's clock: every host computes
+//! the same ticks from the same expression, and the time zone database is compiled in, so hosts
+//! whose images carry different tzdata (or none) agree too.
+//!
+//! Daylight saving follows the Open Cron Pattern Specification, as the `croner` crate implements
+//! it:
+//!
+//! - a fixed time of day that a spring-forward skips (`30 2 * * *` on the night 02:00 becomes
+//!   03:00) fires once, at the first valid time after the gap (03:00);
+//! - a fixed time of day that a fall-back repeats (`30 1 * * *` on the night 02:00 becomes
+//!   01:00) fires once, at its first occurrence;
+//! - an interval (`*/15 * * * *`, a wildcard or a step in the seconds, minutes or hours) keeps
+//!   its pace in real time: none in the skipped hour, and both passes of the repeated one, each
+//!   pass's ticks distinct instants.
+//!
+//! A leaf: it knows cron and time zones, nothing of qhost.
+
+use croner::Cron;
+use croner::parser::{CronParser, Seconds, Year};
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+
+/// A parsed cron expression in its time zone.
+#[derive(Clone, Debug)]
+pub struct Calendar {
+    cron: Cron,
+    zone: TimeZone,
+    text: String,
+    zone_name: String,
+}
+
+impl PartialEq for Calendar {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text && self.zone_name == other.zone_name
+    }
+}
+
+impl Eq for Calendar {}
+
+/// How far ahead a first tick is looked for before an expression counts as one that never fires
+/// (`0 0 30 2 *`, the 30th of February).
+const HORIZON_YEARS: i16 = 30;
+
+impl Calendar {
+    /// Parses `cron` (five fields, or six with seconds first) in the zone `zone`; the error says
+    /// what is wrong, for a user.
+    pub fn parse(cron: &str, zone: &str) -> Result<Self, String> {
+        let fields = cron.split_whitespace().count();
+        if !cron.trim_start().starts_with('@') && !(5..=6).contains(&fields) {
+            return Err(format!(
+                "`{cron}` has {fields} fields: five (minute hour day month weekday), or six with seconds first"
+            ));
+        }
+        let parsed = CronParser::builder()
+            .seconds(Seconds::Optional)
+            .year(Year::Disallowed)
+            .build()
+            .parse(cron)
+            .map_err(|e| format!("`{cron}` is not a cron expression: {e}"))?;
+        let tz = TimeZone::get(zone).map_err(|_| {
+            format!("`{zone}` is not a time zone: an IANA name such as `UTC`, `Europe/Berlin` or `America/New_York`")
+        })?;
+        let calendar = Calendar {
+            cron: parsed,
+            zone: tz,
+            text: cron.to_string(),
+            zone_name: zone.to_string(),
+        };
+        let now = Timestamp::now();
+        match calendar.next_after(now) {
+            Some(t)
+                if t.as_second() - now.as_second() <= i64::from(HORIZON_YEARS) * 366 * 86_400 =>
+            {
+                Ok(calendar)
+            }
+            _ => Err(format!(
+                "`{cron}` never fires (no tick in the next {HORIZON_YEARS} years in {zone})"
+            )),
+        }
+    }
+
+    /// The expression as written.
+    pub fn cron(&self) -> &str {
+        &self.text
+    }
+
+    /// The time zone's name as written.
+    pub fn zone(&self) -> &str {
+        &self.zone_name
+    }
+
+    /// The first tick strictly after `after`.
+    pub fn next_after(&self, after: Timestamp) -> Option<Timestamp> {
+        let from = whole_second(after).to_zoned(self.zone.clone());
+        (self.cron.find_next_occurrence(&from, false).ok()).map(|z| z.timestamp())
+    }
+
+    /// The ticks in `(after, until]`, oldest first, at most `limit` of them.
+    pub fn between(&self, after: Timestamp, until: Timestamp, limit: usize) -> Vec<Timestamp> {
+        let mut ticks = Vec::new();
+        let mut at = after;
+        while ticks.len() < limit {
+            match self.next_after(at) {
+                Some(t) if t <= until => {
+                    ticks.push(t);
+                    at = t;
+                }
+                _ => break,
+            }
+        }
+        ticks
+    }
+
+    /// The newest tick at or before `at`, if one is within `(after, at]`.
+    pub fn latest(&self, after: Timestamp, at: Timestamp) -> Option<Timestamp> {
+        let from = whole_second(at).to_zoned(self.zone.clone());
+        let t = self.cron.find_previous_occurrence(&from, true).ok()?;
+        let t = t.timestamp();
+        (t > after && t <= at).then_some(t)
+    }
+}
+
+/// `t` without its fraction of a second (ticks are whole seconds).
+fn whole_second(t: Timestamp) -> Timestamp {
+    Timestamp::from_second(t.as_second()).unwrap_or(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> Timestamp {
+        text.parse().unwrap()
+    }
+
+    fn ticks(cron: &str, zone: &str, from: &str, to: &str) -> Vec<String> {
+        Calendar::parse(cron, zone)
+            .unwrap()
+            .between(at(from), at(to), 100)
+            .iter()
+            .map(|t| t.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn five_fields_or_six_with_seconds() {
+        assert_eq!(
+            ticks(
+                "0 9 1 * *",
+                "UTC",
+                "2026-11-15T00:00:00Z",
+                "2027-01-15T00:00:00Z"
+            ),
+            ["2026-12-01T09:00:00Z", "2027-01-01T09:00:00Z"]
+        );
+        assert_eq!(
+            ticks(
+                "*/20 * * * * *",
+                "UTC",
+                "2026-12-04T10:00:00Z",
+                "2026-12-04T10:01:00Z"
+            ),
+            [
+                "2026-12-04T10:00:20Z",
+                "2026-12-04T10:00:40Z",
+                "2026-12-04T10:01:00Z"
+            ]
+        );
+        let fraction = at("2026-12-04T10:00:19.700Z");
+        let c = Calendar::parse("*/20 * * * * *", "UTC").unwrap();
+        assert_eq!(c.next_after(fraction), Some(at("2026-12-04T10:00:20Z")));
+        assert_eq!(
+            c.latest(at("2026-12-04T10:00:00Z"), at("2026-12-04T10:00:59Z")),
+            Some(at("2026-12-04T10:00:40Z"))
+        );
+        assert_eq!(
+            c.latest(at("2026-12-04T10:00:40Z"), at("2026-12-04T10:00:59Z")),
+            None
+        );
+    }
+
+    #[test]
+    fn bad_expressions_and_zones_say_what_is_wrong() {
+        for (cron, zone, says) in [
+            ("* * * *", "UTC", "has 4 fields"),
+            ("0 0 0 * * * 2030", "UTC", "has 7 fields"),
+            ("61 * * * *", "UTC", "is not a cron expression"),
+            ("0 9 * * *", "Mars/Olympus", "is not a time zone"),
+            ("0 0 30 2 *", "UTC", "never fires"),
+        ] {
+            let e = Calendar::parse(cron, zone).unwrap_err();
+            assert!(e.contains(says), "{cron} {zone}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_fixed_time_a_spring_forward_skips_fires_once_at_the_transition() {
+        // Europe: 2026-03-29 02:00 CET becomes 03:00 CEST (01:00Z).
+        assert_eq!(
+            ticks(
+                "30 2 * * *",
+                "Europe/Berlin",
+                "2026-03-28T00:00:00Z",
+                "2026-03-30T23:59:59Z"
+            ),
+            [
+                "2026-03-28T01:30:00Z", // 02:30 CET
+                "2026-03-29T01:00:00Z", // 02:30 does not exist: 03:00 CEST, the transition
+                "2026-03-30T00:30:00Z", // 02:30 CEST
+            ]
+        );
+        // US: 2026-03-08 02:00 EST becomes 03:00 EDT (07:00Z).
+        assert_eq!(
+            ticks(
+                "30 2 * * *",
+                "America/New_York",
+                "2026-03-07T12:00:00Z",
+                "2026-03-09T12:00:00Z"
+            ),
+            [
+                "2026-03-08T07:00:00Z", // 03:00 EDT
+                "2026-03-09T06:30:00Z", // 02:30 EDT
+            ]
+        );
+    }
+
+    #[test]
+    fn a_fixed_time_a_fall_back_repeats_fires_once() {
+        // Europe: 2026-10-25 03:00 CEST becomes 02:00 CET; 02:30 happens twice.
+        assert_eq!(
+            ticks(
+                "30 2 * * *",
+                "Europe/Berlin",
+                "2026-10-24T12:00:00Z",
+                "2026-10-26T12:00:00Z"
+            ),
+            [
+                "2026-10-25T00:30:00Z", // 02:30 CEST, the first pass only
+                "2026-10-26T01:30:00Z", // 02:30 CET
+            ]
+        );
+        // US: 2026-11-01 02:00 EDT becomes 01:00 EST; 01:30 happens twice.
+        assert_eq!(
+            ticks(
+                "30 1 * * *",
+                "America/New_York",
+                "2026-10-31T12:00:00Z",
+                "2026-11-02T12:00:00Z"
+            ),
+            [
+                "2026-11-01T05:30:00Z", // 01:30 EDT
+                "2026-11-02T06:30:00Z", // 01:30 EST
+            ]
+        );
+    }
+
+    #[test]
+    fn an_interval_keeps_its_pace_in_real_time_across_both_transitions() {
+        // Every 30 minutes through New York's fall-back: 01:00 to 01:30 twice, each an instant.
+        assert_eq!(
+            ticks(
+                "*/30 * * * *",
+                "America/New_York",
+                "2026-11-01T04:45:00Z",
+                "2026-11-01T07:00:00Z"
+            ),
+            [
+                "2026-11-01T05:00:00Z", // 01:00 EDT
+                "2026-11-01T05:30:00Z", // 01:30 EDT
+                "2026-11-01T06:00:00Z", // 01:00 EST
+                "2026-11-01T06:30:00Z", // 01:30 EST
+                "2026-11-01T07:00:00Z", // 02:00 EST
+            ]
+        );
+        // Hourly through Berlin's spring-forward: 02:00 does not exist, nothing is doubled.
+        assert_eq!(
+            ticks(
+                "0 * * * *",
+                "Europe/Berlin",
+                "2026-03-28T23:30:00Z",
+                "2026-03-29T02:00:00Z"
+            ),
+            [
+                "2026-03-29T00:00:00Z", // 01:00 CET
+                "2026-03-29T01:00:00Z", // 03:00 CEST
+                "2026-03-29T02:00:00Z", // 04:00 CEST
+            ]
+        );
+    }
+}

@@ -1,0 +1,392 @@
+//! Each host's scheduler: it wakes at the next tick of any schedule (and at least once a
+//! second, to follow a pause), and for each schedule reads the shared record, plans, and fires.
+//!
+//! Every decision about a tick is a claim of its key: firing claims it with its message, a skip
+//! claims it with nothing. So one host decides each tick, whichever hosts find it due, and only
+//! the deciding host counts it (`qhost_schedule_ticks_total` is summed across the fleet). The
+//! record's watermark only spares hosts from looking at ticks decided long ago; it moves by
+//! compare-and-set, and missed ticks are counted by the host whose move passes over them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use tokio_util::sync::CancellationToken;
+
+use super::consumer::{self, Consumer};
+use super::fire::{FireError, Fired, fire};
+use super::plan::plan;
+use super::record::{self, ScheduleRecord};
+use super::tick::Tick;
+use super::{clock, host_name};
+use crate::config::Config;
+use crate::config::schedule::{Overlap, ScheduleConfig};
+use crate::idempotency::{Claimed, KeyStatus, Store};
+use crate::message::now_ms;
+use crate::metrics::Metrics;
+use crate::source::QueueSource;
+
+/// The longest a scheduler sleeps: how soon a host follows a pause, a resume or a record moved
+/// by another host.
+const MAX_SLEEP: Duration = Duration::from_secs(1);
+
+/// One host's scheduler.
+pub(crate) struct Scheduler {
+    pub(crate) config: Arc<Config>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) source: Arc<dyn QueueSource>,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+/// What became of a due tick on this host.
+enum Decided {
+    /// This host fired it (or sent a claimant's message that was left unsent).
+    Fired(Fired),
+    /// This host skipped it: the previous tick's message was still being handled.
+    Skipped,
+    /// This host held it back until the previous tick's message completes.
+    Held,
+    /// Another host decided it.
+    Elsewhere,
+}
+
+impl Scheduler {
+    /// Runs every schedule of the configuration until `stop`.
+    pub(crate) async fn run(self, stop: CancellationToken) {
+        if self.config.schedules.is_empty() {
+            return;
+        }
+        let host = host_name();
+        let mut skewed = false;
+        loop {
+            let wait = self.pass(&host, &mut skewed).await;
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// Follows each schedule once; how long to sleep until the next tick (at most a second).
+    async fn pass(&self, host: &str, skewed: &mut bool) -> Duration {
+        let skew = match clock::skew(self.store.as_ref()).await {
+            Ok(skew) => skew,
+            Err(e) => {
+                tracing::warn!(error = %e, "schedules: the store does not answer; firing nothing until it does");
+                return MAX_SLEEP;
+            }
+        };
+        for s in &self.config.schedules {
+            if skew.unsigned_abs() > s.max_clock_skew {
+                if !*skewed {
+                    tracing::error!(schedule = %s.name, skew_ms = skew.as_millis(), max_secs = s.max_clock_skew.as_secs(), "this host's clock is too far from the store's: it fires no ticks until it is back (other hosts fire them)");
+                }
+                *skewed = true;
+                continue;
+            }
+            if std::mem::take(skewed) {
+                tracing::info!(
+                    skew_ms = skew.as_millis(),
+                    "this host's clock is back near the store's: firing again"
+                );
+            }
+            if let Err(e) = self.follow(s, host).await {
+                tracing::warn!(schedule = %s.name, error = %e, "schedule: could not follow it this pass");
+            }
+        }
+        self.until_next()
+    }
+
+    /// How long until the next tick of any schedule, between 10 ms and [`MAX_SLEEP`].
+    fn until_next(&self) -> Duration {
+        let now = clock::now();
+        let next = (self.config.schedules.iter())
+            .filter_map(|s| s.calendar.next_after(now))
+            .min();
+        let wait = next.map_or(MAX_SLEEP, |t| {
+            Duration::try_from(t.duration_since(now)).unwrap_or(MAX_SLEEP)
+        });
+        wait.clamp(Duration::from_millis(10), MAX_SLEEP)
+    }
+
+    /// Reads schedule `s`'s record, and fires, skips or holds what is due.
+    async fn follow(&self, s: &ScheduleConfig, host: &str) -> Result<(), FireError> {
+        let key = record::key(&self.config.namespace, &s.name);
+        let now = clock::now();
+        let mut rec = record::read(self.store.as_ref(), &key)
+            .await?
+            .unwrap_or_default();
+        let Some(through) = rec.through else {
+            self.begin(s, &key, now).await?;
+            return Ok(());
+        };
+        if rec.paused.is_some() {
+            return Ok(());
+        }
+        if let Some(held) = rec.held {
+            rec = self.release_held(s, &key, rec.clone(), held, host).await?;
+        }
+        let through = Timestamp::from_second(through).unwrap_or(Timestamp::UNIX_EPOCH);
+        let plan = plan(&s.calendar, through, now, s.catch_up, s.catch_up_policy);
+        if let Some(missed_through) = plan.missed_through {
+            self.miss(
+                s,
+                &key,
+                through,
+                missed_through,
+                &plan.missed_listed,
+                plan.missed,
+            )
+            .await?;
+        }
+        for t in plan.due {
+            let tick = Tick::at(&s.name, t);
+            let decided = self.decide(s, &rec, &tick).await?;
+            match self.record_decision(s, &key, &tick, decided, host).await? {
+                Some(next) => rec = next,
+                None => return Ok(()), // pending elsewhere: look again on the next pass
+            }
+        }
+        Ok(())
+    }
+
+    /// A schedule no host has run yet starts now: nothing older is fired.
+    async fn begin(&self, s: &ScheduleConfig, key: &str, now: Timestamp) -> Result<(), FireError> {
+        let (_, began) = record::update(self.store.as_ref(), key, |r| {
+            r.through.is_none() && {
+                r.through = Some(now.as_second());
+                true
+            }
+        })
+        .await?;
+        if began {
+            let next = s.calendar.next_after(now).map(|t| t.to_string());
+            tracing::info!(schedule = %s.name, cron = s.calendar.cron(), timezone = s.calendar.zone(), next = next.as_deref().unwrap_or("never"), "schedule starts");
+        }
+        Ok(())
+    }
+
+    /// Counts the ticks after `through` up to `missed_through` as missed, if the record is still
+    /// where this host planned from (else another host has counted them).
+    async fn miss(
+        &self,
+        s: &ScheduleConfig,
+        key: &str,
+        through: Timestamp,
+        missed_through: Timestamp,
+        listed: &[i64],
+        count: u64,
+    ) -> Result<(), FireError> {
+        let (_, counted) = record::update(self.store.as_ref(), key, |r| {
+            r.through == Some(through.as_second()) && {
+                r.through = Some(missed_through.as_second());
+                r.miss(count, listed);
+                true
+            }
+        })
+        .await?;
+        if counted {
+            let first = listed.first().and_then(|t| Timestamp::from_second(*t).ok());
+            tracing::warn!(schedule = %s.name, missed = count, newest = %missed_through, oldest_listed = ?first.map(|t| t.to_string()), catch_up_secs = s.catch_up.as_secs(), "ticks no host fired in time, older than the catch-up window: not fired (`qhost schedule backfill` fires them)");
+            self.metrics.count_ticks(&s.name, "missed", count);
+        }
+        Ok(())
+    }
+
+    /// What to do with due `tick`: fire it, or (the previous tick's message still being
+    /// handled) skip it or hold it.
+    async fn decide(
+        &self,
+        s: &ScheduleConfig,
+        rec: &ScheduleRecord,
+        tick: &Tick,
+    ) -> Result<Decided, FireError> {
+        if s.overlap == Overlap::Allow || !self.previous_running(s, rec).await? {
+            let fired = fire(
+                self.store.as_ref(),
+                self.source.as_ref(),
+                &self.config.namespace,
+                s,
+                tick,
+            )
+            .await?;
+            return Ok(match fired {
+                Fired::Elsewhere => Decided::Elsewhere,
+                fired => Decided::Fired(fired),
+            });
+        }
+        if s.overlap == Overlap::BufferOne {
+            return Ok(Decided::Held);
+        }
+        // A skip is a claim with nothing to send: one host decides the tick either way.
+        let claimed = (self.store)
+            .claim(&tick.stored_key(&self.config.namespace), &[], s.keep_ticks)
+            .await?;
+        Ok(match claimed {
+            Claimed::Won => Decided::Skipped,
+            Claimed::Taken { .. } => Decided::Elsewhere,
+        })
+    }
+
+    /// Whether the message of the last tick fired is still being handled, as far as this host
+    /// can tell: its consumer's key is leased, or not yet seen and fired within the catch-up
+    /// window (waiting in the queue, or being retried). A consumer that is not qhost on this
+    /// configuration cannot be looked at: never running.
+    async fn previous_running(
+        &self,
+        s: &ScheduleConfig,
+        rec: &ScheduleRecord,
+    ) -> Result<bool, FireError> {
+        let Some(last) = &rec.last_fired else {
+            return Ok(false);
+        };
+        let Some(tick) = Tick::of_record(&s.name, last) else {
+            return Ok(false);
+        };
+        let Consumer::Runs { stored, .. } = consumer::of(&self.config, s, &tick) else {
+            return Ok(false);
+        };
+        Ok(match self.store.status(&stored).await? {
+            KeyStatus::InProgress { .. } => true,
+            KeyStatus::Completed { .. } => false,
+            KeyStatus::Unknown => {
+                Duration::from_millis(now_ms().saturating_sub(last.at_ms)) < s.catch_up
+            }
+        })
+    }
+
+    /// Records what became of `tick`; the record after, or `None` when the tick is pending on
+    /// another host.
+    async fn record_decision(
+        &self,
+        s: &ScheduleConfig,
+        key: &str,
+        tick: &Tick,
+        decided: Decided,
+        host: &str,
+    ) -> Result<Option<ScheduleRecord>, FireError> {
+        let t = tick.time().as_second();
+        let store = self.store.as_ref();
+        let (rec, _) = match decided {
+            Decided::Fired(Fired::Pending) => return Ok(None),
+            Decided::Fired(how) => {
+                self.fired(s, tick, &how);
+                let fired = tick.fired(host, now_ms());
+                record::update(store, key, |r| {
+                    r.fired += 1;
+                    r.fired(fired.clone());
+                    r.through = r.through.max(Some(t));
+                    true
+                })
+                .await?
+            }
+            Decided::Skipped => {
+                tracing::info!(schedule = %s.name, tick = %tick.label(), "tick skipped: the previous tick's message is still being handled (overlap = \"skip\")");
+                self.metrics.count_ticks(&s.name, "skipped", 1);
+                record::update(store, key, |r| {
+                    r.skipped += 1;
+                    r.through = r.through.max(Some(t));
+                    true
+                })
+                .await?
+            }
+            Decided::Held => self.hold(s, key, t).await?,
+            Decided::Elsewhere => {
+                record::update(store, key, |r| {
+                    r.through < Some(t) && {
+                        r.through = Some(t);
+                        true
+                    }
+                })
+                .await?
+            }
+        };
+        Ok(Some(rec))
+    }
+
+    /// Holds tick `t` back (`buffer-one`), replacing a tick held before, which is skipped.
+    async fn hold(
+        &self,
+        s: &ScheduleConfig,
+        key: &str,
+        t: i64,
+    ) -> Result<(ScheduleRecord, bool), FireError> {
+        let mut replaced = None;
+        let out = record::update(self.store.as_ref(), key, |r| {
+            if r.through >= Some(t) {
+                return false;
+            }
+            replaced = r.held.replace(t);
+            r.skipped += u64::from(replaced.is_some());
+            r.through = Some(t);
+            true
+        })
+        .await?;
+        if out.1 {
+            tracing::info!(schedule = %s.name, tick = t, replaced = ?replaced, "tick held until the previous tick's message is handled (overlap = \"buffer-one\")");
+            if replaced.is_some() {
+                self.metrics.count_ticks(&s.name, "skipped", 1);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Fires the held tick once the previous tick's message is handled.
+    async fn release_held(
+        &self,
+        s: &ScheduleConfig,
+        key: &str,
+        rec: ScheduleRecord,
+        held: i64,
+        host: &str,
+    ) -> Result<ScheduleRecord, FireError> {
+        if self.previous_running(s, &rec).await? {
+            return Ok(rec);
+        }
+        let Ok(at) = Timestamp::from_second(held) else {
+            return Ok(rec);
+        };
+        let tick = Tick::at(&s.name, at);
+        let how = fire(
+            self.store.as_ref(),
+            self.source.as_ref(),
+            &self.config.namespace,
+            s,
+            &tick,
+        )
+        .await?;
+        if how == Fired::Pending {
+            return Ok(rec);
+        }
+        let mine = how != Fired::Elsewhere;
+        if mine {
+            self.fired(s, &tick, &how);
+        }
+        let fired = tick.fired(host, now_ms());
+        let (rec, _) = record::update(self.store.as_ref(), key, |r| {
+            r.held == Some(held) && {
+                r.held = None;
+                if mine {
+                    r.fired += 1;
+                    r.fired(fired.clone());
+                }
+                true
+            }
+        })
+        .await?;
+        Ok(rec)
+    }
+
+    /// Logs and counts a tick this host fired.
+    fn fired(&self, s: &ScheduleConfig, tick: &Tick, how: &Fired) {
+        let lag = clock::now().duration_since(tick.time());
+        let lag_secs = lag.as_secs_f64().max(0.0);
+        if *how == Fired::Resent {
+            tracing::warn!(schedule = %s.name, tick = %tick.label(), "tick sent: the host that claimed it did not send it within 10 s");
+            return;
+        }
+        tracing::info!(schedule = %s.name, tick = %tick.label(), queue = s.target.queue(), lag_ms = (lag_secs * 1000.0) as u64, "tick fired");
+        self.metrics.count_ticks(&s.name, "fired", 1);
+        self.metrics.set_schedule_lag(&s.name, lag_secs);
+    }
+}

@@ -1,0 +1,428 @@
+//! Schedules (`[[schedule]]`) on real hosts: `qhost run` processes sharing a real Redis and a
+//! queue of the SQS-compatible server. Each tick's message carries its tick (`qhost-tick`), so
+//! counting the target queue's messages per tick shows what the fleet fired: every tick once,
+//! through kills, restarts, an outage, a pause and clocks that disagree.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use qhost_e2e::harness::{TestEnv, attr, take_all};
+use qhost_e2e::processes::{HostProcess, qhost_binary};
+use qhost_e2e::redis_server::{shared_url, unique_namespace};
+use qhost_e2e::sqs_server::{
+    TEST_ENV, create_queue, endpoint, fleet_host_config, patient_queue, unique,
+};
+
+/// A fleet's configuration files: each host consumes `jobs` (the fixture plugin) and runs
+/// `schedules`, on Redis namespace `ns`.
+struct Fleet {
+    env: TestEnv,
+    jobs: String,
+    ns: String,
+}
+
+impl Fleet {
+    async fn new(test: &str) -> Self {
+        let env = TestEnv::new();
+        env.install("fixture", "fixture", "");
+        let jobs = unique(&format!("{test}-jobs"));
+        create_queue(&jobs, &[]).await;
+        create_queue(&format!("{jobs}-dlq"), &[]).await;
+        Fleet {
+            env,
+            jobs,
+            ns: unique_namespace(test),
+        }
+    }
+
+    /// Host `name`'s configuration with `schedules` appended.
+    fn config(&self, name: &str, schedules: &str) -> PathBuf {
+        let redis = format!(
+            "[idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{}\"",
+            shared_url(),
+            self.ns
+        );
+        let path = fleet_host_config(&self.env, name, 4, &redis, (&self.jobs, "fixture"));
+        let text = std::fs::read_to_string(&path).expect("the host's configuration") + schedules;
+        std::fs::write(&path, text).expect("the host's configuration");
+        path
+    }
+}
+
+/// A schedule every second sending `body` to `queue`, with `more` lines.
+fn every_second(name: &str, queue: &str, body: &str, more: &str) -> String {
+    format!(
+        "\n[[schedule]]\nname = \"{name}\"\ncron = \"* * * * * *\"\nqueue = \"{queue}\"\nbody = \"{body}\"\n{more}\n"
+    )
+}
+
+/// `qhost --config CONFIG ARGS…` to its end: (success, stdout and stderr).
+fn qhost(config: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(qhost_binary())
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .envs(TEST_ENV)
+        .output()
+        .expect("running qhost");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// The messages on `queue` now, counted per `qhost-tick` (taken off the queue; hosts may go on
+/// sending while it looks).
+async fn ticks(queue: &str, seen: &mut BTreeMap<String, usize>) {
+    let sqs = patient_queue(endpoint());
+    for m in take_all(&sqs, queue, Duration::ZERO).await {
+        let tick = attr(&m, "qhost-tick").expect("a tick's message names its tick");
+        *seen.entry(tick.to_string()).or_default() += 1;
+    }
+}
+
+/// The ticks of an every-second schedule from `first` to `last`, as labels.
+fn seconds(first: &str, last: &str) -> Vec<String> {
+    let (a, b): (jiff::Timestamp, jiff::Timestamp) = (
+        first.parse().expect("a tick"),
+        last.parse().expect("a tick"),
+    );
+    (a.as_second()..=b.as_second())
+        .map(|s| {
+            jiff::Timestamp::from_second(s)
+                .expect("a second")
+                .to_string()
+        })
+        .collect()
+}
+
+/// Asserts every tick from the first seen to the last seen came exactly once.
+fn each_once(seen: &BTreeMap<String, usize>) -> usize {
+    let (first, last) = (
+        seen.keys().next().expect("some tick"),
+        seen.keys().last().expect("some tick"),
+    );
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(twice.is_empty(), "ticks sent more than once: {twice:?}");
+    let missing: Vec<String> = seconds(first, last)
+        .into_iter()
+        .filter(|t| !seen.contains_key(t))
+        .collect();
+    assert!(missing.is_empty(), "ticks never sent: {missing:?}");
+    seen.len()
+}
+
+/// A number on `qhost schedule list`'s counts line: `N fired`, `N missed` or `N skipped`.
+fn count(list: &str, what: &str) -> u64 {
+    let line = (list.lines())
+        .find(|l| l.trim_start().starts_with("counts:"))
+        .unwrap_or_else(|| panic!("no counts in:\n{list}"));
+    let words: Vec<&str> = line.split([' ', ',']).filter(|w| !w.is_empty()).collect();
+    let at = words.iter().position(|w| *w == what).expect("the count");
+    words[at - 1].parse().expect("a number")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_hosts_fire_every_tick_once_while_one_at_a_time_is_killed_and_restarted() {
+    let fleet = Fleet::new("sched-fleet").await;
+    let target = unique("sched-ticks");
+    create_queue(&target, &[]).await;
+    let schedule = every_second("every-second", &target, "tick", "catch-up-secs = 60");
+    let configs: Vec<PathBuf> = (0..3)
+        .map(|i| fleet.config(&format!("host-{i}"), &schedule))
+        .collect();
+    let mut hosts: Vec<Option<HostProcess>> = (configs.iter())
+        .map(|c| Some(HostProcess::start_consuming(c)))
+        .collect();
+    let mut seen = BTreeMap::new();
+    let started = Instant::now();
+    let mut kills = 0;
+    while started.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let victim = kills % 3;
+        hosts[victim].take().expect("running").kill();
+        kills += 1;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        hosts[victim] = Some(HostProcess::start_consuming(&configs[victim]));
+        ticks(&target, &mut seen).await;
+    }
+    let logs: Vec<String> = hosts.iter().flatten().map(HostProcess::log).collect();
+    for host in hosts.iter_mut().filter_map(Option::take) {
+        host.stop();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    ticks(&target, &mut seen).await;
+    let n = each_once(&seen);
+    assert!(n >= 55, "a minute of ticks: {n}");
+    let firing_hosts = logs.iter().filter(|l| l.contains("tick fired")).count();
+    assert!(firing_hosts >= 2, "more than one host fired ticks");
+    let (ok, list) = qhost(&configs[0], &["schedule", "list"]);
+    assert!(ok, "{list}");
+    assert_eq!(count(&list, "missed"), 0, "none missed:\n{list}");
+    println!(
+        "schedule fleet: {n} ticks in {:.0} s, each once, {kills} hosts SIGKILLed and restarted",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_an_outage_ticks_inside_catch_up_fire_once_oldest_first_and_older_ones_are_missed() {
+    let fleet = Fleet::new("sched-catch-up").await;
+    let (all, latest) = (unique("sched-all"), unique("sched-latest"));
+    create_queue(&all, &[]).await;
+    create_queue(&latest, &[]).await;
+    let schedules = every_second("all", &all, "tick", "catch-up-secs = 8")
+        + &every_second(
+            "latest",
+            &latest,
+            "tick",
+            "catch-up-secs = 8\ncatch-up-policy = \"latest\"",
+        );
+    let config = fleet.config("host", &schedules);
+    let host = HostProcess::start_consuming(&config);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    host.kill();
+    let stopped = jiff::Timestamp::now();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let restarted = jiff::Timestamp::now();
+    let host = HostProcess::start_consuming(&config);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let log = host.log();
+    host.stop();
+
+    let mut seen_all = BTreeMap::new();
+    ticks(&all, &mut seen_all).await;
+    assert!(
+        seen_all.values().all(|n| *n == 1),
+        "each once: {seen_all:?}"
+    );
+    let gap: Vec<&String> = seen_all
+        .keys()
+        .filter(|t| {
+            let t: jiff::Timestamp = t.parse().unwrap();
+            t > stopped && t < restarted
+        })
+        .collect();
+    // Ticks of the outage inside the 8 s window before the restart fired; the 12 before it not.
+    assert!(
+        (7..=9).contains(&gap.len()),
+        "the outage's last 8 s: {gap:?}"
+    );
+    let window_start = restarted.as_second() - 9;
+    assert!(
+        gap.iter()
+            .all(|t| t.parse::<jiff::Timestamp>().unwrap().as_second() >= window_start),
+        "{gap:?}"
+    );
+    let caught_up: Vec<&str> = (log.lines())
+        .filter(|l| l.contains("tick fired") && l.contains("schedule=all"))
+        .filter_map(|l| l.split("tick=").nth(1)?.split_whitespace().next())
+        .collect();
+    let mut sorted = caught_up.clone();
+    sorted.sort();
+    assert_eq!(caught_up, sorted, "caught up oldest first");
+
+    let mut seen_latest = BTreeMap::new();
+    ticks(&latest, &mut seen_latest).await;
+    let gap_latest = seen_latest
+        .keys()
+        .filter(|t| {
+            let t: jiff::Timestamp = t.parse().unwrap();
+            t > stopped && t < restarted
+        })
+        .count();
+    assert!(
+        gap_latest <= 1,
+        "latest: only the newest of the outage's ticks: {seen_latest:?}"
+    );
+    let (ok, list) = qhost(&config, &["schedule", "list"]);
+    assert!(ok, "{list}");
+    let sections: Vec<&str> = list.split("\nlatest:").collect();
+    let missed_all = count(sections[0], "missed");
+    assert!(
+        (10..=14).contains(&missed_all),
+        "all: the outage's ticks before the window:\n{list}"
+    );
+    let missed_latest = count(sections[1], "missed");
+    assert!(
+        missed_latest >= 18,
+        "latest: every tick but the newest:\n{list}"
+    );
+    println!(
+        "catch-up: {} of the outage's ticks fired (all), {missed_all} missed; latest: {gap_latest} fired, {missed_latest} missed",
+        gap.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_schedule_fires_nothing_and_a_backfill_fires_exactly_what_it_missed() {
+    let fleet = Fleet::new("sched-pause").await;
+    let target = unique("sched-paused");
+    create_queue(&target, &[]).await;
+    let config = fleet.config("a", &every_second("paused", &target, "tick", ""));
+    let other = fleet.config("b", &every_second("paused", &target, "tick", ""));
+    let hosts = [
+        HostProcess::start_consuming(&config),
+        HostProcess::start_consuming(&other),
+    ];
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (ok, out) = qhost(&config, &["schedule", "pause", "paused"]);
+    assert!(ok && out.contains("paused"), "{out}");
+    let paused_at = jiff::Timestamp::now();
+    tokio::time::sleep(Duration::from_millis(1500)).await; // every host follows within a second
+    let mut before = BTreeMap::new();
+    ticks(&target, &mut before).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut during = BTreeMap::new();
+    ticks(&target, &mut during).await;
+    assert!(during.is_empty(), "nothing fired while paused: {during:?}");
+    let (ok, out) = qhost(&config, &["schedule", "resume", "paused"]);
+    assert!(ok && out.contains("resumed"), "{out}");
+    let resumed_at = jiff::Timestamp::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for host in hosts {
+        host.stop();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut after = BTreeMap::new();
+    ticks(&target, &mut after).await;
+    assert!(!after.is_empty(), "it fires again once resumed");
+
+    let (from, to) = (
+        before.keys().last().unwrap().clone(),
+        after.keys().next().unwrap().clone(),
+    );
+    let (ok, out) = qhost(
+        &config,
+        &[
+            "schedule", "backfill", "paused", "--from", &from, "--to", &to,
+        ],
+    );
+    assert!(ok, "{out}");
+    let mut backfilled = BTreeMap::new();
+    ticks(&target, &mut backfilled).await;
+    let expected: Vec<String> = seconds(&from, &to)[1..]
+        .iter()
+        .rev()
+        .skip(1)
+        .rev()
+        .cloned()
+        .collect();
+    let got: Vec<String> = backfilled.keys().cloned().collect();
+    assert_eq!(
+        got, expected,
+        "exactly the ticks it missed, each once:\n{out}"
+    );
+    assert!(backfilled.values().all(|n| *n == 1));
+    let (ok, again) = qhost(
+        &config,
+        &[
+            "schedule", "backfill", "paused", "--from", &from, "--to", &to,
+        ],
+    );
+    assert!(
+        ok && again.contains("0 tick(s) fired"),
+        "a second backfill fires nothing:\n{again}"
+    );
+    println!(
+        "pause: {} ticks before, none in {:.1} s paused, {} backfilled",
+        before.len(),
+        resumed_at.duration_since(paused_at).as_secs_f64(),
+        got.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn overlap_skip_never_fires_a_tick_while_the_previous_one_runs() {
+    let fleet = Fleet::new("sched-overlap").await;
+    let (work, sink) = (unique("sched-work"), unique("sched-sink"));
+    for q in [&work, &format!("{work}-dlq"), &sink] {
+        create_queue(q, &[]).await;
+    }
+    // The ticks go to a queue this host consumes: the fixture takes three seconds a tick.
+    let body = format!("sleep:3000;report:{sink}");
+    let schedule = every_second("slow", &work, &body, "overlap = \"skip\"")
+        + &format!(
+            "\n[[queue]]\nname = \"{work}\"\nplugin = \"fixture\"\nwait-time-secs = 1\nvisibility-timeout-secs = 10\n"
+        );
+    let config = fleet.config("host", &schedule);
+    let host = HostProcess::start_consuming(&config);
+    tokio::time::sleep(Duration::from_secs(13)).await;
+    let log = host.log();
+    let (ok, list) = qhost(&config, &["schedule", "list"]);
+    host.stop();
+    assert!(ok, "{list}");
+    let fired: Vec<jiff::Timestamp> = (log.lines())
+        .filter(|l| l.contains("tick fired"))
+        .filter_map(|l| {
+            l.split("tick=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert!(fired.len() >= 3, "some ticks fired: {fired:?}\n{log}");
+    for pair in fired.windows(2) {
+        let apart = pair[1].duration_since(pair[0]).as_secs();
+        assert!(
+            apart >= 3,
+            "a tick fired while the previous one ran: {fired:?}"
+        );
+    }
+    let skipped = count(&list, "skipped");
+    assert!(skipped >= 6, "the ticks in between were skipped:\n{list}");
+    assert!(log.contains("tick skipped"), "and logged");
+    println!(
+        "overlap skip: {} ticks fired at least 3 s apart, {skipped} skipped",
+        fired.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_hosts_whose_clocks_are_five_seconds_apart_fire_each_tick_once() {
+    let fleet = Fleet::new("sched-skew").await;
+    let target = unique("sched-skewed");
+    create_queue(&target, &[]).await;
+    let schedule = every_second("skewed", &target, "tick", "");
+    let (a, b) = (fleet.config("a", &schedule), fleet.config("b", &schedule));
+    let ahead = HostProcess::start_consuming_in(&a, &[], &[("QHOST_TEST_CLOCK_OFFSET_MS", "2500")]);
+    let behind =
+        HostProcess::start_consuming_in(&b, &[], &[("QHOST_TEST_CLOCK_OFFSET_MS", "-2500")]);
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let logs = [ahead.log(), behind.log()];
+    ahead.stop();
+    behind.stop();
+    let mut seen = BTreeMap::new();
+    ticks(&target, &mut seen).await;
+    let n = each_once(&seen);
+    assert!(n >= 10, "{seen:?}");
+    assert!(
+        logs[0].contains("tick fired"),
+        "the host ahead fires the ticks:\n{}",
+        logs[0]
+    );
+    println!("clocks 5 s apart: {n} ticks, each once");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_whose_clock_is_far_off_fires_nothing_and_says_so() {
+    let fleet = Fleet::new("sched-far").await;
+    let target = unique("sched-far");
+    create_queue(&target, &[]).await;
+    let config = fleet.config(
+        "far",
+        &every_second("far", &target, "tick", "max-clock-skew-secs = 5"),
+    );
+    let host =
+        HostProcess::start_consuming_in(&config, &[], &[("QHOST_TEST_CLOCK_OFFSET_MS", "60000")]);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let log = host.log();
+    host.stop();
+    let mut seen = BTreeMap::new();
+    ticks(&target, &mut seen).await;
+    assert!(seen.is_empty(), "{seen:?}");
+    assert!(log.contains("too far from the store's"), "{log}");
+}
