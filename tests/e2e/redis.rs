@@ -654,3 +654,42 @@ async fn the_rate_limit_reserves_slots_alike_on_redis_and_the_embedded_store() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_claim_is_won_once_its_outbox_waits_until_sent_and_the_clock_is_redis_s() {
+    use qhost::{Claimed, Claims};
+    let store = RedisStore::connect(&shared_url()).await.unwrap();
+    let key = qhost::testing::scoped_key(&unique_namespace("claim"), "schedule", "m:t1");
+    let msg = Outgoing::new("reminders", "tick");
+    let window = Duration::from_secs(60);
+    let one = || store.claim(&key, std::slice::from_ref(&msg), window);
+    let (a, b, c, d) = tokio::join!(one(), one(), one(), one());
+    let answers = [a, b, c, d];
+    let won = answers.iter().filter(|a| **a == Ok(Claimed::Won)).count();
+    assert_eq!(won, 1, "one of four claims at once wins: {answers:?}");
+    let Ok(Claimed::Taken { pending_outbox, .. }) = store.claim(&key, &[], window).await else {
+        panic!("taken");
+    };
+    assert_eq!(pending_outbox, [msg], "unsent: a later host sends it");
+    store.outbox_sent(&key).await.unwrap();
+    assert_eq!(
+        store.claim(&key, &[], window).await.unwrap(),
+        Claimed::Taken {
+            pending_outbox: Vec::new(),
+            pending_for: Duration::ZERO
+        }
+    );
+    let lease = grant(&store, &format!("{key}:leased"), Duration::from_secs(60)).await;
+    assert!(matches!(
+        store.claim(&lease.key, &[], window).await.unwrap(),
+        Claimed::Taken { .. }
+    ));
+    let theirs = store.time().await.unwrap();
+    let apart = theirs
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_else(|e| e.duration());
+    assert!(
+        apart < Duration::from_secs(2),
+        "Redis's TIME on this machine: {apart:?}"
+    );
+}

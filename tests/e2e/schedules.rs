@@ -426,3 +426,140 @@ async fn a_host_whose_clock_is_far_off_fires_nothing_and_says_so() {
     assert!(seen.is_empty(), "{seen:?}");
     assert!(log.contains("too far from the store's"), "{log}");
 }
+
+/// The venv's `python -m celery …` with tests/support on its path, aimed at `queue`.
+fn celery(queue: &str, dir: &Path, out: &Path, args: &[&str]) -> tokio::process::Child {
+    let python = qhost_e2e::workspace().join("target/tools/moto/bin/python");
+    tokio::process::Command::new(python)
+        .envs(TEST_ENV)
+        .env("PYTHONPATH", qhost_e2e::workspace().join("tests/support"))
+        .env("QHOST_E2E_SQS", endpoint())
+        .env("QHOST_E2E_QUEUE", queue)
+        .env("QHOST_E2E_OUT", out)
+        .args(["-m", "celery"])
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join(format!("{}.log", uuid_of(args)))).expect("log"))
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting celery")
+}
+
+fn uuid_of(args: &[&str]) -> String {
+    let what = args.get(2).copied().unwrap_or("celery");
+    format!("{what}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Task ids a Celery worker ran, from its `ID TEXT N` lines, by the text.
+fn ran(out: &Path) -> BTreeMap<String, Vec<String>> {
+    let mut by_text: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in std::fs::read_to_string(out).unwrap_or_default().lines() {
+        let mut words = line.split(' ');
+        if let (Some(id), Some(text)) = (words.next(), words.next()) {
+            by_text
+                .entry(text.to_string())
+                .or_default()
+                .push(id.to_string());
+        }
+    }
+    by_text
+}
+
+/// The documented mistake, side by side: two `celery beat` processes on one broker, and two
+/// qhost hosts running the same every-second schedule as a `celery-task`, for 40 s. A real
+/// Celery worker runs what both send. Every beat sends each tick under a task id of its own,
+/// so the worker runs it once per beat; qhost's ticks are claimed once across the hosts and
+/// carry a task id derived from the tick, so the worker runs each once.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_celery_beats_fire_each_tick_twice_where_two_qhost_hosts_fire_it_once() {
+    let fleet = Fleet::new("sched-beat").await;
+    let (beat_q, qhost_q) = (unique("sched-beat"), unique("sched-qhost"));
+    create_queue(&beat_q, &[]).await;
+    create_queue(&qhost_q, &[]).await;
+    let schedule = format!(
+        "\n[[schedule]]\nname = \"monthly-reminder\"\ncron = \"* * * * * *\"\n\
+         celery-task = \"proj.tasks.record\"\nargs = [\"qhost\"]\nqueue = \"{qhost_q}\"\n"
+    );
+    let configs = [fleet.config("a", &schedule), fleet.config("b", &schedule)];
+    let dir = fleet.env.data_dir();
+    std::fs::create_dir_all(&dir).expect("data directory");
+    let out = dir.join("ran.txt");
+    let queues = format!("{beat_q},{qhost_q}");
+    let mut worker = celery(
+        &beat_q,
+        &dir,
+        &out,
+        &[
+            "-A",
+            "celery_worker",
+            "worker",
+            "-Q",
+            &queues,
+            "--pool=solo",
+            "-l",
+            "warning",
+        ],
+    );
+    let started = jiff::Timestamp::now();
+    let mut beats: Vec<_> = (0..2)
+        .map(|i| {
+            let file = dir.join(format!("beat-{i}-schedule"));
+            let file = file.to_str().expect("a path");
+            celery(
+                &beat_q,
+                &dir,
+                &out,
+                &["-A", "celery_beat", "beat", "-s", file, "-l", "info"],
+            )
+        })
+        .collect();
+    let hosts: Vec<HostProcess> = configs
+        .iter()
+        .map(|c| HostProcess::start_consuming(c))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    for beat in &mut beats {
+        beat.kill().await.ok();
+    }
+    let logs: Vec<String> = hosts.iter().map(HostProcess::log).collect();
+    for host in hosts {
+        host.stop();
+    }
+    let seconds = jiff::Timestamp::now().duration_since(started).as_secs();
+    tokio::time::sleep(Duration::from_secs(8)).await; // the worker catches up
+    worker.kill().await.ok();
+
+    let runs = ran(&out);
+    let (beat, ours) = (
+        runs.get("beat").cloned().unwrap_or_default(),
+        runs.get("qhost").cloned().unwrap_or_default(),
+    );
+    let distinct = |ids: &[String]| ids.iter().collect::<std::collections::BTreeSet<_>>().len();
+    let fired: Vec<usize> = logs
+        .iter()
+        .map(|l| l.matches("tick fired").count())
+        .collect();
+    let (ok, list) = qhost(&configs[0], &["schedule", "list"]);
+    assert!(ok, "{list}");
+    println!(
+        "side by side, {seconds} s, a tick a second:\n  two celery beats: {} tasks sent and run, {} distinct task ids: \
+         every tick ran about twice, and no consumer can tell the copies apart\n  two qhost hosts: ticks fired {fired:?} \
+         (by host), {} tasks run, {} distinct task ids: each tick once",
+        beat.len(),
+        distinct(&beat),
+        ours.len(),
+        distinct(&ours)
+    );
+    assert!(ours.len() >= 30, "the worker ran qhost's ticks: {runs:?}");
+    assert_eq!(distinct(&ours), ours.len(), "no qhost tick ran twice");
+    assert_eq!(
+        fired.iter().sum::<usize>() as u64,
+        count(&list, "fired"),
+        "{list}"
+    );
+    assert!(
+        ours.len() as u64 <= count(&list, "fired"),
+        "every task the worker ran is a tick fired once"
+    );
+}
