@@ -350,6 +350,19 @@ async fn overlap_skip_never_fires_a_tick_while_the_previous_one_runs() {
     let host = HostProcess::start_consuming(&config);
     tokio::time::sleep(Duration::from_secs(13)).await;
     let log = host.log();
+    let (status, api) = qhost_e2e::admin::get(host.admin_addr(), "/api/schedules");
+    assert_eq!(status, 200, "{api}");
+    let api: serde_json::Value = serde_json::from_str(&api).expect("JSON");
+    assert_eq!(api[0]["name"], "slow", "{api}");
+    assert!(
+        api[0]["record"]["skipped"].as_u64() >= Some(5),
+        "the console's figures: {api}"
+    );
+    let (_, page) = qhost_e2e::admin::get(host.admin_addr(), "/");
+    assert!(
+        page.contains("data-schedule=\"slow\""),
+        "a panel in the console"
+    );
     let (ok, list) = qhost(&config, &["schedule", "list"]);
     host.stop();
     assert!(ok, "{list}");

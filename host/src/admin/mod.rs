@@ -87,6 +87,8 @@ pub struct HostView {
     pub(crate) recent: Arc<RecentDeadLetters>,
     /// Its queue backend, for the console's actions.
     pub(crate) source: Arc<dyn QueueSource>,
+    /// Its schedules, as its scheduler last read them.
+    pub(crate) schedules: Arc<crate::schedule::Board>,
 }
 
 impl HostView {
@@ -259,7 +261,7 @@ fn respond(host: Option<&HostView>, req: &Request<Incoming>) -> Response<Full<By
         ("/", None) => text(StatusCode::SERVICE_UNAVAILABLE, "starting\n"),
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found: /, /api/queues, /api/plugins, /api/dead-letters?queue=NAME, /metrics, /healthz, /readyz\n",
+            "not found: /, /api/queues, /api/plugins, /api/schedules, /api/dead-letters?queue=NAME, /metrics, /healthz, /readyz\n",
         ),
     }
 }

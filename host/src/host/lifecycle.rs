@@ -67,6 +67,7 @@ impl Host {
             store: self.store.clone(),
             source: Arc::clone(&self.source),
             metrics: Arc::clone(&self.metrics),
+            board: Arc::clone(&self.schedules),
         };
         tokio::spawn(scheduler.run(stop.clone()));
         stop

@@ -34,6 +34,7 @@ use crate::payload::Payloads;
 use crate::plugin::registry::Registry;
 use crate::plugin::reload::PluginDir;
 use crate::recent::RecentDeadLetters;
+use crate::schedule::Board;
 use crate::source::QueueSource;
 use crate::stats::Stats;
 use crate::traces::Tracer;
@@ -60,6 +61,8 @@ pub struct Host {
     health: Arc<Health>,
     /// The dead letters it sent lately, for the console.
     recent: Arc<RecentDeadLetters>,
+    /// Its schedules as its scheduler last read them, for the console.
+    schedules: Arc<Board>,
     abandon: CancellationToken,
     /// Starts each delivery's span, when traces are on.
     tracer: Option<Tracer>,
@@ -144,6 +147,7 @@ impl Host {
             metrics: Arc::new(metrics),
             health: Arc::default(),
             recent: Arc::default(),
+            schedules: Arc::default(),
             abandon: CancellationToken::new(),
             tracer: None,
         }
@@ -201,6 +205,7 @@ impl Host {
             stats: Arc::clone(&self.stats),
             recent: Arc::clone(&self.recent),
             source: Arc::clone(&self.source),
+            schedules: Arc::clone(&self.schedules),
         }
     }
 

@@ -20,8 +20,9 @@
 //! Layout: `calendar` (cron and zones, a leaf), `tick` (identity and message), `record` (the
 //! fleet's record), `plan` (due and missed), `consumer` (where a tick runs), `fire` (claim and
 //! send), `clock` (the host's clock against the store's), `run` (each host's loop), `ops` (the
-//! operator's verbs).
+//! operator's verbs), `board` (what the console shows).
 
+mod board;
 pub(crate) mod calendar;
 mod clock;
 mod consumer;
@@ -32,6 +33,7 @@ mod record;
 pub(crate) mod run;
 mod tick;
 
+pub use board::Board;
 pub use calendar::Calendar;
 pub use ops::{
     Backfilled, Resumed, ScheduleCheck, ScheduleStatus, backfill, check, fire_now, list, pause,

@@ -23,7 +23,7 @@ use crate::source::QueueSource;
 const MAX_BACKFILL: usize = 10_000;
 
 /// A schedule as an operator sees it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct ScheduleStatus {
     /// Its name.
     pub name: String,
@@ -55,21 +55,25 @@ pub(crate) async fn statuses(
     let mut out = Vec::new();
     for s in &config.schedules {
         let key = record::key(&config.namespace, &s.name);
-        let record = record::read(store, &key).await?;
-        let now = clock::now();
-        out.push(ScheduleStatus {
-            name: s.name.clone(),
-            cron: s.calendar.cron().to_string(),
-            timezone: s.calendar.zone().to_string(),
-            sends: sends(s),
-            overlap: s.overlap.name(),
-            next: (s.calendar.between(now, Timestamp::MAX, 3).iter())
-                .map(|t| t.to_string())
-                .collect(),
-            record,
-        });
+        out.push(status(s, record::read(store, &key).await?));
     }
     Ok(out)
+}
+
+/// Schedule `s` as an operator sees it, with its record.
+pub(crate) fn status(s: &ScheduleConfig, record: Option<ScheduleRecord>) -> ScheduleStatus {
+    let now = clock::now();
+    ScheduleStatus {
+        name: s.name.clone(),
+        cron: s.calendar.cron().to_string(),
+        timezone: s.calendar.zone().to_string(),
+        sends: sends(s),
+        overlap: s.overlap.name(),
+        next: (s.calendar.between(now, Timestamp::MAX, 3).iter())
+            .map(|t| t.to_string())
+            .collect(),
+        record,
+    }
 }
 
 /// What a tick of `s` sends, in words.

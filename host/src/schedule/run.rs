@@ -18,7 +18,7 @@ use super::fire::{FireError, Fired, fire};
 use super::plan::plan;
 use super::record::{self, ScheduleRecord};
 use super::tick::Tick;
-use super::{clock, host_name};
+use super::{Board, clock, host_name, ops};
 use crate::config::Config;
 use crate::config::schedule::{Overlap, ScheduleConfig};
 use crate::idempotency::{Claimed, KeyStatus, Store};
@@ -36,6 +36,8 @@ pub(crate) struct Scheduler {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) source: Arc<dyn QueueSource>,
     pub(crate) metrics: Arc<Metrics>,
+    /// Where each pass posts what it read, for the console.
+    pub(crate) board: Arc<Board>,
 }
 
 /// What became of a due tick on this host.
@@ -113,9 +115,9 @@ impl Scheduler {
     async fn follow(&self, s: &ScheduleConfig, host: &str) -> Result<(), FireError> {
         let key = record::key(&self.config.namespace, &s.name);
         let now = clock::now();
-        let mut rec = record::read(self.store.as_ref(), &key)
-            .await?
-            .unwrap_or_default();
+        let read = record::read(self.store.as_ref(), &key).await?;
+        self.board.post(ops::status(s, read.clone()));
+        let mut rec = read.unwrap_or_default();
         let Some(through) = rec.through else {
             self.begin(s, &key, now).await?;
             return Ok(());

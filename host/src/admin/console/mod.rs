@@ -1,5 +1,6 @@
 //! The operator's console on the admin listener: `GET /` is a page, and the JSON behind it is
-//! an API for scripts (`/api/queues`, `/api/plugins`, `/api/dead-letters?queue=NAME`).
+//! an API for scripts (`/api/queues`, `/api/plugins`, `/api/schedules`,
+//! `/api/dead-letters?queue=NAME`).
 //!
 //! Both read the same views ([`views`]) of what the host keeps anyway, so neither calls a
 //! backend: depths are the health checker's last answers, rates come from its samples, dead
@@ -34,6 +35,7 @@ pub(super) fn get(host: &HostView, path: &str, query: Option<&str>) -> Option<An
         "/" => Answer::Html(page_of(host)),
         "/api/queues" => json(&views::queues(host)),
         "/api/plugins" => json(&views::plugins(host)),
+        "/api/schedules" => json(&host.schedules.snapshot()),
         "/api/dead-letters" => {
             let queue = query_value(query, "queue").unwrap_or_default();
             match views::dead_letters(host, queue) {
@@ -53,7 +55,13 @@ fn page_of(host: &HostView) -> String {
         .map(|q| (q.name.clone(), host.recent.of(&q.name)))
         .collect();
     let actions = host.config.admin_token.is_some();
-    page::render(&views::queues(host), &views::plugins(host), &dead, actions)
+    let views = page::Views {
+        queues: &views::queues(host),
+        plugins: &views::plugins(host),
+        schedules: &host.schedules.snapshot(),
+        dead: &dead,
+    };
+    page::render(&views, actions)
 }
 
 fn json(value: &impl Serialize) -> Answer {

@@ -14,6 +14,7 @@ use sha2::Digest as _;
 use super::views::{PluginView, QueueView};
 use crate::message::now_ms;
 use crate::recent::DeadLetter;
+use crate::schedule::ScheduleStatus;
 
 /// Seconds between the page's reloads.
 pub(crate) const REFRESH_SECS: u32 = 5;
@@ -61,27 +62,32 @@ pub(crate) fn escape(text: &str) -> String {
     out
 }
 
-/// The whole page.
+/// What the page shows.
+pub(crate) struct Views<'a> {
+    pub(crate) queues: &'a [QueueView],
+    pub(crate) plugins: &'a [PluginView],
+    pub(crate) schedules: &'a [ScheduleStatus],
+    /// Each queue's recent dead letters.
+    pub(crate) dead: &'a [(String, Vec<DeadLetter>)],
+}
+
 /// The whole page; with `actions` (an admin token is set) it has the redrive forms.
-pub(crate) fn render(
-    queues: &[QueueView],
-    plugins: &[PluginView],
-    dead: &[(String, Vec<DeadLetter>)],
-    actions: bool,
-) -> String {
+pub(crate) fn render(views: &Views<'_>, actions: bool) -> String {
     let mut page = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <title>qhost console</title><style>{STYLE}</style><script>{REFRESH}</script></head><body>\
          <h1>qhost</h1><p class=\"muted\">{} {}, serving qhost:handler@{}. Refreshes every \
          {REFRESH_SECS} s; the same figures are at <a href=\"/api/queues\">/api/queues</a>, \
-         <a href=\"/api/plugins\">/api/plugins</a> and /api/dead-letters?queue=NAME.</p>",
+         <a href=\"/api/plugins\">/api/plugins</a>, <a href=\"/api/schedules\">/api/schedules</a> \
+         and /api/dead-letters?queue=NAME.</p>",
         env!("CARGO_PKG_NAME"),
         env!("CARGO_PKG_VERSION"),
         crate::runtime::bindings::WIT_VERSION,
     );
-    queues_table(&mut page, queues);
-    plugins_table(&mut page, plugins);
-    for (queue, letters) in dead {
+    queues_table(&mut page, views.queues);
+    plugins_table(&mut page, views.plugins);
+    schedules_table(&mut page, views.schedules);
+    for (queue, letters) in views.dead {
         dead_letters(&mut page, queue, letters, actions);
     }
     page.push_str("</body></html>\n");
@@ -151,6 +157,53 @@ fn sparkline(points: &[u64]) -> String {
          <polyline fill=\"none\" stroke=\"#0366d6\" stroke-width=\"1.5\" points=\"{}\"/></svg>",
         line.join(" ")
     )
+}
+
+/// The fleet's schedules (none configured: no table).
+fn schedules_table(page: &mut String, schedules: &[ScheduleStatus]) {
+    if schedules.is_empty() {
+        return;
+    }
+    page.push_str(
+        "<h2>Schedules</h2><table id=\"schedules\"><tr><th>schedule</th><th class=\"text\">sends</th>\
+         <th class=\"text\">next</th><th class=\"text\">last fired</th><th>fired</th>\
+         <th>missed</th><th>skipped</th></tr>",
+    );
+    for s in schedules {
+        let rec = s.record.clone().unwrap_or_default();
+        let state = match (&rec.paused, rec.held) {
+            (Some(p), _) => format!("<br><span class=\"bad\">paused by {}</span>", escape(&p.by)),
+            (None, Some(held)) => format!(
+                "<br><span class=\"muted\">holding {}</span>",
+                crate::schedule::time_text(held)
+            ),
+            (None, None) => String::new(),
+        };
+        let last = rec.last_fired.as_ref().map_or("-".to_string(), |f| {
+            format!(
+                "{}<br><span class=\"muted\">by {}</span>",
+                escape(&f.label),
+                escape(&f.host)
+            )
+        });
+        let _ = write!(
+            page,
+            "<tr data-schedule=\"{name}\"><td>{name}<br><span class=\"muted\"><code>{cron}</code> \
+             {zone}, overlap {overlap}</span>{state}</td><td class=\"text\">{sends}</td>\
+             <td class=\"text\">{next}</td><td class=\"text last-fired\">{last}</td>\
+             <td class=\"fired\">{}</td><td class=\"missed\">{}</td><td class=\"skipped\">{}</td></tr>",
+            rec.fired,
+            rec.missed,
+            rec.skipped,
+            name = escape(&s.name),
+            cron = escape(&s.cron),
+            zone = escape(&s.timezone),
+            overlap = s.overlap,
+            sends = escape(&s.sends),
+            next = escape(s.next.first().map_or("never", String::as_str)),
+        );
+    }
+    page.push_str("</table>");
 }
 
 fn plugins_table(page: &mut String, plugins: &[PluginView]) {
@@ -333,7 +386,13 @@ mod tests {
             REFRESH.contains(&format!("{}000", REFRESH_SECS)),
             "the script waits REFRESH_SECS"
         );
-        let page = render(&[], &[], &[], false);
+        let views = Views {
+            queues: &[],
+            plugins: &[],
+            schedules: &[],
+            dead: &[],
+        };
+        let page = render(&views, false);
         assert!(page.contains(&format!("<script>{REFRESH}</script>")));
         assert_eq!(page.matches("<script").count(), 1, "one script");
         // The hash of "setInterval(...)" as browsers compute it for the inline script.
