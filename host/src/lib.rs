@@ -16,7 +16,8 @@
 //! | `source`        | the queue boundary (`source::QueueSource`); `sqs`, `local` (SQLite)  |
 //! | `idempotency`   | the store by capability: leases and completed records                |
 //! |                 | (`IdempotencyStore`), shared records, the fleet-wide rate (`rate`),  |
-//! |                 | state reads; keys; what a completion commits (`commit`, leaf)        |
+//! |                 | state reads, one-step claims and the store's clock (`Claims`); keys; |
+//! |                 | what a completion commits (`commit`, leaf)                           |
 //! | `handler`       | the invocation contract: message in, outcome out (`handler::Invoke`) |
 //! | `runtime`       | how one wasm call runs: engine, bindings, guest state, limits,       |
 //! |                 | outbound HTTP by grant (`runtime::http`); imports nothing of `plugin` |
@@ -32,6 +33,8 @@
 //! | `queues`        | the operator's verbs on a configuration's queues: send, peek, purge, dlq |
 //! | `oneshot`       | one message through one plugin file, no queue or store (`invoke`)     |
 //! | `rollout`       | canary rollout: a new version's share of keys, its fleet-wide record, the rules |
+//! | `schedule`      | cron in qhost: ticks claimed once across a fleet, catch-up, overlap, pause, |
+//! |                 | backfill; each host's scheduler and the operator's verbs (`qhost schedule`) |
 //! | `replay`        | recorded messages through two versions of a plugin, compared (`replay`) |
 //! | `capture`       | a sample of handled messages written for `qhost replay` (`[[queue]] capture`) |
 //! | `scaffold`      | a new handler project in Rust, Python or JavaScript (`new`)           |

@@ -576,3 +576,58 @@ async fn two_celery_beats_fire_each_tick_twice_where_two_qhost_hosts_fire_it_onc
         "every task the worker ran is a tick fired once"
     );
 }
+
+/// `qhost check` reads each tick as its queue's consumer would: which plugin and key, or why it
+/// would be dead-lettered; and a schedule that cannot be read is refused naming its field.
+#[test]
+fn check_says_where_each_tick_runs_and_refuses_what_its_queue_would_not_run() {
+    let env = TestEnv::new();
+    env.install("fixture", "fixture", "");
+    let dir = env
+        .plugins_dir()
+        .parent()
+        .expect("the test directory")
+        .to_path_buf();
+    let base = "[[queue]]\nname = \"jobs\"\nplugin = \"fixture\"\n\n[[queue]]\nname = \"celery\"\n\
+                plugin = \"fixture\"\nformat = \"celery\"\n";
+    let good = format!("{base}{}", every_second("plain", "jobs", "ack", ""))
+        + "\n[[schedule]]\nname = \"reminder\"\ncron = \"0 9 1 * *\"\ntimezone = \"Europe/Berlin\"\n\
+           celery-task = \"proj.tasks.cron_monthly_email_reminder\"\n";
+    std::fs::write(dir.join("qhost.toml"), &good).expect("config");
+    let (code, out, err) = qhost_e2e::processes::run_in(&dir, &["check"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("schedule plain: `* * * * * *` in UTC"),
+        "{out}"
+    );
+    assert!(
+        out.contains("runs on plugin fixture, key schedule:plain:"),
+        "{out}"
+    );
+    assert!(
+        out.contains("schedule reminder: `0 9 1 * *` in Europe/Berlin, next at "),
+        "{out}"
+    );
+
+    let refused = format!("{base}{}", every_second("plain", "celery", "hello", ""));
+    std::fs::write(dir.join("qhost.toml"), refused).expect("config");
+    let (code, out, err) = qhost_e2e::processes::run_in(&dir, &["check"]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        out.contains("which its queue would not run: not a Celery message"),
+        "{out}"
+    );
+    assert!(
+        err.contains("1 schedule(s) send ticks their queue would dead-letter"),
+        "{err}"
+    );
+
+    let zone = good.replace("Europe/Berlin", "Europe/Atlantis");
+    std::fs::write(dir.join("qhost.toml"), zone).expect("config");
+    let (code, _, err) = qhost_e2e::processes::run_in(&dir, &["check"]);
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains("schedule[1].timezone: `Europe/Atlantis` is not a time zone"),
+        "{err}"
+    );
+}
