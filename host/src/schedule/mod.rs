@@ -31,7 +31,7 @@ mod ops;
 mod plan;
 mod record;
 pub(crate) mod run;
-mod tick;
+pub(crate) mod tick;
 
 pub use board::Board;
 pub use calendar::Calendar;

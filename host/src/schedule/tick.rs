@@ -14,7 +14,7 @@ use crate::celery::send::{task_id, task_message};
 use crate::config::schedule::{ScheduleConfig, ScheduleTarget};
 use crate::digest::sha256_hex;
 use crate::idempotency::key::scoped;
-use crate::message::{Attribute, Outgoing, wire};
+use crate::message::{Attribute, Outgoing, rules, wire};
 
 /// On a schedule's message: the schedule's name.
 pub(crate) const SCHEDULE_ATTRIBUTE: &str = "qhost-schedule";
@@ -103,7 +103,16 @@ impl Tick {
                 body,
                 attributes,
                 group,
-            } => (queue, body.clone(), attributes.clone(), group.as_deref()),
+            } => {
+                let body = if body.is_empty() {
+                    json!({"schedule": schedule.name, "tick": self.label()})
+                        .to_string()
+                        .into_bytes()
+                } else {
+                    body.clone()
+                };
+                (queue, body, attributes.clone(), group.as_deref())
+            }
             ScheduleTarget::Celery {
                 task,
                 args,
@@ -128,6 +137,13 @@ impl Tick {
             group_id: fifo.then(|| group.unwrap_or(&schedule.name).to_string()),
             dedup_id: Some(sha256_hex(key.as_bytes())),
         }
+    }
+
+    /// Whether `schedule`'s ticks are messages SQS takes (size, attributes, FIFO ids): checked
+    /// when the configuration is, so no tick is refused at its time.
+    pub(crate) fn check(schedule: &ScheduleConfig) -> Result<(), String> {
+        let tick = Tick::by_hand(&schedule.name, Timestamp::UNIX_EPOCH);
+        rules::check(&tick.message(schedule)).map_err(|r| r.0)
     }
 
     /// The Celery task id of a task tick: derived from its key, so every send of it is one task.
