@@ -292,6 +292,14 @@ impl Config {
         let admin_token = admin.token.as_ref().map(admin::token).transpose()?;
         let rollout = rollout::RolloutConfig::check(&raw.rollout.unwrap_or_default())?;
         let schedules = schedule::schedules(raw.schedules)?;
+        for (i, s) in schedules.iter().enumerate() {
+            if let Err(why) = crate::schedule::tick::Tick::check(s) {
+                bail!(
+                    "schedule[{i}] `{}`: its ticks would be refused: {why}",
+                    s.name
+                );
+            }
+        }
         Ok(Config {
             schedules,
             rollout,
@@ -611,6 +619,17 @@ mod tests {
 
     fn error_of(text: &str) -> String {
         format!("{:#}", Config::parse(text).unwrap_err())
+    }
+
+    #[test]
+    fn a_schedule_whose_ticks_sqs_would_refuse_is_refused() {
+        let e = error_of(
+            "[[schedule]]\nname = \"m\"\ncron = \"* * * * *\"\nqueue = \"q.fifo\"\ngroup = \"\"\n",
+        );
+        assert!(
+            e.contains("schedule[0] `m`: its ticks would be refused"),
+            "{e}"
+        );
     }
 
     #[test]

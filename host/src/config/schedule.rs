@@ -13,7 +13,6 @@ use serde::Deserialize;
 
 use crate::message::{Attribute, wire};
 use crate::schedule::calendar::Calendar;
-use crate::schedule::tick::Tick;
 
 /// One `[[schedule]]` as written.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -147,12 +146,6 @@ pub(crate) fn schedules(raw: Option<Vec<RawSchedule>>) -> anyhow::Result<Vec<Sch
     for (i, s) in checked.iter().enumerate() {
         if checked[..i].iter().any(|o| o.name == s.name) {
             bail!("schedule[{i}].name `{}` is used twice", s.name);
-        }
-        if let Err(why) = Tick::check(s) {
-            bail!(
-                "schedule[{i}] `{}`: its ticks would be refused: {why}",
-                s.name
-            );
         }
     }
     Ok(checked)
@@ -459,10 +452,6 @@ mod tests {
             (
                 "queue = \"q\"\ncatch-up-secs = 99999999\n",
                 "keep-ticks-secs",
-            ),
-            (
-                "queue = \"q.fifo\"\ngroup = \"\"\n",
-                "its ticks would be refused",
             ),
             (
                 "queue = \"q\"\ntimezone = \"Europe/Nowhere\"\n",
