@@ -26,6 +26,7 @@ pub(crate) mod local;
 mod local_state;
 pub(crate) mod pending;
 pub(crate) mod rate;
+pub(crate) mod records;
 pub(crate) mod redis;
 
 use std::time::Duration;

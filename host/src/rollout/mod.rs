@@ -34,12 +34,10 @@ use std::time::Duration;
 
 use record::{Change, RolloutRecord};
 
-use crate::idempotency::{IdempotencyError, SharedRecords, StoreResult};
+use crate::idempotency::{SharedRecords, StoreResult, records};
 
 /// How long a rollout's record is kept after its last change.
 const KEEP: Duration = Duration::from_secs(30 * 24 * 3600);
-/// Compare-and-set attempts before a change gives up for this tick.
-const ATTEMPTS: usize = 8;
 
 /// The store key of `plugin`'s rollout record (one key: one slot on a cluster).
 pub(crate) fn key(namespace: &str, plugin: &str) -> String {
@@ -51,19 +49,15 @@ pub(crate) fn bucket(plugin: &str, key: &str) -> u8 {
     (crate::digest::sha256_u64(format!("{plugin}\n{key}").as_bytes()) % 100) as u8
 }
 
+/// What the store's errors call a rollout record.
+const WHAT: &str = "rollout record";
+
 /// The record at `key`.
 pub(crate) async fn read(
     store: &dyn SharedRecords,
     key: &str,
 ) -> StoreResult<Option<RolloutRecord>> {
-    parsed(key, store.record(key).await?.as_deref())
-}
-
-/// The record stored at `key` as `text`.
-fn parsed(key: &str, text: Option<&str>) -> StoreResult<Option<RolloutRecord>> {
-    text.map(RolloutRecord::from_text)
-        .transpose()
-        .map_err(|e| IdempotencyError::Corrupt(format!("rollout record {key}: {e}")))
+    records::read(store, key, WHAT).await
 }
 
 /// Applies `change` to the record at `key` by compare-and-set; the record as it is after
@@ -73,22 +67,9 @@ pub(crate) async fn change(
     key: &str,
     change: &Change,
 ) -> StoreResult<Option<RolloutRecord>> {
-    for _ in 0..ATTEMPTS {
-        let text = store.record(key).await?;
-        let current = parsed(key, text.as_deref())?;
-        let Some(next) = change.apply(current.as_ref()) else {
-            return Ok(current);
-        };
-        if store
-            .swap_record(key, text.as_deref(), &next.to_text(), KEEP)
-            .await?
-        {
-            return Ok(Some(next));
-        }
-    }
-    Err(IdempotencyError::Unavailable(format!(
-        "rollout record {key} kept changing under {ATTEMPTS} attempts"
-    )))
+    let (record, _) =
+        records::update(store, key, KEEP, WHAT, |current| change.apply(current)).await?;
+    Ok(record)
 }
 
 #[cfg(test)]

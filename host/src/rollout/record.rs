@@ -173,19 +173,6 @@ pub struct RolloutRecord {
     pub canary_runs: Tally,
 }
 
-impl RolloutRecord {
-    /// The record as stored.
-    pub(crate) fn to_text(&self) -> String {
-        // Strings and numbers only: serialising cannot fail.
-        serde_json::to_string(self).unwrap_or_default()
-    }
-
-    /// A stored record.
-    pub(crate) fn from_text(text: &str) -> Result<Self, serde_json::Error> {
-        serde_json::from_str(text)
-    }
-}
-
 /// A change to a plugin's record; each returns the new record, or `None` to leave it as it is.
 #[derive(Clone, Debug)]
 pub(crate) enum Change {
@@ -334,7 +321,7 @@ mod tests {
             (next.canary.as_str(), next.state),
             ("v3", RolloutState::Canary)
         );
-        let text = next.to_text();
-        assert_eq!(RolloutRecord::from_text(&text).unwrap(), next);
+        let text = serde_json::to_string(&next).unwrap();
+        assert_eq!(serde_json::from_str::<RolloutRecord>(&text).unwrap(), next);
     }
 }

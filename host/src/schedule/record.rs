@@ -2,8 +2,8 @@
 //! one fired and by which host, its counts, whether it is paused, and a tick held back by
 //! `overlap = "buffer-one"`.
 //!
-//! It is a small JSON text replaced whole by compare-and-set (`SharedRecords::swap_record`), as
-//! a rollout record is: two hosts that read the same record cannot both move it, so counts add
+//! It is a shared record (`idempotency::records`), replaced whole by compare-and-set as a
+//! rollout record is: two hosts that read the same record cannot both move it, so counts add
 //! up once. The record is a watermark, not the proof of once: each fired tick's own key is
 //! (`Claims::claim`), so a host that acts on a stale record at worst finds a tick claimed.
 
@@ -11,12 +11,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::idempotency::{IdempotencyError, SharedRecords, StoreResult};
+use crate::idempotency::{SharedRecords, StoreResult, records};
 
 /// How long a record is kept after its last change.
 const KEEP: Duration = Duration::from_secs(400 * 24 * 3600);
-/// Compare-and-set attempts before a change gives up for this pass.
-const ATTEMPTS: usize = 8;
 /// Missed ticks listed by time in the record (the count has them all).
 pub(crate) const RECENT_MISSED: usize = 20;
 
@@ -103,18 +101,15 @@ impl ScheduleRecord {
     }
 }
 
+/// What the store's errors call a schedule record.
+const WHAT: &str = "schedule record";
+
 /// The record at `key`.
 pub(crate) async fn read(
     store: &dyn SharedRecords,
     key: &str,
 ) -> StoreResult<Option<ScheduleRecord>> {
-    parsed(key, store.record(key).await?.as_deref())
-}
-
-fn parsed(key: &str, text: Option<&str>) -> StoreResult<Option<ScheduleRecord>> {
-    text.map(serde_json::from_str)
-        .transpose()
-        .map_err(|e| IdempotencyError::Corrupt(format!("schedule record {key}: {e}")))
+    records::read(store, key, WHAT).await
 }
 
 /// Applies `change` to the record at `key` (the default record when there is none) by
@@ -125,22 +120,12 @@ pub(crate) async fn update(
     key: &str,
     mut change: impl FnMut(&mut ScheduleRecord) -> bool,
 ) -> StoreResult<(ScheduleRecord, bool)> {
-    for _ in 0..ATTEMPTS {
-        let text = store.record(key).await?;
-        let current = parsed(key, text.as_deref())?.unwrap_or_default();
-        let mut next = current.clone();
-        if !change(&mut next) || next == current {
-            return Ok((current, false));
-        }
-        let new =
-            serde_json::to_string(&next).map_err(|e| IdempotencyError::Corrupt(e.to_string()))?;
-        if store.swap_record(key, text.as_deref(), &new, KEEP).await? {
-            return Ok((next, true));
-        }
-    }
-    Err(IdempotencyError::Unavailable(format!(
-        "schedule record {key} kept changing under {ATTEMPTS} attempts"
-    )))
+    let (record, changed) = records::update(store, key, KEEP, WHAT, |current| {
+        let mut next = current.cloned().unwrap_or_default();
+        (change(&mut next) && current != Some(&next)).then_some(next)
+    })
+    .await?;
+    Ok((record.unwrap_or_default(), changed))
 }
 
 #[cfg(test)]
