@@ -272,15 +272,24 @@ impl Scheduler {
         let (rec, _) = match decided {
             Decided::Fired(Fired::Pending) => return Ok(None),
             Decided::Fired(how) => {
-                self.fired(s, tick, &how);
+                // A claimant records its tick after sending it; one that died first left the
+                // watermark behind it, and the host that sent its message counts it instead.
+                let resent = how == Fired::Resent;
                 let fired = tick.fired(host, now_ms());
-                record::update(store, key, |r| {
+                let out = record::update(store, key, |r| {
+                    if resent && r.through >= Some(t) {
+                        return false;
+                    }
                     r.fired += 1;
                     r.fired(fired.clone());
                     r.through = r.through.max(Some(t));
                     true
                 })
-                .await?
+                .await?;
+                if out.1 {
+                    self.fired(s, tick, &how);
+                }
+                out
             }
             Decided::Skipped => {
                 tracing::info!(schedule = %s.name, tick = %tick.label(), "tick skipped: the previous tick's message is still being handled (overlap = \"skip\")");
@@ -384,8 +393,7 @@ impl Scheduler {
         let lag = clock::now().duration_since(tick.time());
         let lag_secs = lag.as_secs_f64().max(0.0);
         if *how == Fired::Resent {
-            tracing::warn!(schedule = %s.name, tick = %tick.label(), "tick sent: the host that claimed it did not send it within 10 s");
-            return;
+            tracing::warn!(schedule = %s.name, tick = %tick.label(), "tick sent for the host that claimed it, which did not send it within 10 s");
         }
         tracing::info!(schedule = %s.name, tick = %tick.label(), queue = s.target.queue(), lag_ms = (lag_secs * 1000.0) as u64, "tick fired");
         self.metrics.count_ticks(&s.name, "fired", 1);
