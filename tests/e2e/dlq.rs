@@ -2,15 +2,14 @@
 //! server: three reminders dead-lettered by a misconfigured plugin, `qhost dlq peek` shows why,
 //! the plugin is fixed by hot reload, and `qhost dlq redrive` sends them back to run once each.
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use qhost::Outgoing;
 use qhost::QueueSource;
 use qhost_e2e::harness::TestEnv;
-use qhost_e2e::processes::{HostProcess, qhost_binary, summary_column};
-use qhost_e2e::sqs_server::{TEST_ENV, create_queue, endpoint, sdk_config, unique};
+use qhost_e2e::processes::{HostProcess, summary_column};
+use qhost_e2e::sqs_server::{create_queue, endpoint, sdk_config, unique};
 
 /// The email-reminder manifest sending to `sent_queue` (granted only `granted`).
 fn manifest(sent_queue: &str, granted: &str) -> String {
@@ -21,15 +20,7 @@ fn manifest(sent_queue: &str, granted: &str) -> String {
 }
 
 fn qhost(config: &std::path::Path, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(qhost_binary())
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .envs(TEST_ENV)
-        .output()
-        .expect("running qhost");
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (out.status.success(), text(&out.stdout), text(&out.stderr))
+    qhost_e2e::processes::run_with_config(config, args)
 }
 
 async fn wait_until(queue: &dyn QueueSource, name: &str, total: u64) {

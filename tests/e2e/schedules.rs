@@ -5,11 +5,10 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use qhost_e2e::harness::{TestEnv, attr, take_all};
-use qhost_e2e::processes::{HostProcess, qhost_binary};
+use qhost_e2e::processes::HostProcess;
 use qhost_e2e::redis_server::{shared_url, unique_namespace};
 use qhost_e2e::sqs_server::{
     TEST_ENV, create_queue, endpoint, fleet_host_config, patient_queue, unique,
@@ -60,16 +59,8 @@ fn every_second(name: &str, queue: &str, body: &str, more: &str) -> String {
 
 /// `qhost --config CONFIG ARGS…` to its end: (success, stdout and stderr).
 fn qhost(config: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(qhost_binary())
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .envs(TEST_ENV)
-        .output()
-        .expect("running qhost");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text)
+    let (ok, out, err) = qhost_e2e::processes::run_with_config(config, args);
+    (ok, out + &err)
 }
 
 /// The messages on `queue` now, counted per `qhost-tick` (taken off the queue; hosts may go on

@@ -39,6 +39,20 @@ pub fn run_in(dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
     (out.status.code(), text(out.stdout), text(out.stderr))
 }
 
+/// Runs `qhost --config CONFIG ARGS` to its end, with the test AWS environment: (whether it
+/// succeeded, stdout, stderr).
+pub fn run_with_config(config: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(qhost_binary())
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .envs(crate::sqs_server::TEST_ENV)
+        .output()
+        .expect("running qhost");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
 /// A running `qhost --config FILE run`, its stdout captured (the summary it prints on exit).
 #[derive(Debug)]
 pub struct HostProcess {
