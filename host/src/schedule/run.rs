@@ -400,3 +400,58 @@ impl Scheduler {
         self.metrics.set_schedule_lag(&s.name, lag_secs);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::idempotency::local::LocalStore;
+    use crate::message::find_attribute;
+    use crate::plugin::registry::Registry;
+    use crate::source::local::LocalQueue;
+    use crate::stats::Stats;
+
+    /// Two schedulers on one embedded store and queue (two hosts sharing a data directory), a
+    /// schedule every second, real time: each tick is sent once.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn two_schedulers_on_the_embedded_store_send_each_tick_once() {
+        let config = Arc::new(
+            Config::parse(
+                "[[schedule]]\nname = \"s\"\ncron = \"* * * * * *\"\nqueue = \"ticks\"\nbody = \"tick\"\n",
+            )
+            .unwrap(),
+        );
+        let store: Arc<dyn Store> = Arc::new(LocalStore::open(None).unwrap());
+        let queue = Arc::new(LocalQueue::open(None, Default::default()).unwrap());
+        let stop = CancellationToken::new();
+        let registry = Arc::new(Registry::new(Vec::new()));
+        for _ in 0..2 {
+            let stats = Arc::new(Stats::default());
+            let scheduler = Scheduler {
+                config: Arc::clone(&config),
+                store: Arc::clone(&store),
+                source: queue.clone(),
+                metrics: Arc::new(Metrics::new(&config, stats, Arc::clone(&registry))),
+                board: Arc::default(),
+            };
+            tokio::spawn(scheduler.run(stop.clone()));
+        }
+        tokio::time::sleep(Duration::from_millis(4500)).await;
+        stop.cancel();
+        let got = queue
+            .receive("ticks", 10, Duration::from_secs(30), Duration::ZERO)
+            .await
+            .unwrap();
+        let mut per_tick: BTreeMap<String, usize> = BTreeMap::new();
+        for m in &got {
+            let tick = find_attribute(&m.attributes, "qhost-tick").and_then(|a| a.text());
+            *per_tick.entry(tick.unwrap().to_string()).or_default() += 1;
+        }
+        assert!(per_tick.len() >= 3, "ticks sent: {per_tick:?}");
+        assert!(
+            per_tick.values().all(|n| *n == 1),
+            "each once: {per_tick:?}"
+        );
+    }
+}
