@@ -23,10 +23,11 @@ const JOBS: usize = 120;
 /// The counters each job increments besides `total`: `d0` to `d3`, by job number.
 const SPREAD: usize = 4;
 
-/// Sends every job once, and every fifth job a second time (another message, the same key).
-async fn produce(sqs: &SqsQueue, jobs: &str, sink: &str) {
+/// Sends the jobs of `range` once, and every fifth job a second time (another message, the
+/// same key).
+async fn produce(sqs: &SqsQueue, jobs: &str, sink: &str, range: std::ops::Range<usize>) {
     let mut batch = Vec::new();
-    for i in 0..JOBS {
+    for i in range {
         let body = format!(
             "sleep:300;kv-incr:counts:total;kv-incr:counts:d{};send-fence:{sink}",
             i % SPREAD
@@ -59,8 +60,13 @@ async fn collect(sink: &str, done: &mut BTreeSet<String>) {
 /// What the storm may do besides killing hosts: on a cluster, kill a primary.
 type Storm<'a> = Box<dyn FnMut() + 'a>;
 
-/// Runs the jobs on two hosts with the store `idempotency`, killing host 0 at a third and at
-/// two thirds of the jobs and calling `mid_run` at half; then checks every counter.
+/// Runs the jobs on two hosts with the store `idempotency`, killing host 0 twice mid-run and
+/// calling `mid_run` at half; then checks every counter.
+///
+/// The jobs go out in three thirds: the first at the start, the second with the first kill
+/// (once half the first third is done) and the last with the second kill (once half the second
+/// is). So both kills happen before the run can end, however long the observer takes to see
+/// progress on a loaded server, and each finds the jobs it was sent with still to run.
 async fn storm(test: &str, idempotency: &str, mut mid_run: Storm<'_>) {
     let env = TestEnv::new();
     env.install(
@@ -83,17 +89,24 @@ async fn storm(test: &str, idempotency: &str, mut mid_run: Storm<'_>) {
         .map(|c| HostProcess::start_consuming(c))
         .collect();
     let sqs = SqsQueue::from_sdk_config(&sdk_config());
-    produce(&sqs, &jobs, &sink).await;
+    let third = JOBS / 3;
+    produce(&sqs, &jobs, &sink, 0..third).await;
     let mut done = BTreeSet::new();
     let (mut kills, mut stormed) = (0, false);
     let started = Instant::now();
     loop {
         collect(&sink, &mut done).await;
-        if kills < 2 && done.len() >= JOBS * (kills + 1) / 3 {
+        if kills < 2 && done.len() >= third * kills + third / 2 {
             // Restarted without waiting for it: the other host goes on meanwhile.
             hosts.remove(0).kill();
             hosts.insert(0, HostProcess::start(&configs[0]));
             kills += 1;
+            let next = third * kills..if kills == 2 {
+                JOBS
+            } else {
+                third * (kills + 1)
+            };
+            produce(&sqs, &jobs, &sink, next).await;
         }
         if !stormed && done.len() >= JOBS / 2 {
             tokio::task::block_in_place(&mut mid_run);
