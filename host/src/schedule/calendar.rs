@@ -112,14 +112,6 @@ impl Calendar {
         }
         ticks
     }
-
-    /// The newest tick at or before `at`, if one is within `(after, at]`.
-    pub fn latest(&self, after: Timestamp, at: Timestamp) -> Option<Timestamp> {
-        let from = whole_second(at).to_zoned(self.zone.clone());
-        let t = self.cron.find_previous_occurrence(&from, true).ok()?;
-        let t = t.timestamp();
-        (t > after && t <= at).then_some(t)
-    }
 }
 
 /// `t` without its fraction of a second (ticks are whole seconds).
@@ -171,14 +163,6 @@ mod tests {
         let fraction = at("2026-12-04T10:00:19.700Z");
         let c = Calendar::parse("*/20 * * * * *", "UTC").unwrap();
         assert_eq!(c.next_after(fraction), Some(at("2026-12-04T10:00:20Z")));
-        assert_eq!(
-            c.latest(at("2026-12-04T10:00:00Z"), at("2026-12-04T10:00:59Z")),
-            Some(at("2026-12-04T10:00:40Z"))
-        );
-        assert_eq!(
-            c.latest(at("2026-12-04T10:00:40Z"), at("2026-12-04T10:00:59Z")),
-            None
-        );
     }
 
     #[test]

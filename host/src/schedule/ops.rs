@@ -44,18 +44,10 @@ pub struct ScheduleStatus {
 /// Every schedule of `config` with its record.
 pub async fn list(config: &Config) -> anyhow::Result<Vec<ScheduleStatus>> {
     let store = open_store(config).await?;
-    statuses(config, store.as_ref()).await
-}
-
-/// Every schedule of `config` with its record in `store` (what the console shows).
-pub(crate) async fn statuses(
-    config: &Config,
-    store: &dyn Store,
-) -> anyhow::Result<Vec<ScheduleStatus>> {
     let mut out = Vec::new();
     for s in &config.schedules {
         let key = record::key(&config.namespace, &s.name);
-        out.push(status(s, record::read(store, &key).await?));
+        out.push(status(s, record::read(store.as_ref(), &key).await?));
     }
     Ok(out)
 }
