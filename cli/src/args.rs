@@ -74,6 +74,15 @@ pub(crate) enum Command {
     /// sent), cost. Exit code: 0 all agree, 3 some outcome differs, 4 outcomes agree but an
     /// outbox or HTTP request differs, 5 only some lines could not be read.
     Replay(ReplayArgs),
+    /// Run handler tests: the cases of test files (*.test.toml; default: those in the plugins
+    /// directory and under tests/) against their plugin files, each in a canned world (state,
+    /// HTTP answers, clock) with no queue, network or host environment, and print a line per
+    /// case with what differed. Exit code: 0 every case passed, 1 otherwise (a failing case,
+    /// a test file that cannot be read, a plugin that does not load, or no case at all).
+    Test(TestArgs),
+    /// Print a realistic message of KIND as its producer sends it (sqs, sns, eventbridge, s3,
+    /// celery, extended-client), as a test case to paste into a test file.
+    Fixture(FixtureArgs),
     /// Delete every message of a queue, after asking (or with --yes).
     Purge {
         /// The queue.
@@ -327,6 +336,38 @@ pub(crate) struct ReplayArgs {
     /// The recorded messages, one JSON object per line (`-`: standard input).
     #[arg(long)]
     pub(crate) messages: PathBuf,
+}
+
+/// `qhost test`'s arguments.
+#[derive(Args)]
+pub(crate) struct TestArgs {
+    /// Test files, or folders searched for *.test.toml.
+    pub(crate) paths: Vec<PathBuf>,
+    /// Also write the results as JUnit XML to FILE, for CI.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) junit: Option<PathBuf>,
+    /// Run again whenever a test file, a plugin file or its manifest changes (until Ctrl-C).
+    #[arg(long)]
+    pub(crate) watch: bool,
+    /// Instead of running tests, print a test file whose cases expect what --plugin does today
+    /// with each recorded message in FILE (JSON Lines, as `dlq peek --jsonl` and a queue's
+    /// `capture` write them; `-`: standard input).
+    #[arg(long, value_name = "FILE", requires = "plugin", conflicts_with_all = ["watch", "junit"])]
+    pub(crate) record: Option<PathBuf>,
+    /// With --record: the plugin file the cases run on.
+    #[arg(long, value_name = "FILE.wasm")]
+    pub(crate) plugin: Option<PathBuf>,
+}
+
+/// `qhost fixture`'s arguments.
+#[derive(Args)]
+pub(crate) struct FixtureArgs {
+    /// sqs, sns, eventbridge, s3, celery or extended-client.
+    pub(crate) kind: String,
+    /// What the handler is to get: the text (sqs, sns), the detail (eventbridge, JSON), the
+    /// object key (s3), the task (celery, JSON: {"task", "args", "kwargs"}).
+    #[arg(long)]
+    pub(crate) body: Option<String>,
 }
 
 #[derive(Subcommand)]

@@ -100,6 +100,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Purge { queue, yes } => purge(config()?, &queue, yes).await,
         Command::Invoke(args) => return invoke(config()?, args).await,
         Command::Replay(args) => return replay(config()?, args).await,
+        Command::Test(args) => return test(config()?, args).await,
+        Command::Fixture(args) => fixture(&args),
         Command::Dlq {
             command:
                 DlqCommand::Peek {

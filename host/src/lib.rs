@@ -31,11 +31,14 @@
 //! |                 | pollers, shutdown                                                     |
 //! | `dlq`           | dead letters read and redriven (`qhost dlq`)                          |
 //! | `queues`        | the operator's verbs on a configuration's queues: send, peek, purge, dlq |
-//! | `oneshot`       | one message through one plugin file, no queue or store (`invoke`)     |
+//! | `oneshot`       | the one engine that runs a message outside a host (invoke, replay,    |
+//! |                 | test), and `invoke`: one message through one plugin file              |
 //! | `rollout`       | canary rollout: a new version's share of keys, its fleet-wide record, the rules |
 //! | `schedule`      | cron in qhost: ticks claimed once across a fleet, catch-up, overlap, pause, |
 //! |                 | backfill; each host's scheduler and the operator's verbs (`qhost schedule`) |
 //! | `replay`        | recorded messages through two versions of a plugin, compared (`replay`) |
+//! | `fixture`       | realistic messages of each kind producers send (`qhost fixture`)      |
+//! | `suite`         | a handler's tests as data: test files' cases in a canned world (`test`) |
 //! | `capture`       | a sample of handled messages written for `qhost replay` (`[[queue]] capture`) |
 //! | `scaffold`      | a new handler project in Rust, Python or JavaScript (`new`)           |
 //! | `aws`           | the AWS configuration chain shared by the SQS and S3 backends, and   |
@@ -67,6 +70,7 @@ mod config;
 mod digest;
 mod dlq;
 mod faults;
+mod fixture;
 mod format;
 mod handler;
 mod host;
@@ -91,6 +95,7 @@ pub mod schedule;
 mod source;
 mod sqlite;
 mod stats;
+mod suite;
 mod traces;
 
 // The embedding API. Everything else is crate-private: the pipeline's stages, the runtime's
@@ -148,15 +153,20 @@ pub use runtime::{WASMTIME_VERSION, WIT_PACKAGE};
 // What an operator runs against a configuration: the queue verbs, one message through one
 // plugin file, a new handler project.
 pub use dlq::{Redriven, Verdict};
+pub use fixture::{FIXTURE_KINDS, Fixture, fixture};
 pub use format::inspect::{Inspected, InspectedRun, inspect as inspect_message};
 pub use message::recorded::{LineError, RecordedMessage, read_lines as read_recorded};
-pub use oneshot::{InvokeReport, InvokeRequest, Ran, invoke_file};
+pub use oneshot::{Ended, InvokeReport, InvokeRequest, Ran, invoke_file};
 pub use queues::{DeadLetter, Purged, Queues};
-pub use replay::{Compared, Ended, Finding, Replay, Run, Side, replay_files};
+pub use replay::{Compared, Finding, Replay, Run, Side, replay_files};
 pub use rollout::by_hand::{decide_by_hand as decide_rollout, rollout_of};
 pub use rollout::record::{DecidedBy, RolloutRecord, RolloutState, Tally};
 pub use runtime::http::record::RecordedRequest;
 pub use scaffold::{Language, create as create_project};
+pub use suite::{
+    CaseReport, FileReport, Recorded, TestRun, record_cases, run_files, run_tests, test_files,
+    wait_for_change, watched as watched_by_tests,
+};
 
 // Seeing a running host.
 pub use admin::{AdminError, AdminServer, HostView};

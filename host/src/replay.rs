@@ -15,20 +15,17 @@
 //! - the HTTP requests each made, in order: method, URL and body digest.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
-
 use crate::config::Config;
-use crate::handler::{HandlerMessage, Outcome};
-use crate::idempotency::key::KeyInput;
-use crate::message::Outgoing;
 use crate::message::recorded::{LineError, RecordedMessage, read_lines};
-use crate::message::wire;
+use crate::message::{Outgoing, Received, wire};
+use crate::oneshot::Ended;
+use crate::oneshot::bench::{Bench, ToLoad};
 use crate::plugin::Plugin;
 use crate::runtime::Costs;
-use crate::runtime::http::record::{HttpRecorder, RecordedRequest};
+use crate::runtime::http::record::RecordedRequest;
+use crate::runtime::world::World;
 
 /// The queue name a replayed handler is told its message came from, when the record names
 /// none.
@@ -47,46 +44,6 @@ pub struct Side {
     pub took: Duration,
     /// Instantiate and call time of its runs.
     pub costs: Option<Costs>,
-}
-
-/// How one run ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Ended {
-    /// Its manifest derives no key from the message: a host would reject it unrun.
-    NoKey(String),
-    /// It acked.
-    Ack,
-    /// It asked for a retry after at least this many seconds.
-    Retry(u32),
-    /// It rejected, with this reason.
-    Reject(String),
-    /// It trapped, ran out of time or memory, or could not be instantiated.
-    Failed(String),
-}
-
-impl Ended {
-    /// The kind, which is what comparing two outcomes compares.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Ended::NoKey(_) => "no key",
-            Ended::Ack => "ack",
-            Ended::Retry(_) => "retry",
-            Ended::Reject(_) => "reject",
-            Ended::Failed(_) => "failed",
-        }
-    }
-}
-
-impl std::fmt::Display for Ended {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Ended::Ack => f.write_str("ack"),
-            Ended::Retry(secs) => write!(f, "retry {secs}s"),
-            Ended::NoKey(why) | Ended::Reject(why) | Ended::Failed(why) => {
-                write!(f, "{}: {why}", self.kind())
-            }
-        }
-    }
 }
 
 /// What one version did with one message.
@@ -189,8 +146,9 @@ pub async fn replay_files(
     old: &Path,
     messages: &str,
 ) -> anyhow::Result<Replay> {
-    let (old_plugin, old_http) = load(config, old).await?;
-    let (new_plugin, new_http) = load(config, new).await?;
+    let old_bench = load(config, old).await?;
+    let new_bench = load(config, new).await?;
+    let (old_plugin, new_plugin) = (old_bench.plugin(), new_bench.plugin());
     let mut rows = Vec::new();
     let mut unreadable = Vec::new();
     let (mut old_took, mut new_took) = (Duration::ZERO, Duration::ZERO);
@@ -204,9 +162,9 @@ pub async fn replay_files(
             }
         };
         let started = Instant::now();
-        let old = run(&old_plugin, &old_http, &msg).await;
+        let old = run(&old_bench, &msg).await;
         let between = Instant::now();
-        let new = run(&new_plugin, &new_http, &msg).await;
+        let new = run(&new_bench, &msg).await;
         old_took += between - started;
         new_took += between.elapsed();
         rows.push(Compared {
@@ -225,82 +183,56 @@ pub async fn replay_files(
             .map(|after| crate::oneshot::since(&before.unwrap_or_default(), after)),
     };
     Ok(Replay {
-        old: side(old, &old_plugin, old_before, old_took),
-        new: side(new, &new_plugin, new_before, new_took),
+        old: side(old, old_plugin, old_before, old_took),
+        new: side(new, new_plugin, new_before, new_took),
         rows,
         unreadable,
     })
 }
 
-/// Loads the plugin at `path` with its HTTP requests recorded, not sent.
-async fn load(config: &Config, path: &Path) -> anyhow::Result<(Plugin, Arc<HttpRecorder>)> {
-    let runtime = crate::host::runtime_for(config)?;
-    let file = path.to_path_buf();
-    let recorder = HttpRecorder::new();
-    let kept = Arc::clone(&recorder);
-    let plugin = tokio::task::spawn_blocking(move || {
-        crate::plugin::loader::load_file_in(&runtime, &file, |_| {}, Some(kept))
-    })
-    .await
-    .context("the loader stopped")?
-    .map_err(|e| anyhow::anyhow!("{e:#}"))?;
-    Ok((plugin, recorder))
+/// Loads the plugin at `path` into a replay's world: its HTTP requests written down, never
+/// sent.
+async fn load(config: &Config, path: &Path) -> anyhow::Result<Bench> {
+    Bench::load_for(config, ToLoad::file(path), |_| {}, Some(World::replay())).await
 }
 
 /// One message through one version.
-async fn run(plugin: &Plugin, http: &HttpRecorder, msg: &RecordedMessage) -> Run {
-    // Read once already: a line whose body does not decode is not a message.
-    let body = msg.body().unwrap_or_default();
-    let idempotency = &plugin.manifest.idempotency;
-    let input = KeyInput {
-        id: &msg.id,
-        body: &body,
-        attributes: &msg.attributes,
-        sha256: None,
+async fn run(bench: &Bench, msg: &RecordedMessage) -> Run {
+    let received = Received {
+        id: msg.id.clone(),
+        receipt: String::new(),
+        queue: if msg.queue.is_empty() {
+            QUEUE.to_string()
+        } else {
+            msg.queue.clone()
+        },
+        // Read once already: a line whose body does not decode is not a message.
+        body: msg.body().unwrap_or_default(),
+        attributes: msg.attributes.clone(),
+        receive_count: msg.receive_count,
+        sent_at_ms: msg.sent_at_ms,
+        group_id: msg.group_id.clone(),
+        malformed: None,
     };
-    let key = match (idempotency.key).derive_or(input, idempotency.on_missing) {
-        Ok(key) => key,
-        Err(e) => {
+    let ran = match bench.run(&received, &*crate::format::plain(), None).await {
+        Ok(mut runs) => runs.pop(),
+        Err(why) => {
             return Run {
                 key: None,
-                ended: Ended::NoKey(e.to_string()),
+                ended: Ended::Refused(why),
                 outbox: Vec::new(),
                 http: Vec::new(),
             };
         }
     };
-    let queue = if msg.queue.is_empty() {
-        QUEUE.to_string()
-    } else {
-        msg.queue.clone()
-    };
-    let answer = plugin
-        .invoke(HandlerMessage {
-            id: msg.id.clone(),
-            idempotency_key: key.clone(),
-            fencing_token: 1,
-            queue,
-            body,
-            attributes: msg.attributes.clone(),
-            receive_count: msg.receive_count,
-            sent_at_ms: msg.sent_at_ms,
-            group_id: msg.group_id.clone(),
-            time_limit: None,
-        })
-        .await;
-    let (ended, outbox) = match answer {
-        Ok(invocation) => match invocation.outcome {
-            Outcome::Ack => (Ended::Ack, invocation.outbox),
-            Outcome::Retry(secs) => (Ended::Retry(secs), Vec::new()),
-            Outcome::Reject(reason) => (Ended::Reject(reason), Vec::new()),
-        },
-        Err(failure) => (Ended::Failed(failure.to_string()), Vec::new()),
+    let Some(ran) = ran else {
+        unreachable!("qhost's format reads one run from every message")
     };
     Run {
-        key: Some(key),
-        ended,
-        outbox,
-        http: http.take(),
+        key: ran.key,
+        ended: ran.ended,
+        outbox: ran.outbox,
+        http: ran.met.http.iter().map(RecordedRequest::of).collect(),
     }
 }
 

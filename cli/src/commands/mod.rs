@@ -11,6 +11,7 @@ mod queue;
 mod replay;
 mod run;
 mod schedule;
+mod test;
 
 pub(crate) use celery::inspect as celery_inspect;
 pub(crate) use dlq::{dlq_peek, dlq_redrive};
@@ -22,6 +23,7 @@ pub(crate) use queue::{peek, purge, send};
 pub(crate) use replay::replay;
 pub(crate) use run::{DEAD_LETTERED, run};
 pub(crate) use schedule::schedule;
+pub(crate) use test::{fixture, test};
 
 use qhost::Attribute;
 

@@ -8,9 +8,8 @@
 
 use std::path::Path;
 
-use super::{Admit, Formats, KeyBasis, Route, Run};
+use super::{Admit, Formats, Route, Run};
 use crate::config::{Config, MessageFormat, QueueConfig};
-use crate::idempotency::key::KeyInput;
 use crate::message::{Attribute, Received};
 use crate::plugin::manifest::Manifest;
 
@@ -83,15 +82,8 @@ fn inspected(
         Route::Named { names, .. } => names.clone(),
         Route::Chosen { value, .. } => vec![value.clone()],
     };
-    let (body, attributes) = match run.view {
-        Some(view) => (view.body, view.attributes),
-        None => (msg.body.clone(), msg.attributes.clone()),
-    };
-    let key = match &run.key {
-        KeyBasis::Fixed(key) => Ok(key.clone()),
-        KeyBasis::Id(id) => derive(manifest.as_ref(), id, &body, &attributes, false),
-        KeyBasis::Message => derive(manifest.as_ref(), &msg.id, &body, &attributes, true),
-    };
+    let key = run.key_of(msg, manifest.as_ref());
+    let (body, attributes) = run.view_of(msg);
     InspectedRun {
         route,
         plugin,
@@ -99,31 +91,6 @@ fn inspected(
         body,
         attributes,
     }
-}
-
-/// The key `manifest`'s key source (the default without one) derives from a run; `as_sent`:
-/// the run is the message as received, whose own key (a message qhost sent) the host honours.
-fn derive(
-    manifest: Option<&Manifest>,
-    id: &str,
-    body: &[u8],
-    attributes: &[Attribute],
-    as_sent: bool,
-) -> Result<String, String> {
-    let default = Manifest::default();
-    let policy = &manifest.unwrap_or(&default).idempotency;
-    let input = KeyInput {
-        id,
-        body,
-        attributes,
-        sha256: None,
-    };
-    let key = if as_sent {
-        policy.key.derive_for_run(input, policy.on_missing)
-    } else {
-        policy.key.derive_or(input, policy.on_missing)
-    };
-    key.map_err(|e| e.to_string())
 }
 
 /// Where `queue` routes `run`, or why it would not run it.

@@ -47,8 +47,10 @@ use async_trait::async_trait;
 use futures_util::future::BoxFuture;
 
 use crate::config::{Config, MessageFormat, QueueConfig, Routes};
+use crate::idempotency::key::KeyInput;
 use crate::message::{Attribute, Outgoing, Received};
 use crate::plugin::Plugin;
+use crate::plugin::manifest::Manifest;
 
 /// How a queue's messages are read.
 pub(crate) trait Format: Send + Sync + std::fmt::Debug {
@@ -98,6 +100,41 @@ impl Run {
             admit: Admit::Now,
             effects: None,
         }
+    }
+}
+
+impl Run {
+    /// What the handler is given: the run's view, or the message's own body and attributes.
+    pub(crate) fn view_of(&self, msg: &Received) -> (Vec<u8>, Vec<Attribute>) {
+        match &self.view {
+            Some(view) => (view.body.clone(), view.attributes.clone()),
+            None => (msg.body.clone(), msg.attributes.clone()),
+        }
+    }
+
+    /// The key the run is leased under by `manifest`'s key source (the default without one),
+    /// as the host derives it, or why it has none.
+    pub(crate) fn key_of(
+        &self,
+        msg: &Received,
+        manifest: Option<&Manifest>,
+    ) -> Result<String, String> {
+        let default = Manifest::default();
+        let policy = &manifest.unwrap_or(&default).idempotency;
+        let (body, attributes) = self.view_of(msg);
+        let input = |id| KeyInput {
+            id,
+            body: &body,
+            attributes: &attributes,
+            sha256: None,
+        };
+        let key = match &self.key {
+            KeyBasis::Fixed(key) => return Ok(key.clone()),
+            KeyBasis::Id(id) => policy.key.derive_or(input(id), policy.on_missing),
+            // The message as received, whose own key (a message qhost sent) the host honours.
+            KeyBasis::Message => policy.key.derive_for_run(input(&msg.id), policy.on_missing),
+        };
+        key.map_err(|e| e.to_string())
     }
 }
 
@@ -291,6 +328,11 @@ impl Formats {
             MessageFormat::S3 => Arc::new(s3::S3),
         }
     }
+}
+
+/// qhost's own format with no route attribute: the message as it is, for one plugin.
+pub(crate) fn plain() -> Arc<dyn Format> {
+    Arc::new(qhost::Qhost::new(None))
 }
 
 /// `attributes` with `name` set to the string `value`, when there is one.

@@ -246,6 +246,24 @@ impl LocalStore {
         .await
     }
 
+    /// Forgets everything it holds: a test's world starts from nothing (`qhost test`).
+    pub(crate) async fn forget_all(&self) -> StoreResult<()> {
+        self.write(|tx| {
+            tx.execute_batch(
+                "DELETE FROM idempotency; DELETE FROM rate; DELETE FROM records; DELETE FROM kv;",
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Writes state as it stood before a test: each bucket's writes, applied as a commit
+    /// applies them.
+    pub(crate) async fn seed(&self, buckets: Vec<super::commit::BucketCommit>) -> StoreResult<()> {
+        self.write(move |tx| kv::apply(tx, &buckets, now_ms() as i64))
+            .await
+    }
+
     async fn write<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Transaction<'_>) -> anyhow::Result<T> + Send + 'static,

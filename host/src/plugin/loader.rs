@@ -17,8 +17,8 @@ use crate::message::wire::valid_plugin_name;
 use crate::plugin::Plugin;
 use crate::runtime::bindings::{HandlerPre, WIT_VERSION};
 use crate::runtime::engine::Runtime;
-use crate::runtime::http::record::HttpRecorder;
 use crate::runtime::wasm::{Sandbox, WasmInvoker};
+use crate::runtime::world::World;
 
 /// Hex digits of the content hash used as the version.
 const VERSION_LEN: usize = 12;
@@ -133,24 +133,63 @@ pub(crate) fn load_file_with(
     load_file_in(runtime, path, edit, None)
 }
 
-/// As [`load_file_with`], with its granted HTTP requests written down in `record_http`
-/// instead of sent, when given (`qhost replay`).
+/// As [`load_file_with`], into `world` when given (`qhost test`, `qhost replay`): its granted
+/// HTTP requests answered by the world, never sent, and its clock the world's.
 pub(crate) fn load_file_in(
     runtime: &Runtime,
     path: &Path,
     edit: impl FnOnce(&mut Manifest),
-    record_http: Option<Arc<HttpRecorder>>,
+    world: Option<Arc<World>>,
 ) -> Result<Plugin, LoadError> {
+    load_as(runtime, LoadAs::file(path), edit, world)
+}
+
+/// A plugin file to load, and what it is called and governed by when that is not what its
+/// place says (a test names a build's output, whose manifest lives in the project).
+#[derive(Clone, Debug)]
+pub(crate) struct LoadAs<'a> {
+    /// The `.wasm` file.
+    pub(crate) path: &'a Path,
+    /// Its plugin name; `None`: the file stem.
+    pub(crate) name: Option<String>,
+    /// Its manifest; `None`: `NAME.toml` beside it.
+    pub(crate) manifest: Option<PathBuf>,
+}
+
+impl<'a> LoadAs<'a> {
+    /// The file at `path`, named and governed as the plugins directory would have it.
+    pub(crate) fn file(path: &'a Path) -> Self {
+        LoadAs {
+            path,
+            name: None,
+            manifest: None,
+        }
+    }
+}
+
+/// Loads the plugin `what` names, its manifest changed by `edit`, into `world` when given.
+pub(crate) fn load_as(
+    runtime: &Runtime,
+    what: LoadAs<'_>,
+    edit: impl FnOnce(&mut Manifest),
+    world: Option<Arc<World>>,
+) -> Result<Plugin, LoadError> {
+    let path = what.path;
     let fail = |reason: anyhow::Error| LoadError {
         path: path.to_path_buf(),
         reason,
     };
-    let name = plugin_name(path)
-        .ok_or_else(|| fail(anyhow::anyhow!("the file name is not a valid plugin name")))?;
-    let mut manifest = Manifest::load_or_default(&path.with_extension("toml")).map_err(fail)?;
+    let name = match what.name {
+        Some(name) if valid_plugin_name(&name) => name,
+        Some(name) => return Err(fail(anyhow::anyhow!("`{name}` is not a valid plugin name"))),
+        None => plugin_name(path)
+            .ok_or_else(|| fail(anyhow::anyhow!("the file name is not a valid plugin name")))?,
+    };
+    let manifest_path = what.manifest.unwrap_or_else(|| path.with_extension("toml"));
+    let mut manifest = Manifest::load_or_default(&manifest_path).map_err(fail)?;
     edit(&mut manifest);
     let bytes = std::fs::read(path).context("reading it").map_err(fail)?;
-    build_in(runtime, path, (name, &bytes), manifest, record_http)
+    build_in(runtime, path, (name, &bytes), manifest, world)
 }
 
 /// Compiles (or takes from the cache) the component in `bytes`, read from `path`, checks it
@@ -165,13 +204,13 @@ pub(crate) fn build(
     build_in(runtime, path, (name, bytes), manifest, None)
 }
 
-/// As [`build`], its HTTP requests recorded in `record_http` when given.
+/// As [`build`], into `world` when given.
 fn build_in(
     runtime: &Runtime,
     path: &Path,
     (name, bytes): (String, &[u8]),
     manifest: Manifest,
-    record_http: Option<Arc<HttpRecorder>>,
+    world: Option<Arc<World>>,
 ) -> Result<Plugin, LoadError> {
     let fail = |reason: anyhow::Error| LoadError {
         path: path.to_path_buf(),
@@ -191,7 +230,7 @@ fn build_in(
         .map_err(|why| fail(anyhow::anyhow!(why)))?;
     let version = version_of(bytes);
     let sandbox = Sandbox {
-        record_http,
+        world,
         ..manifest.sandbox()
     };
     let kv_counts = Arc::clone(&sandbox.kv_counts);

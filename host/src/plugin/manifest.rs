@@ -370,7 +370,7 @@ impl Manifest {
             memory_mib: self.limits.memory_mib,
             timeout: self.timeout(),
             reuse_instance: self.limits.reuse_instance,
-            record_http: None,
+            world: None,
             kv: self.kv_grant(),
             kv_limits: self.kv_limits(),
             kv_counts: Default::default(),

@@ -19,6 +19,7 @@ pub(crate) mod settings;
 pub(crate) mod state;
 mod stderr;
 pub(crate) mod wasm;
+pub(crate) mod world;
 
 pub(crate) use costs::Costs;
 pub(crate) use outbox::OutboxGrant;

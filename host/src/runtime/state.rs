@@ -20,6 +20,7 @@ use super::http::{Call, HttpPolicy, OutboundHttp};
 use super::outbox::{OutboxPolicy, Sender};
 use super::settings::Settings;
 use super::stderr::GuestStderr;
+use super::world::World;
 use crate::kv::KvPolicy;
 use crate::kv::run::RunState;
 use crate::message::Outgoing;
@@ -78,6 +79,8 @@ pub(crate) struct HostState {
     pub(crate) result: Option<String>,
     /// What the run read and wrote of its buckets.
     kv: RunState,
+    /// The world it runs in, outside a host (`qhost test`, `qhost replay`).
+    world: Option<Arc<World>>,
 }
 
 impl HostState {
@@ -85,18 +88,22 @@ impl HostState {
     pub(crate) fn new(
         ctx: CallContext,
         config: Arc<Settings>,
-        outbox_policy: Arc<OutboxPolicy>,
-        http: Arc<HttpPolicy>,
+        (outbox_policy, http): (Arc<OutboxPolicy>, Arc<HttpPolicy>),
         kv: Arc<KvPolicy>,
         memory_bytes: u64,
+        world: Option<Arc<World>>,
     ) -> Self {
         let stderr = GuestStderr::new(STDERR_CAPACITY);
-        let wasi = WasiCtx::builder()
-            .stderr(stderr.clone())
+        let mut wasi = WasiCtx::builder();
+        wasi.stderr(stderr.clone())
             .allow_tcp(false)
             .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
+            .allow_ip_name_lookup(false);
+        if let Some(clock) = world.as_ref().and_then(|w| w.clock()) {
+            wasi.wall_clock(clock.clone())
+                .monotonic_clock(clock.clone());
+        }
+        let wasi = wasi.build();
         HostState {
             wasi,
             table: ResourceTable::new(),
@@ -110,6 +117,7 @@ impl HostState {
             outbox: Vec::new(),
             result: None,
             kv: RunState::new(kv),
+            world,
         }
     }
 
@@ -192,6 +200,9 @@ impl log::Host for HostState {
         // them: the invoke span (INFO) the plugin and version, inside the delivery span (always
         // on) the queue and message id. The line carries what no enabled span shows; in JSON it
         // carries all four at the top level, where log pipelines look.
+        if let Some(world) = &self.world {
+            world.log(level_name(level), &message);
+        }
         let innermost = tracing::Span::current().metadata().map(|m| m.name());
         let c = &self.ctx;
         if !crate::logging::is_json() {
@@ -219,6 +230,17 @@ impl log::Host for HostState {
                 tracing::error!(target: "qhost::plugin", plugin, version, message_id = id, queue, "{message}")
             }
         }
+    }
+}
+
+/// The level's name, as a test matches it.
+fn level_name(level: log::Level) -> &'static str {
+    match level {
+        log::Level::Trace => "trace",
+        log::Level::Debug => "debug",
+        log::Level::Info => "info",
+        log::Level::Warn => "warn",
+        log::Level::Error => "error",
     }
 }
 

@@ -27,15 +27,15 @@ use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 use super::bindings::{Handler, HandlerPre};
 use super::convert;
 use super::costs::{CostCounters, Costs};
-use super::engine::Runtime;
+use super::engine::{EPOCH_TICK, Runtime};
 use super::guest_error::guest_error;
 use super::http::HttpGrant;
-use super::http::record::HttpRecorder;
 use super::http::{HttpCounts, HttpPolicy, key_header};
 use super::idle::{IdleBudget, IdleSlot};
 use super::outbox::{OutboxGrant, OutboxPolicy};
 use super::settings::Settings;
 use super::state::{CallContext, HostState};
+use super::world::World;
 use crate::handler::{Failure, HandlerMessage, Invocation, Invoke};
 use crate::kv::{KvCounts, KvGrant, KvLimits, KvPolicy};
 
@@ -60,8 +60,9 @@ pub(crate) struct Sandbox {
     pub(crate) timeout: Duration,
     /// Messages one instance may handle.
     pub(crate) reuse_instance: u32,
-    /// For `qhost replay`: where its HTTP requests are written down instead of sent.
-    pub(crate) record_http: Option<Arc<HttpRecorder>>,
+    /// For `qhost test` and `qhost replay`: the world its calls meet instead of the network
+    /// and the real clock.
+    pub(crate) world: Option<Arc<World>>,
     /// The buckets it may open.
     pub(crate) kv: KvGrant,
     /// How much one run may write to them.
@@ -86,6 +87,7 @@ pub(crate) struct WasmInvoker {
     idle: Mutex<Vec<(Warm, IdleSlot)>>,
     budget: IdleBudget,
     costs: CostCounters,
+    world: Option<Arc<World>>,
 }
 
 /// Idle instances one reusing plugin keeps at most; all plugins together keep no more than
@@ -126,13 +128,13 @@ impl WasmInvoker {
             max_requests: sandbox.http_requests,
             max_response_bytes: sandbox.http_response_bytes,
             // Reading the platform's roots is for plugins that may call out at all.
-            tls: if sandbox.calls_out && sandbox.record_http.is_none() {
+            tls: if sandbox.calls_out && sandbox.world.is_none() {
                 Some(runtime.http_tls()?)
             } else {
                 None
             },
             counts: Arc::new(HttpCounts::default()),
-            record: sandbox.record_http,
+            world: sandbox.world.clone(),
         };
         let kv = Arc::new(KvPolicy {
             plugin: Arc::clone(&plugin),
@@ -159,6 +161,7 @@ impl WasmInvoker {
             idle: Mutex::default(),
             budget: runtime.idle_budget(),
             costs: CostCounters::default(),
+            world: sandbox.world,
         })
     }
 
@@ -174,7 +177,7 @@ impl WasmInvoker {
             fencing_token: 0,
             deadline: tokio::time::Instant::now() + self.timeout,
         };
-        block_on(self.instantiate(ctx))
+        block_on(self.instantiate(ctx, false))
             .map(drop)
             .map_err(|e| anyhow::anyhow!("{e}"))
     }
@@ -208,30 +211,45 @@ impl WasmInvoker {
         self.costs.dropped(started);
     }
 
-    async fn instantiate(&self, ctx: CallContext) -> Result<Warm, Failure> {
+    /// A new instance for `ctx`; `for_call` is false for the check at load, which runs outside
+    /// the executor.
+    async fn instantiate(&self, ctx: CallContext, for_call: bool) -> Result<Warm, Failure> {
         let config = Arc::clone(&self.config);
         let state = HostState::new(
             ctx,
             config,
-            Arc::clone(&self.outbox),
-            Arc::clone(&self.http),
+            (Arc::clone(&self.outbox), Arc::clone(&self.http)),
             Arc::clone(&self.kv),
             self.memory_bytes,
+            self.world.clone(),
         );
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| s.limiter());
-        // Yield to the executor at every tick: the deadline is the caller's timer, not a trap.
-        // Tokio's `yield_now` lets the runtime poll its timers and I/O before this task runs
-        // again; a bare yield would put the task straight back, and with every worker running
-        // guests that spin, timers (this call's deadline among them) would fire hundreds of
-        // milliseconds late.
         store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|_| {
-            Ok(UpdateDeadline::YieldCustom(
-                1,
-                Box::pin(tokio::task::yield_now()),
-            ))
-        });
+        let virtual_time = for_call && self.world.as_ref().is_some_and(|w| w.clock().is_some());
+        if virtual_time {
+            // On a world's paused clock, time passes only when the executor is idle; a guest
+            // that computes never leaves it idle, so each tick it computes moves the clock by a
+            // tick, and its deadline comes as on a host.
+            store.epoch_deadline_callback(|_| {
+                Ok(UpdateDeadline::YieldCustom(
+                    1,
+                    Box::pin(tokio::time::advance(EPOCH_TICK)),
+                ))
+            });
+        } else {
+            // Yield to the executor at every tick: the deadline is the caller's timer, not a
+            // trap. Tokio's `yield_now` lets the runtime poll its timers and I/O before this
+            // task runs again; a bare yield would put the task straight back, and with every
+            // worker running guests that spin, timers (this call's deadline among them) would
+            // fire hundreds of milliseconds late.
+            store.epoch_deadline_callback(|_| {
+                Ok(UpdateDeadline::YieldCustom(
+                    1,
+                    Box::pin(tokio::task::yield_now()),
+                ))
+            });
+        }
         let started = Instant::now();
         let instance = self.pre.instantiate_async(&mut store).await;
         self.costs.instantiated(started);
@@ -320,7 +338,7 @@ impl WasmInvoker {
                 warm.store.set_epoch_deadline(1);
                 warm
             }
-            None => self.instantiate(ctx).await?,
+            None => self.instantiate(ctx, true).await?,
         };
         warm.used += 1;
         let started = Instant::now();

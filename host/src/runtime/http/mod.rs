@@ -37,6 +37,8 @@ use tokio::time::Instant;
 use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
+use super::world::World;
+
 pub(crate) use counts::HttpCounts;
 pub(crate) use grant::HttpGrant;
 pub(crate) use tls::{TlsClient, client as tls_client};
@@ -60,9 +62,9 @@ pub(crate) struct HttpPolicy {
     /// `None` for a plugin granted nothing (its requests never get as far as TLS).
     pub(crate) tls: Option<TlsClient>,
     pub(crate) counts: Arc<HttpCounts>,
-    /// Set for a plugin loaded by `qhost replay`: admitted requests are written down here and
-    /// answered at once, never sent ([`record`]).
-    pub(crate) record: Option<Arc<record::HttpRecorder>>,
+    /// Set for a plugin loaded into a world (`qhost test`, `qhost replay`): admitted requests
+    /// are written down there and answered by it, never sent ([`record`]).
+    pub(crate) world: Option<Arc<World>>,
 }
 
 /// The message a call is for, as its requests need it.
@@ -202,10 +204,8 @@ impl WasiHttpHooks for OutboundHttp {
         _fut: Box<dyn Future<Output = Result<(), Error>> + Send>,
     ) -> Sending {
         match self.admit(request, options) {
-            Ok(outbound) => match &self.policy.record {
-                Some(recorder) => {
-                    send::boxed(record::answer(outbound.request, Arc::clone(recorder)))
-                }
+            Ok(outbound) => match &self.policy.world {
+                Some(world) => send::boxed(record::answer(outbound.request, Arc::clone(world))),
                 None => send::boxed(send::send(outbound)),
             },
             Err((error, result)) => {

@@ -1,5 +1,5 @@
 //! One message through one plugin file, with no queue and no store: `qhost invoke`, the handler
-//! author's inner loop.
+//! author's inner loop, on the one engine ([`super::bench`]).
 //!
 //! The plugin is loaded as the host loads it (its manifest beside it, the same engine limits
 //! and compiled-code cache), the key is derived by its manifest, and the call runs under its
@@ -7,15 +7,16 @@
 //! remembered, so the same message can be tried again and again.
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
+use super::bench::{self, Bench, Ended, ToLoad};
 use crate::config::Config;
-use crate::handler::{Failure, HandlerMessage, Invocation};
-use crate::idempotency::key::KeyInput;
-use crate::message::Attribute;
-use crate::plugin::manifest::ConfigValue;
+use crate::handler::{Failure, Invocation, Outcome};
+use crate::message::{Attribute, Received};
+use crate::plugin::manifest::{ConfigValue, Manifest};
 use crate::runtime::Costs;
 
 /// The message to run, and settings to change in the plugin's `[config]`.
@@ -81,61 +82,43 @@ pub async fn invoke_file(
     path: &Path,
     request: InvokeRequest,
 ) -> anyhow::Result<InvokeReport> {
-    let runtime = crate::host::runtime_for(config)?;
     let overrides = request.config.clone();
-    let file = path.to_path_buf();
     let allow_http = request.allow_http;
-    let (plugin, http_withheld) = tokio::task::spawn_blocking(move || {
-        let mut withheld = Vec::new();
-        let loaded = crate::plugin::loader::load_file_with(&runtime, &file, |manifest| {
-            let texts = overrides
-                .into_iter()
-                .map(|(k, v)| (k, ConfigValue::Text(v)));
-            manifest.config.extend(texts);
-            if !allow_http {
-                withheld = std::mem::take(&mut manifest.capabilities.http);
-            }
-        });
-        loaded.map(|plugin| (plugin, withheld))
-    })
-    .await
-    .context("the loader stopped")?
-    .map_err(|e| anyhow::anyhow!("{e:#}"))?;
-    let id = uuid::Uuid::new_v4().to_string();
-    let idempotency = &plugin.manifest.idempotency;
-    let input = KeyInput {
-        id: &id,
-        body: &request.body,
-        attributes: &request.attributes,
-        sha256: None,
+    let withheld = Arc::new(Mutex::new(Vec::new()));
+    let kept = Arc::clone(&withheld);
+    let edit = move |manifest: &mut Manifest| {
+        let texts = overrides
+            .into_iter()
+            .map(|(k, v)| (k, ConfigValue::Text(v)));
+        manifest.config.extend(texts);
+        if !allow_http {
+            let http = std::mem::take(&mut manifest.capabilities.http);
+            *kept.lock().unwrap_or_else(|e| e.into_inner()) = http;
+        }
     };
-    let key = (idempotency.key).derive_or(input, idempotency.on_missing);
+    let bench = Bench::load_for(config, ToLoad::file(path), edit, None).await?;
+    let http_withheld = std::mem::take(&mut *withheld.lock().unwrap_or_else(|e| e.into_inner()));
+    let plugin = bench.plugin();
+    let msg = Received {
+        id: uuid::Uuid::new_v4().to_string(),
+        receipt: String::new(),
+        queue: QUEUE.into(),
+        body: request.body,
+        attributes: request.attributes,
+        receive_count: 1,
+        sent_at_ms: now_ms(),
+        group_id: None,
+        malformed: None,
+    };
     // Loading may have run an instance already (a check): only this call's costs count.
     let before = plugin.costs().unwrap_or_default();
     let started = Instant::now();
-    let ran = match key {
-        Err(e) => Ran::NoKey(e.to_string()),
-        Ok(key) => {
-            let answer = plugin
-                .invoke(HandlerMessage {
-                    id,
-                    idempotency_key: key.clone(),
-                    fencing_token: 1,
-                    queue: QUEUE.into(),
-                    body: request.body,
-                    attributes: request.attributes,
-                    receive_count: 1,
-                    sent_at_ms: now_ms(),
-                    group_id: None,
-                    time_limit: None,
-                })
-                .await;
-            match answer {
-                Ok(invocation) => Ran::Answered { key, invocation },
-                Err(failure) => Ran::Failed { key, failure },
-            }
-        }
-    };
+    let mut runs =
+        (bench.run(&msg, &*crate::format::plain(), None).await).map_err(anyhow::Error::msg)?;
+    let ran = runs
+        .pop()
+        .context("qhost's format reads one run from every message")?;
+    let ran = reported(ran);
     let costs = match ran {
         Ran::NoKey(_) => None,
         _ => plugin.costs().map(|after| since(&before, after)),
@@ -148,6 +131,28 @@ pub async fn invoke_file(
         ran,
         costs,
     })
+}
+
+/// The report's form of what the bench ran.
+fn reported(ran: bench::Ran) -> Ran {
+    let key = ran.key.unwrap_or_default();
+    let outcome = match ran.ended {
+        Ended::Ack => Outcome::Ack,
+        Ended::Retry(secs) => Outcome::Retry(secs),
+        Ended::Reject(reason) => Outcome::Reject(reason),
+        Ended::NoKey(why) => return Ran::NoKey(why),
+        other => match ran.failure {
+            Some(failure) => return Ran::Failed { key, failure },
+            None => return Ran::NoKey(other.to_string()),
+        },
+    };
+    let invocation = Invocation {
+        outcome,
+        outbox: ran.outbox,
+        result: ran.result,
+        state: ran.state,
+    };
+    Ran::Answered { key, invocation }
 }
 
 pub(crate) fn since(before: &Costs, after: Costs) -> Costs {

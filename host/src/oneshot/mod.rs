@@ -1,0 +1,11 @@
+//! Running a message outside a host: one engine ([`bench`]) under the three commands that do
+//! it. `qhost invoke` runs one message through one plugin file ([`invoke`]); `qhost replay`
+//! runs recorded messages through two versions (`crate::replay`); `qhost test` runs a test
+//! file's cases in a canned world (`crate::suite`).
+
+pub(crate) mod bench;
+mod invoke;
+
+pub use bench::Ended;
+pub(crate) use invoke::since;
+pub use invoke::{InvokeReport, InvokeRequest, Ran, invoke_file};
