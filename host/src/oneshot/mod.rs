@@ -1,7 +1,7 @@
 //! Running a message outside a host: one engine ([`bench`]) under the three commands that do
 //! it. `qhost invoke` runs one message through one plugin file ([`invoke`]); `qhost replay`
-//! runs recorded messages through two versions (`crate::replay`); `qhost test` runs a test
-//! file's cases in a canned world (`crate::suite`).
+//! runs recorded messages through two versions (the `replay` module); `qhost test` runs a test
+//! file's cases in a canned world (the `suite` module).
 
 pub(crate) mod bench;
 mod invoke;
