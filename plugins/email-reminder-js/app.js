@@ -11,21 +11,29 @@
 // address-month it reminded, committed with the run that sent the email. Without the grant it
 // relies on the key.
 //
+// On a Celery queue (format = "celery") the reminder is the task's keyword arguments
+// (send_reminder.delay(email=…, customer=…, month=…)), one email per task id, and the task
+// returns the email's id to a caller waiting on its result.
+//
 // Build: scripts/build-guest-plugins (componentize-js, pinned by package-lock.json, against
 // ../../wit's `handler-state` world).
 
 import { get } from "qhost:handler/config@0.1.1";
 import { write } from "qhost:handler/log@0.1.1";
 import { send } from "qhost:handler/outbox@0.1.1";
+import { set as setResult } from "qhost:handler/result-value@0.1.1";
 import { open } from "wasi:keyvalue/store@0.2.0-draft";
 
 const text = new TextDecoder();
 const bytes = new TextEncoder();
 
 export function handle(msg) {
+  // On a Celery queue the host gives the decoded task, marked by its `celery-task` attribute.
+  const celery = msg.attributes.some((a) => a.name === "celery-task");
   let reminder;
   try {
-    reminder = JSON.parse(text.decode(msg.body));
+    const body = JSON.parse(text.decode(msg.body));
+    reminder = celery ? body.kwargs : body;
   } catch (e) {
     return { tag: "reject", val: `not a reminder: ${e.message}` };
   }
@@ -67,6 +75,10 @@ export function handle(msg) {
   }
   reminded?.set(seen, bytes.encode(msg.idempotencyKey));
   write("info", `reminder for ${email} queued as ${messageId}`);
+  if (celery) {
+    // What the task returns: a caller's AsyncResult(id).get() gets it.
+    setResult(JSON.stringify({ "message-id": messageId }));
+  }
   return { tag: "ack" };
 }
 

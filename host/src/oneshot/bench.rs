@@ -281,14 +281,16 @@ impl Bench {
         match answer {
             Ok(invocation) => match invocation.outcome {
                 Outcome::Ack => {
+                    // The format may add to the outbox (a Celery task's callbacks); the result
+                    // value reported is the handler's own, whatever the format records of it.
                     let name = &self.plugin.name;
-                    let (outbox, result) = match &run.effects {
+                    let result = invocation.result;
+                    ran.outbox = match &run.effects {
                         Some(effects) => {
-                            effects.on_ack(invocation.outbox, name, key, invocation.result)
+                            (effects.on_ack(invocation.outbox, name, key, result.clone())).0
                         }
-                        None => (invocation.outbox, invocation.result),
+                        None => invocation.outbox,
                     };
-                    ran.outbox = outbox;
                     ran.result = result;
                     ran.state = invocation.state;
                 }

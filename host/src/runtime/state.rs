@@ -200,8 +200,10 @@ impl log::Host for HostState {
         // them: the invoke span (INFO) the plugin and version, inside the delivery span (always
         // on) the queue and message id. The line carries what no enabled span shows; in JSON it
         // carries all four at the top level, where log pipelines look.
+        // In a world (a test, a replay) the line is the world's: kept for the run's report,
+        // not logged by the host.
         if let Some(world) = &self.world {
-            world.log(level_name(level), &message);
+            return world.log(level_name(level), &message);
         }
         let innermost = tracing::Span::current().metadata().map(|m| m.name());
         let c = &self.ctx;

@@ -13,11 +13,15 @@
 //! so the check and the send cannot race or half-happen. Without the grant it relies on the key
 //! alone.
 //!
+//! On a Celery queue (`format = "celery"`) the reminder is the task's keyword arguments
+//! (`send_reminder.delay(email=…, customer=…, month=…)`), one email per task id, and the task
+//! returns the email's id to a caller waiting on its result.
+//!
 //! For the demo, `"outage-attempts": N` makes the pretend email API fail the first N deliveries.
 
 use qhost_guest::outbox::Outgoing;
 use qhost_guest::state::{self, Bucket};
-use qhost_guest::{Attribute, Handler, Message, Outcome, config, log};
+use qhost_guest::{Attribute, Handler, Message, Outcome, celery, config, log};
 use serde::{Deserialize, Serialize};
 
 #[derive(Deserialize)]
@@ -44,7 +48,8 @@ struct EmailReminder;
 
 impl Handler for EmailReminder {
     fn handle(msg: Message) -> Outcome {
-        let reminder: Reminder = match serde_json::from_slice(&msg.body) {
+        let celery = msg.attributes.iter().any(|a| a.name == "celery-task");
+        let reminder = match reminder_of(&msg, celery) {
             Ok(r) => r,
             Err(e) => return Outcome::reject(format!("not a reminder: {e}")),
         };
@@ -70,11 +75,29 @@ impl Handler for EmailReminder {
             Ok(None) => {}
             Err(e) => return Outcome::Retry(retry_seconds(&e.to_string())),
         }
-        match send_email(&msg, &reminder).and_then(|()| reminded.record(&msg)) {
+        let sent = send_email(&msg, &reminder).and_then(|id| {
+            reminded.record(&msg)?;
+            match celery {
+                // What the task returns: a caller's AsyncResult(id).get() gets it.
+                true => celery::set_result(&serde_json::json!({ "message-id": id })),
+                false => Ok(()),
+            }
+        });
+        match sent {
             Ok(()) => Outcome::Ack,
             Err(e) => Outcome::Retry(retry_seconds(&e)),
         }
     }
+}
+
+/// The reminder: the body, or on a Celery queue the task's keyword arguments.
+fn reminder_of(msg: &Message, celery: bool) -> Result<Reminder, String> {
+    if celery {
+        let task = celery::Task::of(msg)?;
+        return serde_json::from_value(celery::Value::Object(task.kwargs))
+            .map_err(|e| e.to_string());
+    }
+    serde_json::from_slice(&msg.body).map_err(|e| e.to_string())
 }
 
 /// The address-months reminded so far, when the manifest grants the `reminded` bucket.
@@ -113,7 +136,8 @@ impl Reminded {
     }
 }
 
-fn send_email(msg: &Message, reminder: &Reminder) -> Result<(), String> {
+/// Queues the email; returns its Message-Id.
+fn send_email(msg: &Message, reminder: &Reminder) -> Result<String, String> {
     let email = Email {
         message_id: format!("<{}@reminders.qhost>", msg.idempotency_key),
         to: &reminder.email,
@@ -133,7 +157,7 @@ fn send_email(msg: &Message, reminder: &Reminder) -> Result<(), String> {
         "reminder for {} queued as {}",
         reminder.email, email.message_id
     ));
-    Ok(())
+    Ok(email.message_id)
 }
 
 fn retry_seconds(error: &str) -> u32 {
