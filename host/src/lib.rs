@@ -164,8 +164,8 @@ pub use rollout::record::{DecidedBy, RolloutRecord, RolloutState, Tally};
 pub use runtime::http::record::RecordedRequest;
 pub use scaffold::{Language, create as create_project};
 pub use suite::{
-    CaseReport, FileReport, Recorded, TestRun, record_cases, run_files, run_tests, test_files,
-    wait_for_change, watched as watched_by_tests,
+    CaseReport, FileReport, Recorded, TestRun, Watch as TestWatch, record_cases, run_files,
+    run_tests, test_files, watched as watched_by_tests,
 };
 
 // Seeing a running host.

@@ -1,7 +1,8 @@
 //! `qhost new`: a handler project to start from, in Rust, Python or JavaScript, that builds as
 //! it is. Each holds the WIT it is built against (the `handler` world of the `qhost:handler`
-//! package this host serves), a handler that logs and acks, a commented manifest, and a README
-//! with the commands to build it, check it and run it.
+//! package this host serves), a handler that logs and acks, a commented manifest, a test file
+//! that passes as generated (`qhost test`), and a README with the commands to build it, test
+//! it, check it and run it.
 //!
 //! The templates are files under `host/templates/`, embedded in the binary, with `{{name}}`
 //! (and, for Rust, `{{crate}}` and `{{wit_bindgen}}`) filled in.
@@ -59,6 +60,7 @@ fn files(language: Language) -> Vec<(&'static str, &'static str)> {
         ],
     };
     files.push(("{{name}}.toml", manifest));
+    files.push(("{{name}}.test.toml", include_str!("../templates/handler.test.toml")));
     files
 }
 
@@ -96,6 +98,9 @@ fn readme(language: Language) -> String {
          qhost check\n\
          qhost send --queue {{{{name}}}} --body hello\n\
          qhost run --until-idle\n```\n\n\
+         Test it: `{{{{name}}}}.test.toml` holds its cases (a message, and what must come of it);\n\
+         `qhost test` runs them against the component the build wrote, and exits non-zero when\n\
+         a case fails:\n\n```sh\nqhost test {{{{name}}}}.test.toml\n```\n\n\
          `qhost invoke plugins/{{{{name}}}}.wasm --body hello` runs one message through it with no\n\
          queue. `wit/handler.wit` is the contract: what a message holds, and what a handler may\n\
          answer (ack, retry, reject) and call (log, config, outbox). `{{{{name}}}}.toml` is its\n\
@@ -118,8 +123,9 @@ fn wit() -> String {
     format!("{}\n", lines.join("\n"))
 }
 
-fn fill(template: &str, name: &str) -> String {
+fn fill(template: &str, name: &str, language: Language) -> String {
     template
+        .replace("{{built}}", build(language).1)
         .replace("{{name}}", name)
         .replace("{{crate}}", &name.replace('-', "_"))
         .replace("{{wit_bindgen}}", WIT_BINDGEN)
@@ -145,12 +151,12 @@ pub fn create(language: Language, name: &str, dir: &Path) -> anyhow::Result<Vec<
     all.push(("wit/handler.wit", &wit));
     let mut written = Vec::new();
     for (path, template) in all {
-        let path = dir.join(fill(path, name));
+        let path = dir.join(fill(path, name, language));
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
                 .with_context(|| format!("creating {}", parent.display()))?;
         }
-        std::fs::write(&path, fill(template, name))
+        std::fs::write(&path, fill(template, name, language))
             .with_context(|| format!("writing {}", path.display()))?;
         written.push(path);
     }
@@ -176,6 +182,7 @@ mod tests {
                 "Cargo.toml",
                 "src/lib.rs",
                 "hello-rs.toml",
+                "hello-rs.test.toml",
                 "README.md",
                 "wit/handler.wit"
             ]

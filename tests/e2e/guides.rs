@@ -1,6 +1,8 @@
 //! The handler guides run as written: each guide's walk-through (its files and shell blocks, in
 //! order) is carried out in an empty directory with `qhost` on PATH, and every summary the
-//! guide shows after a shell block is the one that block's `qhost run` printed.
+//! guide shows after a shell block is the one that block's `qhost run` printed (and every
+//! `qhost test` report the one it printed, timings aside). So do the testing guide and each
+//! language guide's "Testing a handler".
 //!
 //! What a reader replaces is replaced here too, and nothing else: `path/to/qhost` (and the
 //! Rust guide's `../qhost`) becomes this checkout. The toolchains are installed as the guides
@@ -21,13 +23,16 @@ struct Block {
     text: String,
 }
 
-/// The fenced blocks of `guide` before the heading `stop` (the end of its walk-through).
-fn walk_through(guide: &str, stop: &str) -> Vec<Block> {
+/// The fenced blocks of `guide` after the heading `start` (the top without one) and before the
+/// heading `stop` (the end without one): a walk-through.
+fn walk_through(guide: &str, start: Option<&str>, stop: Option<&str>) -> Vec<Block> {
     let mut blocks = Vec::new();
     let mut open: Option<Block> = None;
+    let mut started = start.is_none();
     for line in guide.lines() {
         match open.as_mut() {
-            None if line == stop => break,
+            None if !started => started = Some(line) == start,
+            None if Some(line) == stop => break,
             None => {
                 if let Some(lang) = line.strip_prefix("```") {
                     open = Some(Block {
@@ -71,8 +76,31 @@ fn summary(output: &str) -> Vec<String> {
         .collect()
 }
 
+/// A `qhost test` report in `output`, without its timings (`(3 ms)`), which vary; empty when
+/// there is none.
+fn test_report(output: &str) -> Vec<String> {
+    let ends = output.lines().any(|l| {
+        let words: Vec<&str> = l.split_whitespace().collect();
+        words.len() >= 4 && words[1] == "passed," && words[3] == "failed"
+    });
+    if !ends {
+        return Vec::new();
+    }
+    (output.lines())
+        .map(|l| match (l.rfind(" ("), l.ends_with(" ms)")) {
+            (Some(at), true) => l[..at].to_string(),
+            _ => l.to_string(),
+        })
+        .collect()
+}
+
 /// Carries out the walk-through of `guide` (a file under `docs/`) up to the heading `stop`.
 fn run_guide(guide: &str, stop: &str) {
+    run_walk_through(guide, None, Some(stop));
+}
+
+/// Carries out the walk-through of `guide` from the heading `start` to the heading `stop`.
+fn run_walk_through(guide: &str, start: Option<&str>, stop: Option<&str>) {
     let root = qhost_e2e::workspace().canonicalize().expect("the checkout");
     let root = root.display().to_string();
     let text = std::fs::read_to_string(format!("{root}/docs/{guide}")).expect("the guide");
@@ -88,13 +116,21 @@ fn run_guide(guide: &str, stop: &str) {
         |s: &str| (s.replace("path/to/qhost", &root)).replace("\"../qhost/", &format!("\"{root}/"));
     let mut last_output: Option<String> = None;
     let mut shown = 0;
-    for block in walk_through(&text, stop) {
+    for block in walk_through(&text, start, stop) {
         if let Some(name) = file_name(&block) {
             let file = dir.path().join(name);
             std::fs::create_dir_all(file.parent().expect("a parent")).expect("its directory");
             std::fs::write(&file, reader(&block.text)).expect("writing the file");
         } else if block.lang == "sh" {
             last_output = Some(run_block(dir.path(), &path, &reader(&block.text), guide));
+        } else if block.lang == "text" && !test_report(&block.text).is_empty() {
+            let ran = last_output.take().expect("a report follows a shell block");
+            assert_eq!(
+                test_report(&ran),
+                test_report(&block.text),
+                "{guide}: what qhost test printed, against what the guide shows:\n{ran}"
+            );
+            shown += 1;
         } else if block.lang == "text" && !summary(&block.text).is_empty() {
             let ran = last_output.take().expect("a summary follows a shell block");
             assert_eq!(
@@ -152,10 +188,25 @@ fn the_javascript_guide_runs_as_written() {
 }
 
 #[test]
+fn the_testing_guide_runs_as_written() {
+    qhost_e2e::built_plugins(); // the example plugins' crates in cargo's cache
+    run_walk_through("testing.md", None, Some("## A test file"));
+}
+
+#[test]
+fn each_language_guide_s_handler_tests_run_as_written() {
+    qhost_e2e::built_plugins();
+    qhost_e2e::built_guests();
+    for guide in ["handlers-rust.md", "handlers-python.md", "handlers-javascript.md"] {
+        run_walk_through(guide, Some("## Testing a handler"), None);
+    }
+}
+
+#[test]
 fn a_walk_through_is_read_block_by_block_up_to_its_end() {
     let guide = "# T\n```toml\n# Cargo.toml\n[package]\n```\n```sh\nqhost run\n```\n\
                  ```text\nqueue  plugin  received\ng  h  1\n```\n## Stop\n```sh\nnot run\n```\n";
-    let blocks = walk_through(guide, "## Stop");
+    let blocks = walk_through(guide, None, Some("## Stop"));
     let langs: Vec<&str> = blocks.iter().map(|b| b.lang.as_str()).collect();
     assert_eq!(langs, ["toml", "sh", "text"]);
     assert_eq!(file_name(&blocks[0]), Some("Cargo.toml"));
@@ -163,4 +214,9 @@ fn a_walk_through_is_read_block_by_block_up_to_its_end() {
     assert_eq!(summary(&blocks[2].text), ["queue plugin received", "g h 1"]);
     let run = "queue g: plugin h loads\nqueue a  received\n1 2\n\nafter";
     assert_eq!(summary(run), ["queue a received", "1 2"]);
+    let report = "f (plugin p)\n  pass  c (3 ms)\n\n1 passed, 0 failed\n";
+    assert_eq!(test_report(report), ["f (plugin p)", "  pass  c", "", "1 passed, 0 failed"]);
+    let later = walk_through("```sh\nskipped\n```\n## Go\n```sh\nrun\n```\n", Some("## Go"), None);
+    assert_eq!(later.len(), 1);
+    assert_eq!(later[0].text, "run\n");
 }

@@ -19,6 +19,7 @@ mod faults;
 mod fleet;
 mod formats;
 mod guides;
+mod handler_tests;
 mod hostile;
 mod http;
 mod languages;

@@ -1,5 +1,6 @@
 //! `qhost new`: a project in each language builds as it is, with the command its README gives,
-//! and the component passes `qhost check` and handles a message on the embedded queue.
+//! its test file passes (`qhost test`), and the component passes `qhost check` and handles a
+//! message on the embedded queue.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -103,6 +104,17 @@ fn a_new_project_in_each_language_builds_as_it_is_and_passes_check() {
             .map(|b| b.join().expect("a build"))
             .collect()
     });
+
+    // Each project's own test file passes as generated, with the command its README gives.
+    for (language, name) in LANGUAGES {
+        let project = dir.path().join(name);
+        let command = format!("qhost test {name}.test.toml");
+        let readme = std::fs::read_to_string(project.join("README.md")).expect("its README");
+        assert!(readme.contains(&command), "{language}: {readme}");
+        let (ok, out, err) = qhost(&project, &["test", &format!("{name}.test.toml")]);
+        assert!(ok, "{language}: {out}{err}");
+        assert!(out.ends_with("\n1 passed, 0 failed\n"), "{language}: {out}");
+    }
 
     let plugins = dir.path().join("plugins");
     std::fs::create_dir(&plugins).expect("plugins/");

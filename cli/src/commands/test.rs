@@ -33,11 +33,13 @@ pub(crate) async fn test(config: Config, args: TestArgs) -> anyhow::Result<ExitC
             });
         }
         let watched = qhost::watched_by_tests(&config, &run, &files);
+        // Armed before it is announced: a change made once this line is out is seen.
+        let watch = qhost::TestWatch::start(&watched)?;
         println!(
             "\nwatching {} path(s) for changes (Ctrl-C stops)",
             watched.len()
         );
-        let changed = tokio::task::spawn_blocking(move || qhost::wait_for_change(&watched))
+        let changed = tokio::task::spawn_blocking(move || watch.next())
             .await
             .context("the watcher stopped")??;
         let names: Vec<String> = changed.iter().map(|p| shown(p)).collect();

@@ -182,7 +182,7 @@ fn located(text: &str, error: &toml::de::Error) -> String {
     let Some(at) = error.span().map(|s| s.start) else {
         return message.to_string();
     };
-    let line = text[..at.min(text.len())].lines().count().max(1);
+    let line = text[..at.min(text.len())].matches('\n').count() + 1;
     let cases = text[..at.min(text.len())]
         .lines()
         .filter(|l| l.trim_start().starts_with("[[case]]"))

@@ -15,7 +15,7 @@
 //! | `discover`| which files `qhost test` runs                                         |
 //! | `junit`   | the report as JUnit XML                                               |
 //! | `record`  | recorded messages turned into cases (`qhost test --record`)          |
-//! | `watch`   | waiting for a plugin or test file to change (`qhost test --watch`)   |
+//! | `watch`   | a plugin or test file changing (`qhost test --watch`)                |
 
 mod discover;
 mod expect;
@@ -32,7 +32,7 @@ use crate::config::Config;
 
 pub use discover::test_files;
 pub use record::{Recorded, record_cases};
-pub use watch::wait_for_change;
+pub use watch::Watch;
 
 /// What a `qhost test` run found.
 #[derive(Debug, Default)]
