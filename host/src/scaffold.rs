@@ -60,7 +60,10 @@ fn files(language: Language) -> Vec<(&'static str, &'static str)> {
         ],
     };
     files.push(("{{name}}.toml", manifest));
-    files.push(("{{name}}.test.toml", include_str!("../templates/handler.test.toml")));
+    files.push((
+        "{{name}}.test.toml",
+        include_str!("../templates/handler.test.toml"),
+    ));
     files
 }
 

@@ -197,7 +197,11 @@ fn the_testing_guide_runs_as_written() {
 fn each_language_guide_s_handler_tests_run_as_written() {
     qhost_e2e::built_plugins();
     qhost_e2e::built_guests();
-    for guide in ["handlers-rust.md", "handlers-python.md", "handlers-javascript.md"] {
+    for guide in [
+        "handlers-rust.md",
+        "handlers-python.md",
+        "handlers-javascript.md",
+    ] {
         run_walk_through(guide, Some("## Testing a handler"), None);
     }
 }
@@ -215,8 +219,15 @@ fn a_walk_through_is_read_block_by_block_up_to_its_end() {
     let run = "queue g: plugin h loads\nqueue a  received\n1 2\n\nafter";
     assert_eq!(summary(run), ["queue a received", "1 2"]);
     let report = "f (plugin p)\n  pass  c (3 ms)\n\n1 passed, 0 failed\n";
-    assert_eq!(test_report(report), ["f (plugin p)", "  pass  c", "", "1 passed, 0 failed"]);
-    let later = walk_through("```sh\nskipped\n```\n## Go\n```sh\nrun\n```\n", Some("## Go"), None);
+    assert_eq!(
+        test_report(report),
+        ["f (plugin p)", "  pass  c", "", "1 passed, 0 failed"]
+    );
+    let later = walk_through(
+        "```sh\nskipped\n```\n## Go\n```sh\nrun\n```\n",
+        Some("## Go"),
+        None,
+    );
     assert_eq!(later.len(), 1);
     assert_eq!(later[0].text, "run\n");
 }

@@ -65,8 +65,10 @@ fn untimed(report: &str) -> String {
 #[test]
 fn the_example_plugins_test_files_pass_in_every_language() {
     let plugins = plugins();
-    let root = qhost_e2e::workspace();
-    let (code, out, err) = qhost_test(&root, plugins.path(), &["test", "plugins"]);
+    // Run from elsewhere, so the checkout gets no compiled-code cache (`.qhost/`).
+    let here = tempfile::tempdir().expect("a temporary directory");
+    let examples = qhost_e2e::workspace().join("plugins").display().to_string();
+    let (code, out, err) = qhost_test(here.path(), plugins.path(), &["test", &examples]);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.ends_with("\n33 passed, 0 failed\n"), "{out}");
     assert!(!out.contains("FAIL"), "{out}");
@@ -362,7 +364,13 @@ fn watch_runs_again_when_a_plugin_file_is_replaced() {
     .expect("writing");
     let mut child = Command::new(qhost_binary())
         .current_dir(dir.path())
-        .args(["--plugins-dir", "plugins", "test", "--watch", "watched.test.toml"])
+        .args([
+            "--plugins-dir",
+            "plugins",
+            "test",
+            "--watch",
+            "watched.test.toml",
+        ])
         .env_remove("QHOST_CONFIG")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -371,7 +379,10 @@ fn watch_runs_again_when_a_plugin_file_is_replaced() {
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     let stdout = child.stdout.take().expect("its stdout");
     std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
             let _ = tx.send(line);
         }
     });
@@ -398,7 +409,10 @@ fn watch_runs_again_when_a_plugin_file_is_replaced() {
     wait_for("0 passed, 1 failed", &mut seen);
     let _ = child.kill();
     let _ = child.wait();
-    let rerun = seen.iter().position(|l| l.contains("== changed:")).expect("a rerun");
+    let rerun = seen
+        .iter()
+        .position(|l| l.contains("== changed:"))
+        .expect("a rerun");
     assert!(
         seen[rerun..]
             .iter()
@@ -417,7 +431,11 @@ fn recorded_messages_and_fixtures_become_cases_that_pass() {
         r#"{"id":"m-3","queue":"reminders","body":"{\"reminder-id\":\"r-3\",\"email\":\"bo@example.com\",\"customer\":\"Bo\",\"month\":\"2026-12\",\"outage-attempts\":3}"}"#,
     ];
     std::fs::write(dir.path().join("recorded.jsonl"), lines.join("\n")).expect("writing");
-    let plugin = plugins.path().join("email-reminder.wasm").display().to_string();
+    let plugin = plugins
+        .path()
+        .join("email-reminder.wasm")
+        .display()
+        .to_string();
     let (code, recorded, err) = qhost_test(
         dir.path(),
         plugins.path(),
@@ -428,17 +446,14 @@ fn recorded_messages_and_fixtures_become_cases_that_pass() {
     assert!(recorded.contains("outcome = \"reject\""), "{recorded}");
     assert!(recorded.contains("outcome = \"retry\""), "{recorded}");
     std::fs::write(dir.path().join("recorded.test.toml"), &recorded).expect("writing");
-    let (code, out, err) = qhost_test(
-        dir.path(),
-        plugins.path(),
-        &["test", "recorded.test.toml"],
-    );
+    let (code, out, err) = qhost_test(dir.path(), plugins.path(), &["test", "recorded.test.toml"]);
     assert_eq!(code, Some(0), "{out}{err}\n{recorded}");
     assert!(out.ends_with("\n3 passed, 0 failed\n"), "{out}");
 
     // A fixture, pasted under a test file's head, passes: an SNS notification and a Celery task
     // that carry a reminder.
-    let reminder = r#"{"reminder-id":"f-1","email":"fay@example.com","customer":"Fay","month":"2026-12"}"#;
+    let reminder =
+        r#"{"reminder-id":"f-1","email":"fay@example.com","customer":"Fay","month":"2026-12"}"#;
     let task = r#"{"task":"proj.tasks.send_reminder","kwargs":{"email":"fay@example.com","customer":"Fay","month":"2026-12"}}"#;
     for (kind, body, format) in [("sns", reminder, "sns"), ("celery", task, "celery")] {
         let (code, case, err) = run_in(dir.path(), &["fixture", kind, "--body", body]);

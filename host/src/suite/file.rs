@@ -547,3 +547,99 @@ impl TestFile {
         Ok(file)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_text(text: &str) -> Result<TestFile, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.test.toml");
+        std::fs::write(&path, text).unwrap();
+        TestFile::read(&path, Path::new("plugins")).map_err(|e| e.message)
+    }
+
+    #[test]
+    fn a_mistake_names_the_case_line_and_field() {
+        let unknown = "plugin = \"p\"\n[[case]]\nname = \"first\"\nbody = \"x\"\n[case.expect]\noutcome = \"ack\"\n\
+                       [[case]]\nname = \"second\"\nbodi = \"x\"\n";
+        let err = read_text(unknown).unwrap_err();
+        assert!(
+            err.starts_with("case `second`, line 9: unknown field `bodi`, expected one of"),
+            "{err}"
+        );
+        let two = "plugin = \"p\"\n[[case]]\nname = \"n\"\nbody = \"x\"\njson = { a = 1 }\n[case.expect]\noutcome = \"ack\"\n";
+        assert_eq!(
+            read_text(two).unwrap_err(),
+            "case `n`: give one of `body`, `json`, `body-file` and `celery-task`"
+        );
+        let attr = "plugin = \"p\"\n[[case]]\nbody = \"x\"\nattributes = { n = { number = \"x\" } }\n[case.expect]\noutcome = \"ack\"\n";
+        assert_eq!(
+            read_text(attr).unwrap_err(),
+            "case `case 1`: attributes.n: number: \"x\" is not a number"
+        );
+        let when = "plugin = \"p\"\n[world]\nnow = \"yesterday\"\n[[case]]\nbody = \"x\"\n[case.expect]\noutcome = \"ack\"\n";
+        let err = read_text(when).unwrap_err();
+        assert!(
+            err.starts_with("case `case 1`: world.now: `yesterday` is not an RFC 3339 time"),
+            "{err}"
+        );
+        assert_eq!(
+            read_text("plugin = \"p\"\n").unwrap_err(),
+            "it holds no [[case]]"
+        );
+    }
+
+    #[test]
+    fn a_case_s_world_replaces_the_file_s_field_by_field_and_messages_are_built() {
+        let text = r#"plugin = "plugins-elsewhere/p.wasm"
+[queue]
+format = "celery"
+[world]
+now = "2026-12-01T09:00:00Z"
+config = { a = "1" }
+secrets = { key = "s" }
+[[case]]
+name = "c"
+id = "11111111-2222-3333-4444-555555555555"
+celery-task = { task = "t.x", args = [1] }
+attributes = { tenant = "acme", n = { number = 3 } }
+receive-count = 2
+[case.world]
+config = { b = "2" }
+[case.expect]
+outcome = "ack"
+"#;
+        let file = read_text(text).unwrap();
+        assert!(file.plugin.path.ends_with("plugins-elsewhere/p.wasm"));
+        assert_eq!(file.queue.name, "test");
+        let case = &file.cases[0];
+        let config: Vec<(&str, &str)> = (case.world.config.iter())
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            config,
+            [("b", "2"), ("key", "s")],
+            "config replaced, secrets kept"
+        );
+        let step = &case.steps[0];
+        assert_eq!(step.now, timestamp("2026-12-01T09:00:00Z").unwrap());
+        assert_eq!(step.message.receive_count, 2);
+        assert_eq!(step.message.id, "11111111-2222-3333-4444-555555555555");
+        assert!(
+            !step.message.body.starts_with(b"{"),
+            "kombu's envelope: {:?}",
+            step.message.body
+        );
+        assert_eq!(
+            step.message.attributes,
+            [
+                Attribute {
+                    name: "n".into(),
+                    value: AttributeValue::Number("3".into())
+                },
+                Attribute::string("tenant", "acme"),
+            ]
+        );
+    }
+}
