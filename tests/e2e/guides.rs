@@ -206,6 +206,29 @@ fn each_language_guide_s_handler_tests_run_as_written() {
     }
 }
 
+/// `cargo install` without `--locked` resolves every dependency afresh: an untested set, and a
+/// long rebuild. Every place that tells a reader to install says `--locked`.
+#[test]
+fn every_cargo_install_the_docs_give_is_locked() {
+    let root = qhost_e2e::workspace();
+    let mut pages = vec![root.join("README.md")];
+    let docs = std::fs::read_dir(root.join("docs")).expect("docs/");
+    pages.extend(docs.filter_map(|e| e.ok().map(|e| e.path())));
+    let mut unlocked = Vec::new();
+    for page in pages
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+    {
+        let text = std::fs::read_to_string(page).expect("a page");
+        for line in text.lines() {
+            if line.contains("cargo install ") && !line.contains("cargo install --locked") {
+                unlocked.push(format!("{}: {line}", page.display()));
+            }
+        }
+    }
+    assert!(unlocked.is_empty(), "{unlocked:#?}");
+}
+
 #[test]
 fn a_walk_through_is_read_block_by_block_up_to_its_end() {
     let guide = "# T\n```toml\n# Cargo.toml\n[package]\n```\n```sh\nqhost run\n```\n\
