@@ -127,11 +127,34 @@ fn wit() -> String {
 }
 
 fn fill(template: &str, name: &str, language: Language) -> String {
+    // The manifest's commented defaults are the host's own, whatever they become.
+    let defaults = crate::plugin::manifest::Manifest::default();
+    let limits = &defaults.limits;
     template
+        .replace(
+            "{{dedup_window_secs}}",
+            &grouped(defaults.idempotency.dedup_window_secs),
+        )
+        .replace("{{timeout_ms}}", &grouped(limits.timeout_ms))
+        .replace("{{memory_mib}}", &grouped(limits.memory_mib))
+        .replace("{{max_attempts}}", &grouped(u64::from(limits.max_attempts)))
         .replace("{{built}}", build(language).1)
         .replace("{{name}}", name)
         .replace("{{crate}}", &name.replace('-', "_"))
         .replace("{{wit_bindgen}}", WIT_BINDGEN)
+}
+
+/// `n` as TOML writes it for a reader: `86_400`.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push('_');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Writes a new `language` handler named `name` into `dir` (which must not exist, or be
@@ -169,6 +192,30 @@ pub fn create(language: Language, name: &str, dir: &Path) -> anyhow::Result<Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The manifest says its commented values are the defaults: uncommented, they are.
+    #[test]
+    fn the_manifest_s_commented_defaults_are_the_host_s() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = dir.path().join("hello");
+        create(Language::Python, "hello", &at).unwrap();
+        let text = std::fs::read_to_string(at.join("hello.toml")).unwrap();
+        let uncommented: String = (text.lines())
+            .map(|l| match l.strip_prefix("# ") {
+                Some(rest) if rest.contains(" = ") && !rest.starts_with("queues") => rest,
+                _ => l,
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(uncommented.contains("timeout-ms = 10_000"), "{uncommented}");
+        let written = crate::plugin::manifest::Manifest::parse(&uncommented).unwrap();
+        let defaults = crate::plugin::manifest::Manifest::default();
+        assert_eq!(written.limits, defaults.limits);
+        assert_eq!(written.idempotency, defaults.idempotency);
+        assert_eq!(grouped(86_400), "86_400");
+        assert_eq!(grouped(5), "5");
+        assert_eq!(grouped(1_000_000), "1_000_000");
+    }
 
     #[test]
     fn a_project_holds_the_handler_its_manifest_and_the_wit_without_other_packages() {
