@@ -1,5 +1,6 @@
 //! The command line: every command, its flags and their help, as clap reads them. Options
-//! of qhost itself (`--config`, `--plugins-dir`, `--data-dir`) come before the command.
+//! of qhost itself (`--config`, `--plugins-dir`, `--data-dir`) are global: before the command
+//! or after it, and listed in every command's help.
 
 use std::path::PathBuf;
 
@@ -23,7 +24,9 @@ pub(crate) static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::ne
 #[command(
     name = "qhost",
     version = VERSION.as_str(),
-    about = "Runs queue message handlers compiled to WebAssembly components"
+    about = "Runs queue message handlers compiled to WebAssembly components",
+    after_help = "Logs go to stderr: QHOST_LOG filters them (info by default; e.g. QHOST_LOG=warn), \
+                  QHOST_LOG_FORMAT=json writes them as JSON."
 )]
 pub(crate) struct Cli {
     #[command(flatten)]
@@ -32,19 +35,20 @@ pub(crate) struct Cli {
     pub(crate) command: Command,
 }
 
-/// Options of every command, given before it (`qhost -c qhost.toml run`).
+/// Options of every command, given before it or after it (`qhost -c qhost.toml run`, `qhost
+/// run --config qhost.toml`).
 #[derive(Args)]
 pub(crate) struct Global {
     /// Configuration file (TOML); its relative paths are relative to its directory. Default:
     /// ./qhost.toml when there is one, otherwise the built-in defaults (the embedded queue and
     /// store, plugins/ and .qhost/ here).
-    #[arg(long, short, env = "QHOST_CONFIG")]
+    #[arg(long, short, env = "QHOST_CONFIG", global = true)]
     pub(crate) config: Option<PathBuf>,
     /// Overrides `plugins-dir`.
-    #[arg(long, env = "QHOST_PLUGINS_DIR")]
+    #[arg(long, env = "QHOST_PLUGINS_DIR", global = true)]
     pub(crate) plugins_dir: Option<PathBuf>,
     /// Overrides `data-dir` (where the local backends keep their database).
-    #[arg(long, env = "QHOST_DATA_DIR")]
+    #[arg(long, env = "QHOST_DATA_DIR", global = true)]
     pub(crate) data_dir: Option<PathBuf>,
 }
 
@@ -374,7 +378,7 @@ pub(crate) struct FixtureArgs {
 pub(crate) enum DlqCommand {
     /// Show dead letters with why they were dead-lettered, leaving them in place.
     Peek {
-        /// The dead-letter queue.
+        /// The dead-letter queue, or a consumed queue (its dead-letter queue is read).
         #[arg(long, short)]
         queue: String,
         /// At most this many.
@@ -388,7 +392,7 @@ pub(crate) enum DlqCommand {
     /// Send dead letters back to the queue each came from (or `--to`), so they run again;
     /// each is deleted only once its copy is sent.
     Redrive {
-        /// The dead-letter queue.
+        /// The dead-letter queue, or a consumed queue (its dead-letter queue is read).
         #[arg(long, short)]
         queue: String,
         /// At most this many.
@@ -442,4 +446,31 @@ pub(crate) fn parse_attr(text: &str) -> anyhow::Result<Attribute> {
         Some((_, kind)) => bail!("--attr `{text}`: unknown type `{kind}` (string or number)"),
         None => Attribute::string(name, value),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn qhost_s_own_options_go_before_or_after_the_command_and_every_help_lists_them() {
+        Cli::command().debug_assert();
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map_err(|e| e.to_string());
+        let before = parse(&["qhost", "--config", "a.toml", "run", "--until-idle"]).unwrap();
+        let after = parse(&["qhost", "run", "--config", "a.toml", "--until-idle"]).unwrap();
+        assert_eq!(before.global.config, Some(PathBuf::from("a.toml")));
+        assert_eq!(after.global.config, before.global.config);
+        let plugins = parse(&["qhost", "test", "x.test.toml", "--plugins-dir", "p"]).unwrap();
+        assert_eq!(plugins.global.plugins_dir, Some(PathBuf::from("p")));
+        let mut cli = Cli::command();
+        cli.build(); // global options reach the subcommands when the command is built
+        let run = cli.find_subcommand_mut("run").expect("run");
+        let help = run.render_help().to_string();
+        for option in ["--config", "--plugins-dir", "--data-dir"] {
+            assert!(help.contains(option), "{option}: {help}");
+        }
+        let top = Cli::command().render_help().to_string();
+        assert!(top.contains("QHOST_LOG"), "{top}");
+    }
 }
