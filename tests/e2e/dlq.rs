@@ -94,6 +94,16 @@ async fn dead_letter_fix_and_redrive(
         "{out}"
     );
     assert!(out.contains(r#"body:   {"reminder-id":"d0""#), "{out}");
+    // Named by the queue they came from, the letters are read where they are.
+    let (ok, by_source, err) = qhost(&config, &["dlq", "peek", "--queue", jobs]);
+    assert!(ok, "{err}");
+    assert_eq!(by_source, out);
+    assert!(
+        err.contains(&format!(
+            "{jobs} is a consumed queue: its dead letters are in {dlq}"
+        )),
+        "{err}"
+    );
     wait_until(queue.as_ref(), &dlq, 3).await;
 
     // The fix: the manifest names the granted queue; the running host reloads it.

@@ -4,12 +4,26 @@ use anyhow::bail;
 
 use qhost::{Config, DeadLetter, Queues};
 
+/// The dead-letter queue `queue` names: itself, or, for a consumed queue, the one its dead
+/// letters go to (said on stderr, so a reader of the output knows where they came from).
+fn dead_letter_queue<'a>(config: &'a Config, queue: &'a str) -> &'a str {
+    match config.queue(queue) {
+        Some(consumed) => {
+            let dlq = consumed.dead_letter.as_str();
+            eprintln!("{queue} is a consumed queue: its dead letters are in {dlq}");
+            dlq
+        }
+        None => queue,
+    }
+}
+
 pub(crate) async fn dlq_peek(
     config: Config,
     queue: &str,
     limit: usize,
     jsonl: bool,
 ) -> anyhow::Result<()> {
+    let queue = dead_letter_queue(&config, queue);
     let letters = Queues::open(&config, &[queue])
         .await?
         .dead_letters(queue, limit)
@@ -64,6 +78,7 @@ pub(crate) async fn dlq_redrive(
     limit: usize,
     to: Option<&str>,
 ) -> anyhow::Result<()> {
+    let queue = dead_letter_queue(&config, queue);
     let queues: Vec<&str> = std::iter::once(queue).chain(to).collect();
     let done = Queues::open(&config, &queues)
         .await?
