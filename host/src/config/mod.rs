@@ -355,6 +355,10 @@ fn hint(message: &str) -> Option<&'static str> {
     let said = |what: &str| message.contains(what);
     if said("[queue]") && said("expected a sequence") {
         Some("queues are an array of tables: write [[queue]] (double brackets), once per queue")
+    } else if said("unknown field `queues`") {
+        Some("did you mean [[queue]]? (one table per queue, named in the singular)")
+    } else if said("unknown field `schedules`") {
+        Some("did you mean [[schedule]]? (one table per schedule, named in the singular)")
     } else if said("expected u32") || said("expected u64") || said("expected i64") {
         Some("this field takes a whole number, written without quotes (batch-size = 10)")
     } else if said("expected f64") {
@@ -544,6 +548,10 @@ mod tests {
             (
                 "[queue]\nname = \"q\"\nplugin = \"p\"\n",
                 "write [[queue]] (double brackets)",
+            ),
+            (
+                "[[queues]]\nname = \"q\"\nplugin = \"p\"\n",
+                "did you mean [[queue]]?",
             ),
             (
                 "[[queue]]\nname = \"q\"\nplugin = \"p\"\nbatch-size = \"10\"\n",
