@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::message::recorded::{LineError, RecordedMessage, read_lines};
-use crate::message::{Outgoing, Received, wire};
+use crate::message::{Outgoing, wire};
 use crate::oneshot::Ended;
 use crate::oneshot::bench::{Bench, ToLoad};
 use crate::plugin::Plugin;
@@ -198,22 +198,7 @@ async fn load(config: &Config, path: &Path) -> anyhow::Result<Bench> {
 
 /// One message through one version.
 async fn run(bench: &Bench, msg: &RecordedMessage) -> Run {
-    let received = Received {
-        id: msg.id.clone(),
-        receipt: String::new(),
-        queue: if msg.queue.is_empty() {
-            QUEUE.to_string()
-        } else {
-            msg.queue.clone()
-        },
-        // Read once already: a line whose body does not decode is not a message.
-        body: msg.body().unwrap_or_default(),
-        attributes: msg.attributes.clone(),
-        receive_count: msg.receive_count,
-        sent_at_ms: msg.sent_at_ms,
-        group_id: msg.group_id.clone(),
-        malformed: None,
-    };
+    let received = msg.received(QUEUE);
     let ran = match bench.run(&received, &*crate::format::plain(), None).await {
         Ok(mut runs) => runs.pop(),
         Err(why) => {

@@ -112,6 +112,26 @@ impl RecordedMessage {
         }
     }
 
+    /// The message as a queue would hand it over again, on `queue` when the record names none
+    /// (a line whose body does not decode was reported when it was read: its body is empty).
+    pub(crate) fn received(&self, queue: &str) -> super::Received {
+        let queue = match self.queue.is_empty() {
+            true => queue.to_string(),
+            false => self.queue.clone(),
+        };
+        super::Received {
+            id: self.id.clone(),
+            receipt: String::new(),
+            queue,
+            body: self.body().unwrap_or_default(),
+            attributes: self.attributes.clone(),
+            receive_count: self.receive_count,
+            sent_at_ms: self.sent_at_ms,
+            group_id: self.group_id.clone(),
+            malformed: None,
+        }
+    }
+
     /// The message as one line of JSON (no newline).
     pub fn to_line(&self) -> String {
         // Strings, numbers and attribute values only: serialising cannot fail.

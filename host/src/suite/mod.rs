@@ -119,13 +119,9 @@ pub fn run_tests(config: &Config, paths: &[PathBuf]) -> anyhow::Result<TestRun> 
 
 /// Runs the test files `files`.
 pub fn run_files(config: &Config, files: &[PathBuf]) -> anyhow::Result<TestRun> {
-    let clock = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()?;
     let config = config.clone();
     let files = files.to_vec();
-    clock.block_on(async move {
+    on_paused_clock(async move {
         let runner = run::Runner::new(&config)?;
         let mut report = TestRun::default();
         for path in &files {
@@ -136,6 +132,16 @@ pub fn run_files(config: &Config, files: &[PathBuf]) -> anyhow::Result<TestRun> 
         }
         Ok(report)
     })
+}
+
+/// Runs `work` to its end on a runtime of its own whose clock is paused: time moves only when
+/// nothing is ready to run (a guest's sleep passes at once), and by what the guest computes.
+fn on_paused_clock<T>(work: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    let clock = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()?;
+    clock.block_on(work)
 }
 
 /// The files a run reads: the test files and the plugin files and manifests they name, for

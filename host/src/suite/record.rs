@@ -35,11 +35,7 @@ pub fn record_cases(
     plugin_ref: &str,
     messages: &str,
 ) -> anyhow::Result<Recorded> {
-    let clock = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()?;
-    clock.block_on(record(config, plugin, plugin_ref, messages))
+    super::on_paused_clock(record(config, plugin, plugin_ref, messages))
 }
 
 async fn record(
@@ -60,17 +56,7 @@ async fn record(
                 continue;
             }
         };
-        let msg = Received {
-            id: recorded.id.clone(),
-            receipt: String::new(),
-            queue: "test".into(),
-            body: recorded.body().unwrap_or_default(),
-            attributes: recorded.attributes.clone(),
-            receive_count: recorded.receive_count,
-            sent_at_ms: recorded.sent_at_ms,
-            group_id: recorded.group_id.clone(),
-            malformed: None,
-        };
+        let msg = recorded.received("test");
         let sent = std::time::UNIX_EPOCH + std::time::Duration::from_millis(recorded.sent_at_ms);
         let runs = (runner.record(&bench, &msg, sent).await).map_err(anyhow::Error::msg)?;
         cases.push(case(line, &msg, sent, runs)?);
