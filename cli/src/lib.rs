@@ -87,7 +87,18 @@ async fn dispatch(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::New(args) => new(args),
         Command::Run(flags) => {
             let config = load_config(global, Some(&flags))?;
-            let dead = run(config, flags.until_idle).await?;
+            // A refused start says when it was on the built-in defaults, which name a queue
+            // and a plugin the user never wrote.
+            let file = config_file(global);
+            let dead = run(config, flags.until_idle)
+                .await
+                .map_err(|e| match file {
+                    Some(_) => e,
+                    None => e.context(
+                        "on the built-in defaults (queue `reminders` for plugin `email-reminder`; \
+                     no qhost.toml here: write one, or name one with --config)",
+                    ),
+                })?;
             if flags.fail_on_dead_letter && dead > 0 {
                 eprintln!("error: {dead} message(s) were dead-lettered (--fail-on-dead-letter)");
                 return Ok(std::process::ExitCode::from(DEAD_LETTERED));

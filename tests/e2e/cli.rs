@@ -97,6 +97,32 @@ fn a_missing_plugins_directory_is_a_clear_error() {
         )),
         "{stderr}"
     );
+    // It says which configuration it ran on, and a refused start leaves nothing behind.
+    assert!(
+        stderr.contains(
+            "error: on the built-in defaults (queue `reminders` for plugin `email-reminder`; \
+             no qhost.toml here: write one, or name one with --config): plugins directory"
+        ),
+        "{stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+    std::fs::create_dir(dir.path().join("plugins")).unwrap();
+    let out = qhost(dir.path())
+        .args(["run", "--until-idle"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("error: on the built-in defaults (queue `reminders`")
+            && stderr.contains("queue `reminders` routes to plugin `email-reminder`, but there is no email-reminder.wasm"),
+        "{stderr}"
+    );
+    let left: Vec<String> = (std::fs::read_dir(dir.path()).unwrap())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["plugins"], "no .qhost/ from a refused start");
 }
 
 #[test]

@@ -222,8 +222,11 @@ pub fn runtime_for(config: &Config) -> anyhow::Result<Runtime> {
 /// Loads the plugins directory into a new registry, logging each file that does not load, and
 /// checks that every queue routes to a plugin that at least has a file there.
 pub(crate) async fn open_plugins(config: &Config) -> anyhow::Result<Arc<PluginDir>> {
-    let plugins = open_plugins_unchecked(config).await?;
+    // What needs no engine is checked before one is built, so a start refused for it creates
+    // nothing (not even the compiled-code cache under the data directory).
+    check_dir(config)?;
     check_routes(config, &config.plugins_dir)?;
+    let plugins = open_plugins_unchecked(config).await?;
     check_loaded(config, plugins.registry())?;
     check_deadlines(config, plugins.registry())?;
     Ok(plugins)
@@ -255,11 +258,8 @@ fn check_loaded(config: &Config, registry: &Registry) -> Result<(), StartError> 
 
 /// Loads the plugins directory into a new registry, without checking the queues' routes.
 pub(crate) async fn open_plugins_unchecked(config: &Config) -> anyhow::Result<Arc<PluginDir>> {
+    check_dir(config)?;
     let dir = config.plugins_dir.clone();
-    if !dir.is_dir() {
-        let dir = std::path::absolute(&dir).unwrap_or(dir);
-        return Err(StartError::NoPluginsDir { dir }.into());
-    }
     let runtime = runtime_for(config)?;
     let plugins = Arc::new(
         PluginDir::new(runtime, &dir, Arc::default())
@@ -316,6 +316,16 @@ fn check_deadlines(config: &Config, registry: &Registry) -> Result<(), StartErro
 }
 
 /// A queue naming a plugin with no file is a configuration mistake, refused at start.
+/// The plugins directory must exist.
+fn check_dir(config: &Config) -> Result<(), StartError> {
+    let dir = config.plugins_dir.clone();
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let dir = std::path::absolute(&dir).unwrap_or(dir);
+    Err(StartError::NoPluginsDir { dir })
+}
+
 fn check_routes(config: &Config, dir: &Path) -> anyhow::Result<()> {
     for (i, q) in config.queues.iter().enumerate() {
         if !dir.join(format!("{}.wasm", q.plugin)).is_file() {
