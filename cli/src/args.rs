@@ -230,8 +230,9 @@ pub(crate) struct RunFlags {
     /// until it does. Without it such a start is refused. Sets `allow-unloaded-plugins`.
     #[arg(long)]
     pub(crate) allow_unloaded_plugins: bool,
-    /// Where to serve /metrics, /healthz and /readyz (IP:PORT; port 0 picks a free port;
-    /// "" serves nothing). Overrides `[admin] listen`; default 127.0.0.1:9464.
+    /// Where to serve the console (/), its JSON API, /metrics, /healthz and /readyz (IP:PORT;
+    /// port 0 picks a free port; "" serves nothing). Overrides `[admin] listen`; default
+    /// 127.0.0.1:9464.
     #[arg(long, env = "QHOST_ADMIN_LISTEN", value_name = "IP:PORT")]
     pub(crate) admin_listen: Option<String>,
 }
