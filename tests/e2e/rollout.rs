@@ -56,6 +56,16 @@ fn drop_v2(dir: &Path, manifest: &str) {
     std::fs::rename(plugins.join(".worker.tmp"), plugins.join("worker.wasm")).expect("rename");
 }
 
+/// A host on `config`, once its plugin watcher's start-up sync has read the directory: v2 is
+/// dropped only then, because a sync that ran between v2's manifest and its file would
+/// reload v1 under v2's manifest.
+fn start_settled(config: &Path) -> HostProcess {
+    let watch = [("QHOST_LOG", "info,qhost::plugin::watch=debug")];
+    let host = HostProcess::start_consuming_in(config, &[], &watch);
+    wait_for_log(&host, Duration::from_secs(20), "plugins directory synced");
+    host
+}
+
 fn wait_for_log(host: &HostProcess, limit: Duration, what: &str) -> String {
     let deadline = Instant::now() + limit;
     loop {
@@ -117,7 +127,7 @@ fn on_a_redis_cluster_the_rollout_record_rolls_the_canary_back_the_same_way() {
 /// it), and checks the rollback and that each message acked once, none dead or retried.
 fn rolled_back_with_nothing_lost(dir: &Path, config: &Path) {
     let config = config.to_path_buf();
-    let host = HostProcess::start_consuming(&config);
+    let host = start_settled(&config);
     drop_v2(dir, "[config]\ntrap-some = \"on\"\n");
     wait_for_log(&host, Duration::from_secs(20), "canary started");
     send(&config, "if-config:trap-some:trap", 90);
@@ -271,11 +281,11 @@ async fn two_hosts_on_one_redis_follow_one_rollout_and_one_decision() {
     qhost_e2e::sqs_server::create_queue(&jobs, &[]).await;
     qhost_e2e::sqs_server::create_queue(&format!("{jobs}-dlq"), &[]).await;
     let ns = unique_namespace("fleet-rollout");
-    let a = HostProcess::start_consuming(&fleet_host(a_dir.path(), &ns, &jobs));
+    let a = start_settled(&fleet_host(a_dir.path(), &ns, &jobs));
     drop_v2(a_dir.path(), "[config]\ntrap-some = \"on\"\n");
     wait_for_log(&a, Duration::from_secs(20), "canary started");
     // B starts while A's canary runs, then gets the same file: it joins the rollout.
-    let b = HostProcess::start_consuming(&fleet_host(b_dir.path(), &ns, &jobs));
+    let b = start_settled(&fleet_host(b_dir.path(), &ns, &jobs));
     drop_v2(b_dir.path(), "[config]\ntrap-some = \"on\"\n");
     wait_for_log(&b, Duration::from_secs(20), "canary started");
 

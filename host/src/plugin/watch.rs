@@ -73,10 +73,13 @@ pub(crate) fn spawn(
 async fn sync(plugins: &Arc<PluginDir>, on_sync: &impl Fn(&SyncReport)) {
     let dir = Arc::clone(plugins);
     match tokio::task::spawn_blocking(move || dir.sync()).await {
-        Ok(Ok(report)) if report.is_empty() => {}
+        // At debug, for whoever must know that what the directory held has been read (a
+        // deploy that must not start while the start-up sync is reading).
+        Ok(Ok(report)) if report.is_empty() => tracing::debug!("plugins directory synced"),
         Ok(Ok(report)) => {
             report.log(plugins.registry());
             on_sync(&report);
+            tracing::debug!("plugins directory synced");
         }
         Ok(Err(e)) => tracing::error!(error = %format!("{e:#}"), "could not sync plugins"),
         Err(e) => tracing::error!(error = %e, "plugin sync panicked"),
