@@ -202,6 +202,12 @@ pub(crate) async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>
 
 /// The engine sized for this configuration, with its compiled-code cache.
 pub fn runtime_for(config: &Config) -> anyhow::Result<Runtime> {
+    with_cache(engine_for(config)?, config)
+}
+
+/// The engine sized for this configuration (its CA file read), with no cache yet: nothing on
+/// disk is created.
+fn engine_for(config: &Config) -> anyhow::Result<Runtime> {
     let runtime = Runtime::new(EngineSettings {
         max_instances: config.max_in_flight as u32 + SPARE_INSTANCES,
         max_memory_mib: config.max_plugin_memory_mib,
@@ -209,10 +215,14 @@ pub fn runtime_for(config: &Config) -> anyhow::Result<Runtime> {
         idle_instances: SPARE_INSTANCES / 2,
     })?
     .with_secrets(config.secrets.clone());
-    let runtime = match &config.http_ca_file {
-        Some(ca_file) => runtime.with_http_ca(ca_file)?,
-        None => runtime,
-    };
+    match &config.http_ca_file {
+        Some(ca_file) => runtime.with_http_ca(ca_file),
+        None => Ok(runtime),
+    }
+}
+
+/// `runtime` with the configuration's compiled-code cache (created if missing).
+fn with_cache(runtime: Runtime, config: &Config) -> anyhow::Result<Runtime> {
     match &config.compiled_cache {
         Some(dir) => runtime.with_cache(dir),
         None => Ok(runtime),
@@ -222,11 +232,13 @@ pub fn runtime_for(config: &Config) -> anyhow::Result<Runtime> {
 /// Loads the plugins directory into a new registry, logging each file that does not load, and
 /// checks that every queue routes to a plugin that at least has a file there.
 pub(crate) async fn open_plugins(config: &Config) -> anyhow::Result<Arc<PluginDir>> {
-    // What needs no engine is checked before one is built, so a start refused for it creates
-    // nothing (not even the compiled-code cache under the data directory).
+    // Everything that creates nothing is checked first (the directory, the engine's settings,
+    // the routes' files), so a refused start leaves nothing behind, not even the
+    // compiled-code cache under the data directory.
     check_dir(config)?;
+    let engine = engine_for(config)?;
     check_routes(config, &config.plugins_dir)?;
-    let plugins = open_plugins_unchecked(config).await?;
+    let plugins = open_plugins_on(config, with_cache(engine, config)?).await?;
     check_loaded(config, plugins.registry())?;
     check_deadlines(config, plugins.registry())?;
     Ok(plugins)
@@ -259,8 +271,12 @@ fn check_loaded(config: &Config, registry: &Registry) -> Result<(), StartError> 
 /// Loads the plugins directory into a new registry, without checking the queues' routes.
 pub(crate) async fn open_plugins_unchecked(config: &Config) -> anyhow::Result<Arc<PluginDir>> {
     check_dir(config)?;
+    open_plugins_on(config, runtime_for(config)?).await
+}
+
+/// Loads the plugins directory on `runtime`.
+async fn open_plugins_on(config: &Config, runtime: Runtime) -> anyhow::Result<Arc<PluginDir>> {
     let dir = config.plugins_dir.clone();
-    let runtime = runtime_for(config)?;
     let plugins = Arc::new(
         PluginDir::new(runtime, &dir, Arc::default())
             .with_rollout(config.rollout.clone(), config.data_dir.clone()),
