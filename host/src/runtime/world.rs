@@ -121,14 +121,14 @@ impl World {
         })
     }
 
-    /// Starts a run: these answers, the clock at `now` (for a world with a virtual clock), and
-    /// nothing met yet.
-    pub(crate) fn begin(&self, answers: Answers, now: SystemTime) {
+    /// Starts a run: these answers, the clock at `now` (for a world with a virtual clock;
+    /// `None`: on from where it is), and nothing met yet.
+    pub(crate) fn begin(&self, answers: Answers, now: Option<SystemTime>) {
         let mut inner = self.lock();
         inner.given = Vec::new();
         inner.answers = answers;
         inner.met = Met::default();
-        if let Some(clock) = &self.clock {
+        if let (Some(clock), Some(now)) = (&self.clock, now) {
             clock.set(now);
         }
     }
@@ -289,7 +289,7 @@ mod tests {
             canned("GET", "https://api.test/send", 204),
             canned("POST", "https://api.test/send", 202),
         ];
-        world.begin(Answers::Canned(table), SystemTime::UNIX_EPOCH);
+        world.begin(Answers::Canned(table), Some(SystemTime::UNIX_EPOCH));
         let status = |m, u| world.answer(exchange(m, u)).map(|a| a.status);
         assert_eq!(status("POST", "https://api.test/send"), Some(503));
         assert_eq!(status("POST", "https://api.test/send"), Some(202));
@@ -306,7 +306,7 @@ mod tests {
     async fn the_wall_clock_reads_now_and_moves_with_tokio_time() {
         let world = World::test();
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_764_579_600);
-        world.begin(Answers::Empty, now);
+        world.begin(Answers::Empty, Some(now));
         let clock = world.clock().expect("a test world's clock");
         assert_eq!(
             HostWallClock::now(clock),
@@ -319,5 +319,12 @@ mod tests {
             Duration::from_secs(1_764_579_610)
         );
         assert_eq!(HostMonotonicClock::now(clock) - before, 10_000_000_000);
+        // A run that sets no time goes on from where the last left the clock.
+        world.begin(Answers::Empty, None);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(
+            HostWallClock::now(clock),
+            Duration::from_secs(1_764_579_615)
+        );
     }
 }

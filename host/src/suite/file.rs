@@ -133,8 +133,8 @@ pub(crate) struct Step {
     pub(crate) name: String,
     /// The message.
     pub(crate) message: Received,
-    /// The clock at its start.
-    pub(crate) now: SystemTime,
+    /// The clock at its start; `None`: where the step before left it.
+    pub(crate) now: Option<SystemTime>,
     /// Whether it is delivered a second time once its effects are committed.
     pub(crate) twice: bool,
     /// What must come of it.
@@ -293,7 +293,7 @@ fn case(
         expect: expectation(raw.expect.take())?,
         message: message(&raw, &name, base, queue)?,
         name: name.clone(),
-        now: start,
+        now: Some(start),
         twice,
     };
     let mut steps = vec![first];
@@ -302,30 +302,23 @@ fn case(
             .name
             .clone()
             .unwrap_or_else(|| format!("then {}", i + 1));
-        let step = self::step(step, &called, base, queue, start)
-            .map_err(|e| format!("then `{called}`: {e}"))?;
+        let step =
+            self::step(step, &called, base, queue).map_err(|e| format!("then `{called}`: {e}"))?;
         steps.push(step);
     }
     Ok(Case { name, world, steps })
 }
 
-fn step(
-    mut raw: CaseRaw,
-    name: &str,
-    base: &Path,
-    queue: &QueueConfig,
-    start: SystemTime,
-) -> Result<Step, String> {
+fn step(mut raw: CaseRaw, name: &str, base: &Path, queue: &QueueConfig) -> Result<Step, String> {
     if raw.world.is_some() {
         return Err("world: a step runs in its case's world (it may set `now`)".into());
     }
     if !raw.then.is_empty() {
         return Err("then: steps follow the case, not each other".into());
     }
-    let now = match &raw.now {
-        Some(now) => timestamp(now).map_err(|e| format!("now: {e}"))?,
-        None => start,
-    };
+    let now = (raw.now.as_deref())
+        .map(|now| timestamp(now).map_err(|e| format!("now: {e}")))
+        .transpose()?;
     let twice = match raw.deliver.as_deref() {
         None | Some("once") => false,
         Some("twice") => true,
@@ -623,7 +616,7 @@ outcome = "ack"
             "config replaced, secrets kept"
         );
         let step = &case.steps[0];
-        assert_eq!(step.now, timestamp("2026-12-01T09:00:00Z").unwrap());
+        assert_eq!(step.now, Some(timestamp("2026-12-01T09:00:00Z").unwrap()));
         assert_eq!(step.message.receive_count, 2);
         assert_eq!(step.message.id, "11111111-2222-3333-4444-555555555555");
         assert!(

@@ -52,7 +52,7 @@ impl Runner {
         now: std::time::SystemTime,
     ) -> Result<Vec<Ran>, String> {
         self.ledger.forget_all().await.map_err(|e| e.to_string())?;
-        self.world.begin(Answers::Empty, now);
+        self.world.begin(Answers::Empty, Some(now));
         bench
             .run(msg, &*crate::format::plain(), Some(&self.ledger))
             .await
@@ -180,12 +180,13 @@ impl Runner {
         case: &Case,
         step: &Step,
     ) -> Vec<String> {
-        let got = self.deliver(bench, format, case, step, &step.message).await;
+        let got = (self.deliver(bench, format, case, step.now, &step.message)).await;
         let mut diffs = step.expect.compare(&got);
         if step.twice {
+            // Delivered again at once: the clock goes on from the first delivery.
             let mut again = step.message.clone();
             again.receive_count += 1;
-            let second = self.deliver(bench, format, case, step, &again).await;
+            let second = self.deliver(bench, format, case, None, &again).await;
             diffs.extend(duplicate_differences(&second));
         }
         diffs
@@ -196,11 +197,11 @@ impl Runner {
         bench: &Bench,
         format: &dyn Format,
         case: &Case,
-        step: &Step,
+        now: Option<std::time::SystemTime>,
         msg: &crate::message::Received,
     ) -> Got {
         self.world
-            .begin(Answers::Canned(case.world.http.clone()), step.now);
+            .begin(Answers::Canned(case.world.http.clone()), now);
         match bench.run(msg, format, Some(&self.ledger)).await {
             Ok(runs) => got(runs),
             Err(why) => Got {
