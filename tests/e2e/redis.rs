@@ -670,8 +670,32 @@ async fn a_claim_is_won_once_its_outbox_waits_until_sent_and_the_clock_is_redis_
     let Ok(Claimed::Taken { pending_outbox, .. }) = store.claim(&key, &[], window).await else {
         panic!("taken");
     };
-    assert_eq!(pending_outbox, [msg], "unsent: a later host sends it");
+    assert_eq!(
+        pending_outbox,
+        std::slice::from_ref(&msg),
+        "unsent: a later host sends it"
+    );
+    // Overdue, it is taken over by one of the hosts that find it so at once.
+    assert_eq!(
+        store.take_over(&key, window).await.unwrap(),
+        None,
+        "not yet"
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let after = Duration::from_millis(500);
+    let (one, two) = tokio::join!(store.take_over(&key, after), store.take_over(&key, after));
+    let (one, two) = (one.unwrap(), two.unwrap());
+    assert!(
+        one.is_some() != two.is_some(),
+        "one takes it over: {one:?} {two:?}"
+    );
+    assert_eq!(one.or(two).unwrap(), std::slice::from_ref(&msg));
     store.outbox_sent(&key).await.unwrap();
+    assert_eq!(
+        store.take_over(&key, Duration::ZERO).await.unwrap(),
+        None,
+        "sent"
+    );
     assert_eq!(
         store.claim(&key, &[], window).await.unwrap(),
         Claimed::Taken {

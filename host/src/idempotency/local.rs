@@ -380,6 +380,27 @@ fn claim_one(
     Ok(Claimed::Won)
 }
 
+/// `key`'s pending outbox, with its pending clock restarted, when it has waited `after`.
+fn take_over_one(
+    tx: &Transaction<'_>,
+    key: &str,
+    after: Duration,
+) -> anyhow::Result<Option<Vec<Outgoing>>> {
+    let now = now_ms() as i64;
+    let Some(live) = read(tx, key)?.filter(|r| r.expires_at_ms > now && r.state == "completed")
+    else {
+        return Ok(None);
+    };
+    let stored = live.outbox.as_deref().unwrap_or_default();
+    let since = live.outbox_at_ms.unwrap_or(now);
+    if stored.is_empty() || now - since < after.as_millis() as i64 {
+        return Ok(None);
+    }
+    tx.prepare_cached("UPDATE idempotency SET outbox_at_ms = ?2 WHERE key = ?1")?
+        .execute(params![key, now])?;
+    Ok(Some(pending::decode(stored)?.0))
+}
+
 #[async_trait]
 impl Claims for LocalStore {
     async fn claim(
@@ -391,6 +412,10 @@ impl Claims for LocalStore {
         let (key, outbox) = (key.to_string(), pending::encode(outbox, None));
         self.write(move |tx| claim_one(tx, &key, &outbox, window))
             .await
+    }
+    async fn take_over(&self, key: &str, after: Duration) -> StoreResult<Option<Vec<Outgoing>>> {
+        let key = key.to_string();
+        self.write(move |tx| take_over_one(tx, &key, after)).await
     }
     async fn status(&self, key: &str) -> StoreResult<KeyStatus> {
         LocalStore::status(self, key).await
@@ -627,8 +652,27 @@ mod tests {
         else {
             panic!("taken")
         };
-        assert_eq!(pending_outbox, [msg], "unsent: a later host sends it");
+        assert_eq!(
+            pending_outbox,
+            std::slice::from_ref(&msg),
+            "unsent: a later host sends it"
+        );
+        // Overdue, it is taken over by one of the hosts that find it so at once.
+        let key = "ns:{schedule:m:t1}";
+        let soon = store.take_over(key, Duration::from_secs(60)).await.unwrap();
+        assert_eq!(soon, None, "not pending that long yet");
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let after = Duration::from_millis(500);
+        let (a, b) = tokio::join!(store.take_over(key, after), store.take_over(key, after));
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert!(a.is_some() != b.is_some(), "one takes it over: {a:?} {b:?}");
+        assert_eq!(a.or(b).unwrap(), std::slice::from_ref(&msg));
         store.outbox_sent("ns:{schedule:m:t1}").await.unwrap();
+        assert_eq!(
+            store.take_over(key, Duration::ZERO).await.unwrap(),
+            None,
+            "sent"
+        );
         assert_eq!(
             store
                 .claim("ns:{schedule:m:t1}", &[], window)

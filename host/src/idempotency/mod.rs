@@ -282,6 +282,12 @@ pub trait Claims: Send + Sync + std::fmt::Debug + 'static {
     async fn claim(&self, key: &str, outbox: &[Outgoing], window: Duration)
     -> StoreResult<Claimed>;
 
+    /// Takes over sending `key`'s outbox when it has been pending for at least `after` (its
+    /// claimant died before marking it sent): its pending clock restarts, so of any number of
+    /// callers that find it overdue at once, one gets it. `None`: not pending that long (sent,
+    /// or taken over a moment ago by another caller).
+    async fn take_over(&self, key: &str, after: Duration) -> StoreResult<Option<Vec<Outgoing>>>;
+
     /// What the store holds for `key` (a scoped key).
     async fn status(&self, key: &str) -> StoreResult<KeyStatus>;
 

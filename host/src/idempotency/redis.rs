@@ -79,6 +79,8 @@ static OUTBOX_SENT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/outbox_sent.lua")));
 static RATE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/rate.lua")));
 static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/claim.lua")));
+static TAKE_OVER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/take_over.lua")));
 static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/status.lua")));
 static SWAP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/swap.lua")));
 
@@ -506,6 +508,22 @@ impl Claims for RedisStore {
             }),
             other => Err(corrupt(format!(
                 "unexpected reply from the claim script: {other:?}"
+            ))),
+        }
+    }
+    async fn take_over(&self, key: &str, after: Duration) -> StoreResult<Option<Vec<Outgoing>>> {
+        let mut invocation = TAKE_OVER.key(key);
+        invocation.arg(ms(after));
+        let mut pipe = redis::pipe();
+        pipe.load_script(&TAKE_OVER)
+            .ignore()
+            .invoke_script(&invocation);
+        let (reply,): (Vec<String>,) = self.query(&pipe).await?;
+        match reply.as_slice() {
+            [] => Ok(None),
+            [pending] => Ok(Some(decode_pending(pending)?.0)),
+            other => Err(corrupt(format!(
+                "unexpected reply from the take-over script: {other:?}"
             ))),
         }
     }

@@ -406,6 +406,9 @@ impl Claims for Skewed {
     ) -> StoreResult<Claimed> {
         self.0.claim(key, outbox, window).await
     }
+    async fn take_over(&self, key: &str, after: Duration) -> StoreResult<Option<Vec<Outgoing>>> {
+        self.0.take_over(key, after).await
+    }
     async fn status(&self, key: &str) -> StoreResult<KeyStatus> {
         Claims::status(self.0.as_ref(), key).await
     }

@@ -4,8 +4,9 @@
 //! The claim is the once: of every host that finds the tick due, one wins and sends; the others
 //! find it taken. A host that won and then died before its send (or before the mark) leaves the
 //! message pending in the tick's record; a host that finds it still pending after
-//! [`RESEND_AFTER`] sends it again, under the same key, so the consumer drops the copy if the
-//! first send did land.
+//! [`RESEND_AFTER`] takes it over (one step in the store, which restarts its pending clock, so
+//! one host of those that find it overdue at once) and sends it again, under the same key, so
+//! the consumer drops the copy if the first send did land.
 
 use std::time::Duration;
 
@@ -69,7 +70,12 @@ pub(crate) async fn fire(
         Claimed::Taken { pending_for, .. } if pending_for < RESEND_AFTER => {
             return Ok(Fired::Pending);
         }
-        Claimed::Taken { pending_outbox, .. } => (pending_outbox, Fired::Resent),
+        // Overdue: of the hosts that find it so at once (they wake on the same tick), the one
+        // that takes it over sends it; the others find it pending again.
+        Claimed::Taken { .. } => match store.take_over(&key, RESEND_AFTER).await? {
+            Some(pending_outbox) => (pending_outbox, Fired::Resent),
+            None => return Ok(Fired::Pending),
+        },
     };
     send(source, &outbox).await?;
     if let Err(e) = store.outbox_sent(&key).await {
