@@ -21,8 +21,9 @@ use crate::config::Config;
 use crate::message::recorded::{LineError, RecordedMessage, read_lines};
 use crate::message::{Outgoing, wire};
 use crate::oneshot::Ended;
-use crate::oneshot::bench::{Bench, ToLoad};
+use crate::oneshot::bench::Bench;
 use crate::plugin::Plugin;
+use crate::plugin::loader::LoadAs;
 use crate::runtime::Costs;
 use crate::runtime::http::record::RecordedRequest;
 use crate::runtime::world::World;
@@ -193,7 +194,7 @@ pub async fn replay_files(
 /// Loads the plugin at `path` into a replay's world: its HTTP requests written down, never
 /// sent.
 async fn load(config: &Config, path: &Path) -> anyhow::Result<Bench> {
-    Bench::load_for(config, ToLoad::file(path), |_| {}, Some(World::replay())).await
+    Bench::load_for(config, LoadAs::file(path), |_| {}, Some(World::replay())).await
 }
 
 /// One message through one version.

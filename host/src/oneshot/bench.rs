@@ -11,7 +11,6 @@
 //! message reads the state the last one committed. Without one (invoke, replay) nothing is
 //! leased or remembered, and the same message can be tried again and again.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -137,46 +136,19 @@ pub(crate) struct Bench {
 /// An in-memory embedded store that keeps what runs commit: leases, completed keys, state.
 pub(crate) type Ledger = LocalStore;
 
-/// What to load, owned (loading runs on the blocking pool).
-#[derive(Clone, Debug)]
-pub(crate) struct ToLoad {
-    /// The `.wasm` file.
-    pub(crate) path: PathBuf,
-    /// Its plugin name, when not its file stem.
-    pub(crate) name: Option<String>,
-    /// Its manifest, when not `NAME.toml` beside it.
-    pub(crate) manifest: Option<PathBuf>,
-}
-
-impl ToLoad {
-    /// The file at `path`, as the plugins directory would have it.
-    pub(crate) fn file(path: &std::path::Path) -> Self {
-        ToLoad {
-            path: path.to_path_buf(),
-            name: None,
-            manifest: None,
-        }
-    }
-}
-
 impl Bench {
     /// Loads `what` on `runtime` (compiling, or from the cache), its manifest changed by `edit`,
     /// into `world` when given.
     pub(crate) async fn load(
         runtime: &Runtime,
-        what: ToLoad,
+        what: LoadAs,
         edit: impl FnOnce(&mut Manifest) + Send + 'static,
         world: Option<Arc<World>>,
     ) -> anyhow::Result<Bench> {
         let runtime = runtime.clone();
         let kept = world.clone();
         let plugin = tokio::task::spawn_blocking(move || {
-            let load = LoadAs {
-                path: &what.path,
-                name: what.name,
-                manifest: what.manifest,
-            };
-            crate::plugin::loader::load_as(&runtime, load, edit, kept)
+            crate::plugin::loader::load_as(&runtime, what, edit, kept)
         })
         .await
         .context("the loader stopped")?
@@ -187,7 +159,7 @@ impl Bench {
     /// Loads the plugin at `what` with `config`'s engine settings.
     pub(crate) async fn load_for(
         config: &Config,
-        what: ToLoad,
+        what: LoadAs,
         edit: impl FnOnce(&mut Manifest) + Send + 'static,
         world: Option<Arc<World>>,
     ) -> anyhow::Result<Bench> {

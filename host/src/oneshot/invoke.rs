@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
-use super::bench::{self, Bench, Ended, ToLoad};
+use super::bench::{self, Bench, Ended};
 use crate::config::Config;
 use crate::handler::{Failure, Invocation, Outcome};
 use crate::message::{Attribute, Received};
+use crate::plugin::loader::LoadAs;
 use crate::plugin::manifest::{ConfigValue, Manifest};
 use crate::runtime::Costs;
 
@@ -96,7 +97,7 @@ pub async fn invoke_file(
             *kept.lock().unwrap_or_else(|e| e.into_inner()) = http;
         }
     };
-    let bench = Bench::load_for(config, ToLoad::file(path), edit, None).await?;
+    let bench = Bench::load_for(config, LoadAs::file(path), edit, None).await?;
     let http_withheld = std::mem::take(&mut *withheld.lock().unwrap_or_else(|e| e.into_inner()));
     let plugin = bench.plugin();
     let msg = Received {

@@ -147,20 +147,20 @@ pub(crate) fn load_file_in(
 /// A plugin file to load, and what it is called and governed by when that is not what its
 /// place says (a test names a build's output, whose manifest lives in the project).
 #[derive(Clone, Debug)]
-pub(crate) struct LoadAs<'a> {
+pub(crate) struct LoadAs {
     /// The `.wasm` file.
-    pub(crate) path: &'a Path,
+    pub(crate) path: PathBuf,
     /// Its plugin name; `None`: the file stem.
     pub(crate) name: Option<String>,
     /// Its manifest; `None`: `NAME.toml` beside it.
     pub(crate) manifest: Option<PathBuf>,
 }
 
-impl<'a> LoadAs<'a> {
+impl LoadAs {
     /// The file at `path`, named and governed as the plugins directory would have it.
-    pub(crate) fn file(path: &'a Path) -> Self {
+    pub(crate) fn file(path: &Path) -> Self {
         LoadAs {
-            path,
+            path: path.to_path_buf(),
             name: None,
             manifest: None,
         }
@@ -170,11 +170,11 @@ impl<'a> LoadAs<'a> {
 /// Loads the plugin `what` names, its manifest changed by `edit`, into `world` when given.
 pub(crate) fn load_as(
     runtime: &Runtime,
-    what: LoadAs<'_>,
+    what: LoadAs,
     edit: impl FnOnce(&mut Manifest),
     world: Option<Arc<World>>,
 ) -> Result<Plugin, LoadError> {
-    let path = what.path;
+    let path = what.path.as_path();
     let fail = |reason: anyhow::Error| LoadError {
         path: path.to_path_buf(),
         reason,

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use super::expect::{Expect, ExpectRaw};
 use crate::config::{Config, QueueConfig};
 use crate::message::{Attribute, AttributeValue, Received};
-use crate::oneshot::bench::ToLoad;
+use crate::plugin::loader::LoadAs;
 use crate::runtime::world::Canned;
 
 /// A test file as written.
@@ -108,7 +108,7 @@ pub(crate) struct TestFile {
     /// Where it is.
     pub(crate) path: PathBuf,
     /// The plugin it tests.
-    pub(crate) plugin: ToLoad,
+    pub(crate) plugin: LoadAs,
     /// The queue its messages arrive on.
     pub(crate) queue: QueueConfig,
     /// Its cases.
@@ -240,7 +240,7 @@ fn check(raw: FileRaw, base: &Path, plugins_dir: &Path) -> Result<TestFile, Stri
 }
 
 /// The plugin file a test names: a name in the plugins directory, or a path.
-fn plugin(raw: &FileRaw, base: &Path, plugins_dir: &Path) -> ToLoad {
+fn plugin(raw: &FileRaw, base: &Path, plugins_dir: &Path) -> LoadAs {
     let named = raw.plugin.as_str();
     let is_path = named.ends_with(".wasm") || named.contains('/');
     let path = if is_path {
@@ -248,7 +248,7 @@ fn plugin(raw: &FileRaw, base: &Path, plugins_dir: &Path) -> ToLoad {
     } else {
         plugins_dir.join(format!("{named}.wasm"))
     };
-    ToLoad {
+    LoadAs {
         path,
         name: raw.name.clone(),
         manifest: raw.manifest.as_ref().map(|m| base.join(m)),

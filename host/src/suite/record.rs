@@ -14,7 +14,8 @@ use crate::config::Config;
 use crate::kv::Op;
 use crate::message::recorded::{LineError, read_lines};
 use crate::message::{AttributeValue, Outgoing, Received, wire};
-use crate::oneshot::bench::{Ended, Ran, ToLoad};
+use crate::oneshot::bench::{Ended, Ran};
+use crate::plugin::loader::LoadAs;
 
 /// A recorded test file.
 #[derive(Debug)]
@@ -45,7 +46,7 @@ async fn record(
     messages: &str,
 ) -> anyhow::Result<Recorded> {
     let runner = Runner::new(config)?;
-    let bench = (runner.load_plain(&ToLoad::file(plugin)).await).map_err(anyhow::Error::msg)?;
+    let bench = (runner.load_plain(&LoadAs::file(plugin)).await).map_err(anyhow::Error::msg)?;
     let mut cases = Vec::new();
     let mut unreadable = Vec::new();
     for read in read_lines(messages) {

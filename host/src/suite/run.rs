@@ -13,7 +13,8 @@ use crate::config::Config;
 use crate::format::{Format, Formats};
 use crate::handler::Failure;
 use crate::idempotency::commit::{BucketCommit, Op, stored_bucket};
-use crate::oneshot::bench::{Bench, Ended, Ledger, NAMESPACE, Ran, ToLoad};
+use crate::oneshot::bench::{Bench, Ended, Ledger, NAMESPACE, Ran};
+use crate::plugin::loader::LoadAs;
 use crate::plugin::manifest::{ConfigValue, Manifest};
 use crate::runtime::engine::Runtime;
 use crate::runtime::world::{Answers, World};
@@ -39,7 +40,7 @@ impl Runner {
     }
 
     /// Loads `plugin` as its manifest has it (for recording).
-    pub(super) async fn load_plain(&self, plugin: &ToLoad) -> Result<Bench, String> {
+    pub(super) async fn load_plain(&self, plugin: &LoadAs) -> Result<Bench, String> {
         self.load(plugin, &CaseWorld::default()).await
     }
 
@@ -94,7 +95,7 @@ impl Runner {
     }
 
     /// Loads the plugin with the case's `[config]` values and secrets over its manifest's.
-    async fn load(&self, plugin: &ToLoad, world: &CaseWorld) -> Result<Bench, String> {
+    async fn load(&self, plugin: &LoadAs, world: &CaseWorld) -> Result<Bench, String> {
         let values = world.config.clone();
         let unresolved = Arc::new(Mutex::new(Vec::new()));
         let kept = Arc::clone(&unresolved);
