@@ -2,9 +2,11 @@
 //! (`QHOST_LOG_FORMAT=json`), each carrying the spans it was logged in (`spans`: the delivery's
 //! queue and message id, the handler call's plugin and version) beside its own fields; a
 //! handler's line repeats those at the top level, where log pipelines look for them.
-//! `QHOST_LOG` filters either way (`info` by default, with the AWS configuration chain's own
-//! warnings left out: a missing region or credentials is one error of qhost's that says where it
-//! looked).
+//! How much is logged is decided in this order: the command line's verbosity (`-v`, `--quiet`),
+//! then `QHOST_LOG`, then the command's own default: `info` for `qhost run` (a host's lines are
+//! its record), `warn` for one-shot commands (they print what they did; a log line there is
+//! news). The AWS configuration chain's own warnings are left out below `-vv`: a missing region
+//! or credentials is one error of qhost's that says where it looked.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -49,11 +51,46 @@ impl LogFormat {
     }
 }
 
+/// How much to log, as the command line and the command decide it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verbosity {
+    /// Errors only (`--quiet`), whatever `QHOST_LOG` says.
+    Quiet,
+    /// `QHOST_LOG` if set, else the command's default: `info` when `chatty` (a host), `warn`
+    /// otherwise (a one-shot command).
+    Default {
+        /// Whether the command's lines are its record (`qhost run`).
+        chatty: bool,
+    },
+    /// `-v` (`info`), `-vv` (`debug`), `-vvv` (`trace`), whatever `QHOST_LOG` says.
+    Verbose(u8),
+}
+
+impl Verbosity {
+    /// The filter directives this verbosity picks, given `QHOST_LOG`'s value.
+    pub(crate) fn directives(self, env: Option<&str>) -> String {
+        const QUIET_AWS: &str = ",aws_config=error,aws_runtime=error";
+        match (self, env.map(str::trim).filter(|v| !v.is_empty())) {
+            (Verbosity::Quiet, _) => "error".into(),
+            (Verbosity::Verbose(1), _) => format!("info{QUIET_AWS}"),
+            (Verbosity::Verbose(2), _) => "debug".into(),
+            (Verbosity::Verbose(_), _) => "trace".into(),
+            (Verbosity::Default { .. }, Some(env)) => env.into(),
+            (Verbosity::Default { chatty: true }, None) => format!("info{QUIET_AWS}"),
+            (Verbosity::Default { chatty: false }, None) => format!("warn{QUIET_AWS}"),
+        }
+    }
+}
+
 /// Installs the process's logger.
-pub fn init(format: LogFormat) {
+pub fn init(format: LogFormat, verbosity: Verbosity) {
     JSON.store(format == LogFormat::Json, Ordering::Relaxed);
-    let filter = EnvFilter::try_from_env("QHOST_LOG")
-        .unwrap_or_else(|_| EnvFilter::new("info,aws_config=error,aws_runtime=error"));
+    let env = std::env::var("QHOST_LOG").ok();
+    let directives = verbosity.directives(env.as_deref());
+    let filter = EnvFilter::try_new(&directives).unwrap_or_else(|e| {
+        eprintln!("warning: QHOST_LOG `{directives}` is not a log filter ({e}); using `info`");
+        EnvFilter::new("info")
+    });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -81,5 +118,23 @@ mod tests {
         assert_eq!(LogFormat::parse(Some(" json ")), Ok(LogFormat::Json));
         let err = LogFormat::parse(Some("yaml")).unwrap_err();
         assert!(err.contains("QHOST_LOG_FORMAT is `yaml`"), "{err}");
+    }
+
+    #[test]
+    fn flags_beat_qhost_log_which_beats_the_command_s_default() {
+        let host = Verbosity::Default { chatty: true };
+        let one_shot = Verbosity::Default { chatty: false };
+        assert!(host.directives(None).starts_with("info,"));
+        assert!(one_shot.directives(None).starts_with("warn,"));
+        assert_eq!(one_shot.directives(Some("debug")), "debug");
+        assert_eq!(one_shot.directives(Some("  ")), one_shot.directives(None));
+        assert_eq!(Verbosity::Quiet.directives(Some("debug")), "error");
+        assert!(
+            Verbosity::Verbose(1)
+                .directives(Some("warn"))
+                .starts_with("info,")
+        );
+        assert_eq!(Verbosity::Verbose(2).directives(None), "debug");
+        assert_eq!(Verbosity::Verbose(7).directives(None), "trace");
     }
 }

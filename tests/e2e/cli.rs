@@ -490,9 +490,14 @@ fn check_validates_the_deploy_and_reads_qhost_toml_here_by_default() {
             && stdout.contains("ok: `qhost run` would start"),
         "{stdout}"
     );
+    // A one-shot command prints its report and logs only warnings unless asked.
+    assert!(!stderr.contains("INFO"), "{stderr}");
+    let (code, _, verbose) = run_in(dir.path(), &["check", "-v"]);
+    assert_eq!(code, Some(0), "{verbose}");
     assert!(
-        stderr.contains("using the configuration file in this directory"),
-        "{stderr}"
+        verbose.contains("INFO")
+            && verbose.contains("using the configuration file in this directory"),
+        "{verbose}"
     );
 
     std::fs::write(dir.path().join("plugins/worker.wasm"), b"hi\n").unwrap();
