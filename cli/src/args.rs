@@ -25,7 +25,8 @@ pub(crate) static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::ne
     name = "qhost",
     version = VERSION.as_str(),
     about = "Runs queue message handlers compiled to WebAssembly components",
-    after_help = "Logs go to stderr: QHOST_LOG filters them (info by default; e.g. QHOST_LOG=warn), \
+    after_help = "Logs go to stderr. `run` logs at info, every other command only warnings and \
+                  errors: -v, -vv, --quiet or QHOST_LOG (e.g. QHOST_LOG=debug) say otherwise; \
                   QHOST_LOG_FORMAT=json writes them as JSON."
 )]
 pub(crate) struct Cli {
@@ -50,6 +51,24 @@ pub(crate) struct Global {
     /// Overrides `data-dir` (where the local backends keep their database).
     #[arg(long, env = "QHOST_DATA_DIR", global = true)]
     pub(crate) data_dir: Option<PathBuf>,
+    /// Log more: -v info, -vv debug, -vvv trace (over QHOST_LOG).
+    #[arg(long, short, action = clap::ArgAction::Count, global = true, conflicts_with = "quiet")]
+    pub(crate) verbose: u8,
+    /// Log errors only (over QHOST_LOG). (`-q` is a command's --queue.)
+    #[arg(long, global = true)]
+    pub(crate) quiet: bool,
+}
+
+impl Global {
+    /// How much to log: the flags, else `QHOST_LOG`, else the command's default (`chatty`:
+    /// a host's `info`, a one-shot command's `warn`).
+    pub(crate) fn verbosity(&self, chatty: bool) -> qhost::Verbosity {
+        match (self.quiet, self.verbose) {
+            (true, _) => qhost::Verbosity::Quiet,
+            (false, 0) => qhost::Verbosity::Default { chatty },
+            (false, n) => qhost::Verbosity::Verbose(n),
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -137,11 +156,34 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: KvCommand,
     },
+    /// The hosts sharing this configuration's store (each one's state, version, backends,
+    /// readiness and counts) and the queues paused on all of them; or pause or resume a
+    /// queue fleet-wide.
+    Fleet {
+        #[command(subcommand)]
+        command: Option<FleetCommand>,
+    },
     /// List, pause, resume, backfill or fire the configured schedules (`[[schedule]]`), for
     /// the whole fleet sharing the store.
     Schedule {
         #[command(subcommand)]
         command: ScheduleCommand,
+    },
+}
+
+/// `qhost fleet …`.
+#[derive(Subcommand)]
+pub(crate) enum FleetCommand {
+    /// Stop every host sharing this store from receiving QUEUE (within a second; messages
+    /// being handled finish) until it is resumed.
+    Pause {
+        /// A consumed queue.
+        queue: String,
+    },
+    /// Let every host receive QUEUE again.
+    Resume {
+        /// A consumed queue.
+        queue: String,
     },
 }
 

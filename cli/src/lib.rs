@@ -31,7 +31,10 @@ const EXIT_WAIT: Duration = Duration::from_secs(1);
 pub fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match qhost::LogFormat::from_env() {
-        Ok(format) => qhost::init_logging(format),
+        Ok(format) => {
+            let host = matches!(cli.command, Command::Run(_));
+            qhost::init_logging(format, cli.global.verbosity(host))
+        }
         Err(e) => {
             eprintln!("error: {e}");
             return std::process::ExitCode::from(2);
@@ -107,6 +110,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         }
         Command::Send(args) => send(config()?, args).await,
         Command::Schedule { command } => schedule(&config()?, command).await,
+        Command::Fleet { command } => fleet(&config()?, command).await,
         Command::Peek { queue, limit } => peek(config()?, &queue, limit).await,
         Command::Purge { queue, yes } => purge(config()?, &queue, yes).await,
         Command::Invoke(args) => return invoke(config()?, args).await,

@@ -36,6 +36,8 @@
 //! | `rollout`       | canary rollout: a new version's share of keys, its fleet-wide record, the rules |
 //! | `schedule`      | cron in qhost: ticks claimed once across a fleet, catch-up, overlap, pause, |
 //! |                 | backfill; each host's scheduler and the operator's verbs (`qhost schedule`) |
+//! | `fleet`         | the hosts sharing a store (each one's entry, written once a second) and |
+//! |                 | the queues paused fleet-wide; the operator's verbs (`qhost fleet`)   |
 //! | `replay`        | recorded messages through two versions of a plugin, compared (`replay`) |
 //! | `fixture`       | realistic messages of each kind producers send (`qhost fixture`)      |
 //! | `suite`         | a handler's tests as data: test files' cases in a canned world (`test`) |
@@ -71,6 +73,7 @@ mod digest;
 mod dlq;
 mod faults;
 mod fixture;
+pub mod fleet;
 mod format;
 mod handler;
 mod host;
@@ -170,9 +173,9 @@ pub use suite::{
 
 // Seeing a running host.
 pub use admin::{AdminError, AdminServer, HostView};
-pub use logging::{LogFormat, init as init_logging};
+pub use logging::{LogFormat, Verbosity, init as init_logging};
 pub use metrics::Metrics;
-pub use stats::{Counts, Stats};
+pub use stats::{Counts, Fates, Stats};
 pub use traces::Tracer;
 pub use traces::install::{TraceError, Traces};
 

@@ -1,5 +1,5 @@
-//! The dead letters this host sent lately, kept in memory (the last [`PER_QUEUE`] of each
-//! queue) for the console and its API: an operator sees what died, why and when without a call
+//! The dead letters this host sent lately, and the messages it put back to be retried, kept in
+//! memory (the last [`PER_QUEUE`] of each queue) for the console and its API: an operator sees what died, why and when without a call
 //! to the dead-letter queue per page view. Each host keeps its own; `qhost dlq peek` reads the
 //! queue itself. A body is kept as a short preview, and an offloaded one is not fetched: the
 //! preview is the pointer.
@@ -83,13 +83,53 @@ impl DeadLetter {
     }
 }
 
-/// The last dead letters of each queue.
+/// A message this host put back to be retried: shown until it is due again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct Retrying {
+    /// The message's id on its queue.
+    pub(crate) message_id: String,
+    /// The plugin it ran on.
+    pub(crate) plugin: String,
+    /// The failed attempt (handler runs on its key).
+    pub(crate) attempt: u32,
+    /// Why it is retried.
+    pub(crate) reason: String,
+    /// When it is visible again, in milliseconds since the Unix epoch.
+    pub(crate) back_at_ms: u64,
+}
+
+/// The last dead letters and retries of each queue.
 #[derive(Debug, Default)]
 pub(crate) struct RecentDeadLetters {
     by_queue: Mutex<BTreeMap<String, VecDeque<DeadLetter>>>,
+    retries: Mutex<BTreeMap<String, VecDeque<Retrying>>>,
 }
 
 impl RecentDeadLetters {
+    /// Keeps `retry` of `queue` until it is due (its earlier retry, if kept, is replaced).
+    pub(crate) fn note_retry(&self, queue: &str, retry: Retrying) {
+        let mut retries = self.retries.lock().unwrap_or_else(|e| e.into_inner());
+        let kept = retries.entry(queue.to_string()).or_default();
+        let now = now_ms();
+        kept.retain(|r| r.message_id != retry.message_id && r.back_at_ms > now);
+        if kept.len() == PER_QUEUE {
+            kept.pop_back();
+        }
+        kept.push_front(retry);
+    }
+
+    /// `queue`'s retries not yet due, soonest first.
+    pub(crate) fn retrying(&self, queue: &str) -> Vec<Retrying> {
+        let retries = self.retries.lock().unwrap_or_else(|e| e.into_inner());
+        let now = now_ms();
+        let mut due: Vec<Retrying> = (retries.get(queue).into_iter().flatten())
+            .filter(|r| r.back_at_ms > now)
+            .cloned()
+            .collect();
+        due.sort_by_key(|r| r.back_at_ms);
+        due
+    }
+
     /// Keeps `letter`, forgetting its queue's oldest beyond [`PER_QUEUE`].
     pub(crate) fn note(&self, letter: DeadLetter) {
         let mut by_queue = self.by_queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -145,6 +185,31 @@ mod tests {
             group_id: None,
             malformed: None,
         }
+    }
+
+    #[test]
+    fn a_retry_is_shown_until_it_is_due_once_per_message() {
+        let recent = RecentDeadLetters::default();
+        let retry = |id: &str, in_ms: i64| Retrying {
+            message_id: id.into(),
+            plugin: "p".into(),
+            attempt: 1,
+            reason: "asked".into(),
+            back_at_ms: (now_ms() as i64 + in_ms) as u64,
+        };
+        recent.note_retry("jobs", retry("a", 60_000));
+        recent.note_retry("jobs", retry("b", 1_000));
+        recent.note_retry("jobs", retry("a", 30_000));
+        recent.note_retry("jobs", retry("c", -1));
+        let ids: Vec<String> = (recent.retrying("jobs").into_iter())
+            .map(|r| r.message_id)
+            .collect();
+        assert_eq!(
+            ids,
+            ["b", "a"],
+            "soonest first, one per message, none past due"
+        );
+        assert!(recent.retrying("other").is_empty());
     }
 
     #[test]

@@ -156,6 +156,126 @@ impl Counts {
     }
 }
 
+/// Where a queue's received deliveries went: each delivery ends in exactly one of these, so
+/// they add up to `received` (what has not ended yet is `running`). Every surface that shows
+/// counts (the summary, the console, its API) shows these, with [`Fates::LEGEND`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Fates {
+    /// Deliveries received.
+    pub received: u64,
+    /// Ran and finished.
+    pub acked: u64,
+    /// A key already done: acked without running.
+    pub duplicate: u64,
+    /// Its key was leased by another worker: put back, it comes again.
+    pub busy: u64,
+    /// Ran and failed or asked to be retried: it comes again.
+    pub retried: u64,
+    /// Put back unrun (a backend did not answer, a rate limit): it comes again.
+    pub deferred: u64,
+    /// Sent to the dead-letter queue.
+    pub dead: u64,
+    /// Given back unfinished at shutdown, or after its lease passed to another worker.
+    pub released: u64,
+    /// Nothing to run: an expired Celery task, an S3 test event.
+    pub skipped: u64,
+    /// Received and not ended yet.
+    pub running: u64,
+}
+
+impl Fates {
+    /// What each column means, in one line.
+    pub const LEGEND: &'static str = "received = acked + duplicate + busy + retried + deferred \
+        + dead + released + skipped + running. duplicate: done before, not run; busy: leased \
+        by another worker, put back; retried: ran, failed or asked, comes again; deferred: put \
+        back unrun (a backend down, a rate limit); released: given back at shutdown or after a \
+        lost lease; skipped: nothing to run. ran: handler calls; failed: traps, timeouts, \
+        memory-limit hits; outbox: messages sent.";
+
+    /// The fates of the deliveries `c` counts.
+    pub fn of(c: &Counts) -> Self {
+        let mut f = Fates {
+            received: c.received,
+            acked: c.acked,
+            duplicate: c.duplicates,
+            busy: c.busy,
+            retried: c.retried,
+            deferred: c.deferred + c.rate_limited,
+            dead: c.dead_lettered,
+            released: c.released + c.lost_leases,
+            skipped: c.expired + c.ignored,
+            running: 0,
+        };
+        f.running = f.received.saturating_sub(f.ended());
+        f
+    }
+
+    /// Each fate's name, in the order every surface shows them.
+    pub const NAMES: [&'static str; 10] = [
+        "received",
+        "acked",
+        "duplicate",
+        "busy",
+        "retried",
+        "deferred",
+        "dead",
+        "released",
+        "skipped",
+        "running",
+    ];
+
+    /// Each fate's count, in the order of [`Fates::NAMES`].
+    pub fn values(&self) -> [u64; 10] {
+        [
+            self.received,
+            self.acked,
+            self.duplicate,
+            self.busy,
+            self.retried,
+            self.deferred,
+            self.dead,
+            self.released,
+            self.skipped,
+            self.running,
+        ]
+    }
+
+    /// Adds `o`'s fates to these.
+    pub fn add(&mut self, o: &Fates) {
+        self.received += o.received;
+        self.acked += o.acked;
+        self.duplicate += o.duplicate;
+        self.busy += o.busy;
+        self.retried += o.retried;
+        self.deferred += o.deferred;
+        self.dead += o.dead;
+        self.released += o.released;
+        self.skipped += o.skipped;
+        self.running += o.running;
+    }
+
+    /// Each queue's fates, summed over its plugins.
+    pub fn by_queue(stats: &Stats) -> BTreeMap<String, Fates> {
+        let mut out: BTreeMap<String, Fates> = BTreeMap::new();
+        for ((queue, _), c) in stats.snapshot() {
+            out.entry(queue).or_default().add(&Fates::of(&c));
+        }
+        out
+    }
+
+    /// Deliveries that ended.
+    pub fn ended(&self) -> u64 {
+        self.acked
+            + self.duplicate
+            + self.busy
+            + self.retried
+            + self.deferred
+            + self.dead
+            + self.released
+            + self.skipped
+    }
+}
+
 /// Which way payload bytes moved through a claim-check store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum PayloadFlow {
@@ -307,48 +427,29 @@ impl Stats {
 }
 
 impl fmt::Display for Stats {
+    /// The summary table: per queue and plugin, the fates that add up to `received`, then what
+    /// the runs did, then the legend.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const HEAD: [&str; 12] = [
-            "received",
-            "ran",
-            "acked",
-            "duplicate",
-            "busy",
-            "retried",
-            "deferred",
-            "failed",
-            "dead",
-            "outbox",
-            "released",
-            "conflict",
-        ];
+        const WORK: [&str; 4] = ["ran", "failed", "outbox", "conflict"];
+        let rows = self.snapshot();
+        if rows.is_empty() {
+            return writeln!(f, "nothing was received: every consumed queue was empty");
+        }
         write!(f, "{:<16} {:<16}", "queue", "plugin")?;
-        for h in HEAD {
+        for h in Fates::NAMES.iter().chain(&WORK) {
             write!(f, " {h:>9}")?;
         }
         writeln!(f)?;
-        for ((queue, plugin), c) in self.snapshot() {
+        for ((queue, plugin), c) in rows {
             write!(f, "{queue:<16} {plugin:<16}")?;
-            let row = [
-                c.received,
-                c.invoked,
-                c.acked,
-                c.duplicates,
-                c.busy,
-                c.retried,
-                c.deferred,
-                c.failures,
-                c.dead_lettered,
-                c.outbox_sent,
-                c.released,
-                c.conflicts,
-            ];
+            let work = [c.invoked, c.failures, c.outbox_sent, c.conflicts];
+            let row = Fates::of(&c).values().into_iter().chain(work);
             for n in row {
                 write!(f, " {n:>9}")?;
             }
             writeln!(f)?;
         }
-        Ok(())
+        writeln!(f, "\n{}", Fates::LEGEND)
     }
 }
 
@@ -391,6 +492,75 @@ mod tests {
         assert_eq!(
             (total.received, total.duplicates, total.dead_lettered),
             (1, 1, 1)
+        );
+    }
+
+    /// Every event that ends a delivery lands in exactly one fate, so the fates add up.
+    #[test]
+    fn every_ending_event_is_one_fate_and_the_fates_add_up_to_received() {
+        let ending = [
+            Event::Acked,
+            Event::Duplicate,
+            Event::Busy,
+            Event::RateLimited,
+            Event::Retried,
+            Event::Deferred,
+            Event::DeadLettered,
+            Event::LostLease,
+            Event::Released,
+            Event::Expired,
+            Event::Ignored,
+        ];
+        let along = [
+            Event::Invoked,
+            Event::OutboxSent(3),
+            Event::Failed,
+            Event::Conflict,
+        ];
+        for event in ending {
+            assert!(event.outcome().is_some(), "{event:?} ends a delivery");
+            let mut c = Counts::default();
+            c.apply(Event::Received);
+            for e in along {
+                c.apply(e);
+            }
+            c.apply(event);
+            let fates = Fates::of(&c);
+            assert_eq!((fates.ended(), fates.running), (1, 0), "{event:?}");
+        }
+        for event in along {
+            assert!(event.outcome().is_none(), "{event:?} does not end one");
+        }
+        let mut c = Counts::default();
+        c.apply(Event::Received);
+        c.apply(Event::Received);
+        c.apply(Event::Duplicate);
+        assert_eq!(Fates::of(&c).running, 1, "one not ended yet");
+    }
+
+    #[test]
+    fn the_summary_shows_fates_that_add_up_and_a_legend() {
+        let stats = Stats::default();
+        for e in [Event::Received, Event::Received, Event::Received] {
+            stats.record("q", "p", e);
+        }
+        for e in [Event::Invoked, Event::Acked, Event::Duplicate, Event::Busy] {
+            stats.record("q", "p", e);
+        }
+        let text = stats.to_string();
+        let mut lines = text.lines();
+        let head: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+        let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+        let col = |name: &str| row[head.iter().position(|h| *h == name).unwrap()];
+        let sum: u64 = ["acked", "duplicate", "busy", "retried", "deferred", "dead"]
+            .iter()
+            .chain(&["released", "skipped", "running"])
+            .map(|c| col(c).parse::<u64>().unwrap())
+            .sum();
+        assert_eq!((col("received"), sum), ("3", 3), "{text}");
+        assert!(
+            text.contains("received = acked + duplicate + busy"),
+            "{text}"
         );
     }
 

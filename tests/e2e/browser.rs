@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use fantoccini::Locator;
 use qhost::{Outgoing, QueueSource as _};
-use qhost_e2e::admin::wait_for;
+use qhost_e2e::admin::{post, post_as, wait_for};
 use qhost_e2e::browser::Browser;
 use qhost_e2e::harness::{Running, TestEnv, contents};
 use qhost_e2e::processes::HostProcess;
@@ -69,7 +69,7 @@ async fn the_console_shows_a_run_escapes_a_hostile_body_and_redrives_with_the_to
     let host = start(&config).await;
     let admin = host.admin_addr();
     api_until(admin, "/api/queues", |v| {
-        v[0]["totals"]["acked"] == 3 && v[0]["totals"]["dead_lettered"] == 1
+        v[0]["totals"]["acked"] == 3 && v[0]["totals"]["dead"] == 1
     })
     .await;
 
@@ -80,10 +80,7 @@ async fn the_console_shows_a_run_escapes_a_hostile_body_and_redrives_with_the_to
         "no script of the message ran"
     );
     assert_eq!(browser.text("tr[data-queue=jobs] td.acked").await, "3");
-    assert_eq!(
-        browser.text("tr[data-queue=jobs] td.dead-lettered").await,
-        "1"
-    );
+    assert_eq!(browser.text("tr[data-queue=jobs] td.dead").await, "1");
     let reason = browser.text("table.dead-letters td.reason").await;
     assert!(
         reason.contains("<script>document.title='owned'</script>"),
@@ -182,10 +179,7 @@ async fn without_a_token_the_console_has_no_buttons_and_refuses_actions() {
         .unwrap();
     let host = start(&config).await;
     let admin = host.admin_addr();
-    api_until(admin, "/api/queues", |v| {
-        v[0]["totals"]["dead_lettered"] == 1
-    })
-    .await;
+    api_until(admin, "/api/queues", |v| v[0]["totals"]["dead"] == 1).await;
 
     let browser = Browser::open(&format!("http://{admin}/")).await;
     assert_eq!(browser.text("table.dead-letters td.reason").await, "no");
@@ -193,6 +187,22 @@ async fn without_a_token_the_console_has_no_buttons_and_refuses_actions() {
         .eval("return document.querySelectorAll('form').length")
         .await;
     assert_eq!(forms, 0, "a read-only console has no buttons");
+    let note = browser.text("p.read-only").await;
+    assert!(
+        note.contains("pause and resume a queue") && note.contains("[admin] token"),
+        "it says what a token would enable: {note}"
+    );
+    for (path, form) in [
+        ("/actions/pause", format!("queue=jobs&token={TOKEN}")),
+        (
+            "/actions/purge-dead-letters",
+            format!("queue=jobs&token={TOKEN}"),
+        ),
+        ("/actions/promote", format!("plugin=fixture&token={TOKEN}")),
+    ] {
+        let (status, body) = post(admin, path, &form);
+        assert_eq!(status, 403, "{path}: {body}");
+    }
     let (status, body) = post(
         admin,
         "/actions/redrive",
@@ -247,29 +257,4 @@ async fn the_console_shows_an_sqs_queue_s_counts_and_depth() {
     );
     assert_eq!(browser.console_errors().await, Vec::<String>::new());
     running.stop().await;
-}
-
-/// `POST path` with a form body on the admin listener: the status and the body.
-fn post(addr: std::net::SocketAddr, path: &str, form: &str) -> (u16, String) {
-    post_as(addr, path, form, "")
-}
-
-/// [`post`] with extra header lines (each ending in CRLF).
-fn post_as(addr: std::net::SocketAddr, path: &str, form: &str, headers: &str) -> (u16, String) {
-    use std::io::{Read as _, Write as _};
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
-    write!(
-        stream,
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
-         {headers}Content-Length: {}\r\nConnection: close\r\n\r\n{form}",
-        form.len()
-    )
-    .expect("the request");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("a response");
-    let (head, body) = response.split_once("\r\n\r\n").expect("a header end");
-    let status = (head.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .expect("a status");
-    (status, body.to_string())
 }

@@ -13,6 +13,7 @@ mod celery;
 mod cli;
 mod cluster;
 mod console;
+mod console_fleet;
 mod dlq;
 mod email_sender;
 mod faults;

@@ -114,3 +114,28 @@ pub fn promtool_check(exposition: &str, scratch: &Path) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `POST path` with a form body on the admin listener: the status and the body.
+pub fn post(addr: std::net::SocketAddr, path: &str, form: &str) -> (u16, String) {
+    post_as(addr, path, form, "")
+}
+
+/// [`post`] with extra header lines (each ending in CRLF).
+pub fn post_as(addr: std::net::SocketAddr, path: &str, form: &str, headers: &str) -> (u16, String) {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+         {headers}Content-Length: {}\r\nConnection: close\r\n\r\n{form}",
+        form.len()
+    )
+    .expect("the request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("a response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a header end");
+    let status = (head.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("a status");
+    (status, body.to_string())
+}

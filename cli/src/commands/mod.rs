@@ -3,6 +3,7 @@
 
 mod celery;
 mod dlq;
+mod fleet;
 mod inspect;
 mod invoke;
 mod kv;
@@ -15,6 +16,7 @@ mod test;
 
 pub(crate) use celery::inspect as celery_inspect;
 pub(crate) use dlq::{dlq_peek, dlq_redrive};
+pub(crate) use fleet::fleet;
 pub(crate) use inspect::inspect;
 pub(crate) use invoke::invoke;
 pub(crate) use kv::{kv_get, kv_list};

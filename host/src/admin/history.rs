@@ -1,6 +1,8 @@
 //! Recent throughput per queue, for the console: the health checker samples each queue's
 //! counters at every check, and the console shows rates over the last minutes and a sparkline
-//! of messages handled per check from the samples. Nothing is asked of a backend for it.
+//! of messages handled per check from the samples, and a chart of messages handled per minute
+//! over the last hour from a mark kept each minute. Nothing is asked of a backend for it, and
+//! nothing outlives the process.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
@@ -12,6 +14,10 @@ use crate::stats::{Counts, Stats};
 
 /// Samples kept: five minutes at the checker's interval.
 pub(crate) const KEPT: usize = 150;
+/// Minutes the hour's chart shows.
+pub(crate) const MINUTES: usize = 60;
+/// How far apart the hour's marks are.
+const MINUTE: Duration = Duration::from_secs(60);
 
 /// What the console counts of a queue's messages.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -70,10 +76,12 @@ struct Sample {
     by_queue: BTreeMap<String, Flow>,
 }
 
-/// The last [`KEPT`] samples.
+/// The last [`KEPT`] samples, and a mark of messages handled each minute for the last hour.
 #[derive(Default)]
 pub(crate) struct History {
     samples: Mutex<VecDeque<Sample>>,
+    /// Each queue's messages handled so far, at each minute's mark (the last [`MINUTES`]).
+    minutes: Mutex<VecDeque<(Instant, BTreeMap<String, f64>)>>,
 }
 
 impl std::fmt::Debug for History {
@@ -97,11 +105,49 @@ impl History {
             .iter()
             .map(|(q, c)| (q.clone(), Flow::of(c)))
             .collect();
+        self.mark_minute(at, &by_queue);
         let mut samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
         if samples.len() == KEPT {
             samples.pop_front();
         }
         samples.push_back(Sample { at, by_queue });
+    }
+
+    /// Keeps a mark when a minute has passed since the last one.
+    fn mark_minute(&self, at: Instant, by_queue: &BTreeMap<String, Flow>) {
+        let mut minutes = self.minutes.lock().unwrap_or_else(|e| e.into_inner());
+        if minutes
+            .back()
+            .is_some_and(|(last, _)| at.duration_since(*last) < MINUTE)
+        {
+            return;
+        }
+        if minutes.len() > MINUTES {
+            minutes.pop_front();
+        }
+        let handled = (by_queue.iter())
+            .map(|(q, f)| (q.clone(), f.handled()))
+            .collect();
+        minutes.push_back((at, handled));
+    }
+
+    /// `queue`'s messages handled in each minute of the last hour, oldest first, the minute
+    /// under way last (empty until the first mark).
+    pub(crate) fn handled_per_minute(&self, queue: &str) -> Vec<u64> {
+        let minutes = self.minutes.lock().unwrap_or_else(|e| e.into_inner());
+        let latest = {
+            let samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
+            samples
+                .back()
+                .map(|s| s.by_queue.get(queue).map_or(0.0, Flow::handled))
+        };
+        let marks: Vec<f64> = (minutes.iter())
+            .map(|(_, m)| m.get(queue).copied().unwrap_or(0.0))
+            .chain(latest)
+            .collect();
+        (marks.iter().zip(marks.iter().skip(1)))
+            .map(|(a, b)| (b - a).max(0.0) as u64)
+            .collect()
     }
 
     /// `queue`'s messages per minute over the samples kept, and how long they span; `None`
@@ -154,6 +200,11 @@ mod tests {
             (6.0, 1.0, 1.0)
         );
         assert_eq!(history.handled_per_sample("q"), [7, 1]);
+        assert_eq!(
+            history.handled_per_minute("q"),
+            [8, 0],
+            "marks at 0 and 60 s: a minute of 8, then the minute under way"
+        );
         assert_eq!(history.handled_per_sample("none"), [0, 0]);
         for _ in 0..KEPT {
             history.sample_at(start + Duration::from_secs(90), &stats);

@@ -89,6 +89,10 @@ pub struct HostView {
     pub(crate) source: Arc<dyn QueueSource>,
     /// Its schedules, as its scheduler last read them.
     pub(crate) schedules: Arc<crate::schedule::Board>,
+    /// Its fleet, as its follower last read it.
+    pub(crate) fleet: Arc<crate::fleet::Fleet>,
+    /// Its idempotency store, for the console's fleet-wide actions.
+    pub(crate) store: Arc<dyn crate::idempotency::Store>,
 }
 
 impl HostView {

@@ -10,6 +10,8 @@ use tokio_util::task::TaskTracker;
 
 use super::{Host, RELEASE_DEADLINE};
 use crate::admin::health;
+use crate::fleet::HostEntry;
+use crate::fleet::follow::Follower;
 use crate::format::Formats;
 use crate::pipeline::{
     AckTask, Acker, Completer, OutboxMarks, PutBacks, QueueCtx, Shared, run_poller,
@@ -18,6 +20,22 @@ use crate::plugin::registry::Registry;
 use crate::plugin::{status, watch};
 use crate::progress::Progress;
 use crate::schedule::run::Scheduler;
+use crate::stats::Fates;
+
+/// A host's backends in words: `sqs + redis`, `local + redis-cluster`.
+fn backends(config: &crate::config::Config) -> String {
+    use crate::config::{SourceKind, StoreKind};
+    let queue = match config.source {
+        SourceKind::Local => "local",
+        SourceKind::Sqs(_) => "sqs",
+    };
+    let store = match &config.store {
+        StoreKind::Local => "local",
+        StoreKind::Redis(t) if t.cluster => "redis-cluster",
+        StoreKind::Redis(_) => "redis",
+    };
+    format!("{queue} + {store}")
+}
 
 impl Host {
     /// Runs until `shutdown` is cancelled, then drains. Meanwhile the queues and the store are
@@ -26,7 +44,9 @@ impl Host {
         let watcher = self.watch_plugins()?;
         let checks = self.watch_health(&shutdown);
         let schedules = self.fire_schedules(&shutdown);
+        let fleet = self.follow_fleet();
         let result = self.consume(shutdown).await;
+        fleet.cancel();
         schedules.cancel();
         checks.cancel();
         if let Some(stop) = watcher {
@@ -70,6 +90,42 @@ impl Host {
             board: Arc::clone(&self.schedules),
         };
         tokio::spawn(scheduler.run(stop.clone()));
+        stop
+    }
+
+    /// Starts this host's fleet follower (see [`crate::fleet`]): its roster entry written, the
+    /// fleet's pauses followed, once a tick, until the host has drained.
+    fn follow_fleet(&self) -> CancellationToken {
+        let stop = CancellationToken::new();
+        let (config, health) = (Arc::clone(&self.config), Arc::clone(&self.health));
+        let (registry, stats) = (Arc::clone(&self.registry), Arc::clone(&self.stats));
+        let started_ms = crate::message::now_ms();
+        let backends = backends(&config);
+        let entry = move || {
+            let not_ready = health
+                .readiness(&config, &registry)
+                .err()
+                .unwrap_or_default();
+            HostEntry {
+                pid: std::process::id(),
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                started_ms,
+                seen_ms: crate::message::now_ms(),
+                backends: backends.clone(),
+                ready: not_ready.is_empty(),
+                not_ready,
+                stopped: false,
+                queues: Fates::by_queue(&stats),
+            }
+        };
+        let follower = Follower {
+            store: self.store.clone(),
+            fleet: Arc::clone(&self.fleet),
+            namespace: self.config.namespace.clone(),
+            id: crate::fleet::host_name(),
+            entry: Box::new(entry),
+        };
+        tokio::spawn(follower.run(stop.clone()));
         stop
     }
 
@@ -193,6 +249,7 @@ impl Host {
             tracer: self.tracer.clone(),
             outbox_marks: OutboxMarks::default(),
             recent: Arc::clone(&self.recent),
+            fleet: Arc::clone(&self.fleet),
         }
     }
 

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::{Health, HostView};
 use crate::config::Config;
+use crate::fleet::Fleet;
 use crate::idempotency::Store;
 use crate::metrics::Metrics;
 use crate::payload::Payloads;
@@ -63,6 +64,8 @@ pub struct Host {
     recent: Arc<RecentDeadLetters>,
     /// Its schedules as its scheduler last read them, for the console.
     schedules: Arc<Board>,
+    /// The fleet as its follower last read it: the roster, the queues paused fleet-wide.
+    fleet: Arc<Fleet>,
     abandon: CancellationToken,
     /// Starts each delivery's span, when traces are on.
     tracer: Option<Tracer>,
@@ -148,6 +151,7 @@ impl Host {
             health: Arc::default(),
             recent: Arc::default(),
             schedules: Arc::default(),
+            fleet: Arc::default(),
             abandon: CancellationToken::new(),
             tracer: None,
         }
@@ -206,6 +210,8 @@ impl Host {
             recent: Arc::clone(&self.recent),
             source: Arc::clone(&self.source),
             schedules: Arc::clone(&self.schedules),
+            fleet: Arc::clone(&self.fleet),
+            store: self.store.clone(),
         }
     }
 

@@ -53,6 +53,8 @@ pub(crate) struct Shared {
     pub(crate) outbox_marks: OutboxMarks,
     /// The dead letters sent lately, for the console.
     pub(crate) recent: Arc<RecentDeadLetters>,
+    /// The fleet: which queues are paused fleet-wide.
+    pub(crate) fleet: Arc<crate::fleet::Fleet>,
 }
 
 impl std::fmt::Debug for Shared {

@@ -200,6 +200,15 @@ impl Leased {
         let plugin = &leased.plugin;
         tracing::info!(plugin = %plugin.name, version = %plugin.version, attempt, %reason, "will retry");
         let delay = backoff::delay(&leased.delivery.shared().config.retry, attempt, asked_secs);
+        let msg = leased.delivery.msg();
+        let retrying = crate::recent::Retrying {
+            message_id: msg.id.clone(),
+            plugin: plugin.name.clone(),
+            attempt,
+            reason,
+            back_at_ms: crate::message::now_ms() + delay.as_millis() as u64,
+        };
+        (leased.delivery.shared().recent).note_retry(&msg.queue, retrying);
         (leased.settle(Released::Failed).await)
             .put_back(delay, Event::Retried)
             .await

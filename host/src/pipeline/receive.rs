@@ -28,6 +28,9 @@ pub(crate) async fn run_poller(queue: Arc<QueueCtx>, shutdown: CancellationToken
     let config = &queue.config;
     let mut failures = 0u32;
     loop {
+        if !shared.fleet.wait_unpaused(&config.name, &shutdown).await {
+            return;
+        }
         if !serving(&queue, &shutdown).await {
             return;
         }
@@ -39,6 +42,10 @@ pub(crate) async fn run_poller(queue: Arc<QueueCtx>, shutdown: CancellationToken
             r = shared.source.receive(&config.name, permits.len(), config.visibility, config.wait) => r,
         };
         match received {
+            Ok(received) if shared.fleet.is_paused(&config.name) => {
+                failures = 0;
+                give_back(&queue, received).await;
+            }
             Ok(received) => {
                 failures = 0;
                 permits.truncate(received.len());
@@ -61,6 +68,18 @@ pub(crate) async fn run_poller(queue: Arc<QueueCtx>, shutdown: CancellationToken
             }
         }
     }
+}
+
+/// Makes messages received while the queue was being paused visible again at once, unrun
+/// and uncounted (a receive that was waiting when the pause came): a pause stops a queue's
+/// work from the moment a host reads it, not after its long polls end. One whose put-back
+/// fails comes back when its visibility timeout lapses.
+async fn give_back(queue: &QueueCtx, received: Vec<crate::message::Received>) {
+    let put_backs = (received.iter()).map(|m| queue.put_backs.put_back(&m.receipt, Duration::ZERO));
+    let failed = (futures_util::future::join_all(put_backs).await.into_iter())
+        .filter(Result::is_err)
+        .count();
+    tracing::debug!(queue = %queue.config.name, given_back = received.len(), failed, "paused: received messages put back unrun");
 }
 
 /// Waits until the queue's plugin serves (at once, usually); `false` on shutdown.

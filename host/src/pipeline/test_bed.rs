@@ -78,6 +78,7 @@ impl Shared {
             tracer: None,
             outbox_marks: OutboxMarks::default(),
             recent: Arc::default(),
+            fleet: Arc::default(),
         }
     }
 }

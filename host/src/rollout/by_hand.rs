@@ -23,8 +23,18 @@ pub async fn decide_by_hand(
     promote: bool,
 ) -> anyhow::Result<RolloutRecord> {
     let store = crate::host::open_store(config).await?;
-    let at = key(&config.namespace, plugin);
-    let current = read(&*store, &at).await?;
+    decide_in(&*store, &config.namespace, plugin, promote).await
+}
+
+/// [`decide_by_hand`] in `store` under `namespace` (the console's door, on its host's store).
+pub(crate) async fn decide_in(
+    store: &dyn crate::idempotency::SharedRecords,
+    namespace: &str,
+    plugin: &str,
+    promote: bool,
+) -> anyhow::Result<RolloutRecord> {
+    let at = key(namespace, plugin);
+    let current = read(store, &at).await?;
     let Some(current) = current.filter(|r| r.state == RolloutState::Canary) else {
         anyhow::bail!("{plugin} has no canary running (qhost plugins list shows its rollout)");
     };
@@ -43,7 +53,7 @@ pub async fn decide_by_hand(
         decision,
         now_ms: crate::message::now_ms(),
     };
-    let after = change(&*store, &at, &decide)
+    let after = change(store, &at, &decide)
         .await?
         .context("the rollout record vanished")?;
     if after.canary != current.canary || after.state != state {

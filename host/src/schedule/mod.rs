@@ -49,9 +49,4 @@ pub fn time_text(secs: i64) -> String {
     jiff::Timestamp::from_second(secs).map_or_else(|_| secs.to_string(), |t| t.to_string())
 }
 
-/// This host as records name it: its host name and process id.
-pub(crate) fn host_name() -> String {
-    let uname = rustix::system::uname();
-    let name = uname.nodename().to_string_lossy();
-    format!("{name}/{}", std::process::id())
-}
+pub(crate) use crate::fleet::host_name;

@@ -1,15 +1,20 @@
 //! The operator's console on the admin listener: `GET /` is a page, and the JSON behind it is
-//! an API for scripts (`/api/queues`, `/api/plugins`, `/api/schedules`,
+//! an API for scripts (`/api/fleet`, `/api/queues`, `/api/plugins`, `/api/schedules`,
 //! `/api/dead-letters?queue=NAME`).
 //!
 //! Both read the same views ([`views`]) of what the host keeps anyway, so neither calls a
 //! backend: depths are the health checker's last answers, rates come from its samples, dead
-//! letters are the ones this host sent lately. The one thing that changes state, a redrive, is
-//! a POST that needs the admin token ([`actions`]).
+//! letters are the ones this host sent lately; the fleet is the roster its follower read last
+//! ([`crate::fleet`]). What changes state (pause, resume, redrive, purge, promote, roll back)
+//! is a POST that needs the admin token ([`actions`]).
 
 mod actions;
+mod chart;
+mod forms;
 mod page;
+mod text;
 mod views;
+mod work;
 
 pub(super) use actions::post;
 pub(super) use page::POLICY;
@@ -33,6 +38,7 @@ pub(super) enum Answer {
 pub(super) fn get(host: &HostView, path: &str, query: Option<&str>) -> Option<Answer> {
     Some(match path {
         "/" => Answer::Html(page_of(host)),
+        "/api/fleet" => json(&views::fleet(host)),
         "/api/queues" => json(&views::queues(host)),
         "/api/plugins" => json(&views::plugins(host)),
         "/api/schedules" => json(&host.schedules.snapshot()),
@@ -56,6 +62,7 @@ fn page_of(host: &HostView) -> String {
         .collect();
     let actions = host.config.admin_token.is_some();
     let views = page::Views {
+        fleet: &views::fleet(host),
         queues: &views::queues(host),
         plugins: &views::plugins(host),
         schedules: &host.schedules.snapshot(),

@@ -11,7 +11,11 @@ use std::sync::LazyLock;
 use base64::Engine as _;
 use sha2::Digest as _;
 
-use super::views::{PluginView, QueueView};
+use super::forms::{READ_ONLY, form};
+use super::text::age;
+use super::text::escape;
+use super::views::{FleetView, PluginView, QueueView};
+use super::work::{fleet_table, queues_table};
 use crate::message::now_ms;
 use crate::recent::DeadLetter;
 use crate::schedule::ScheduleStatus;
@@ -44,26 +48,13 @@ th:first-child,td:first-child,td.text,th.text{text-align:left}
 .muted{color:#6a737d}.bad{color:#b31d28}.ok{color:#22863a}
 code,pre{font:12px ui-monospace,monospace}pre{white-space:pre-wrap;max-width:60em;margin:.3em 0}
 details summary{cursor:pointer}svg{vertical-align:middle}
+form{display:inline-block;margin:.2em 0}tr.fleet-row td{border-bottom:2px solid #d1d5da;font-size:12px}
+.chart{display:inline-block;margin:0 1.5em 1em 0}
 ";
-
-/// `text` with HTML's special characters escaped, for element content and quoted attributes.
-pub(crate) fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// What the page shows.
 pub(crate) struct Views<'a> {
+    pub(crate) fleet: &'a FleetView,
     pub(crate) queues: &'a [QueueView],
     pub(crate) plugins: &'a [PluginView],
     pub(crate) schedules: &'a [ScheduleStatus],
@@ -71,92 +62,34 @@ pub(crate) struct Views<'a> {
     pub(crate) dead: &'a [(String, Vec<DeadLetter>)],
 }
 
-/// The whole page; with `actions` (an admin token is set) it has the redrive forms.
+/// The whole page; with `actions` (an admin token is set) it has the action forms, and
+/// without, a line that says what the token would enable.
 pub(crate) fn render(views: &Views<'_>, actions: bool) -> String {
     let mut page = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <title>qhost console</title><style>{STYLE}</style><script>{REFRESH}</script></head><body>\
-         <h1>qhost</h1><p class=\"muted\">{} {}, serving qhost:handler@{}. Refreshes every \
-         {REFRESH_SECS} s; the same figures are at <a href=\"/api/queues\">/api/queues</a>, \
+         <h1>qhost</h1><p class=\"muted\">{} {} on <b>{}</b>, serving qhost:handler@{}. \
+         Refreshes every {REFRESH_SECS} s; the same figures are at \
+         <a href=\"/api/fleet\">/api/fleet</a>, <a href=\"/api/queues\">/api/queues</a>, \
          <a href=\"/api/plugins\">/api/plugins</a>, <a href=\"/api/schedules\">/api/schedules</a> \
          and /api/dead-letters?queue=NAME.</p>",
         env!("CARGO_PKG_NAME"),
         env!("CARGO_PKG_VERSION"),
+        escape(&views.fleet.this_host),
         crate::runtime::bindings::WIT_VERSION,
     );
-    queues_table(&mut page, views.queues);
-    plugins_table(&mut page, views.plugins);
+    if !actions {
+        let _ = write!(page, "<p class=\"read-only\">{READ_ONLY}</p>");
+    }
+    fleet_table(&mut page, views.fleet);
+    queues_table(&mut page, views.queues, actions);
+    plugins_table(&mut page, views.plugins, actions);
     schedules_table(&mut page, views.schedules);
     for (queue, letters) in views.dead {
         dead_letters(&mut page, queue, letters, actions);
     }
     page.push_str("</body></html>\n");
     page
-}
-
-fn queues_table(page: &mut String, queues: &[QueueView]) {
-    page.push_str(
-        "<h2>Queues</h2><table id=\"queues\"><tr><th>queue</th><th class=\"text\">plugin</th>\
-         <th>received</th><th>ran</th><th>acked</th><th>duplicates</th><th>retried</th>\
-         <th>dead-lettered</th><th>handled/min</th><th>visible</th><th>in flight</th>\
-         <th>dead-letter queue</th><th class=\"text\">last minutes</th></tr>",
-    );
-    for q in queues {
-        let t = &q.totals;
-        let rate = q
-            .per_minute
-            .map_or("-".to_string(), |f| format!("{:.1}", f.handled()));
-        let depth = |v: Option<u64>| v.map_or("-".to_string(), |n| n.to_string());
-        let _ = write!(
-            page,
-            "<tr data-queue=\"{name}\"><td>{name}<br><span class=\"muted\">{format}</span></td>\
-             <td class=\"text\">{plugin}</td><td>{}</td><td>{}</td><td class=\"acked\">{}</td>\
-             <td class=\"duplicates\">{}</td><td>{}</td><td class=\"dead-lettered\">{}</td>\
-             <td>{rate}</td><td class=\"visible\">{}</td><td class=\"in-flight\">{}</td>\
-             <td><span class=\"dead-letter-depth\">{}</span> <span class=\"muted\">{dlq}</span></td>\
-             <td class=\"text\">{}</td></tr>",
-            t.received,
-            t.ran,
-            t.acked,
-            t.duplicates,
-            t.retried,
-            t.dead_lettered,
-            depth(q.depth.as_ref().map(|d| d.visible)),
-            depth(q.depth.as_ref().map(|d| d.in_flight)),
-            depth(q.dead_letter_depth),
-            sparkline(&q.handled),
-            name = escape(&q.name),
-            format = q.format,
-            plugin = escape(&q.plugin),
-            dlq = escape(&q.dead_letter_queue),
-        );
-    }
-    page.push_str("</table>");
-}
-
-/// An inline SVG polyline of `points`, scaled to its largest.
-fn sparkline(points: &[u64]) -> String {
-    const W: f64 = 150.0;
-    const H: f64 = 24.0;
-    if points.len() < 2 {
-        return "<span class=\"muted\">sampling…</span>".to_string();
-    }
-    let top = points.iter().copied().max().unwrap_or(0).max(1) as f64;
-    let step = W / (points.len() - 1) as f64;
-    let line: Vec<String> = (points.iter().enumerate())
-        .map(|(i, p)| {
-            format!(
-                "{:.1},{:.1}",
-                i as f64 * step,
-                H - *p as f64 / top * (H - 2.0) - 1.0
-            )
-        })
-        .collect();
-    format!(
-        "<svg width=\"{W}\" height=\"{H}\" role=\"img\" aria-label=\"messages handled\">\
-         <polyline fill=\"none\" stroke=\"#0366d6\" stroke-width=\"1.5\" points=\"{}\"/></svg>",
-        line.join(" ")
-    )
 }
 
 /// The fleet's schedules (none configured: no table).
@@ -206,7 +139,7 @@ fn schedules_table(page: &mut String, schedules: &[ScheduleStatus]) {
     page.push_str("</table>");
 }
 
-fn plugins_table(page: &mut String, plugins: &[PluginView]) {
+fn plugins_table(page: &mut String, plugins: &[PluginView], actions: bool) {
     let now = now_ms();
     page.push_str(
         "<h2>Plugins</h2><table id=\"plugins\"><tr><th>plugin</th><th class=\"text\">version</th>\
@@ -275,6 +208,24 @@ fn plugins_table(page: &mut String, plugins: &[PluginView]) {
                 );
                 (c.calls.to_string(), costs)
             });
+        let canary = p.canary.as_ref().map_or(String::new(), |c| {
+            let decide = if actions {
+                let name = [("plugin", p.name.as_str())];
+                [
+                    form("promote", &name, "Promote"),
+                    form("rollback", &name, "Roll back"),
+                ]
+                .concat()
+            } else {
+                String::new()
+            };
+            format!(
+                "<br><span class=\"canary\">canary <code>{}</code> on {}% of keys</span>{decide}",
+                escape(&c.version),
+                c.percent
+            )
+        });
+        let version = format!("{version}{canary}");
         let _ = write!(
             page,
             "<tr data-plugin=\"{name}\"><td>{name}</td><td class=\"text\">{version}</td>\
@@ -291,10 +242,15 @@ fn plugins_table(page: &mut String, plugins: &[PluginView]) {
 fn dead_letters(page: &mut String, queue: &str, letters: &[DeadLetter], actions: bool) {
     let _ = write!(page, "<h2>Dead letters from {}</h2>", escape(queue));
     if actions {
-        page.push_str(&redrive_form(
-            queue,
-            None,
+        page.push_str(&form(
+            "redrive",
+            &[("queue", queue), ("message", "")],
             "Redrive all of this queue's dead letters",
+        ));
+        page.push_str(&form(
+            "purge-dead-letters",
+            &[("queue", queue)],
+            "Purge its dead-letter queue",
         ));
     }
     if letters.is_empty() {
@@ -337,7 +293,8 @@ fn dead_letters(page: &mut String, queue: &str, letters: &[DeadLetter], actions:
             attempts = d.attempts,
             age = age(now.saturating_sub(d.at_ms)),
             redrive = match (&d.dead_letter_id, actions) {
-                (Some(id), true) => redrive_form(queue, Some(id), "Redrive"),
+                (Some(id), true) =>
+                    form("redrive", &[("queue", queue), ("message", id)], "Redrive"),
                 _ => String::new(),
             },
         );
@@ -345,40 +302,9 @@ fn dead_letters(page: &mut String, queue: &str, letters: &[DeadLetter], actions:
     page.push_str("</table>");
 }
 
-/// A form that redrives `queue`'s dead letter `message` (all of them without one). The
-/// operator types the admin token into it: it goes with the POST, never in a cookie.
-fn redrive_form(queue: &str, message: Option<&str>, label: &str) -> String {
-    format!(
-        "<form class=\"redrive\" method=\"post\" action=\"/actions/redrive\">\
-         <input type=\"hidden\" name=\"queue\" value=\"{}\">\
-         <input type=\"hidden\" name=\"message\" value=\"{}\">\
-         <input type=\"password\" name=\"token\" placeholder=\"admin token\" required \
-         autocomplete=\"off\"> <button type=\"submit\">{label}</button></form>",
-        escape(queue),
-        escape(message.unwrap_or_default()),
-    )
-}
-
-/// `ms` as the largest whole unit.
-fn age(ms: u64) -> String {
-    match ms / 1000 {
-        s if s < 60 => format!("{s} s"),
-        s if s < 3600 => format!("{} min", s / 60),
-        s => format!("{} h", s / 3600),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn what_comes_from_outside_is_escaped() {
-        assert_eq!(
-            escape(r#"<script>alert("x")</script> & 'y'"#),
-            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;"
-        );
-    }
 
     #[test]
     fn the_policy_lets_the_refresh_script_run_and_nothing_else() {
@@ -386,13 +312,23 @@ mod tests {
             REFRESH.contains(&format!("{}000", REFRESH_SECS)),
             "the script waits REFRESH_SECS"
         );
+        let fleet = FleetView {
+            this_host: "h/1".into(),
+            hosts: Vec::new(),
+        };
         let views = Views {
+            fleet: &fleet,
             queues: &[],
             plugins: &[],
             schedules: &[],
             dead: &[],
         };
         let page = render(&views, false);
+        assert!(
+            page.contains(READ_ONLY),
+            "a read-only page says what a token enables"
+        );
+        assert!(!render(&views, true).contains(READ_ONLY));
         assert!(page.contains(&format!("<script>{REFRESH}</script>")));
         assert_eq!(page.matches("<script").count(), 1, "one script");
         // The hash of "setInterval(...)" as browsers compute it for the inline script.
@@ -400,24 +336,6 @@ mod tests {
             POLICY.starts_with("default-src 'none'; script-src 'sha256-"),
             "{}",
             *POLICY
-        );
-    }
-
-    #[test]
-    fn a_sparkline_scales_to_its_largest_point() {
-        assert!(sparkline(&[3]).contains("sampling"));
-        let svg = sparkline(&[0, 5, 10]);
-        assert!(
-            svg.contains("points=\"0.0,23.0 75.0,12.0 150.0,1.0\""),
-            "{svg}"
-        );
-    }
-
-    #[test]
-    fn ages_use_the_largest_whole_unit() {
-        assert_eq!(
-            (age(59_999), age(60_000), age(7_300_000)),
-            ("59 s".into(), "1 min".into(), "2 h".into())
         );
     }
 }

@@ -8,11 +8,13 @@ use serde::Serialize;
 use super::super::HostView;
 use super::super::history::Flow;
 use crate::config::QueueConfig;
+use crate::fleet::{Liveness, Pause};
+use crate::message::now_ms;
 use crate::plugin::Plugin;
 use crate::plugin::manifest::ConfigValue;
 use crate::plugin::registry::LoadResult;
-use crate::recent::DeadLetter;
-use crate::stats::Counts;
+use crate::recent::{DeadLetter, Retrying};
+use crate::stats::{Counts, Fates};
 
 /// One consumed queue.
 #[derive(Debug, Serialize)]
@@ -23,8 +25,19 @@ pub(crate) struct QueueView {
     /// The plugin its messages go to (a Celery queue's default, if it has one).
     pub(crate) plugin: String,
     pub(crate) dead_letter_queue: String,
-    /// Since the host started.
-    pub(crate) totals: Totals,
+    /// Who paused it fleet-wide, if it is paused.
+    pub(crate) paused: Option<Pause>,
+    /// Where this host's deliveries went since it started (they add up to `received`).
+    pub(crate) totals: Fates,
+    /// This host's handler calls, their failures, and the outbox messages they sent.
+    pub(crate) ran: u64,
+    pub(crate) failed: u64,
+    pub(crate) outbox: u64,
+    /// The same fates summed over every host in the fleet's roster (`None` before the first
+    /// read of it).
+    pub(crate) fleet: Option<Fates>,
+    /// Messages this host put back to retry that are not due yet, soonest first.
+    pub(crate) retrying: Vec<Retrying>,
     /// Per minute over the last `window_secs` (none until the checker sampled twice).
     pub(crate) per_minute: Option<Flow>,
     pub(crate) window_secs: u64,
@@ -33,17 +46,34 @@ pub(crate) struct QueueView {
     pub(crate) dead_letter_depth: Option<u64>,
     /// Messages handled between the checker's samples, oldest first.
     pub(crate) handled: Vec<u64>,
+    /// Messages handled in each minute of the last hour, oldest first.
+    pub(crate) handled_per_minute: Vec<u64>,
 }
 
-/// A queue's counters since the host started.
-#[derive(Debug, Default, Serialize)]
-pub(crate) struct Totals {
-    pub(crate) received: u64,
-    pub(crate) ran: u64,
-    pub(crate) acked: u64,
-    pub(crate) duplicates: u64,
-    pub(crate) retried: u64,
-    pub(crate) dead_lettered: u64,
+/// The hosts sharing this host's store.
+#[derive(Debug, Serialize)]
+pub(crate) struct FleetView {
+    /// This host's id.
+    pub(crate) this_host: String,
+    /// Every host in the roster (none before the first read of it).
+    pub(crate) hosts: Vec<HostRow>,
+}
+
+/// One host of the fleet.
+#[derive(Debug, Serialize)]
+pub(crate) struct HostRow {
+    pub(crate) id: String,
+    pub(crate) state: Liveness,
+    pub(crate) pid: u32,
+    pub(crate) version: String,
+    pub(crate) backends: String,
+    pub(crate) ready: bool,
+    pub(crate) not_ready: Vec<String>,
+    pub(crate) up_secs: u64,
+    /// How long ago it last wrote its entry.
+    pub(crate) heartbeat_age_ms: u64,
+    /// Its fates summed over its queues.
+    pub(crate) totals: Fates,
 }
 
 /// A queue's depth at the last check.
@@ -69,6 +99,16 @@ pub(crate) struct PluginView {
     pub(crate) grants: Option<Grants>,
     pub(crate) limits: Option<crate::plugin::manifest::Limits>,
     pub(crate) costs: Option<Costs>,
+    /// The canary taking a share of its keys, if one runs.
+    pub(crate) canary: Option<CanaryView>,
+}
+
+/// A running canary.
+#[derive(Debug, Serialize)]
+pub(crate) struct CanaryView {
+    pub(crate) version: String,
+    /// The share of keys it takes (as this host last followed its rollout).
+    pub(crate) percent: u8,
 }
 
 /// What the serving version may reach.
@@ -94,6 +134,8 @@ pub(crate) struct Costs {
 pub(crate) fn queues(host: &HostView) -> Vec<QueueView> {
     let counts = host.stats.snapshot();
     let history = &host.health.history;
+    let fleet = host.fleet.roster().map(|r| r.totals());
+    let pauses = host.fleet.pauses();
     (host.config.queues.iter())
         .map(|q| {
             let mut total = Counts::default();
@@ -108,14 +150,16 @@ pub(crate) fn queues(host: &HostView) -> Vec<QueueView> {
                 format: format_of(q),
                 plugin: q.plugin.clone(),
                 dead_letter_queue: q.dead_letter.clone(),
-                totals: Totals {
-                    received: total.received,
-                    ran: total.invoked,
-                    acked: total.acked,
-                    duplicates: total.duplicates,
-                    retried: total.retried,
-                    dead_lettered: total.dead_lettered,
-                },
+                paused: pauses.queues.get(&q.name).cloned(),
+                totals: Fates::of(&total),
+                ran: total.invoked,
+                failed: total.failures,
+                outbox: total.outbox_sent,
+                fleet: fleet
+                    .as_ref()
+                    .map(|f| f.get(&q.name).copied().unwrap_or_default()),
+                retrying: host.recent.retrying(&q.name),
+                handled_per_minute: history.handled_per_minute(&q.name),
                 per_minute: rate.map(|(flow, _)| flow),
                 window_secs: rate.map_or(0, |(_, span)| span.as_secs()),
                 depth: host.health.depth(&q.name).map(|d| Depth {
@@ -133,9 +177,35 @@ fn format_of(q: &QueueConfig) -> &'static str {
     q.format.name()
 }
 
+/// The fleet as this host last read it, this host first, then by id.
+pub(crate) fn fleet(host: &HostView) -> FleetView {
+    let this_host = crate::fleet::host_name();
+    let now = now_ms();
+    let mut hosts: Vec<HostRow> = (host.fleet.roster().unwrap_or_default().hosts.into_iter())
+        .map(|(id, h)| HostRow {
+            state: h.liveness(now),
+            pid: h.pid,
+            version: h.version,
+            backends: h.backends,
+            ready: h.ready,
+            not_ready: h.not_ready,
+            up_secs: h.seen_ms.saturating_sub(h.started_ms) / 1000,
+            heartbeat_age_ms: now.saturating_sub(h.seen_ms),
+            totals: h.queues.values().fold(Fates::default(), |mut t, f| {
+                t.add(f);
+                t
+            }),
+            id,
+        })
+        .collect();
+    hosts.sort_by_key(|h| (h.id != this_host, h.id.clone()));
+    FleetView { this_host, hosts }
+}
+
 /// Every plugin the host loaded or failed to load.
 pub(crate) fn plugins(host: &HostView) -> Vec<PluginView> {
     let loads = host.plugins.loads();
+    let seen = host.plugins.canaries.seen();
     let count = |name: &str, result: LoadResult| {
         loads.get(&(name.to_string(), result)).copied().unwrap_or(0)
     };
@@ -151,6 +221,10 @@ pub(crate) fn plugins(host: &HostView) -> Vec<PluginView> {
                 grants: serving.map(grants),
                 limits: serving.map(|p| p.manifest.limits.clone()),
                 costs: serving.and_then(costs),
+                canary: host.plugins.canaries.get(&s.name).map(|slot| CanaryView {
+                    version: slot.plugin.version.clone(),
+                    percent: seen.get(&s.name).map_or(0, |r| r.percent),
+                }),
                 name: s.name,
             }
         })
