@@ -285,7 +285,10 @@ async fn open_plugins_on(config: &Config, runtime: Runtime) -> anyhow::Result<Ar
         let plugins = Arc::clone(&plugins);
         tokio::task::spawn_blocking(move || plugins.sync()).await??
     };
-    report.log(plugins.registry());
+    // A consumed queue's plugin that did not load is the start's own report (its refusal, or
+    // the queue's warning that it waits), so it is not logged here as well.
+    let consumed = |name: &str| config.queues.iter().any(|q| q.plugins().any(|p| p == name));
+    report.log_except(plugins.registry(), consumed);
     let counters = plugins.runtime().counters();
     tracing::info!(
         compiled = counters.compiled(),

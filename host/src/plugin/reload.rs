@@ -57,21 +57,33 @@ impl SyncReport {
 
     /// Logs each change.
     pub(crate) fn log(&self, registry: &Registry) {
+        self.log_except(registry, |_| false);
+    }
+
+    /// Logs each change, except the failures of the plugins `reported` says the caller
+    /// reports itself (a start refused for them, or a queue that waits for them, says why in
+    /// one place).
+    pub(crate) fn log_except(&self, registry: &Registry, reported: impl Fn(&str) -> bool) {
         for (name, version) in &self.loaded {
             tracing::info!(plugin = %name, %version, "plugin loaded");
         }
         for e in &self.failed {
-            let serving = e
-                .path
-                .file_stem()
-                .and_then(|n| registry.get(&n.to_string_lossy()))
+            let name = e.path.file_stem().map(|n| n.to_string_lossy().into_owned());
+            if name.as_deref().is_some_and(&reported) {
+                continue;
+            }
+            let serving = name
+                .and_then(|n| registry.get(&n))
                 .map(|p| p.version.clone());
-            tracing::error!(
-                path = %e.path.display(),
-                reason = %format!("{:#}", e.reason),
-                still_serving = serving.as_deref().unwrap_or("nothing"),
-                "plugin not loaded"
-            );
+            let serving = serving.as_deref().unwrap_or("nothing");
+            let (path, reason) = (e.path.display(), format!("{:#}", e.reason));
+            // A reason can span lines (a manifest's TOML error shows the line it is on): in
+            // text it ends the line, after what names the file, rather than sit in a field.
+            if crate::logging::is_json() {
+                tracing::error!(%path, %reason, still_serving = serving, "plugin not loaded");
+            } else {
+                tracing::error!("plugin {path} not loaded (still serving: {serving}): {reason}");
+            }
         }
         for name in &self.unloaded {
             tracing::warn!(plugin = %name, "plugin file removed; plugin unloaded");
