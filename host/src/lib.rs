@@ -113,7 +113,10 @@ pub use config::load::Overrides;
 pub use config::payload::{PayloadConfig, PayloadPlace};
 pub use config::schedule::{CatchUpPolicy, Overlap, ScheduleConfig, ScheduleTarget};
 pub use config::secrets::SecretsGrant;
-pub use config::{Config, MessageFormat, QueueConfig, RetryPolicy, Routes, SourceKind, StoreKind};
+pub use config::{
+    Config, DEFAULT_ADMIN_LISTEN, MessageFormat, QueueConfig, RetryPolicy, Routes, SourceKind,
+    StoreKind,
+};
 pub use host::Host;
 pub use host::open::{StartError, load_plugins, runtime_for};
 

@@ -24,7 +24,16 @@ pub(crate) async fn run(config: Config, until_idle: bool) -> anyhow::Result<u64>
     // Bound before the plugins load: a port in use fails at once, and probes get answers
     // (live, not ready) while plugins compile.
     let admin = match config.admin_listen {
-        Some(addr) => Some(AdminServer::start(addr).await?),
+        Some(addr) => match AdminServer::start(addr).await {
+            Ok(admin) => Some(admin),
+            // A run until idle is a job, not a service: the default port taken (by a running
+            // qhost, say) does not stop it. An address asked for still must be had.
+            Err(e) if until_idle && e.is_in_use() && is_default(addr) => {
+                tracing::warn!(%addr, "the console's default address is in use; this run until idle serves no console (--admin-listen picks another)");
+                None
+            }
+            Err(e) => return Err(e.into()),
+        },
         None => None,
     };
     let traces = Traces::from_env()?;
@@ -50,6 +59,11 @@ pub(crate) async fn run(config: Config, until_idle: bool) -> anyhow::Result<u64>
     ran?;
     println!("{}", host.stats());
     Ok(host.stats().total().dead_lettered)
+}
+
+/// Whether `addr` is the admin listener's default address.
+fn is_default(addr: std::net::SocketAddr) -> bool {
+    qhost::DEFAULT_ADMIN_LISTEN.parse() == Ok(addr)
 }
 
 /// The first SIGINT or SIGTERM starts an orderly shutdown; a second releases unfinished

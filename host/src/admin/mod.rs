@@ -49,10 +49,19 @@ pub enum AdminError {
         reason: String,
         /// What to do about it, when that is known.
         hint: &'static str,
+        /// Whether something else listens there already.
+        in_use: bool,
     },
 }
 
 impl AdminError {
+    /// Whether the address is in use by something else (another qhost, say).
+    pub fn is_in_use(&self) -> bool {
+        match self {
+            AdminError::Bind { in_use, .. } => *in_use,
+        }
+    }
+
     fn bind(addr: SocketAddr, error: std::io::Error) -> Self {
         let hint = match error.kind() {
             std::io::ErrorKind::AddrInUse => {
@@ -64,6 +73,7 @@ impl AdminError {
         };
         AdminError::Bind {
             addr,
+            in_use: error.kind() == std::io::ErrorKind::AddrInUse,
             reason: error.to_string(),
             hint,
         }

@@ -175,7 +175,7 @@ pub struct Config {
 
 /// Where the admin listener binds unless told otherwise: loopback, Prometheus's exporter port
 /// range.
-pub(crate) const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
 
 /// The admin listener's address as written: `HOST:PORT` with a literal IP (port 0 picks a free
 /// one), or `""` for none.
