@@ -73,12 +73,46 @@ impl Global {
 
 #[derive(Subcommand)]
 pub(crate) enum Command {
-    /// Consume the configured queues until interrupted (SIGINT or SIGTERM), then print what was
-    /// done.
-    Run(RunFlags),
-    /// Send a message to a queue.
+    /// Start a handler project that builds as it is: rust, python or js
+    ///
+    /// It holds the handler, its manifest (the host's defaults shown), a test file and a README with
+    /// the commands that build and test it.
+    ///
+    /// Example: qhost new rust hello
+    New(NewArgs),
+    /// Run handler tests: cases as data against the built plugin, in a canned world
+    ///
+    /// The cases of test files (*.test.toml; default: those in the plugins directory and under
+    /// tests/) run against their plugin files, each in a canned world (state, HTTP answers, clock)
+    /// with no queue, network or host environment; a line per case says what differed. Exit code: 0
+    /// every case passed, 1 otherwise (a failing case, a test file that cannot be read, a plugin that
+    /// does not load, or no case at all).
+    ///
+    /// Example: qhost test hello.test.toml --junit report.xml
+    Test(TestArgs),
+    /// Check a deploy without running it: would `qhost run` start?
+    ///
+    /// The configuration, and for every consumed queue its plugin (and routes) loaded as `run` would,
+    /// manifests included. Exits non-zero on any problem: the command a deploy pipeline runs before
+    /// shipping.
+    ///
+    /// Example: qhost check --config prod.toml
+    Check,
+    /// Send a message to a queue
+    ///
+    /// Example: qhost send --queue hello --body world --copies 2
     Send(SendArgs),
-    /// Show messages waiting in a queue, without receiving them (local backend only).
+    /// Consume the configured queues until SIGINT or SIGTERM, then print what was done
+    ///
+    /// Handlers run once per key; new plugin files are loaded without a restart; the admin listener
+    /// serves the console, its API, /metrics, /healthz and /readyz. Exit code: 0, or 6 with
+    /// --fail-on-dead-letter when a message was dead-lettered.
+    ///
+    /// Example: qhost run --until-idle
+    Run(RunFlags),
+    /// Show messages waiting in a queue, without receiving them (embedded queue)
+    ///
+    /// Example: qhost peek --queue hello
     Peek {
         /// The queue.
         #[arg(long, short)]
@@ -87,53 +121,13 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 20)]
         limit: usize,
     },
-    /// Run one message through a plugin file, with no queue or store, and print what it
-    /// decided, what it would send and what it cost. Exit code: 0 ack, 3 retry, 4 reject (or
-    /// no idempotency key), 5 trap, timeout or memory limit.
-    Invoke(InvokeArgs),
-    /// Run recorded messages (JSON Lines, as `dlq peek --jsonl` writes them) through a new
-    /// version of a plugin and the one it would replace, with no queue, lease, effect or
-    /// network, and print where they differ: outcome, outbox, HTTP requests (recorded, not
-    /// sent), cost. Exit code: 0 all agree, 3 some outcome differs, 4 outcomes agree but an
-    /// outbox or HTTP request differs, 5 only some lines could not be read.
-    Replay(ReplayArgs),
-    /// Run handler tests: the cases of test files (*.test.toml; default: those in the plugins
-    /// directory and under tests/) against their plugin files, each in a canned world (state,
-    /// HTTP answers, clock) with no queue, network or host environment, and print a line per
-    /// case with what differed. Exit code: 0 every case passed, 1 otherwise (a failing case,
-    /// a test file that cannot be read, a plugin that does not load, or no case at all).
-    Test(TestArgs),
-    /// Print a realistic message of KIND as its producer sends it (sqs, sns, eventbridge, s3,
-    /// celery, extended-client), as a test case to paste into a test file.
-    Fixture(FixtureArgs),
-    /// Delete every message of a queue, after asking (or with --yes).
-    Purge {
-        /// The queue.
-        #[arg(long, short)]
-        queue: String,
-        /// Do not ask.
-        #[arg(long)]
-        yes: bool,
-    },
-    /// Read and redrive dead-letter queues.
-    Dlq {
-        #[command(subcommand)]
-        command: DlqCommand,
-    },
-    /// Start a handler project that builds as it is: rust, python or js.
-    New(NewArgs),
-    /// Check a deploy without running it: the configuration, and for every consumed queue its
-    /// plugin (and routes) loaded as `run` would, manifests included. Exits non-zero on any
-    /// problem: the command a deploy pipeline runs before shipping.
-    Check,
-    /// Inspect plugin files.
-    Plugins {
-        #[command(subcommand)]
-        command: PluginsCommand,
-    },
-    /// Print what qhost reads from a message: for each run it holds, its route, the plugin a
-    /// queue sends it to, its idempotency key, and the body and attributes its handler gets.
-    /// Without FILE, the first message waiting in --queue (embedded queue).
+    /// Print what qhost reads from a message: route, plugin, key, body and attributes
+    ///
+    /// For each run the message holds: its route, the plugin a queue sends it to, its idempotency key,
+    /// and the body and attributes its handler gets. Without FILE, the first message waiting in
+    /// --queue (embedded queue).
+    ///
+    /// Example: qhost inspect event.json --format sns
     Inspect {
         /// A file holding the message body; `-` reads stdin.
         file: Option<PathBuf>,
@@ -145,29 +139,83 @@ pub(crate) enum Command {
         #[arg(long, short)]
         queue: Option<String>,
     },
-    /// Read Celery task messages as qhost does.
-    Celery {
+    /// Run one message through a plugin file, with no queue or store
+    ///
+    /// Prints what it decided, what it would send and what it cost. Exit code: 0 ack, 3 retry, 4
+    /// reject (or no idempotency key), 5 trap, timeout or memory limit.
+    ///
+    /// Example: qhost invoke plugins/hello.wasm --body world
+    Invoke(InvokeArgs),
+    /// Print a realistic message of KIND as its producer sends it, as a test case
+    ///
+    /// KIND: sqs, sns, eventbridge, s3, celery, extended-client; paste the case into a test file.
+    ///
+    /// Example: qhost fixture sns --body hello
+    Fixture(FixtureArgs),
+    /// Compare a new version of a plugin with the one it replaces, on recorded messages
+    ///
+    /// Recorded messages (JSON Lines, as `dlq peek --jsonl` writes them) run through both, with no
+    /// queue, lease, effect or network; prints where they differ: outcome, outbox, HTTP requests
+    /// (recorded, not sent), cost. Exit code: 0 all agree, 3 some outcome differs, 4 outcomes agree
+    /// but an outbox or HTTP request differs, 5 only some lines could not be read.
+    ///
+    /// Example: qhost replay --plugin build/hello.wasm --serving hello --messages dead.jsonl
+    Replay(ReplayArgs),
+    /// Read and redrive dead letters
+    ///
+    /// Example: qhost dlq peek --queue hello
+    Dlq {
         #[command(subcommand)]
-        command: CeleryCommand,
+        command: DlqCommand,
     },
-    /// Read a plugin's committed state (its `wasi:keyvalue` buckets) from the configured
-    /// store.
-    Kv {
+    /// Delete every message of a queue, after asking (or with --yes)
+    ///
+    /// Example: qhost purge --queue hello-dlq --yes
+    Purge {
+        /// The queue.
+        #[arg(long, short)]
+        queue: String,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// List plugins, check a file, promote or roll back a canary
+    ///
+    /// Example: qhost plugins list
+    Plugins {
         #[command(subcommand)]
-        command: KvCommand,
+        command: PluginsCommand,
     },
-    /// The hosts sharing this configuration's store (each one's state, version, backends,
-    /// readiness and counts) and the queues paused on all of them; or pause or resume a
-    /// queue fleet-wide.
+    /// Show the hosts sharing this store; pause or resume a queue on all of them
+    ///
+    /// Each host's state (live, stopped, gone), version, backends, readiness and counts, and the
+    /// queues paused fleet-wide. A pause reaches every host within a second.
+    ///
+    /// Example: qhost fleet pause hello
     Fleet {
         #[command(subcommand)]
         command: Option<FleetCommand>,
     },
-    /// List, pause, resume, backfill or fire the configured schedules (`[[schedule]]`), for
-    /// the whole fleet sharing the store.
+    /// List, pause, resume, backfill or fire the configured schedules, fleet-wide
+    ///
+    /// Example: qhost schedule list
     Schedule {
         #[command(subcommand)]
         command: ScheduleCommand,
+    },
+    /// Read a plugin's committed state (its wasi:keyvalue buckets)
+    ///
+    /// Example: qhost kv list hello seen
+    Kv {
+        #[command(subcommand)]
+        command: KvCommand,
+    },
+    /// Read Celery task messages as qhost does
+    ///
+    /// Example: qhost celery inspect task.json --queue celery
+    Celery {
+        #[command(subcommand)]
+        command: CeleryCommand,
     },
 }
 
@@ -515,5 +563,30 @@ mod tests {
         }
         let top = Cli::command().render_help().to_string();
         assert!(top.contains("QHOST_LOG"), "{top}");
+    }
+
+    /// The top-level help lists the commands in the order a newcomer meets them, one line
+    /// each; each command's own help ends with an example.
+    #[test]
+    fn commands_come_in_workflow_order_each_with_an_example() {
+        let cli = Cli::command();
+        let names: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();
+        assert_eq!(names[..5], ["new", "test", "check", "send", "run"]);
+        for mut command in cli.get_subcommands().cloned() {
+            let name = command.get_name().to_string();
+            let about = command
+                .get_about()
+                .map(|a| a.to_string())
+                .unwrap_or_default();
+            assert!(
+                !about.contains('\n') && about.len() <= 90,
+                "{name}: one line: {about}"
+            );
+            let long = command.render_long_help().to_string();
+            assert!(
+                long.contains(&format!("Example: qhost {name}")),
+                "{name}: {long}"
+            );
+        }
     }
 }
