@@ -4,8 +4,9 @@
 //! A handler that throws traps its instance, and the runtime's stderr then holds the exception
 //! and, after it, the plumbing of the trap itself: componentize-py's "Python function threw an
 //! unexpected exception" panic, a Rust panic's `RUST_BACKTRACE` note, SpiderMonkey's abort
-//! redirect. The dead-letter reason gets the error line and where it was raised; the whole
-//! stderr still goes to the log.
+//! redirect. The dead-letter reason gets the error line and where it was raised; the log gets
+//! the whole stderr, less componentize-py's panic after a Python traceback (its runtime's
+//! plumbing, not the handler's words).
 
 /// The error in `stderr`, for the languages whose shape is known: a Python traceback, a
 /// JavaScript error with its `Stack:`, a Rust panic. `None` when none is recognised.
@@ -13,6 +14,29 @@ pub(crate) fn guest_error(stderr: &str) -> Option<String> {
     python(stderr)
         .or_else(|| javascript(stderr))
         .or_else(|| rust(stderr))
+}
+
+/// `stderr` for the log: after a Python traceback, componentize-py's own panic (`thread
+/// '<unnamed>' panicked at runtime/src/lib.rs…`, its message and the `RUST_BACKTRACE` note) is
+/// left out. Anything else is kept as it is.
+pub(crate) fn for_the_log(stderr: &str) -> String {
+    if !stderr.contains("Traceback (most recent call last):") {
+        return stderr.to_string();
+    }
+    let mut out = Vec::new();
+    let mut lines = stderr.lines();
+    while let Some(line) = lines.next() {
+        if line.contains("panicked at runtime/src/lib.rs") {
+            for rest in lines.by_ref() {
+                if rest.starts_with("note: run with `RUST_BACKTRACE") {
+                    break;
+                }
+            }
+            continue;
+        }
+        out.push(line);
+    }
+    out.join("\n").trim_end().to_string()
 }
 
 /// `TypeError: … (app.py line 33, in handle)` from the last traceback.
@@ -75,6 +99,11 @@ mod tests {
             guest_error(stderr).unwrap(),
             "TypeError: list indices must be integers or slices, not str (app.py line 33, in handle)"
         );
+        assert_eq!(
+            for_the_log(stderr),
+            "Traceback (most recent call last):\n  File \"/0/app.py\", line 33, in handle\nTypeError: list indices must be integers or slices, not str",
+            "the runtime's panic is not the handler's words"
+        );
         let chained = "Traceback (most recent call last):\n  File \"/0/a.py\", line 3, in f\nKeyError: 'x'\n\nDuring handling of the above exception, another exception occurred:\n\nTraceback (most recent call last):\n  File \"/0/app.py\", line 9, in handle\nNameError: name 'nope' is not defined";
         assert_eq!(
             guest_error(chained).unwrap(),
@@ -97,6 +126,11 @@ mod tests {
         assert_eq!(
             guest_error(stderr).unwrap(),
             "panicked at src/lib.rs:10:5: index out of bounds: the len is 0 but the index is 3"
+        );
+        assert_eq!(
+            for_the_log(stderr),
+            stderr,
+            "a Rust guest's panic is its own"
         );
         assert_eq!(guest_error("some words a guest printed"), None);
         assert_eq!(guest_error(""), None);

@@ -28,7 +28,7 @@ use super::bindings::{Handler, HandlerPre};
 use super::convert;
 use super::costs::{CostCounters, Costs};
 use super::engine::{EPOCH_TICK, Runtime};
-use super::guest_error::guest_error;
+use super::guest_error::{for_the_log, guest_error};
 use super::http::HttpGrant;
 use super::http::{HttpCounts, HttpPolicy, key_header};
 use super::idle::{IdleBudget, IdleSlot};
@@ -284,7 +284,8 @@ impl WasmInvoker {
         // The whole of what the guest printed goes to the log; the reason (which dead letters
         // carry) is the guest's own error when its shape is known.
         let (plugin, version) = (&*self.plugin, &*self.version);
-        tracing::warn!(plugin, version, %trap, "the handler trapped; what it printed:\n{stderr}");
+        let printed = for_the_log(&stderr);
+        tracing::warn!(plugin, version, %trap, "the handler trapped; what it printed:\n{printed}");
         match guest_error(&stderr) {
             Some(error) => Failure::Trap(error),
             None => Failure::Trap(format!("{trap}; stderr: {stderr}")),
