@@ -42,6 +42,34 @@ impl std::str::FromStr for Language {
 /// The WIT package the templates are built against: this host's, with only the `handler`
 /// world (`handler-http` would need the WASI packages beside it).
 const WIT: &str = include_str!("../../wit/handler.wit");
+/// The whole WIT package with the WASI packages it uses, for a Python project.
+const WIT_WITH_DEPS: [(&str, &str); 9] = [
+    ("wit/handler.wit", WIT),
+    ("wit/deps/cli.wit", include_str!("../../wit/deps/cli.wit")),
+    (
+        "wit/deps/clocks.wit",
+        include_str!("../../wit/deps/clocks.wit"),
+    ),
+    (
+        "wit/deps/filesystem.wit",
+        include_str!("../../wit/deps/filesystem.wit"),
+    ),
+    ("wit/deps/http.wit", include_str!("../../wit/deps/http.wit")),
+    ("wit/deps/io.wit", include_str!("../../wit/deps/io.wit")),
+    (
+        "wit/deps/keyvalue.wit",
+        include_str!("../../wit/deps/keyvalue.wit"),
+    ),
+    (
+        "wit/deps/random.wit",
+        include_str!("../../wit/deps/random.wit"),
+    ),
+    (
+        "wit/deps/sockets.wit",
+        include_str!("../../wit/deps/sockets.wit"),
+    ),
+];
+
 /// The wit-bindgen a Rust handler generates its bindings with.
 const WIT_BINDGEN: &str = "0.61.1";
 
@@ -53,7 +81,23 @@ fn files(language: Language) -> Vec<(&'static str, &'static str)> {
             ("Cargo.toml", include_str!("../templates/rust/Cargo.toml")),
             ("src/lib.rs", include_str!("../templates/rust/src/lib.rs")),
         ],
-        Language::Python => vec![("app.py", include_str!("../templates/python/app.py"))],
+        // A Python project carries the SDK's helpers (HTTP, Celery) and a place for its PyPI
+        // packages, so nothing has to be copied out of this repository.
+        Language::Python => vec![
+            ("app.py", include_str!("../templates/python/app.py")),
+            (
+                "requirements.txt",
+                include_str!("../templates/python/requirements.txt"),
+            ),
+            (
+                "qhost_http.py",
+                include_str!("../../guest-sdk/python/qhost_http.py"),
+            ),
+            (
+                "qhost_celery.py",
+                include_str!("../../guest-sdk/python/qhost_celery.py"),
+            ),
+        ],
         Language::JavaScript => vec![
             ("app.js", include_str!("../templates/js/app.js")),
             ("package.json", include_str!("../templates/js/package.json")),
@@ -76,7 +120,8 @@ fn build(language: Language) -> (&'static str, &'static str) {
         ),
         Language::Python => (
             "python3 -m venv .venv && .venv/bin/pip install componentize-py==0.25.1   # once\n\
-             .venv/bin/componentize-py -d wit -w handler componentize -p . app -o {{name}}.wasm",
+             .venv/bin/pip install --target deps -r requirements.txt   # its PyPI packages\n\
+             .venv/bin/componentize-py -d wit -w handler-full componentize -p . -p deps app -o {{name}}.wasm",
             "{{name}}.wasm",
         ),
         Language::JavaScript => (
@@ -174,7 +219,12 @@ pub fn create(language: Language, name: &str, dir: &Path) -> anyhow::Result<Vec<
     let wit = wit();
     let mut all = files(language);
     all.push(("README.md", &readme));
-    all.push(("wit/handler.wit", &wit));
+    match language {
+        // componentize-py builds its bindings from one world: the whole contract, so the
+        // helpers' imports (wasi:http, wasi:keyvalue) are there when a handler uses them.
+        Language::Python => all.extend(WIT_WITH_DEPS),
+        Language::Rust | Language::JavaScript => all.push(("wit/handler.wit", &wit)),
+    }
     let mut written = Vec::new();
     for (path, template) in all {
         let path = dir.join(fill(path, name, language));
@@ -215,6 +265,30 @@ mod tests {
         assert_eq!(grouped(86_400), "86_400");
         assert_eq!(grouped(5), "5");
         assert_eq!(grouped(1_000_000), "1_000_000");
+    }
+
+    /// A Python project carries what its handler may need: the SDK's helpers, a place for
+    /// PyPI packages, and the whole WIT with the WASI packages the helpers import.
+    #[test]
+    fn a_python_project_carries_its_helpers_and_the_whole_contract() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = dir.path().join("hello");
+        create(Language::Python, "hello", &at).unwrap();
+        for file in [
+            "qhost_http.py",
+            "qhost_celery.py",
+            "requirements.txt",
+            "wit/deps/http.wit",
+        ] {
+            assert!(at.join(file).is_file(), "{file}");
+        }
+        let wit = std::fs::read_to_string(at.join("wit/handler.wit")).unwrap();
+        assert!(wit.contains("world handler-full"), "{wit}");
+        let readme = std::fs::read_to_string(at.join("README.md")).unwrap();
+        assert!(
+            readme.contains("-w handler-full componentize -p . -p deps app -o hello.wasm"),
+            "{readme}"
+        );
     }
 
     #[test]

@@ -43,7 +43,7 @@ fn build(language: &str, name: &str, dir: &Path) -> PathBuf {
         ),
         "python" => (
             root.join("target/tools/componentize-py/bin/componentize-py"),
-            format!("-d wit -w handler componentize -p . app -o {name}.wasm")
+            format!("-d wit -w handler-full componentize -p . -p deps app -o {name}.wasm")
                 .split(' ')
                 .map(String::from)
                 .collect(),
@@ -66,6 +66,23 @@ fn build(language: &str, name: &str, dir: &Path) -> PathBuf {
         said.contains(&args.join(" ")),
         "the documented command: {said}"
     );
+    if language == "python" {
+        // Its PyPI packages (none yet), installed as the README says.
+        let pip = ".venv/bin/pip install --target deps -r requirements.txt";
+        assert!(said.contains(pip), "{said}");
+        let venv_pip = root.join("target/tools/componentize-py/bin/pip");
+        let out = Command::new(venv_pip)
+            .current_dir(dir)
+            .args(["install", "--target", "deps", "-r", "requirements.txt"])
+            .env("PIP_NO_INDEX", "1")
+            .output()
+            .expect("pip");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     // Offline, like every test: the crates a Rust project needs are in cargo's cache.
     let out = Command::new(&program)
         .current_dir(dir)

@@ -2,7 +2,7 @@
 # remembers it once this acks, so a duplicate delivery never reaches it twice.
 import wit_world
 from wit_world.imports import log
-from wit_world.imports.types import Message, Outcome_Ack, Outcome_Reject
+from wit_world.imports.qhost_handler_types import Message, Outcome_Ack, Outcome_Reject
 
 
 class WitWorld(wit_world.WitWorld):
