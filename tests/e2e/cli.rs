@@ -263,6 +263,32 @@ fn an_admin_port_in_use_or_a_bad_address_is_one_error_naming_the_setting() {
     assert!(!stderr.contains("admin listener"), "turned off: {stderr}");
 }
 
+/// A run until idle is a job: the console's default address taken (here by this test, or by
+/// whatever already holds it) does not stop it; and an empty queue says so.
+#[test]
+fn a_run_until_idle_goes_on_without_a_console_when_the_default_port_is_taken() {
+    let dir = worker_dir("");
+    let _held = std::net::TcpListener::bind(qhost::DEFAULT_ADMIN_LISTEN);
+    let out = qhost(dir.path())
+        .env_remove("QHOST_ADMIN_LISTEN")
+        .args(["run", "--until-idle"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the console's default address is in use"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stdout.trim(),
+        "nothing was received: every consumed queue was empty"
+    );
+}
+
 #[test]
 fn version_names_the_wit_package_and_the_embedded_wasmtime() {
     let dir = tempfile::tempdir().unwrap();
@@ -374,6 +400,11 @@ fn a_broken_manifest_stops_the_run_and_the_messages_wait() {
             && stderr.contains("unknown field `memory-mb`")
             && stderr.contains("--allow-unloaded-plugins"),
         "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("unknown field `memory-mb`").count(),
+        1,
+        "a load error is reported once: {stderr}"
     );
     let peek = qhost(dir.path())
         .args(["-c", "qhost.toml", "peek", "--queue", "jobs"])

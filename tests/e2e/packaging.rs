@@ -190,7 +190,7 @@ fn the_image_runs_the_demo_plugin_as_a_non_root_user_and_drains_on_sigterm() {
         Duration::from_secs(60),
         |status, body| {
             let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
-            status == 200 && v[0]["totals"]["acked"] == 1 && v[0]["totals"]["duplicates"] == 1
+            status == 200 && v[0]["totals"]["acked"] == 1 && v[0]["totals"]["duplicate"] == 1
         },
     );
     assert!(queues.contains("\"name\":\"reminders\""), "{queues}");
