@@ -5,7 +5,8 @@
 //! language guide's "Testing a handler".
 //!
 //! What a reader replaces is replaced here too, and nothing else: `path/to/qhost` (and the
-//! Rust guide's `../qhost`) becomes this checkout. The toolchains are installed as the guides
+//! Rust guide's `../qhost`) becomes this checkout, and the README's `cargo install` is the
+//! binary under test, already on PATH. The README's "Five minutes" runs the same way. The toolchains are installed as the guides
 //! say (`pip install`, `npm install`, `cargo build`), but offline, like every test: from what
 //! `scripts/build-guest-plugins` fetched (a wheel to find, a primed npm cache) and the crates
 //! the workspace's own build left in cargo's cache. A guide whose versions drift from those
@@ -104,7 +105,10 @@ fn run_walk_through(guide: &str, start: Option<&str>, stop: Option<&str>) {
     let root = qhost_e2e::workspace().canonicalize().expect("the checkout");
     let root = root.display().to_string();
     let text = std::fs::read_to_string(format!("{root}/docs/{guide}")).expect("the guide");
-    let dir = tempfile::tempdir().expect("a directory");
+    let top = tempfile::tempdir().expect("a directory");
+    // Blocks run one level down, so a walk-through's `..` is still the test's own.
+    let dir = top.path().join("here");
+    std::fs::create_dir(&dir).expect("a working directory");
     let bin = tempfile::tempdir().expect("a directory for qhost");
     std::os::unix::fs::symlink(qhost_binary(), bin.path().join("qhost")).expect("qhost on PATH");
     let path = format!(
@@ -112,17 +116,21 @@ fn run_walk_through(guide: &str, start: Option<&str>, stop: Option<&str>) {
         bin.path().display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let reader =
-        |s: &str| (s.replace("path/to/qhost", &root)).replace("\"../qhost/", &format!("\"{root}/"));
+    // The README's install line is the binary under test, already on PATH.
+    let reader = |s: &str| {
+        (s.replace("path/to/qhost", &root))
+            .replace("\"../qhost/", &format!("\"{root}/"))
+            .replace("cargo install --locked --path cli", "command -v qhost")
+    };
     let mut last_output: Option<String> = None;
     let mut shown = 0;
     for block in walk_through(&text, start, stop) {
         if let Some(name) = file_name(&block) {
-            let file = dir.path().join(name);
+            let file = dir.join(name);
             std::fs::create_dir_all(file.parent().expect("a parent")).expect("its directory");
             std::fs::write(&file, reader(&block.text)).expect("writing the file");
         } else if block.lang == "sh" {
-            last_output = Some(run_block(dir.path(), &path, &reader(&block.text), guide));
+            last_output = Some(run_block(&dir, &path, &reader(&block.text), guide));
         } else if block.lang == "text" && !test_report(&block.text).is_empty() {
             let ran = last_output.take().expect("a report follows a shell block");
             assert_eq!(
@@ -185,6 +193,18 @@ fn the_python_guide_runs_as_written() {
 fn the_javascript_guide_runs_as_written() {
     qhost_e2e::built_guests(); // primes npm's cache with componentize-js
     run_guide("handlers-javascript.md", "## Exceptions");
+}
+
+/// The README's "Five minutes", in a new directory as it says (its `cargo install` is the
+/// binary under test).
+#[test]
+fn the_readme_s_five_minutes_run_as_written() {
+    qhost_e2e::built_plugins(); // wit-bindgen's crates in cargo's cache
+    run_walk_through(
+        "../README.md",
+        Some("## Five minutes with qhost"),
+        Some("## Seeing it run, and deploying it"),
+    );
 }
 
 #[test]
