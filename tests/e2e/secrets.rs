@@ -135,7 +135,12 @@ async fn a_secret_that_cannot_be_read_refuses_the_plugin_and_the_serving_version
     ] {
         let manifest =
             format!("[config]\napi = {{ env = \"{named}\" }}\n[outbox]\nqueues = [\"*\"]\n");
-        std::fs::write(env.plugins_dir().join("worker.toml"), manifest).expect("a manifest");
+        // Written whole and renamed into place, as a deploy does: a manifest truncated by a
+        // write in progress reads as the empty (default) manifest, a version of its own that
+        // would take over with no outbox grant.
+        let staged = env.plugins_dir().join(".worker.toml.tmp");
+        std::fs::write(&staged, manifest).expect("a manifest");
+        std::fs::rename(&staged, env.plugins_dir().join("worker.toml")).expect("in place");
         let deadline = Instant::now() + Duration::from_secs(30);
         while !last_error().is_some_and(|e| e.contains(reason)) {
             assert!(
