@@ -156,6 +156,23 @@ async fn the_console_shows_a_run_escapes_a_hostile_body_and_redrives_with_the_to
     let (status, _) = post(admin, "/api/redrive?queue=jobs", "");
     assert_eq!(status, 403, "no bearer, no action");
 
+    // Purging the dead-letter queue: a letter there, then none.
+    env.queue()
+        .send(&[Outgoing::new("jobs-dlq", "a letter to purge")])
+        .await
+        .unwrap();
+    let (status, body) = post_as(admin, "/api/purge-dead-letters?queue=jobs", "", &bearer);
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(
+        answer["message"], "jobs-dlq: 1 dead letter(s) deleted",
+        "{answer}"
+    );
+    assert!(contents(&env.queue(), "jobs-dlq").await.is_empty());
+    let (status, body) = post_as(admin, "/api/promote?plugin=fixture", "", &bearer);
+    assert_eq!(status, 404, "no canary runs: {body}");
+    assert!(body.contains("has no canary running"), "{body}");
+
     // A forged POST: no token, or a wrong one.
     for form in [
         "queue=jobs",

@@ -44,7 +44,7 @@ fn nice(top: u64) -> u64 {
 pub(super) fn hour_chart(per_minute: &[u64]) -> String {
     const W: f64 = 480.0;
     const H: f64 = 90.0;
-    const LEFT: f64 = 40.0;
+    const LEFT: f64 = 56.0;
     const BOTTOM: f64 = 16.0;
     if per_minute.is_empty() {
         return "<span class=\"muted\">the first minute is under way</span>".to_string();

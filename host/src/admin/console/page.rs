@@ -48,7 +48,7 @@ th:first-child,td:first-child,td.text,th.text{text-align:left}
 .muted{color:#6a737d}.bad{color:#b31d28}.ok{color:#22863a}
 code,pre{font:12px ui-monospace,monospace}pre{white-space:pre-wrap;max-width:60em;margin:.3em 0}
 details summary{cursor:pointer}svg{vertical-align:middle}
-form{display:inline-block;margin:.2em 0}tr.fleet-row td{border-bottom:2px solid #d1d5da;font-size:12px}
+#queues th,#queues td{padding:.3em .4em;font-size:13px}form{display:inline-block;margin:.2em 0}tr.fleet-row td{border-bottom:2px solid #d1d5da;font-size:12px}
 .chart{display:inline-block;margin:0 1.5em 1em 0}
 ";
 
