@@ -12,7 +12,7 @@ use qhost_e2e::admin::{get, post, post_as, wait_for};
 use qhost_e2e::browser::Browser;
 use qhost_e2e::harness::TestEnv;
 use qhost_e2e::harness::send_all;
-use qhost_e2e::processes::HostProcess;
+use qhost_e2e::processes::{HostProcess, run_with_config};
 use qhost_e2e::redis_server::{shared_url, unique_namespace};
 use qhost_e2e::sqs_server::{create_queue, fleet_host_config, sdk_config, unique};
 use serde_json::Value;
@@ -65,6 +65,7 @@ async fn two_hosts_make_a_fleet_a_pause_holds_both_and_a_killed_host_is_gone() {
         .iter()
         .map(|name| fleet_host_config(&env, name, 4, &redis, (&jobs, "fixture")))
         .collect();
+    let config_a = configs[0].clone();
     let (a, b) = tokio::task::spawn_blocking(move || {
         (
             HostProcess::start_consuming(&configs[0]),
@@ -189,4 +190,16 @@ async fn two_hosts_make_a_fleet_a_pause_holds_both_and_a_killed_host_is_gone() {
     assert_eq!(states, "live,gone");
     assert_eq!(browser.console_errors().await, Vec::<String>::new());
     a.stop();
+
+    // Host a shut down in order: its last entry says so, as `qhost fleet` reads the store.
+    let (ok, out, err) = run_with_config(&config_a, &["fleet"]);
+    assert!(ok, "{err}");
+    let line = (out.lines())
+        .find(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|id| id.ends_with(&format!("/{pid_a}")))
+        })
+        .unwrap_or_else(|| panic!("host a in {out}"));
+    assert_eq!(line.split_whitespace().nth(1), Some("stopped"), "{out}");
 }

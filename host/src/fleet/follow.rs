@@ -16,7 +16,7 @@ use crate::message::now_ms;
 /// How often a host writes its entry and reads the fleet's.
 pub(crate) const TICK: Duration = Duration::from_secs(1);
 /// How long the last write at shutdown may take.
-const LAST_WRITE: Duration = Duration::from_secs(2);
+pub(crate) const LAST_WRITE: Duration = Duration::from_secs(2);
 
 /// What the store's errors call the records.
 const ROSTER: &str = "fleet roster";

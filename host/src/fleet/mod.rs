@@ -95,6 +95,9 @@ impl Fleet {
 
     /// Waits while `queue` is paused; `false` when `shutdown` fired first.
     pub(crate) async fn wait_unpaused(&self, queue: &str, shutdown: &CancellationToken) -> bool {
+        if !self.is_paused(queue) {
+            return true; // every receive asks: the usual answer costs one read of the set
+        }
         let mut paused = self.paused.subscribe();
         let mut said = false;
         loop {

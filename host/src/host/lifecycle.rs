@@ -44,9 +44,12 @@ impl Host {
         let watcher = self.watch_plugins()?;
         let checks = self.watch_health(&shutdown);
         let schedules = self.fire_schedules(&shutdown);
-        let fleet = self.follow_fleet();
+        let (fleet, follower) = self.follow_fleet();
         let result = self.consume(shutdown).await;
         fleet.cancel();
+        // Its last entry says this host stopped. Bounded: a step under way when it was told to
+        // stop, then the last write, each under the store's deadlines and this one.
+        let _ = tokio::time::timeout(2 * crate::fleet::follow::LAST_WRITE, follower).await;
         schedules.cancel();
         checks.cancel();
         if let Some(stop) = watcher {
@@ -94,8 +97,8 @@ impl Host {
     }
 
     /// Starts this host's fleet follower (see [`crate::fleet`]): its roster entry written, the
-    /// fleet's pauses followed, once a tick, until the host has drained.
-    fn follow_fleet(&self) -> CancellationToken {
+    /// fleet's pauses followed, once a tick, until the host has drained; the follower's task.
+    fn follow_fleet(&self) -> (CancellationToken, tokio::task::JoinHandle<()>) {
         let stop = CancellationToken::new();
         let (config, health) = (Arc::clone(&self.config), Arc::clone(&self.health));
         let (registry, stats) = (Arc::clone(&self.registry), Arc::clone(&self.stats));
@@ -125,8 +128,8 @@ impl Host {
             id: crate::fleet::host_name(),
             entry: Box::new(entry),
         };
-        tokio::spawn(follower.run(stop.clone()));
-        stop
+        let task = tokio::spawn(follower.run(stop.clone()));
+        (stop, task)
     }
 
     /// Queue `q`'s capture, counted in the metrics, when it asks for one: under the data
