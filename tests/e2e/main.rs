@@ -14,6 +14,7 @@ mod cli;
 mod cluster;
 mod console;
 mod console_fleet;
+mod demo;
 mod dlq;
 mod email_sender;
 mod faults;
