@@ -45,34 +45,25 @@ fn print_roster(roster: &Roster) {
         println!("no host has written to this store's fleet record in the last hour");
         return;
     }
-    let now = now_ms();
     println!(
         "{:<28} {:>8} {:<8} {:<22} {:<7} {:>9} {:>9} {:>9}",
         "host", "state", "version", "backends", "ready", "up", "received", "acked"
     );
-    for (id, h) in &roster.hosts {
-        let state = match h.liveness(now) {
+    for h in roster.statuses(None) {
+        let state = match h.state {
             Liveness::Live => "live".to_string(),
             Liveness::Stopped => "stopped".to_string(),
-            Liveness::Gone => format!("gone {}s", now.saturating_sub(h.seen_ms) / 1000),
+            Liveness::Gone => format!("gone {}s", h.heartbeat_age_ms / 1000),
         };
-        let totals = h.queues.values().fold(qhost::Fates::default(), |mut t, f| {
-            t.add(f);
-            t
-        });
         println!(
-            "{id:<28} {state:>8} {:<8} {:<22} {:<7} {:>8}s {:>9} {:>9}",
+            "{:<28} {state:>8} {:<8} {:<22} {:<7} {:>8}s {:>9} {:>9}",
+            h.id,
             h.version,
             h.backends,
             if h.ready { "yes" } else { "no" },
-            h.seen_ms.saturating_sub(h.started_ms) / 1000,
-            totals.received,
-            totals.acked,
+            h.up_secs,
+            h.totals.received,
+            h.totals.acked,
         );
     }
-}
-
-fn now_ms() -> u64 {
-    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    since.map_or(0, |d| d.as_millis() as u64)
 }

@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use ops::{pause, resume, status};
-pub use record::{HostEntry, Liveness, Pause, Pauses, Roster};
+pub use record::{HostEntry, HostStatus, Liveness, Pause, Pauses, Roster};
 
 /// This host as records name it: its host name and process id.
 pub(crate) fn host_name() -> String {

@@ -79,7 +79,59 @@ impl HostEntry {
     }
 }
 
+/// A host of the roster as an operator sees it now: what the console's fleet table, its API
+/// and `qhost fleet` show.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct HostStatus {
+    /// Its id (host name/pid).
+    pub id: String,
+    /// Whether it is there.
+    pub state: Liveness,
+    /// Its process id.
+    pub pid: u32,
+    /// The qhost release it runs.
+    pub version: String,
+    /// Its queue and store backends.
+    pub backends: String,
+    /// Whether it was ready to consume, and if not, why.
+    pub ready: bool,
+    pub not_ready: Vec<String>,
+    /// How long it had been up when it last wrote.
+    pub up_secs: u64,
+    /// How long ago it last wrote its entry.
+    pub heartbeat_age_ms: u64,
+    /// Its fates summed over its queues.
+    pub totals: Fates,
+}
+
 impl Roster {
+    /// Every host as it stands now: `first` (this host) first, then by id.
+    pub fn statuses(&self, first: Option<&str>) -> Vec<HostStatus> {
+        self.statuses_at(crate::message::now_ms(), first)
+    }
+
+    fn statuses_at(&self, now_ms: u64, first: Option<&str>) -> Vec<HostStatus> {
+        let mut hosts: Vec<HostStatus> = (self.hosts.iter())
+            .map(|(id, h)| HostStatus {
+                id: id.clone(),
+                state: h.liveness(now_ms),
+                pid: h.pid,
+                version: h.version.clone(),
+                backends: h.backends.clone(),
+                ready: h.ready,
+                not_ready: h.not_ready.clone(),
+                up_secs: h.seen_ms.saturating_sub(h.started_ms) / 1000,
+                heartbeat_age_ms: now_ms.saturating_sub(h.seen_ms),
+                totals: h.queues.values().fold(Fates::default(), |mut t, f| {
+                    t.add(f);
+                    t
+                }),
+            })
+            .collect();
+        hosts.sort_by_key(|h| (Some(h.id.as_str()) != first, h.id.clone()));
+        hosts
+    }
+
     /// Each queue's fates summed over every host in the roster (live or not: what the fleet
     /// did since its hosts started).
     pub fn totals(&self) -> BTreeMap<String, Fates> {
@@ -163,5 +215,15 @@ mod tests {
             "a is forgotten"
         );
         assert!(roster_key("ns").contains("{hosts}") && pauses_key("ns").contains("{paused}"));
+        let rows = later
+            .with("a", entry(hour, 1), hour)
+            .statuses_at(hour + 5_002, Some("b"));
+        let ids: Vec<&str> = rows.iter().map(|h| h.id.as_str()).collect();
+        assert_eq!(ids, ["b", "a"], "this host first");
+        assert_eq!((rows[0].state, rows[0].totals.acked), (Liveness::Live, 5));
+        assert_eq!(
+            (rows[1].state, rows[1].heartbeat_age_ms),
+            (Liveness::Gone, 5_002)
+        );
     }
 }

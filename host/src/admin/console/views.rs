@@ -8,8 +8,7 @@ use serde::Serialize;
 use super::super::HostView;
 use super::super::history::Flow;
 use crate::config::QueueConfig;
-use crate::fleet::{Liveness, Pause};
-use crate::message::now_ms;
+use crate::fleet::{HostStatus, Pause};
 use crate::plugin::Plugin;
 use crate::plugin::manifest::ConfigValue;
 use crate::plugin::registry::LoadResult;
@@ -55,25 +54,8 @@ pub(crate) struct QueueView {
 pub(crate) struct FleetView {
     /// This host's id.
     pub(crate) this_host: String,
-    /// Every host in the roster (none before the first read of it).
-    pub(crate) hosts: Vec<HostRow>,
-}
-
-/// One host of the fleet.
-#[derive(Debug, Serialize)]
-pub(crate) struct HostRow {
-    pub(crate) id: String,
-    pub(crate) state: Liveness,
-    pub(crate) pid: u32,
-    pub(crate) version: String,
-    pub(crate) backends: String,
-    pub(crate) ready: bool,
-    pub(crate) not_ready: Vec<String>,
-    pub(crate) up_secs: u64,
-    /// How long ago it last wrote its entry.
-    pub(crate) heartbeat_age_ms: u64,
-    /// Its fates summed over its queues.
-    pub(crate) totals: Fates,
+    /// Every host in the roster, this one first (none before the first read of it).
+    pub(crate) hosts: Vec<HostStatus>,
 }
 
 /// A queue's depth at the last check.
@@ -180,26 +162,11 @@ fn format_of(q: &QueueConfig) -> &'static str {
 /// The fleet as this host last read it, this host first, then by id.
 pub(crate) fn fleet(host: &HostView) -> FleetView {
     let this_host = crate::fleet::host_name();
-    let now = now_ms();
-    let mut hosts: Vec<HostRow> = (host.fleet.roster().unwrap_or_default().hosts.into_iter())
-        .map(|(id, h)| HostRow {
-            state: h.liveness(now),
-            pid: h.pid,
-            version: h.version,
-            backends: h.backends,
-            ready: h.ready,
-            not_ready: h.not_ready,
-            up_secs: h.seen_ms.saturating_sub(h.started_ms) / 1000,
-            heartbeat_age_ms: now.saturating_sub(h.seen_ms),
-            totals: h.queues.values().fold(Fates::default(), |mut t, f| {
-                t.add(f);
-                t
-            }),
-            id,
-        })
-        .collect();
-    hosts.sort_by_key(|h| (h.id != this_host, h.id.clone()));
-    FleetView { this_host, hosts }
+    let roster = host.fleet.roster().unwrap_or_default();
+    FleetView {
+        hosts: roster.statuses(Some(&this_host)),
+        this_host,
+    }
 }
 
 /// Every plugin the host loaded or failed to load.
