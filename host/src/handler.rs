@@ -118,6 +118,21 @@ pub trait Invoke: Send + Sync + 'static {
     /// body may be large).
     async fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure>;
 
+    /// Whether it is a batch handler: it takes many messages per call ([`Invoke::invoke_batch`]),
+    /// and the host gathers them for it. Its `invoke` handles a batch of one.
+    fn is_batch(&self) -> bool {
+        false
+    }
+
+    /// Handles a batch: one invocation per message, in order. A failure is every message's.
+    /// Only batch handlers implement it; the others refuse.
+    async fn invoke_batch(&self, msgs: Vec<HandlerMessage>) -> Result<Vec<Invocation>, Failure> {
+        let _ = msgs;
+        Err(Failure::Instantiate(
+            "this handler takes one message per call".into(),
+        ))
+    }
+
     /// Where the invoker's time went so far, for those that count it (wasm plugins).
     fn costs(&self) -> Option<Costs> {
         None
@@ -140,4 +155,53 @@ where
     async fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
         self(msg)
     }
+}
+
+/// A native batch handler: a function from a batch of messages to one invocation each, in
+/// order, which returns promptly (see the function impl of [`Invoke`]).
+pub struct BatchFn<F>(pub F);
+
+impl<F> std::fmt::Debug for BatchFn<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BatchFn")
+    }
+}
+
+#[async_trait::async_trait]
+impl<F> Invoke for BatchFn<F>
+where
+    F: Fn(Vec<HandlerMessage>) -> Result<Vec<Invocation>, Failure> + Send + Sync + 'static,
+{
+    async fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
+        one_of(self.invoke_batch(vec![msg]).await)
+    }
+
+    fn is_batch(&self) -> bool {
+        true
+    }
+
+    async fn invoke_batch(&self, msgs: Vec<HandlerMessage>) -> Result<Vec<Invocation>, Failure> {
+        let n = msgs.len();
+        let invocations = (self.0)(msgs)?;
+        outcome_count(n, invocations.len())?;
+        Ok(invocations)
+    }
+}
+
+/// The one invocation of a batch of one.
+pub(crate) fn one_of(batch: Result<Vec<Invocation>, Failure>) -> Result<Invocation, Failure> {
+    let mut invocations = batch?;
+    outcome_count(1, invocations.len())?;
+    Ok(invocations.remove(0))
+}
+
+/// A batch handler's answer of `got` outcomes for `n` messages is a failure of every message
+/// unless the counts match.
+pub(crate) fn outcome_count(n: usize, got: usize) -> Result<(), Failure> {
+    if got == n {
+        return Ok(());
+    }
+    Err(Failure::Trap(format!(
+        "the handler returned {got} outcomes for a batch of {n} messages"
+    )))
 }

@@ -145,7 +145,7 @@ pub use source::sqs::SqsQueue;
 pub use source::{QueueDepth, QueueSource, SourceError};
 
 // Plugins: loading, the invocation contract, what a host serves.
-pub use handler::{Failure, HandlerMessage, Invocation, Invoke, Outcome};
+pub use handler::{BatchFn, Failure, HandlerMessage, Invocation, Invoke, Outcome};
 pub use plugin::Plugin;
 pub use plugin::inspect::{CheckReport, check_file as check_plugin_file};
 pub use plugin::loader::{LoadError, load_file as load_plugin, version_of as plugin_version};

@@ -18,10 +18,10 @@
 // Build: scripts/build-guest-plugins (componentize-js, pinned by package-lock.json, against
 // ../../wit's `handler-state` world).
 
-import { get } from "qhost:handler/config@0.1.1";
-import { write } from "qhost:handler/log@0.1.1";
-import { send } from "qhost:handler/outbox@0.1.1";
-import { set as setResult } from "qhost:handler/result-value@0.1.1";
+import { get } from "qhost:handler/config@0.1.2";
+import { write } from "qhost:handler/log@0.1.2";
+import { send } from "qhost:handler/outbox@0.1.2";
+import { set as setResult } from "qhost:handler/result-value@0.1.2";
 import { open } from "wasi:keyvalue/store@0.2.0-draft";
 
 const text = new TextDecoder();

@@ -13,8 +13,8 @@
 // Build: scripts/build-guest-plugins (componentize-js, pinned by ../email-reminder-js's
 // package-lock.json, against ../../wit, with HTTP enabled).
 
-import { get } from "qhost:handler/config@0.1.1";
-import { write } from "qhost:handler/log@0.1.1";
+import { get } from "qhost:handler/config@0.1.2";
+import { write } from "qhost:handler/log@0.1.2";
 
 const text = new TextDecoder();
 

@@ -346,12 +346,12 @@ async fn a_stderr_flood_is_cut_and_a_reused_instance_starts_clean() {
 fn a_component_of_a_later_wit_version_is_refused_naming_both_versions() {
     assert_refused(
         &qhost_e2e::plugin_bytes("next-wit"),
-        "it was built against qhost:handler@0.2.0, and this host serves qhost:handler@0.1.1",
+        "it was built against qhost:handler@0.2.0, and this host serves qhost:handler@0.1.2",
     );
 }
 
 /// The contract's minor versions add what old handlers can ignore: a component built against
-/// 0.1.0 (before `result-value`) loads in a host serving 0.1.1, and its imports work.
+/// 0.1.0 (before `result-value`) loads in a host serving 0.1.2, and its imports work.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_component_of_the_previous_minor_wit_version_still_serves() {
     let env = TestEnv::new();

@@ -304,7 +304,7 @@ fn version_names_the_wit_package_and_the_embedded_wasmtime() {
         .trim_matches('"');
     assert_eq!(
         text.trim(),
-        format!("qhost 0.1.0 (serves qhost:handler@0.1.1, wasmtime {wasmtime})")
+        format!("qhost 0.1.0 (serves qhost:handler@0.1.2, wasmtime {wasmtime})")
     );
 }
 

@@ -14,7 +14,7 @@ use crate::fleet::HostEntry;
 use crate::fleet::follow::Follower;
 use crate::format::Formats;
 use crate::pipeline::{
-    AckTask, Acker, Completer, OutboxMarks, PutBacks, QueueCtx, Shared, run_poller,
+    AckTask, Acker, Batches, Completer, OutboxMarks, PutBacks, QueueCtx, Shared, run_poller,
 };
 use crate::plugin::registry::Registry;
 use crate::plugin::{status, watch};
@@ -253,6 +253,7 @@ impl Host {
             outbox_marks: OutboxMarks::default(),
             recent: Arc::clone(&self.recent),
             fleet: Arc::clone(&self.fleet),
+            batches: Batches::new(Arc::clone(&self.metrics)),
         }
     }
 

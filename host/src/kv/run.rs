@@ -24,6 +24,15 @@ pub(crate) enum KvError {
     Unavailable(String),
 }
 
+/// One run's reads and writes, set aside while another message of a batch call uses the view
+/// (`runtime::batch_items`). What the call read from the store stays shared: each message
+/// still sees the committed state plus its own writes, never another message's.
+#[derive(Debug, Default)]
+pub(crate) struct RunPart {
+    decided_on: BTreeSet<(String, String)>,
+    writes: BTreeMap<(String, String), Op>,
+}
+
 /// The state one run sees and writes.
 #[derive(Debug)]
 pub(crate) struct RunState {
@@ -64,6 +73,12 @@ impl RunState {
         self.writes.clear();
         self.taken = false;
         self.unavailable = None;
+    }
+
+    /// Swaps this run's reads and writes with `part`'s: the view becomes another message's.
+    pub(crate) fn swap_part(&mut self, part: &mut RunPart) {
+        std::mem::swap(&mut self.decided_on, &mut part.decided_on);
+        std::mem::swap(&mut self.writes, &mut part.writes);
     }
 
     /// Why the store could not answer a read of this run, if it could not.

@@ -45,6 +45,15 @@ struct ProcessLabels {
     qhost_plugin_version: String,
 }
 
+/// Upper bounds of the batch-size buckets, in messages per call.
+const BATCH_BUCKETS: [f64; 8] = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0];
+
+/// Labels of `qhost_batch_messages`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginLabels {
+    plugin: String,
+}
+
 /// Labels of `qhost_queue_messages`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DepthLabels {
@@ -79,6 +88,7 @@ pub struct Metrics {
     depth: Family<DepthLabels, Gauge>,
     ticks: Family<TickLabels, Counter>,
     lag: Family<ScheduleLabels, Gauge<f64, AtomicU64>>,
+    batch: Family<PluginLabels, Histogram>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -126,6 +136,14 @@ impl Metrics {
             Unit::Seconds,
             lag.clone(),
         );
+        let batch = Family::<PluginLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(BATCH_BUCKETS)
+        });
+        registry.register(
+            "qhost_batch_messages",
+            "Messages per call of a batch handler",
+            batch.clone(),
+        );
         registry.register_collector(Box::new(collect::HostCollector::new(
             system, stats, plugins,
         )));
@@ -138,7 +156,16 @@ impl Metrics {
             depth,
             ticks,
             lag,
+            batch,
         }
+    }
+
+    /// Records a batch handler's call of `messages` messages.
+    pub(crate) fn observe_batch(&self, plugin: &str, messages: usize) {
+        let labels = PluginLabels {
+            plugin: plugin.to_string(),
+        };
+        self.batch.get_or_create(&labels).observe(messages as f64);
     }
 
     /// The exposition in the Prometheus text format (version 0.0.4).

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use super::batches::Gathering;
 use super::delivery::Delivery;
 use super::invoke::invoke;
 use crate::config::rollout::FailureKind;
@@ -40,9 +41,10 @@ pub(super) async fn invoke_either(
     serving: &Arc<Plugin>,
     canary: &CanarySlot,
     input: HandlerMessage,
+    gathering: Gathering,
 ) -> (Result<Invocation, Failure>, Arc<Plugin>) {
     if canary.takes(&input.idempotency_key) {
-        let result = invoke(delivery, &canary.plugin, input.clone()).await;
+        let result = invoke(delivery, &canary.plugin, input.clone(), gathering).await;
         let failed = failure_kind(&result);
         canary.count(true, failed);
         let Some(kind) = failed else {
@@ -56,7 +58,7 @@ pub(super) async fn invoke_either(
             "the canary failed this message; running it on the serving version"
         );
     }
-    let result = invoke(delivery, serving, input).await;
+    let result = invoke(delivery, serving, input, gathering).await;
     canary.count(false, failure_kind(&result));
     (result, Arc::clone(serving))
 }

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::acker::Acker;
+use super::batches::Batches;
 use super::completer::Completer;
 use super::outbox_mark::OutboxMarks;
 use super::putback::PutBacks;
@@ -55,6 +56,8 @@ pub(crate) struct Shared {
     pub(crate) recent: Arc<RecentDeadLetters>,
     /// The fleet: which queues are paused fleet-wide.
     pub(crate) fleet: Arc<crate::fleet::Fleet>,
+    /// Batch handlers' gatherers.
+    pub(crate) batches: Batches,
 }
 
 impl std::fmt::Debug for Shared {

@@ -1,7 +1,8 @@
 //! One call of a plugin for a delivery: under the plugin's own concurrency limit, in a span
 //! naming the version (so every line logged during the call says which build ran), timed for
 //! the metrics, and with a panicking native handler turned into a failure. Both a plain run
-//! (`run`) and a canary's (`canary`) call through here.
+//! (`run`) and a canary's (`canary`) call through here; a batch handler's message goes on to
+//! its plugin's gatherer (`batches`), which holds the concurrency limit for the whole call.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use std::sync::Arc;
 use futures_util::FutureExt as _;
 use tracing::Instrument as _;
 
+use super::batches::Gathering;
 use super::delivery::Delivery;
 use crate::handler::{Failure, HandlerMessage, Invocation, Outcome};
 use crate::plugin::Plugin;
@@ -36,12 +38,15 @@ pub(super) async fn invoke(
     delivery: &Delivery,
     plugin: &Arc<Plugin>,
     input: HandlerMessage,
+    gathering: Gathering,
 ) -> Result<Invocation, Failure> {
     let slot = match plugin.slots() {
-        Some(slots) => Some(Arc::clone(slots).acquire_owned().await.map_err(|_| {
-            Failure::Instantiate("the plugin's concurrency limit was closed".into())
-        })?),
-        None => None,
+        Some(slots) if !plugin.is_batch() => {
+            Some(Arc::clone(slots).acquire_owned().await.map_err(|_| {
+                Failure::Instantiate("the plugin's concurrency limit was closed".into())
+            })?)
+        }
+        _ => None,
     };
     delivery.record(Event::Invoked);
     let stats = &delivery.shared().stats;
@@ -50,7 +55,19 @@ pub(super) async fn invoke(
     if let Some(trace_id) = delivery.span().trace_id() {
         span.record("trace_id", trace_id);
     }
-    let call = AssertUnwindSafe(plugin.invoke(input).instrument(span)).catch_unwind();
+    let call = async {
+        if plugin.is_batch() {
+            let batches = &delivery.shared().batches;
+            Ok(batches
+                .call(plugin, input, gathering)
+                .instrument(span)
+                .await)
+        } else {
+            AssertUnwindSafe(plugin.invoke(input).instrument(span))
+                .catch_unwind()
+                .await
+        }
+    };
     let started = std::time::Instant::now();
     let mut step = delivery.span().step("invoke");
     let ended = call.await;

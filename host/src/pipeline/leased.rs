@@ -115,6 +115,11 @@ impl Leased {
         self.ran_on = Some(sha256);
     }
 
+    /// Whether a run on its key has failed before (a retry, a trap, a timeout).
+    pub(crate) fn has_failed_before(&self) -> bool {
+        self.lease.failures > 0
+    }
+
     /// This delivery's attempt: the handler runs on its key so far, this one included.
     fn attempt(&self) -> u32 {
         self.lease.failures + 1

@@ -26,6 +26,7 @@
 //! | `parts`      | a message of several runs: one fate for the message once all end    |
 //! | `run`        | what the lease found; resolve, invoke, end by the outcome           |
 //! | `invoke`     | one call of a plugin: its concurrency limit, span, timing, panics   |
+//! | `batches`    | a batch handler's calls: messages gathered, each answered on its own|
 //! | `delivery`   | one message's life and its fates                                    |
 //! | `heartbeat`  | lease and visibility extension while a delivery is leased           |
 //! | `outbox`     | what qhost stamps on outgoing messages                              |
@@ -41,6 +42,9 @@
 mod acker;
 pub(crate) mod backoff;
 mod batch;
+#[cfg(test)]
+mod batch_calls;
+mod batches;
 mod canary;
 mod completer;
 mod context;
@@ -64,6 +68,7 @@ mod run;
 pub(crate) mod test_bed;
 
 pub(crate) use acker::{AckTask, Acker};
+pub(crate) use batches::Batches;
 pub(crate) use completer::Completer;
 pub(crate) use context::{QueueCtx, Shared};
 pub(crate) use outbox_mark::OutboxMarks;

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::batches::Gathering;
 use super::canary::{invoke_either, versions};
 use super::delivery::{Delivery, Fate};
 use super::invoke::invoke;
@@ -173,10 +174,19 @@ async fn run(mut leased: Leased, resolved: Option<Resolved>) -> Fate {
         capture.offer(&input);
     }
     let (plugin, canary) = versions(&shared.registry, plugin);
+    // A batch handler's message that has failed before is called alone (see `batches`).
+    let gathering = if leased.has_failed_before() {
+        Gathering::Alone
+    } else {
+        Gathering::Gathered
+    };
     let call = async {
         match &canary {
-            Some(slot) => invoke_either(leased.delivery(), &plugin, slot, input).await,
-            None => (invoke(leased.delivery(), &plugin, input).await, plugin),
+            Some(slot) => invoke_either(leased.delivery(), &plugin, slot, input, gathering).await,
+            None => (
+                invoke(leased.delivery(), &plugin, input, gathering).await,
+                plugin,
+            ),
         }
     };
     let finished = tokio::select! {

@@ -59,12 +59,14 @@ impl Shared {
         let config = Arc::new(config);
         let stats = Arc::new(Stats::default());
         let registry = Arc::new(Registry::new([plugin]));
+        let metrics = Arc::new(Metrics::new(
+            &config,
+            Arc::clone(&stats),
+            Arc::clone(&registry),
+        ));
         Shared {
-            metrics: Arc::new(Metrics::new(
-                &config,
-                Arc::clone(&stats),
-                Arc::clone(&registry),
-            )),
+            batches: super::batches::Batches::new(Arc::clone(&metrics)),
+            metrics,
             in_flight: Arc::new(tokio::sync::Semaphore::new(config.max_in_flight)),
             config,
             source,

@@ -15,8 +15,9 @@ use super::manifest::Manifest;
 use super::secrets;
 use crate::message::wire::valid_plugin_name;
 use crate::plugin::Plugin;
-use crate::runtime::bindings::{HandlerPre, WIT_VERSION};
+use crate::runtime::bindings::WIT_VERSION;
 use crate::runtime::engine::Runtime;
+use crate::runtime::pre::Pre;
 use crate::runtime::wasm::{Sandbox, WasmInvoker};
 use crate::runtime::world::World;
 
@@ -103,20 +104,15 @@ fn same_release(a: &str, b: &str) -> bool {
 }
 
 /// Checks that a compiled component implements the `qhost:handler` world with what the linker
-/// provides, and returns the pre-instantiated handler.
-pub(crate) fn check_world(
-    runtime: &Runtime,
-    component: &Component,
-) -> anyhow::Result<HandlerPre<crate::runtime::state::HostState>> {
+/// provides, and returns the pre-instantiated handler (of one message, or a batch handler).
+pub(crate) fn check_world(runtime: &Runtime, component: &Component) -> anyhow::Result<Pre> {
     check_version(runtime, component)?;
     let pre = runtime
         .linker()
         .instantiate_pre(component)
         .map_err(anyhow::Error::from)
         .context("its imports are not all provided by qhost")?;
-    HandlerPre::new(pre)
-        .map_err(anyhow::Error::from)
-        .context("it does not export the qhost:handler world")
+    Pre::new(pre)
 }
 
 /// Loads the plugin at `path` (blocking: compiles).
@@ -219,6 +215,12 @@ fn build_in(
     check_is_component(bytes).map_err(fail)?;
     let component = runtime.compile(bytes).map_err(|e| fail(compile_error(e)))?;
     let pre = check_world(runtime, &component).map_err(fail)?;
+    if manifest.batch.is_some() && !pre.is_batch() {
+        return Err(fail(anyhow::anyhow!(
+            "its manifest has a [batch] table, and it exports `handle` (one message per call): \
+             only a batch handler (`handle-batch`) is called with batches"
+        )));
+    }
     let most = runtime.max_memory_mib();
     if manifest.limits.memory_mib > most {
         return Err(fail(anyhow::anyhow!(

@@ -34,6 +34,10 @@
 //! max-bytes = 8388608           # all it may send from one message, bodies and attributes
 //! celery = ["celery"]           # queues its messages go to as Celery tasks (docs/celery.md)
 //!
+//! [batch]                       # batch handlers only (`handle-batch`; docs/handlers.md)
+//! max-messages = 10             # messages one call gathers at most, 1 to 100
+//! max-wait-ms = 20              # how long a call waits for more after its first message
+//!
 //! [config]                      # read by the plugin through the `config` import
 //! greeting = "hello"
 //! api-key = { env = "SENDGRID_API_KEY" }       # secrets the host grants (plugin::secrets)
@@ -75,6 +79,63 @@ pub struct Manifest {
     /// Settings the plugin reads through `config.get`.
     #[serde(default)]
     pub(crate) config: BTreeMap<String, ConfigValue>,
+    /// How a batch handler's calls are gathered; `None`: the defaults (batch handlers only).
+    #[serde(default)]
+    pub(crate) batch: Option<BatchShape>,
+}
+
+/// How many messages a batch handler's call gathers, and how long it waits for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct BatchShape {
+    /// Messages one call holds at most.
+    #[serde(default = "default_batch_messages")]
+    pub(crate) max_messages: u32,
+    /// How long a call waits for more messages after its first, in milliseconds.
+    #[serde(default = "default_batch_wait_ms")]
+    pub(crate) max_wait_ms: u64,
+}
+
+/// The most messages one batch call may hold: as many as a Lambda SQS batch's default, and
+/// ten receives' worth.
+pub(crate) const MAX_BATCH_MESSAGES: u32 = 100;
+/// The longest a batch call may wait for its messages.
+const MAX_BATCH_WAIT_MS: u64 = 10_000;
+
+fn default_batch_messages() -> u32 {
+    10
+}
+
+fn default_batch_wait_ms() -> u64 {
+    20
+}
+
+impl Default for BatchShape {
+    fn default() -> Self {
+        BatchShape {
+            max_messages: default_batch_messages(),
+            max_wait_ms: default_batch_wait_ms(),
+        }
+    }
+}
+
+impl BatchShape {
+    /// How long a call waits for more messages.
+    pub(crate) fn max_wait(&self) -> Duration {
+        Duration::from_millis(self.max_wait_ms)
+    }
+
+    fn check(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            (1..=MAX_BATCH_MESSAGES).contains(&self.max_messages),
+            "batch.max-messages must be between 1 and {MAX_BATCH_MESSAGES}"
+        );
+        anyhow::ensure!(
+            self.max_wait_ms <= MAX_BATCH_WAIT_MS,
+            "batch.max-wait-ms must be at most {MAX_BATCH_WAIT_MS}"
+        );
+        Ok(())
+    }
 }
 
 /// A `[config]` value as written: text, or where the host reads a secret when the plugin
@@ -304,7 +365,15 @@ impl Manifest {
         }
     }
 
+    /// How a batch handler's calls are gathered.
+    pub(crate) fn batch_shape(&self) -> BatchShape {
+        self.batch.unwrap_or_default()
+    }
+
     fn check(&self) -> anyhow::Result<()> {
+        if let Some(batch) = &self.batch {
+            batch.check()?;
+        }
         let l = &self.limits;
         anyhow::ensure!(l.timeout_ms > 0, "limits.timeout-ms must be positive");
         anyhow::ensure!(

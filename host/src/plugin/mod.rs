@@ -112,6 +112,19 @@ impl Plugin {
         self.invoker.invoke(msg).await
     }
 
+    /// Whether it handles batches (exports `handle-batch`).
+    pub fn is_batch(&self) -> bool {
+        self.invoker.is_batch()
+    }
+
+    /// Handles a batch: one invocation per message, in order (batch plugins only).
+    pub async fn invoke_batch(
+        &self,
+        msgs: Vec<HandlerMessage>,
+    ) -> Result<Vec<Invocation>, Failure> {
+        self.invoker.invoke_batch(msgs).await
+    }
+
     /// Time spent instantiating and calling this plugin so far (`None` for native handlers).
     pub fn costs(&self) -> Option<Costs> {
         self.invoker.costs()

@@ -1,4 +1,6 @@
-//! Host-side bindings for the `qhost:handler` world, generated once from `wit/`.
+//! Host-side bindings for the `qhost:handler` worlds, generated once from `wit/`: `handler`
+//! (one message per call) and, in [`batch`], `batch-handler` (many per call), which shares the
+//! first's interfaces, so one set of host implementations serves both.
 
 wasmtime::component::bindgen!({
     path: "../wit",
@@ -8,10 +10,26 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
+/// The batch handler world: `handle-batch` and the `batch-item` import.
+pub(crate) mod batch {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "batch-handler",
+        exports: { default: async },
+        with: {
+            "qhost:handler/types": super::qhost::handler::types,
+            "qhost:handler/log": super::qhost::handler::log,
+            "qhost:handler/config": super::qhost::handler::config,
+            "qhost:handler/outbox": super::qhost::handler::outbox,
+            "qhost:handler/result-value": super::qhost::handler::result_value,
+        },
+    });
+}
+
 pub(crate) use self::qhost::handler::types::{Attribute, AttributeValue};
 
 /// The version of the `qhost:handler` package this host serves.
-pub(crate) const WIT_VERSION: &str = "0.1.1";
+pub(crate) const WIT_VERSION: &str = "0.1.2";
 
 #[cfg(test)]
 mod tests {

@@ -19,6 +19,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel};
 
 use super::bindings::Handler;
+use super::bindings::batch::qhost::handler::batch_item;
 use super::cache::{CompileCounters, CompiledCache};
 use super::http::{self, TlsClient};
 use super::idle::IdleBudget;
@@ -97,6 +98,9 @@ impl Runtime {
         Handler::add_to_linker::<_, HasSelf<_>>(&mut linker, |state: &mut HostState| state)
             .map_err(anyhow::Error::from)
             .context("linking the qhost imports")?;
+        batch_item::add_to_linker::<_, HasSelf<_>>(&mut linker, |state: &mut HostState| state)
+            .map_err(anyhow::Error::from)
+            .context("linking the batch handler's imports")?;
         super::kv::add_to_linker(&mut linker).context("linking WASI key-value")?;
         Ok(Runtime {
             engine,

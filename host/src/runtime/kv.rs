@@ -57,6 +57,7 @@ fn answer<T>(result: Result<T, KvError>) -> Answer<T> {
 
 impl HostState {
     fn handle(&mut self, bucket: &Resource<KvBucket>) -> Result<u32, KvError> {
+        self.check_selected().map_err(KvError::Other)?;
         self.table()
             .get(bucket)
             .map(|b| b.0)

@@ -4,6 +4,7 @@
 //! What is served, and loaded from where, is the plugin module's business; nothing here imports
 //! it.
 
+mod batch_items;
 pub(crate) mod bindings;
 pub(crate) mod cache;
 mod convert;
@@ -15,6 +16,7 @@ mod idle;
 mod kv;
 mod outbox;
 mod pool;
+pub(crate) mod pre;
 pub(crate) mod settings;
 pub(crate) mod state;
 mod stderr;
@@ -28,7 +30,7 @@ pub(crate) use outbox::OutboxGrant;
 pub(crate) const MAX_MEMORY_MIB: u64 = 4096;
 
 /// The WIT package this host serves, as `qhost plugins check` and `qhost --version` name it.
-pub const WIT_PACKAGE: &str = "qhost:handler@0.1.1";
+pub const WIT_PACKAGE: &str = "qhost:handler@0.1.2";
 
 /// The wasmtime release this host embeds (plugins are compiled by it).
 pub const WASMTIME_VERSION: &str = wasmtime_environ::VERSION;

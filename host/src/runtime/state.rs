@@ -14,6 +14,8 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
+use super::batch_items::{BatchItems, Current, ItemCtx, ItemEffects, NOT_SELECTED};
+use super::bindings::batch::qhost::handler::batch_item;
 use super::bindings::qhost::handler::{config, log, outbox, result_value, types};
 use super::convert;
 use super::http::{Call, HttpPolicy, OutboundHttp};
@@ -81,6 +83,8 @@ pub(crate) struct HostState {
     kv: RunState,
     /// The world it runs in, outside a host (`qhost test`, `qhost replay`).
     world: Option<Arc<World>>,
+    /// A batch call's messages, whose effects are kept apart (`batch_items`).
+    batch: Option<BatchItems>,
 }
 
 impl HostState {
@@ -118,6 +122,59 @@ impl HostState {
             result: None,
             kv: RunState::new(kv),
             world,
+            batch: None,
+        }
+    }
+
+    /// Starts a batch call of `items` on this state (fresh or just begun): no message
+    /// selected, HTTP requests keyed by the whole batch until one is.
+    pub(crate) fn begin_batch(&mut self, items: Vec<ItemCtx>) {
+        let batch = BatchItems::new(items);
+        self.ctx.message_id = String::new();
+        self.ctx.key = batch.call_key();
+        self.ctx.fencing_token = batch.call_token();
+        self.http.begin(self.ctx.http_call());
+        self.batch = Some(batch);
+    }
+
+    /// Selects message `index` of a batch call: the effects that follow are its.
+    fn select_item(&mut self, index: u32) -> Result<(), String> {
+        let Some(batch) = self.batch.as_mut() else {
+            return Err("this call handles one message; there is nothing to select".into());
+        };
+        let mut made = self.http.made();
+        let current = Current {
+            outbox: &mut self.outbox,
+            result: &mut self.result,
+            kv: &mut self.kv,
+            http_made: &mut made,
+        };
+        let item = batch.select(index, current)?;
+        self.ctx.message_id = item.message_id.clone();
+        self.ctx.key = item.key.clone();
+        self.ctx.fencing_token = item.fencing_token;
+        self.http.switch(self.ctx.http_call(), made);
+        Ok(())
+    }
+
+    /// Ends a batch call: each message's effects, in order (`None`: not a batch call).
+    pub(crate) fn finish_batch(&mut self) -> Option<Vec<ItemEffects>> {
+        let batch = self.batch.take()?;
+        let mut made = 0;
+        let current = Current {
+            outbox: &mut self.outbox,
+            result: &mut self.result,
+            kv: &mut self.kv,
+            http_made: &mut made,
+        };
+        Some(batch.finish(current))
+    }
+
+    /// Refuses an effect that must belong to a message when a batch call has none selected.
+    pub(crate) fn check_selected(&self) -> Result<(), String> {
+        match &self.batch {
+            Some(batch) if !batch.has_selection() => Err(NOT_SELECTED.to_string()),
+            _ => Ok(()),
         }
     }
 
@@ -130,6 +187,7 @@ impl HostState {
         self.result = None;
         self.kv.reset();
         self.stderr.clear();
+        self.batch = None;
     }
 
     /// The run's view of its buckets.
@@ -274,8 +332,15 @@ impl config::Host for HostState {
     }
 }
 
+impl batch_item::Host for HostState {
+    fn select(&mut self, index: u32) -> Result<(), String> {
+        self.select_item(index)
+    }
+}
+
 impl outbox::Host for HostState {
     fn send(&mut self, msg: outbox::Outgoing) -> Result<(), String> {
+        self.check_selected()?;
         let c = &self.ctx;
         let producer = format!("{}@{}", c.plugin, c.version);
         let sender = Sender {
@@ -292,6 +357,7 @@ impl outbox::Host for HostState {
 
 impl result_value::Host for HostState {
     fn set(&mut self, json: String) -> Result<(), String> {
+        self.check_selected()?;
         self.result = Some(checked_result(json)?);
         Ok(())
     }

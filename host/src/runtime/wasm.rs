@@ -18,13 +18,17 @@
 //! is given up is isolation between messages of the same plugin: globals, caches and anything
 //! else the guest keeps in memory carry over (its stderr capture does not: it is cleared for each
 //! message). Off by default.
+//!
+//! A batch handler (`handle-batch`) is called the same way with many messages: one instance,
+//! one deadline (`timeout-ms` is the whole call's, not each message's), and each message's
+//! effects kept apart (`batch_items`), to be committed with its own completion.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
-use super::bindings::{Handler, HandlerPre};
+use super::batch_items::ItemCtx;
 use super::convert;
 use super::costs::{CostCounters, Costs};
 use super::engine::{EPOCH_TICK, Runtime};
@@ -33,10 +37,11 @@ use super::http::HttpGrant;
 use super::http::{HttpCounts, HttpPolicy, key_header};
 use super::idle::{IdleBudget, IdleSlot};
 use super::outbox::{OutboxGrant, OutboxPolicy};
+use super::pre::{Exports, Pre};
 use super::settings::Settings;
 use super::state::{CallContext, HostState};
 use super::world::World;
-use crate::handler::{Failure, HandlerMessage, Invocation, Invoke};
+use crate::handler::{Failure, HandlerMessage, Invocation, Invoke, one_of, outcome_count};
 use crate::kv::{KvCounts, KvGrant, KvLimits, KvPolicy};
 
 /// What a plugin's calls may do and use: the runtime's part of its manifest.
@@ -74,7 +79,7 @@ pub(crate) struct Sandbox {
 /// Runs one component's `handle`.
 pub(crate) struct WasmInvoker {
     engine: Engine,
-    pre: HandlerPre<HostState>,
+    pre: Pre,
     plugin: Arc<str>,
     version: Arc<str>,
     config: Arc<Settings>,
@@ -97,7 +102,7 @@ const MAX_IDLE: usize = 4;
 /// An instance kept for its next message.
 struct Warm {
     store: Store<HostState>,
-    handler: Handler,
+    handler: Exports,
     used: u32,
 }
 
@@ -113,7 +118,7 @@ impl std::fmt::Debug for WasmInvoker {
 impl WasmInvoker {
     /// An invoker for a checked component of `runtime`, within `sandbox`.
     pub(crate) fn new(
-        pre: HandlerPre<HostState>,
+        pre: Pre,
         id: (&str, &str),
         sandbox: Sandbox,
         settings: Settings,
@@ -251,7 +256,7 @@ impl WasmInvoker {
             });
         }
         let started = Instant::now();
-        let instance = self.pre.instantiate_async(&mut store).await;
+        let instance = self.pre.instantiate(&mut store).await;
         self.costs.instantiated(started);
         match instance {
             Ok(handler) => Ok(Warm {
@@ -296,15 +301,20 @@ impl WasmInvoker {
 #[async_trait::async_trait]
 impl Invoke for WasmInvoker {
     async fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
-        // The deadline is checked first whenever the task wakes: once it has passed, the guest
-        // is not given another slice. Its HTTP requests time out by it too.
-        let limit = msg.time_limit.map_or(self.timeout, |t| t.min(self.timeout));
-        let deadline = tokio::time::Instant::now() + limit;
-        tokio::select! {
-            biased;
-            () = tokio::time::sleep_until(deadline) => Err(Failure::Timeout(limit)),
-            result = self.call(msg, deadline) => result,
+        one_of(self.invoke_many(vec![msg]).await)
+    }
+
+    fn is_batch(&self) -> bool {
+        self.pre.is_batch()
+    }
+
+    async fn invoke_batch(&self, msgs: Vec<HandlerMessage>) -> Result<Vec<Invocation>, Failure> {
+        if !self.pre.is_batch() {
+            return Err(Failure::Instantiate(
+                "this plugin exports `handle`, one message per call".into(),
+            ));
         }
+        self.invoke_many(msgs).await
     }
 
     fn costs(&self) -> Option<Costs> {
@@ -317,22 +327,43 @@ impl Invoke for WasmInvoker {
 }
 
 impl WasmInvoker {
+    /// One call, under its deadline: the plugin's `timeout-ms`, or a message's lower limit.
+    async fn invoke_many(&self, msgs: Vec<HandlerMessage>) -> Result<Vec<Invocation>, Failure> {
+        // The deadline is checked first whenever the task wakes: once it has passed, the guest
+        // is not given another slice. Its HTTP requests time out by it too.
+        let limit = (msgs.iter().filter_map(|m| m.time_limit)).fold(self.timeout, Duration::min);
+        let deadline = tokio::time::Instant::now() + limit;
+        tokio::select! {
+            biased;
+            () = tokio::time::sleep_until(deadline) => Err(Failure::Timeout(limit)),
+            result = self.call(msgs, deadline) => result,
+        }
+    }
+
     /// One call, instantiation included, without its deadline.
     async fn call(
         &self,
-        msg: HandlerMessage,
+        msgs: Vec<HandlerMessage>,
         deadline: tokio::time::Instant,
-    ) -> Result<Invocation, Failure> {
+    ) -> Result<Vec<Invocation>, Failure> {
+        let first = msgs.first();
         let ctx = CallContext {
             plugin: Arc::clone(&self.plugin),
             version: Arc::clone(&self.version),
-            message_id: msg.id.clone(),
-            queue: msg.queue.clone(),
-            key: msg.idempotency_key.clone(),
-            fencing_token: msg.fencing_token,
+            message_id: first.map(|m| m.id.clone()).unwrap_or_default(),
+            queue: first.map(|m| m.queue.clone()).unwrap_or_default(),
+            key: first.map(|m| m.idempotency_key.clone()).unwrap_or_default(),
+            fencing_token: first.map_or(0, |m| m.fencing_token),
             deadline,
         };
-        let guest_message = convert::message_to_guest(msg);
+        let items: Vec<ItemCtx> = (msgs.iter())
+            .map(|m| ItemCtx {
+                message_id: m.id.clone(),
+                key: m.idempotency_key.clone(),
+                fencing_token: m.fencing_token,
+            })
+            .collect();
+        let guest_messages: Vec<_> = msgs.into_iter().map(convert::message_to_guest).collect();
         let mut warm = match self.take_idle() {
             Some(mut warm) => {
                 warm.store.data_mut().begin(ctx);
@@ -341,24 +372,22 @@ impl WasmInvoker {
             }
             None => self.instantiate(ctx, true).await?,
         };
+        if self.pre.is_batch() {
+            warm.store.data_mut().begin_batch(items);
+        }
         warm.used += 1;
         let started = Instant::now();
-        let result = warm
-            .handler
-            .call_handle(&mut warm.store, &guest_message)
-            .await;
+        let result = warm.handler.call(&mut warm.store, &guest_messages).await;
         self.costs.called(started);
         match result {
-            Ok(outcome) => {
-                let data = warm.store.data_mut();
-                let invocation = Invocation {
-                    outcome: convert::outcome_from_guest(outcome),
-                    outbox: std::mem::take(&mut data.outbox),
-                    result: data.result.take(),
-                    state: data.kv().take(),
-                };
-                self.keep(warm);
-                Ok(invocation)
+            Ok(outcomes) => {
+                let invocations = self.invocations(warm.store.data_mut(), outcomes);
+                if invocations.is_ok() {
+                    self.keep(warm);
+                } else {
+                    self.drop_instance(warm);
+                }
+                invocations
             }
             // A failed instance is dropped, never reused.
             Err(e) => {
@@ -367,6 +396,33 @@ impl WasmInvoker {
                 Err(failure)
             }
         }
+    }
+
+    /// Each message's invocation: its outcome and the effects it made.
+    fn invocations(
+        &self,
+        data: &mut HostState,
+        outcomes: Vec<super::bindings::qhost::handler::types::Outcome>,
+    ) -> Result<Vec<Invocation>, Failure> {
+        let Some(effects) = data.finish_batch() else {
+            let outcome = outcomes.into_iter().next().map(convert::outcome_from_guest);
+            return Ok(vec![Invocation {
+                outcome: outcome.ok_or_else(|| Failure::Trap("no outcome".into()))?,
+                outbox: std::mem::take(&mut data.outbox),
+                result: data.result.take(),
+                state: data.kv().take(),
+            }]);
+        };
+        outcome_count(effects.len(), outcomes.len())?;
+        let invocations = outcomes.into_iter().zip(effects);
+        Ok(invocations
+            .map(|(outcome, effects)| Invocation {
+                outcome: convert::outcome_from_guest(outcome),
+                outbox: effects.outbox,
+                result: effects.result,
+                state: effects.state,
+            })
+            .collect())
     }
 }
 

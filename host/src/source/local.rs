@@ -86,6 +86,20 @@ impl LocalQueue {
         Ok(deleted as u64)
     }
 
+    /// Makes every message of `queue` visible now, as their delays running out would (for
+    /// tests on tokio's paused clock, which this queue's wall-clock delays do not follow).
+    #[cfg(test)]
+    pub(crate) async fn reveal(&self, queue: &str) {
+        let queue = queue.to_string();
+        let revealed = self.db.call(move |c| {
+            Ok(c.execute(
+                "UPDATE messages SET visible_at_ms = 0 WHERE queue = ?1",
+                [queue],
+            )?)
+        });
+        revealed.await.expect("revealed");
+    }
+
     /// Up to `limit` messages of `queue` in order, without receiving them (for inspection).
     pub async fn peek(&self, queue: &str, limit: usize) -> anyhow::Result<Vec<Received>> {
         let queue = queue.to_string();

@@ -1,6 +1,6 @@
 // {{name}}: a qhost handler. qhost leases the message's idempotency key before this runs and
 // remembers it once this acks, so a duplicate delivery never reaches it twice.
-import { write } from "qhost:handler/log@0.1.1";
+import { write } from "qhost:handler/log@0.1.2";
 
 const text = new TextDecoder("utf-8", { fatal: true });
 

@@ -101,6 +101,17 @@ impl OutboundHttp {
         self.made = 0;
     }
 
+    /// Requests made so far for the current message.
+    pub(crate) fn made(&self) -> u32 {
+        self.made
+    }
+
+    /// Switches to another message of a batch call, which has made `made` requests so far.
+    pub(crate) fn switch(&mut self, call: Call, made: u32) {
+        self.call = call;
+        self.made = made;
+    }
+
     /// Checks a request and stamps it, or says why it may not go.
     fn admit(
         &mut self,

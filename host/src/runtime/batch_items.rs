@@ -1,0 +1,185 @@
+//! A batch call's messages, and which one the guest's effects are for.
+//!
+//! A batch handler makes its effects for one message at a time: it selects a message
+//! (`batch-item.select`), and until it selects another, what it sends through the outbox, the
+//! result value it sets, the state it reads and writes and the idempotency keys its HTTP
+//! requests carry are that message's. Each message's effects are kept apart here, so that each
+//! commits with its own message's completion, and only if that message's outcome is `ack`: a
+//! message that retries drops its own writes and nobody else's.
+//!
+//! The selected message's effects live where a one-message call keeps its own (the host
+//! state's outbox, result and run state); selecting another sets them aside here and brings
+//! the other's back. Before the first selection there is no current message: effects that
+//! must belong to one are refused ([`NOT_SELECTED`]).
+
+use crate::idempotency::commit::StateCommit;
+use crate::kv::run::{RunPart, RunState};
+use crate::message::Outgoing;
+
+/// What a guest is told when it makes an effect before selecting a message.
+pub(crate) const NOT_SELECTED: &str =
+    "in a batch, select the message this is for first (batch-item.select)";
+
+/// Who one message of the call is.
+#[derive(Clone, Debug)]
+pub(crate) struct ItemCtx {
+    /// The queue's message id.
+    pub(crate) message_id: String,
+    /// Its idempotency key.
+    pub(crate) key: String,
+    /// Its lease's fencing token.
+    pub(crate) fencing_token: u64,
+}
+
+/// One message's effects while another is selected.
+#[derive(Debug, Default)]
+struct SetAside {
+    outbox: Vec<Outgoing>,
+    result: Option<String>,
+    kv: RunPart,
+    http_made: u32,
+}
+
+/// The selected message's effects, where the host state keeps them.
+pub(crate) struct Current<'a> {
+    /// Its outbox.
+    pub(crate) outbox: &'a mut Vec<Outgoing>,
+    /// Its result value.
+    pub(crate) result: &'a mut Option<String>,
+    /// The call's view of state, holding the selected message's reads and writes.
+    pub(crate) kv: &'a mut RunState,
+    /// HTTP requests it has made (the `N` of its requests' keys).
+    pub(crate) http_made: &'a mut u32,
+}
+
+/// One message's effects at the end of the call.
+#[derive(Debug)]
+pub(crate) struct ItemEffects {
+    /// Its outbox.
+    pub(crate) outbox: Vec<Outgoing>,
+    /// Its result value.
+    pub(crate) result: Option<String>,
+    /// Its reads and writes, to commit with its completion.
+    pub(crate) state: StateCommit,
+}
+
+/// The messages of one batch call and the one selected.
+#[derive(Debug)]
+pub(crate) struct BatchItems {
+    items: Vec<ItemCtx>,
+    aside: Vec<SetAside>,
+    selected: Option<usize>,
+}
+
+impl BatchItems {
+    /// The call's messages, none selected.
+    pub(crate) fn new(items: Vec<ItemCtx>) -> Self {
+        let aside = items.iter().map(|_| SetAside::default()).collect();
+        BatchItems {
+            items,
+            aside,
+            selected: None,
+        }
+    }
+
+    /// Whether a message is selected.
+    pub(crate) fn has_selection(&self) -> bool {
+        self.selected.is_some()
+    }
+
+    /// The key HTTP requests made before any selection carry: the same messages make the
+    /// same key, in any order.
+    pub(crate) fn call_key(&self) -> String {
+        let mut keys: Vec<&str> = self.items.iter().map(|i| i.key.as_str()).collect();
+        keys.sort_unstable();
+        let digest = crate::digest::sha256_hex(keys.join("\n").as_bytes());
+        format!("batch-{}", &digest[..32])
+    }
+
+    /// The highest fencing token among the call's messages.
+    pub(crate) fn call_token(&self) -> u64 {
+        self.items
+            .iter()
+            .map(|i| i.fencing_token)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Selects message `index`: the current effects are set aside as the selected message's,
+    /// and `index`'s are brought back. Its context, for the caller to run it under.
+    pub(crate) fn select(&mut self, index: u32, current: Current<'_>) -> Result<&ItemCtx, String> {
+        let index = index as usize;
+        if index >= self.items.len() {
+            return Err(format!(
+                "there is no message {index} in a batch of {}",
+                self.items.len()
+            ));
+        }
+        if self.selected != Some(index) {
+            if let Some(was) = self.selected {
+                swap(
+                    &mut self.aside[was],
+                    current.outbox,
+                    current.result,
+                    current.kv,
+                    current.http_made,
+                );
+            } else {
+                // Nothing was selected, so nothing current belongs to anyone: start clean.
+                current.outbox.clear();
+                *current.result = None;
+                *current.http_made = 0;
+            }
+            let Current {
+                outbox,
+                result,
+                kv,
+                http_made,
+            } = current;
+            swap(&mut self.aside[index], outbox, result, kv, http_made);
+            self.selected = Some(index);
+        }
+        Ok(&self.items[index])
+    }
+
+    /// Ends the call: every message's effects, in the call's order.
+    pub(crate) fn finish(mut self, current: Current<'_>) -> Vec<ItemEffects> {
+        if let Some(was) = self.selected {
+            swap(
+                &mut self.aside[was],
+                current.outbox,
+                current.result,
+                current.kv,
+                current.http_made,
+            );
+        }
+        // The view now holds reads and writes of no message; each message's are swapped in
+        // and taken in turn.
+        let kv = current.kv;
+        self.aside
+            .into_iter()
+            .map(|mut aside| {
+                kv.swap_part(&mut aside.kv);
+                ItemEffects {
+                    outbox: aside.outbox,
+                    result: aside.result,
+                    state: kv.take(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Exchanges a set-aside message's effects with the current ones.
+fn swap(
+    aside: &mut SetAside,
+    outbox: &mut Vec<Outgoing>,
+    result: &mut Option<String>,
+    kv: &mut RunState,
+    http_made: &mut u32,
+) {
+    std::mem::swap(&mut aside.outbox, outbox);
+    std::mem::swap(&mut aside.result, result);
+    kv.swap_part(&mut aside.kv);
+    std::mem::swap(&mut aside.http_made, http_made);
+}
