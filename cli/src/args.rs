@@ -142,7 +142,8 @@ pub(crate) enum Command {
     /// Run one message through a plugin file, with no queue or store
     ///
     /// Prints what it decided, what it would send and what it cost. Exit code: 0 ack, 3 retry, 4
-    /// reject (or no idempotency key), 5 trap, timeout or memory limit.
+    /// reject (or no idempotency key), 5 trap, timeout or memory limit. With --batch, a batch
+    /// handler runs once on every line of a file, and the exit code is the worst message's.
     ///
     /// Example: qhost invoke plugins/hello.wasm --body world
     Invoke(InvokeArgs),
@@ -380,6 +381,40 @@ impl MessageArgs {
     }
 }
 
+/// The message (or, with `--batch`, the messages) `invoke` runs.
+#[derive(Args)]
+pub(crate) struct InvokeMessageArgs {
+    /// Message body.
+    #[arg(
+        long,
+        conflicts_with_all = ["body_file", "batch"],
+        required_unless_present_any = ["body_file", "batch"]
+    )]
+    pub(crate) body: Option<String>,
+    /// Read the body from this file (`-`: standard input).
+    #[arg(long, conflicts_with = "batch")]
+    pub(crate) body_file: Option<PathBuf>,
+    /// Run a batch handler once on many messages: one body per line of this file (JSON Lines,
+    /// `-`: standard input; blank lines skipped), each with the `--attr` attributes.
+    #[arg(long, value_name = "FILE.jsonl")]
+    pub(crate) batch: Option<PathBuf>,
+    /// A string attribute NAME=VALUE, or a number attribute NAME:number=VALUE. Repeatable.
+    #[arg(long = "attr", value_name = "NAME=VALUE")]
+    pub(crate) attrs: Vec<String>,
+}
+
+impl InvokeMessageArgs {
+    /// The batch file, when one was given, and the one message's args otherwise.
+    pub(crate) fn split(self) -> (Option<PathBuf>, MessageArgs) {
+        let one = MessageArgs {
+            body: self.body.or_else(|| self.batch.is_some().then(String::new)),
+            body_file: self.body_file,
+            attrs: self.attrs,
+        };
+        (self.batch, one)
+    }
+}
+
 #[derive(Args)]
 pub(crate) struct SendArgs {
     /// The queue.
@@ -404,7 +439,7 @@ pub(crate) struct InvokeArgs {
     /// The plugin (its manifest, NAME.toml, is read from beside it).
     pub(crate) file: PathBuf,
     #[command(flatten)]
-    pub(crate) message: MessageArgs,
+    pub(crate) message: InvokeMessageArgs,
     /// Set a `[config]` entry KEY=VALUE over the manifest's. Repeatable. (`--config` names
     /// qhost's own configuration file.)
     #[arg(long = "set", value_name = "KEY=VALUE")]

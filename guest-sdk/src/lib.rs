@@ -57,6 +57,32 @@ pub mod bindings {
     });
 }
 
+/// The raw bindings of the batch handler world (`handle-batch`), sharing [`bindings`]'
+/// interfaces. Prefer [`batch`] and [`export_batch!`].
+#[allow(missing_docs)]
+#[allow(clippy::too_many_arguments)]
+pub mod batch_bindings {
+    wit_bindgen::generate!({
+        path: "../wit",
+        world: "batch-handler-state",
+        with: {
+            "qhost:handler/types@0.1.2": crate::bindings::qhost::handler::types,
+            "qhost:handler/log@0.1.2": crate::bindings::qhost::handler::log,
+            "qhost:handler/config@0.1.2": crate::bindings::qhost::handler::config,
+            "qhost:handler/outbox@0.1.2": crate::bindings::qhost::handler::outbox,
+            "qhost:handler/result-value@0.1.2": crate::bindings::qhost::handler::result_value,
+            "wasi:keyvalue/store@0.2.0-draft": crate::bindings::wasi::keyvalue::store,
+            "wasi:keyvalue/atomics@0.2.0-draft": crate::bindings::wasi::keyvalue::atomics,
+            "wasi:keyvalue/batch@0.2.0-draft": crate::bindings::wasi::keyvalue::batch,
+        },
+        pub_export_macro: true,
+        export_macro_name: "__export_batch_handler",
+        default_bindings_module: "qhost_guest::batch_bindings",
+        runtime_path: "qhost_guest::__wit_bindgen::rt",
+    });
+}
+
+pub mod batch;
 #[cfg(feature = "celery")]
 pub mod celery;
 pub mod config;
@@ -85,3 +111,14 @@ macro_rules! export {
         $crate::bindings::__export_handler!($handler);
     };
 }
+
+/// Export a type implementing [`BatchHandler`] as this component's `handle-batch` function: a
+/// batch handler, called with up to its manifest's `batch.max-messages` messages at once.
+#[macro_export]
+macro_rules! export_batch {
+    ($handler:ident) => {
+        $crate::batch_bindings::__export_batch_handler!($handler);
+    };
+}
+
+pub use batch_bindings::Guest as BatchHandler;

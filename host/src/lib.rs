@@ -162,7 +162,9 @@ pub use dlq::{Redriven, Verdict};
 pub use fixture::{FIXTURE_KINDS, Fixture, fixture};
 pub use format::inspect::{Inspected, InspectedRun, inspect as inspect_message};
 pub use message::recorded::{LineError, RecordedMessage, read_lines as read_recorded};
-pub use oneshot::{Ended, InvokeReport, InvokeRequest, Ran, invoke_file};
+pub use oneshot::{
+    BatchReport, Ended, InvokeReport, InvokeRequest, Ran, invoke_batch_file, invoke_file,
+};
 pub use queues::{DeadLetter, Purged, Queues};
 pub use replay::{Compared, Finding, Replay, Run, Side, replay_files};
 pub use rollout::by_hand::{decide_by_hand as decide_rollout, rollout_of};

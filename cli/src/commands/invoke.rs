@@ -10,7 +10,8 @@ pub(crate) async fn invoke(
     config: Config,
     args: InvokeArgs,
 ) -> anyhow::Result<std::process::ExitCode> {
-    let (body, attributes) = args.message.read()?;
+    let (batch, message) = args.message.split();
+    let (body, attributes) = message.read()?;
     let request = InvokeRequest {
         body,
         attributes,
@@ -23,16 +24,67 @@ pub(crate) async fn invoke(
             .collect::<anyhow::Result<_>>()?,
         allow_http: args.allow_http,
     };
-    let report = (qhost::invoke_file(&config, &args.file, request).await).map_err(|e| {
-        match format!("{e:#}") {
-            text if text.contains("[secrets]") => {
-                anyhow::anyhow!("{text}; or give the value with --set KEY=VALUE")
-            }
-            _ => e,
-        }
-    })?;
+    if let Some(file) = batch {
+        return invoke_batch(&config, &args.file, request, &file).await;
+    }
+    let report = (qhost::invoke_file(&config, &args.file, request).await).map_err(with_hint)?;
     println!("plugin:   {} {}", report.plugin, report.version);
-    let (outcome, code) = match &report.ran {
+    let code = print_ran(&report.ran);
+    print_withheld(&report.http_withheld);
+    if let Some(c) = report.costs {
+        print_costs(report.took, &c);
+    }
+    Ok(std::process::ExitCode::from(code))
+}
+
+/// A secret the host does not grant can be given by hand.
+fn with_hint(e: anyhow::Error) -> anyhow::Error {
+    match format!("{e:#}") {
+        text if text.contains("[secrets]") => {
+            anyhow::anyhow!("{text}; or give the value with --set KEY=VALUE")
+        }
+        _ => e,
+    }
+}
+
+/// `--batch FILE.jsonl`: one call of a batch handler, each message's run printed in order.
+async fn invoke_batch(
+    config: &Config,
+    plugin: &std::path::Path,
+    request: InvokeRequest,
+    file: &std::path::Path,
+) -> anyhow::Result<std::process::ExitCode> {
+    let text = if file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())
+            .context("reading the batch from standard input")?
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+    };
+    let bodies: Vec<Vec<u8>> = (text.lines())
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| line.as_bytes().to_vec())
+        .collect();
+    anyhow::ensure!(!bodies.is_empty(), "{} holds no messages", file.display());
+    let n = bodies.len();
+    let report =
+        (qhost::invoke_batch_file(config, plugin, request, bodies).await).map_err(with_hint)?;
+    println!("plugin:   {} {}", report.plugin, report.version);
+    println!("batch:    {n} message(s) in one call");
+    let mut worst = 0;
+    for (i, ran) in report.ran.iter().enumerate() {
+        println!("--- message {i}");
+        worst = worst.max(print_ran(ran));
+    }
+    print_withheld(&report.http_withheld);
+    if let Some(c) = report.costs {
+        print_costs(report.took, &c);
+    }
+    Ok(std::process::ExitCode::from(worst))
+}
+
+/// Prints one run: its key, outcome, outbox, result and state; its exit code.
+fn print_ran(ran: &Ran) -> u8 {
+    let (outcome, code) = match ran {
         Ran::NoKey(why) => (format!("reject (not run): {why}"), 4),
         Ran::Answered { invocation, .. } => match &invocation.outcome {
             Outcome::Ack => ("ack".to_string(), 0),
@@ -44,11 +96,11 @@ pub(crate) async fn invoke(
             5,
         ),
     };
-    if let Ran::Answered { key, .. } | Ran::Failed { key, .. } = &report.ran {
+    if let Ran::Answered { key, .. } | Ran::Failed { key, .. } = ran {
         println!("key:      {key}");
     }
     println!("outcome:  {outcome}");
-    if let Ran::Answered { invocation, .. } = &report.ran {
+    if let Ran::Answered { invocation, .. } = ran {
         let sent = if invocation.outcome == Outcome::Ack {
             "would send"
         } else {
@@ -63,22 +115,28 @@ pub(crate) async fn invoke(
         }
         print_state(&invocation.state, invocation.outcome == Outcome::Ack);
     }
-    if !report.http_withheld.is_empty() {
+    code
+}
+
+/// The HTTP origins a run was not allowed to call.
+fn print_withheld(withheld: &[String]) {
+    if !withheld.is_empty() {
         println!(
             "http:     not allowed ({} granted by its manifest); pass --allow-http to let it call them",
-            report.http_withheld.join(", ")
+            withheld.join(", ")
         );
     }
-    if let Some(c) = report.costs {
-        println!(
-            "cost:     {:.3} ms in all: instantiate {:.3} ms, call {:.3} ms, drop {:.3} ms",
-            report.took.as_secs_f64() * 1e3,
-            c.instantiate.as_secs_f64() * 1e3,
-            c.call.as_secs_f64() * 1e3,
-            c.drop.as_secs_f64() * 1e3,
-        );
-    }
-    Ok(std::process::ExitCode::from(code))
+}
+
+/// What the call cost.
+fn print_costs(took: std::time::Duration, c: &qhost::Costs) {
+    println!(
+        "cost:     {:.3} ms in all: instantiate {:.3} ms, call {:.3} ms, drop {:.3} ms",
+        took.as_secs_f64() * 1e3,
+        c.instantiate.as_secs_f64() * 1e3,
+        c.call.as_secs_f64() * 1e3,
+        c.drop.as_secs_f64() * 1e3,
+    );
 }
 
 /// The state writes a run would commit (from an in-memory store, empty at the start).

@@ -192,6 +192,56 @@ impl Bench {
         Ok(ran)
     }
 
+    /// Runs `msgs` through a batch plugin in one call, as a host would gather them (each read
+    /// by qhost's own format, keyed by the manifest; nothing leased): each message's run, in
+    /// order. A message with no key is left out of the call, as a host dead-letters it unrun.
+    pub(crate) async fn run_batch(&self, msgs: &[Received]) -> Result<Vec<Ran>, String> {
+        if !self.plugin.is_batch() {
+            return Err(format!(
+                "{} exports `handle`, one message per call: --batch is for batch handlers (`handle-batch`)",
+                self.plugin.name
+            ));
+        }
+        let format = crate::format::plain();
+        let mut ran: Vec<Option<Ran>> = Vec::with_capacity(msgs.len());
+        let mut called = Vec::new();
+        for msg in msgs {
+            let run = format.read(msg, &msg.body, &msg.attributes)?.remove(0);
+            match run.key_of(msg, Some(&self.plugin.manifest)) {
+                Ok(key) => {
+                    called.push((ran.len(), run, key.clone(), self.input(msg, &key, 1)));
+                    ran.push(None);
+                }
+                Err(why) => ran.push(Some(Ran::ended(None, Ended::NoKey(why)))),
+            }
+        }
+        let inputs = called.iter().map(|(.., input)| input.clone()).collect();
+        let answers = match self.plugin.invoke_batch(inputs).await {
+            Ok(invocations) => invocations.into_iter().map(Ok).collect(),
+            Err(failure) => vec![Err(failure); called.len()],
+        };
+        for ((at, run, key, _), answer) in called.into_iter().zip(answers) {
+            ran[at] = Some(self.ended(&run, &key, answer));
+        }
+        Ok(ran.into_iter().flatten().collect())
+    }
+
+    /// What the handler is given for `msg` under `key`.
+    fn input(&self, msg: &Received, key: &str, fencing_token: u64) -> HandlerMessage {
+        HandlerMessage {
+            id: msg.id.clone(),
+            idempotency_key: key.to_string(),
+            fencing_token,
+            queue: msg.queue.clone(),
+            body: msg.body.clone(),
+            attributes: msg.attributes.clone(),
+            receive_count: msg.receive_count,
+            sent_at_ms: msg.sent_at_ms,
+            group_id: msg.group_id.clone(),
+            time_limit: None,
+        }
+    }
+
     async fn run_one(&self, msg: &Received, run: Run, ledger: Option<&Arc<Ledger>>) -> Ran {
         let plugin = &self.plugin;
         match &run.admit {

@@ -77,12 +77,70 @@ pub enum Ran {
 /// The queue name the handler is told its message came from.
 pub(crate) const QUEUE: &str = "invoke";
 
-/// Loads `path` and runs `request` through it once.
-pub async fn invoke_file(
+/// What a batch call did to each message (`qhost invoke --batch`).
+#[derive(Debug)]
+pub struct BatchReport {
+    /// The plugin name (the file stem).
+    pub plugin: String,
+    /// Its version (content hash).
+    pub version: String,
+    /// Each message's run, in the order given.
+    pub ran: Vec<Ran>,
+    /// Instantiate, call and drop time of the call.
+    pub costs: Option<Costs>,
+    /// Wall-clock time of the whole invocation.
+    pub took: Duration,
+    /// The HTTP origins the manifest grants that this call was not allowed to reach.
+    pub http_withheld: Vec<String>,
+}
+
+/// Loads the batch plugin `path` and calls it once with one message per body of `bodies`,
+/// each with `request`'s attributes (its body unused).
+pub async fn invoke_batch_file(
     config: &Config,
     path: &Path,
     request: InvokeRequest,
-) -> anyhow::Result<InvokeReport> {
+    bodies: Vec<Vec<u8>>,
+) -> anyhow::Result<BatchReport> {
+    let (bench, http_withheld) = load(config, path, &request).await?;
+    let plugin = bench.plugin();
+    let msgs: Vec<Received> = (bodies.into_iter())
+        .map(|body| message(body, request.attributes.clone()))
+        .collect();
+    let before = plugin.costs().unwrap_or_default();
+    let started = Instant::now();
+    let runs = bench.run_batch(&msgs).await.map_err(anyhow::Error::msg)?;
+    Ok(BatchReport {
+        plugin: plugin.name.clone(),
+        version: plugin.version.clone(),
+        ran: runs.into_iter().map(reported).collect(),
+        costs: plugin.costs().map(|after| since(&before, after)),
+        took: started.elapsed(),
+        http_withheld,
+    })
+}
+
+/// A message as `invoke` hands it over.
+fn message(body: Vec<u8>, attributes: Vec<Attribute>) -> Received {
+    Received {
+        id: uuid::Uuid::new_v4().to_string(),
+        receipt: String::new(),
+        queue: QUEUE.into(),
+        body,
+        attributes,
+        receive_count: 1,
+        sent_at_ms: now_ms(),
+        group_id: None,
+        malformed: None,
+    }
+}
+
+/// Loads `path` with `request`'s settings; the HTTP origins withheld from it.
+async fn load(
+    config: &Config,
+    path: &Path,
+    request: &InvokeRequest,
+) -> anyhow::Result<(Bench, Vec<String>)> {
     let overrides = request.config.clone();
     let allow_http = request.allow_http;
     let withheld = Arc::new(Mutex::new(Vec::new()));
@@ -99,18 +157,18 @@ pub async fn invoke_file(
     };
     let bench = Bench::load_for(config, LoadAs::file(path), edit, None).await?;
     let http_withheld = std::mem::take(&mut *withheld.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok((bench, http_withheld))
+}
+
+/// Loads `path` and runs `request` through it once.
+pub async fn invoke_file(
+    config: &Config,
+    path: &Path,
+    request: InvokeRequest,
+) -> anyhow::Result<InvokeReport> {
+    let (bench, http_withheld) = load(config, path, &request).await?;
     let plugin = bench.plugin();
-    let msg = Received {
-        id: uuid::Uuid::new_v4().to_string(),
-        receipt: String::new(),
-        queue: QUEUE.into(),
-        body: request.body,
-        attributes: request.attributes,
-        receive_count: 1,
-        sent_at_ms: now_ms(),
-        group_id: None,
-        malformed: None,
-    };
+    let msg = message(request.body, request.attributes);
     // Loading may have run an instance already (a check): only this call's costs count.
     let before = plugin.costs().unwrap_or_default();
     let started = Instant::now();

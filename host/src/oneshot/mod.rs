@@ -8,4 +8,4 @@ mod invoke;
 
 pub use bench::Ended;
 pub(crate) use invoke::since;
-pub use invoke::{InvokeReport, InvokeRequest, Ran, invoke_file};
+pub use invoke::{BatchReport, InvokeReport, InvokeRequest, Ran, invoke_batch_file, invoke_file};
