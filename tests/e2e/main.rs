@@ -8,6 +8,7 @@
 
 mod admin;
 mod bad_input;
+mod batches;
 mod browser;
 mod celery;
 mod cli;

@@ -54,6 +54,8 @@ pub fn built_plugins() -> &'static Path {
                 "email-sender",
                 "-p",
                 "fixture",
+                "-p",
+                "order-tally",
             ])
             .args(["-p", "wrong-world"])
             .args(["-p", "next-wit", "-p", "prev-wit"])
