@@ -59,12 +59,12 @@ async fn queues(test: &str) -> (String, String, String) {
 async fn host(
     env: &TestEnv,
     idempotency: &str,
-    (jobs, pollers): (&str, u32),
+    (jobs, plugin, pollers): (&str, &str, u32),
     in_flight: usize,
 ) -> Host {
     let mut config = env.config(&format!(
         "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\n{idempotency}\
-         [[queue]]\nname = \"{jobs}\"\nplugin = \"order-tally\"\nwait-time-secs = 1\nvisibility-timeout-secs = 10\npollers = {pollers}\n",
+         [[queue]]\nname = \"{jobs}\"\nplugin = \"{plugin}\"\nwait-time-secs = 1\nvisibility-timeout-secs = 10\npollers = {pollers}\n",
         endpoint()
     ));
     config.max_in_flight = in_flight;
@@ -148,7 +148,7 @@ async fn orders_with_duplicates(test: &str, orders: usize, queues_at: Queues) {
         Queues::Sqs => {
             let names = queues(test).await;
             install(&env, &names.2, 50, 3);
-            let host = host(&env, &store, (&names.0, 4), 100).await;
+            let host = host(&env, &store, (&names.0, "order-tally", 4), 100).await;
             (host, Arc::new(sqs()), names)
         }
         Queues::Embedded => {
@@ -240,7 +240,7 @@ async fn in_one_call_a_retry_and_a_reject_leave_the_others_acked_and_committed()
     let (jobs, dlq, sink) = queues("batch-mixed").await;
     install(&env, &sink, 10, 3);
     let store = redis("batch-mixed");
-    let host = host(&env, &store, (&jobs, 1), 20).await;
+    let host = host(&env, &store, (&jobs, "order-tally", 1), 20).await;
     let bodies: Vec<String> = (0..10)
         .map(|i| match i {
             3 => order("o-3", r#","fail":"retry""#),
@@ -277,7 +277,7 @@ async fn a_poison_order_reaches_the_dead_letter_queue_alone() {
     let (jobs, dlq, sink) = queues("batch-poison").await;
     install(&env, &sink, 10, 3);
     let store = redis("batch-poison");
-    let host = host(&env, &store, (&jobs, 1), 20).await;
+    let host = host(&env, &store, (&jobs, "order-tally", 1), 20).await;
     let bodies: Vec<String> = (0..10)
         .map(|i| match i {
             5 => order("o-5", r#","fail":"panic""#),
@@ -316,7 +316,7 @@ async fn fifo_groups_run_in_order_once_each_through_retries() {
     }
     install(&env, &sink, 10, 3);
     let store = redis("batch-fifo");
-    let host = host(&env, &store, (&jobs, 1), 30).await;
+    let host = host(&env, &store, (&jobs, "order-tally", 1), 30).await;
     let mut msgs = Vec::new();
     for seq in 0..PER_GROUP {
         for g in 0..GROUPS {
@@ -442,4 +442,60 @@ async fn the_tally_is_exact_through_killed_hosts() {
         "batch-storm: {ORDERS} orders on two hosts, host 0 killed twice, {:.1}s",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// A Python or JavaScript batch plugin (order-tally-py, order-tally-js, built from source) on
+/// the SQS-compatible server and Redis: orders many per call, one rejected, one raising in a
+/// call of its own; each of the others tallied and announced once.
+async fn guest_orders(plugin: &str, raise: &str) {
+    let env = TestEnv::with_shared_cache();
+    let (jobs, dlq, sink) = queues(&format!("batch-{plugin}")).await;
+    let manifest = qhost_e2e::guest_manifest(plugin).replace("\"tallied\"", &format!("{sink:?}"));
+    env.install_bytes(plugin, &qhost_e2e::guest_bytes(plugin), &manifest);
+    let store = redis(plugin);
+    let host = host(&env, &store, (&jobs, plugin, 1), 20).await;
+    let bodies: Vec<String> = (0..12)
+        .map(|i| match i {
+            4 => order("o-4", r#","fail":"reject""#),
+            9 => order("o-9", &format!(r#","fail":"{raise}""#)),
+            _ => order(&format!("o-{i}"), ""),
+        })
+        .collect();
+    send(&jobs, &bodies).await;
+
+    run_until_idle(&host).await;
+
+    let c = host.stats().total();
+    assert_eq!((c.acked, c.dead_lettered), (10, 2), "{c:?}");
+    let config = env.config(&store);
+    let value = qhost::kv_get(&config, plugin, "tally", "orders")
+        .await
+        .expect("the store");
+    assert_eq!(value.as_deref(), Some(&b"10"[..]));
+    let sent = sink_keys(&take_all(&sqs(), &sink, Duration::ZERO).await);
+    assert_eq!(sent.len(), 10);
+    assert!(sent.values().all(|&n| n == 1), "each sent once");
+    let mut reasons: Vec<String> = (drain(&dlq).await.iter())
+        .filter_map(|m| attr(m, "qhost-dead-letter-reason").map(str::to_string))
+        .collect();
+    reasons.sort();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(reasons[0].contains("o-9 cannot be tallied"), "{reasons:?}");
+    assert_eq!(reasons[1], "order o-4 refused");
+    let (buckets, calls, messages) = batch_histogram(&host.metrics().encode());
+    println!("batch-{plugin}: {messages} runs in {calls} calls: {buckets:?}");
+    assert!(
+        messages > calls,
+        "more than one message per call on average"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_batch_plugin_tallies_orders_once_each() {
+    guest_orders("order-tally-py", "raise").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_javascript_batch_plugin_tallies_orders_once_each() {
+    guest_orders("order-tally-js", "throw").await;
 }
