@@ -338,6 +338,20 @@ pub(crate) struct NewArgs {
     /// Where to create it (default: ./NAME).
     #[arg(long)]
     pub(crate) dir: Option<PathBuf>,
+    /// A batch handler: many messages per call (`handle-batch`).
+    #[arg(long)]
+    pub(crate) batch: bool,
+}
+
+impl NewArgs {
+    /// The handler's shape.
+    pub(crate) fn shape(&self) -> qhost::HandlerShape {
+        if self.batch {
+            qhost::HandlerShape::Batch
+        } else {
+            qhost::HandlerShape::Handler
+        }
+    }
 }
 
 /// A message given on the command line.

@@ -169,8 +169,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
 
 /// `qhost new`: a handler project that builds as it is.
 fn new(args: NewArgs) -> anyhow::Result<()> {
+    let shape = args.shape();
     let dir = args.dir.unwrap_or_else(|| PathBuf::from(&args.name));
-    for file in qhost::create_project(args.language, &args.name, &dir)? {
+    for file in qhost::create_project(args.language, shape, &args.name, &dir)? {
         println!("created {}", file.display());
     }
     println!(

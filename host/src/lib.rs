@@ -170,7 +170,7 @@ pub use replay::{Compared, Finding, Replay, Run, Side, replay_files};
 pub use rollout::by_hand::{decide_by_hand as decide_rollout, rollout_of};
 pub use rollout::record::{DecidedBy, RolloutRecord, RolloutState, Tally};
 pub use runtime::http::record::RecordedRequest;
-pub use scaffold::{Language, create as create_project};
+pub use scaffold::{Language, Shape as HandlerShape, create as create_project};
 pub use suite::{
     CaseReport, FileReport, Recorded, TestRun, Watch as TestWatch, record_cases, run_files,
     run_tests, test_files, watched as watched_by_tests,

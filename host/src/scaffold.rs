@@ -4,8 +4,13 @@
 //! that passes as generated (`qhost test`), and a README with the commands to build it, test
 //! it, check it and run it.
 //!
-//! The templates are files under `host/templates/`, embedded in the binary, with `{{name}}`
-//! (and, for Rust, `{{crate}}` and `{{wit_bindgen}}`) filled in.
+//! With `--batch` the handler is a batch handler (`handle-batch`, the `batch-handler` worlds):
+//! it gets many messages per call and selects each before making its effects; the manifest
+//! gains a commented `[batch]` table.
+//!
+//! The templates are files under `host/templates/` (`batch/` for the batch handlers' code),
+//! embedded in the binary, with `{{name}}` (and, for Rust, `{{crate}}` and `{{wit_bindgen}}`)
+//! filled in.
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +28,30 @@ pub enum Language {
     /// JavaScript, built with componentize-js.
     JavaScript,
 }
+
+/// The handler's shape: one message per call, or a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// `handle`: one message per call.
+    Handler,
+    /// `handle-batch`: many messages per call (`qhost new --batch`).
+    Batch,
+}
+
+impl Shape {
+    /// The world a Rust or JavaScript project builds against (the WIT it carries has no other
+    /// packages), and the one a Python project does (the whole contract).
+    fn worlds(self) -> (&'static str, &'static str) {
+        match self {
+            Shape::Handler => ("handler", "handler-full"),
+            Shape::Batch => ("batch-handler", "batch-handler-full"),
+        }
+    }
+}
+
+/// The `[batch]` table a batch handler's manifest holds, its defaults commented out.
+const BATCH_TABLE: &str = "# How many messages one call gathers at most (1 to 100), and how long a call waits for more\n\
+# after its first message.\n[batch]\n# max-messages = {{max_messages}}\n# max-wait-ms = {{max_wait_ms}}\n\n";
 
 impl std::str::FromStr for Language {
     type Err = String;
@@ -73,18 +102,30 @@ const WIT_WITH_DEPS: [(&str, &str); 9] = [
 /// The wit-bindgen a Rust handler generates its bindings with.
 const WIT_BINDGEN: &str = "0.61.1";
 
-/// (path in the project, template) for `language`.
-fn files(language: Language) -> Vec<(&'static str, &'static str)> {
+/// The handler's code in `language` and `shape`.
+fn code(language: Language, shape: Shape) -> &'static str {
+    match (language, shape) {
+        (Language::Rust, Shape::Handler) => include_str!("../templates/rust/src/lib.rs"),
+        (Language::Rust, Shape::Batch) => include_str!("../templates/batch/lib.rs"),
+        (Language::Python, Shape::Handler) => include_str!("../templates/python/app.py"),
+        (Language::Python, Shape::Batch) => include_str!("../templates/batch/app.py"),
+        (Language::JavaScript, Shape::Handler) => include_str!("../templates/js/app.js"),
+        (Language::JavaScript, Shape::Batch) => include_str!("../templates/batch/app.js"),
+    }
+}
+
+/// (path in the project, template) for `language` and `shape`.
+fn files(language: Language, shape: Shape) -> Vec<(&'static str, &'static str)> {
     let manifest = include_str!("../templates/manifest.toml");
     let mut files = match language {
         Language::Rust => vec![
             ("Cargo.toml", include_str!("../templates/rust/Cargo.toml")),
-            ("src/lib.rs", include_str!("../templates/rust/src/lib.rs")),
+            ("src/lib.rs", code(language, shape)),
         ],
         // A Python project carries the SDK's helpers (HTTP, Celery) and a place for its PyPI
         // packages, so nothing has to be copied out of this repository.
         Language::Python => vec![
-            ("app.py", include_str!("../templates/python/app.py")),
+            ("app.py", code(language, shape)),
             (
                 "requirements.txt",
                 include_str!("../templates/python/requirements.txt"),
@@ -99,10 +140,16 @@ fn files(language: Language) -> Vec<(&'static str, &'static str)> {
             ),
         ],
         Language::JavaScript => vec![
-            ("app.js", include_str!("../templates/js/app.js")),
+            ("app.js", code(language, shape)),
             ("package.json", include_str!("../templates/js/package.json")),
         ],
     };
+    if (language, shape) == (Language::Python, Shape::Batch) {
+        files.push((
+            "qhost_batch.py",
+            include_str!("../../guest-sdk/python/qhost_batch.py"),
+        ));
+    }
     files.push(("{{name}}.toml", manifest));
     files.push((
         "{{name}}.test.toml",
@@ -121,7 +168,7 @@ fn build(language: Language) -> (&'static str, &'static str) {
         Language::Python => (
             "python3 -m venv .venv && .venv/bin/pip install componentize-py==0.25.1   # once\n\
              .venv/bin/pip install --target deps -r requirements.txt   # its PyPI packages\n\
-             .venv/bin/componentize-py -d wit -w handler-full componentize -p . -p deps app -o {{name}}.wasm",
+             .venv/bin/componentize-py -d wit -w {{world}} componentize -p . -p deps app -o {{name}}.wasm",
             "{{name}}.wasm",
         ),
         Language::JavaScript => (
@@ -132,9 +179,19 @@ fn build(language: Language) -> (&'static str, &'static str) {
 }
 
 /// The README: build, install, check, try.
-fn readme(language: Language) -> String {
+fn readme(language: Language, shape: Shape) -> String {
     let (build, built) = build(language);
-    format!(
+    let batch = match shape {
+        Shape::Handler => "",
+        Shape::Batch => {
+            "\nIt is a batch handler: qhost gathers messages for it (`[batch]` in its manifest) and\n\
+             calls it with many at once; it answers one outcome per message, in order, and selects\n\
+             each message before making its effects, so each commits with its own message alone.\n\
+             `qhost invoke plugins/{{name}}.wasm --batch messages.jsonl` runs one call on a body per\n\
+             line.\n"
+        }
+    };
+    let text = format!(
         "# {{{{name}}}}\n\n\
          A qhost handler. `qhost new` made it; it builds as it is.\n\n\
          Build the component:\n\n```sh\n{build}\n```\n\n\
@@ -153,29 +210,62 @@ fn readme(language: Language) -> String {
          queue. `wit/handler.wit` is the contract: what a message holds, and what a handler may\n\
          answer (ack, retry, reject) and call (log, config, outbox). `{{{{name}}}}.toml` is its\n\
          manifest: the idempotency key qhost leases on, limits, and what it may send to.\n"
-    )
+    );
+    format!("{text}{batch}")
 }
 
 /// The WIT without the worlds that need other packages (and their doc comments).
 fn wit() -> String {
-    let Some(at) = WIT.find("world handler-http") else {
-        return WIT.to_string();
-    };
-    let mut lines: Vec<&str> = WIT[..at].lines().collect();
-    while lines
-        .last()
-        .is_some_and(|l| l.trim().is_empty() || l.trim_start().starts_with("///"))
-    {
-        lines.pop();
+    let mut kept: Vec<&str> = Vec::new();
+    let mut block: Vec<&str> = Vec::new();
+    let mut in_world = false;
+    for line in WIT.lines() {
+        let top = !line.starts_with(' ') && !line.is_empty();
+        if top && line.starts_with("world ") {
+            in_world = true;
+        }
+        block.push(line);
+        // A block is a top-level item with the doc comment above it, ended by its `}`.
+        if (top && !line.starts_with("///") && !in_world) || (in_world && line == "}") {
+            if !block.iter().any(|l| l.contains("wasi:")) {
+                kept.append(&mut block);
+            }
+            block.clear();
+            in_world = false;
+        } else if line.is_empty() && !in_world {
+            kept.append(&mut block);
+        }
     }
-    format!("{}\n", lines.join("\n"))
+    kept.append(&mut block);
+    let mut text = kept.join("\n");
+    while text.contains("\n\n\n") {
+        text = text.replace("\n\n\n", "\n\n");
+    }
+    format!("{}\n", text.trim_end())
 }
 
-fn fill(template: &str, name: &str, language: Language) -> String {
+fn fill(template: &str, name: &str, language: Language, shape: Shape) -> String {
     // The manifest's commented defaults are the host's own, whatever they become.
     let defaults = crate::plugin::manifest::Manifest::default();
     let limits = &defaults.limits;
+    let batch = crate::plugin::manifest::BatchShape::default();
+    let (world, full) = shape.worlds();
+    let batch_table = match shape {
+        Shape::Handler => String::new(),
+        Shape::Batch => BATCH_TABLE
+            .replace("{{max_messages}}", &batch.max_messages.to_string())
+            .replace("{{max_wait_ms}}", &batch.max_wait_ms.to_string()),
+    };
     template
+        .replace("{{batch}}", &batch_table)
+        .replace(
+            "{{world}}",
+            if language == Language::Python {
+                full
+            } else {
+                world
+            },
+        )
         .replace(
             "{{dedup_window_secs}}",
             &grouped(defaults.idempotency.dedup_window_secs),
@@ -204,7 +294,12 @@ fn grouped(n: u64) -> String {
 
 /// Writes a new `language` handler named `name` into `dir` (which must not exist, or be
 /// empty); returns the files written.
-pub fn create(language: Language, name: &str, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+pub fn create(
+    language: Language,
+    shape: Shape,
+    name: &str,
+    dir: &Path,
+) -> anyhow::Result<Vec<PathBuf>> {
     if !valid_plugin_name(name) {
         bail!("`{name}` cannot be a plugin name: 1 to 64 letters, digits, `-` and `_`");
     }
@@ -215,9 +310,9 @@ pub fn create(language: Language, name: &str, dir: &Path) -> anyhow::Result<Vec<
             dir.display()
         );
     }
-    let readme = readme(language);
+    let readme = readme(language, shape);
     let wit = wit();
-    let mut all = files(language);
+    let mut all = files(language, shape);
     all.push(("README.md", &readme));
     match language {
         // componentize-py builds its bindings from one world: the whole contract, so the
@@ -227,12 +322,12 @@ pub fn create(language: Language, name: &str, dir: &Path) -> anyhow::Result<Vec<
     }
     let mut written = Vec::new();
     for (path, template) in all {
-        let path = dir.join(fill(path, name, language));
+        let path = dir.join(fill(path, name, language, shape));
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
                 .with_context(|| format!("creating {}", parent.display()))?;
         }
-        std::fs::write(&path, fill(template, name, language))
+        std::fs::write(&path, fill(template, name, language, shape))
             .with_context(|| format!("writing {}", path.display()))?;
         written.push(path);
     }
@@ -248,7 +343,7 @@ mod tests {
     fn the_manifest_s_commented_defaults_are_the_host_s() {
         let dir = tempfile::tempdir().unwrap();
         let at = dir.path().join("hello");
-        create(Language::Python, "hello", &at).unwrap();
+        create(Language::Python, Shape::Handler, "hello", &at).unwrap();
         let text = std::fs::read_to_string(at.join("hello.toml")).unwrap();
         let uncommented: String = (text.lines())
             .map(|l| match l.strip_prefix("# ") {
@@ -273,7 +368,7 @@ mod tests {
     fn a_python_project_carries_its_helpers_and_the_whole_contract() {
         let dir = tempfile::tempdir().unwrap();
         let at = dir.path().join("hello");
-        create(Language::Python, "hello", &at).unwrap();
+        create(Language::Python, Shape::Handler, "hello", &at).unwrap();
         for file in [
             "qhost_http.py",
             "qhost_celery.py",
@@ -291,11 +386,57 @@ mod tests {
         );
     }
 
+    /// A batch project: the batch code, the batch worlds, a `[batch]` table that parses.
+    #[test]
+    fn a_batch_project_builds_against_the_batch_world_and_says_how_to_try_it() {
+        let dir = tempfile::tempdir().unwrap();
+        for language in [Language::Rust, Language::Python, Language::JavaScript] {
+            let at = dir.path().join(format!("{language:?}"));
+            create(language, Shape::Batch, "tally", &at).unwrap();
+            let manifest = std::fs::read_to_string(at.join("tally.toml")).unwrap();
+            assert!(
+                manifest.contains("[batch]\n# max-messages = 10\n"),
+                "{manifest}"
+            );
+            let uncommented = manifest.replace("# max-", "max-");
+            let parsed = crate::plugin::manifest::Manifest::parse(&uncommented).unwrap();
+            assert_eq!(parsed.batch, Some(Default::default()));
+            let readme = std::fs::read_to_string(at.join("README.md")).unwrap();
+            assert!(readme.contains("--batch messages.jsonl"), "{readme}");
+            let wit = std::fs::read_to_string(at.join("wit/handler.wit")).unwrap();
+            assert!(wit.contains("world batch-handler {"), "{wit}");
+        }
+        let rust = std::fs::read_to_string(dir.path().join("Rust/src/lib.rs")).unwrap();
+        assert!(rust.contains("world: \"batch-handler\"") && rust.contains("batch_item::select"));
+        let python = dir.path().join("Python");
+        assert!(python.join("qhost_batch.py").is_file());
+        let readme = std::fs::read_to_string(python.join("README.md")).unwrap();
+        assert!(
+            readme.contains("-w batch-handler-full componentize"),
+            "{readme}"
+        );
+        let js = std::fs::read_to_string(dir.path().join("JavaScript/package.json")).unwrap();
+        assert!(js.contains("-n batch-handler -d http"), "{js}");
+        let plain = dir.path().join("plain");
+        create(Language::JavaScript, Shape::Handler, "plain", &plain).unwrap();
+        let wit = std::fs::read_to_string(plain.join("wit/handler.wit")).unwrap();
+        assert!(
+            !wit.contains("wasi:") && wit.contains("world handler {"),
+            "{wit}"
+        );
+        assert!(
+            wit.contains("interface batch-item") && wit.ends_with("}\n"),
+            "{wit}"
+        );
+        let manifest = std::fs::read_to_string(plain.join("plain.toml")).unwrap();
+        assert!(!manifest.contains("[batch]"), "{manifest}");
+    }
+
     #[test]
     fn a_project_holds_the_handler_its_manifest_and_the_wit_without_other_packages() {
         let dir = tempfile::tempdir().unwrap();
         let at = dir.path().join("hello-rs");
-        let written = create(Language::Rust, "hello-rs", &at).unwrap();
+        let written = create(Language::Rust, Shape::Handler, "hello-rs", &at).unwrap();
         let names: Vec<String> = written
             .iter()
             .map(|p| p.strip_prefix(&at).unwrap().display().to_string())
@@ -332,7 +473,7 @@ mod tests {
                 .contains("{{")
         );
 
-        let again = create(Language::Python, "other", &at)
+        let again = create(Language::Python, Shape::Handler, "other", &at)
             .unwrap_err()
             .to_string();
         assert!(again.contains("exists and is not empty"), "{again}");
@@ -341,7 +482,13 @@ mod tests {
             workspace.contains(&format!("wit-bindgen = {{ version = \"{WIT_BINDGEN}\"")),
             "the template's wit-bindgen is the workspace's"
         );
-        let bad = create(Language::Python, "no/slash", &dir.path().join("x")).unwrap_err();
+        let bad = create(
+            Language::Python,
+            Shape::Handler,
+            "no/slash",
+            &dir.path().join("x"),
+        )
+        .unwrap_err();
         assert!(bad.to_string().contains("cannot be a plugin name"), "{bad}");
         assert_eq!("js".parse(), Ok(Language::JavaScript));
         assert!(

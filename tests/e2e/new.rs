@@ -1,16 +1,20 @@
-//! `qhost new`: a project in each language builds as it is, with the command its README gives,
-//! its test file passes (`qhost test`), and the component passes `qhost check` and handles a
-//! message on the embedded queue.
+//! `qhost new`: a project in each language, a handler and a batch handler (`--batch`), builds
+//! as it is, with the command its README gives, its test file passes (`qhost test`), and the
+//! component passes `qhost check` and handles messages on the embedded queue.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use qhost_e2e::processes::{qhost_binary, summary_column};
 
-const LANGUAGES: [(&str, &str); 3] = [
-    ("rust", "hello-rs"),
-    ("python", "hello-py"),
-    ("js", "hello-js"),
+/// (language, name, whether it is a batch handler).
+const LANGUAGES: [(&str, &str, bool); 6] = [
+    ("rust", "hello-rs", false),
+    ("python", "hello-py", false),
+    ("js", "hello-js", false),
+    ("rust", "tally-rs", true),
+    ("python", "tally-py", true),
+    ("js", "tally-js", true),
 ];
 
 fn qhost(dir: &Path, args: &[&str]) -> (bool, String, String) {
@@ -27,8 +31,9 @@ fn qhost(dir: &Path, args: &[&str]) -> (bool, String, String) {
 
 /// Builds the project in `dir` with the command its README gives (the toolchains are the
 /// pinned ones the guest plugins are built with); returns the component's path.
-fn build(language: &str, name: &str, dir: &Path) -> PathBuf {
+fn build(language: &str, name: &str, batch: bool, dir: &Path) -> PathBuf {
     let root = qhost_e2e::workspace();
+    let world = if batch { "batch-handler" } else { "handler" };
     let readme = std::fs::read_to_string(dir.join("README.md")).expect("its README");
     let (program, args, built): (PathBuf, Vec<String>, PathBuf) = match language {
         "rust" => (
@@ -43,7 +48,7 @@ fn build(language: &str, name: &str, dir: &Path) -> PathBuf {
         ),
         "python" => (
             root.join("target/tools/componentize-py/bin/componentize-py"),
-            format!("-d wit -w handler-full componentize -p . -p deps app -o {name}.wasm")
+            format!("-d wit -w {world}-full componentize -p . -p deps app -o {name}.wasm")
                 .split(' ')
                 .map(String::from)
                 .collect(),
@@ -51,7 +56,7 @@ fn build(language: &str, name: &str, dir: &Path) -> PathBuf {
         ),
         _ => (
             root.join("plugins/email-reminder-js/node_modules/.bin/componentize-js"),
-            format!("app.js --wit wit -n handler -d http fetch-event -o {name}.wasm")
+            format!("app.js --wit wit -n {world} -d http fetch-event -o {name}.wasm")
                 .split(' ')
                 .map(String::from)
                 .collect(),
@@ -83,11 +88,14 @@ fn build(language: &str, name: &str, dir: &Path) -> PathBuf {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    // Offline, like every test: the crates a Rust project needs are in cargo's cache.
+    // Offline, like every test: the crates a Rust project needs are in cargo's cache. The
+    // projects share one build directory (cargo's intermediate artefacts, not the component it
+    // writes in the project), so the second compiles wit-bindgen no more.
     let out = Command::new(&program)
         .current_dir(dir)
         .args(&args)
         .env("CARGO_NET_OFFLINE", "true")
+        .env("CARGO_BUILD_BUILD_DIR", root.join("target/new-projects"))
         .output()
         .unwrap_or_else(|e| panic!("running {}: {e}", program.display()));
     assert!(
@@ -104,16 +112,17 @@ fn a_new_project_in_each_language_builds_as_it_is_and_passes_check() {
     // Installs the pinned componentize-py and componentize-js, if missing.
     qhost_e2e::built_guests();
     let dir = tempfile::tempdir().expect("a temporary directory");
-    for (language, name) in LANGUAGES {
-        let (ok, out, err) = qhost(dir.path(), &["new", language, name]);
+    for (language, name, batch) in LANGUAGES {
+        let new = ["new", language, name, "--batch"];
+        let (ok, out, err) = qhost(dir.path(), &new[..if batch { 4 } else { 3 }]);
         assert!(ok, "{err}");
         assert!(out.contains(&format!("created {name}/README.md")), "{out}");
     }
     let built: Vec<PathBuf> = std::thread::scope(|s| {
         let builds: Vec<_> = (LANGUAGES.iter())
-            .map(|&(language, name)| {
+            .map(|&(language, name, batch)| {
                 let project = dir.path().join(name);
-                s.spawn(move || build(language, name, &project))
+                s.spawn(move || build(language, name, batch, &project))
             })
             .collect();
         builds
@@ -123,7 +132,7 @@ fn a_new_project_in_each_language_builds_as_it_is_and_passes_check() {
     });
 
     // Each project's own test file passes as generated, with the command its README gives.
-    for (language, name) in LANGUAGES {
+    for (language, name, _) in LANGUAGES {
         let project = dir.path().join(name);
         let command = format!("qhost test {name}.test.toml");
         let readme = std::fs::read_to_string(project.join("README.md")).expect("its README");
@@ -136,7 +145,7 @@ fn a_new_project_in_each_language_builds_as_it_is_and_passes_check() {
     let plugins = dir.path().join("plugins");
     std::fs::create_dir(&plugins).expect("plugins/");
     let mut config = String::new();
-    for ((_, name), wasm) in LANGUAGES.iter().zip(&built) {
+    for ((_, name, _), wasm) in LANGUAGES.iter().zip(&built) {
         std::fs::copy(wasm, plugins.join(format!("{name}.wasm"))).expect("installing it");
         let manifest = dir.path().join(name).join(format!("{name}.toml"));
         std::fs::copy(manifest, plugins.join(format!("{name}.toml"))).expect("its manifest");
@@ -147,12 +156,14 @@ fn a_new_project_in_each_language_builds_as_it_is_and_passes_check() {
     std::fs::write(dir.path().join("qhost.toml"), config).expect("qhost.toml");
     let (ok, out, err) = qhost(dir.path(), &["check"]);
     assert!(ok, "{out}{err}");
-    for (_, name) in LANGUAGES {
+    for (_, name, _) in LANGUAGES {
         assert!(
             out.contains(&format!("queue {name}: plugin {name} loads")),
             "{out}"
         );
         let (ok, _, err) = qhost(dir.path(), &["send", "--queue", name, "--body", "hello"]);
+        assert!(ok, "{err}");
+        let (ok, _, err) = qhost(dir.path(), &["send", "--queue", name, "--body", "again"]);
         assert!(ok, "{err}");
     }
     let (ok, summary, err) = qhost(
@@ -160,8 +171,25 @@ fn a_new_project_in_each_language_builds_as_it_is_and_passes_check() {
         &["run", "--until-idle", "--fail-on-dead-letter"],
     );
     assert!(ok, "{err}");
-    for (_, name) in LANGUAGES {
-        assert_eq!(summary_column(&summary, name, "acked"), 1, "{summary}");
+    for (_, name, batch) in LANGUAGES {
+        assert_eq!(summary_column(&summary, name, "acked"), 2, "{summary}");
         assert!(err.contains(&format!("{name} handled `hello`")), "{err}");
+        if batch {
+            // A batch handler runs one call on a file's lines, as its README says.
+            let readme = std::fs::read_to_string(dir.path().join(name).join("README.md"))
+                .expect("its README");
+            assert!(readme.contains("--batch messages.jsonl"), "{readme}");
+            let lines = dir.path().join("messages.jsonl");
+            std::fs::write(&lines, "one\ntwo\nthree\n").expect("messages.jsonl");
+            let wasm = format!("plugins/{name}.wasm");
+            let (ok, out, err) = qhost(
+                dir.path(),
+                &["-v", "invoke", &wasm, "--batch", "messages.jsonl"],
+            );
+            assert!(ok, "{out}{err}");
+            assert!(out.contains("batch:    3 message(s) in one call"), "{out}");
+            assert_eq!(out.matches("outcome:  ack").count(), 3, "{out}");
+            assert!(err.contains(&format!("{name} got 3 messages")), "{err}");
+        }
     }
 }
