@@ -7,6 +7,10 @@
 //! installed); and the memory a completed key costs in Redis. The cases run
 //! interleaved in three rounds and each figure is its median round.
 //!
+//! A batch handler (`handle-batch`, the `batch-fixture` plugin, acking each message it is
+//! given) runs the same messages in calls of 10 and of 100, against the one-message-per-call
+//! wasm row: max-in-flight is raised to twice the batch size for those, so calls can fill.
+//!
 //! The wasm case also runs with a canary beside it (another version of the plugin taking half
 //! the keys, as a rollout's canary does), and traced, exporting every span over OTLP/HTTP to a receiver on
 //! loopback, with the spans and bytes exported per message.
@@ -89,7 +93,10 @@ async fn measure_in(
     tracer: Option<Tracer>,
     canary: Option<Plugin>,
 ) -> Run {
-    let config = config(&plugin.name);
+    let mut config = config(&plugin.name);
+    if plugin.is_batch() {
+        config.max_in_flight = config.max_in_flight.max(2 * BATCH_SIZES[1]);
+    }
     let namespace = config.namespace.clone();
     let source = Arc::new(LocalQueue::open(None, Default::default()).expect("queue"));
     fill(&source, n).await;
@@ -136,6 +143,15 @@ const CANARY_PERCENT: u8 = 50;
 /// The trivial plugin's other version (the same behaviour, another content hash).
 fn canary_plugin() -> Plugin {
     qhost_e2e::fixture_variant("trivial", &config("trivial"), "canary")
+}
+
+/// The batch sizes the batch rows run.
+const BATCH_SIZES: [usize; 2] = [10, 100];
+
+/// The batch fixture, gathering up to `size` messages per call.
+fn batch_plugin(size: usize) -> Plugin {
+    let manifest = format!("[batch]\nmax-messages = {size}\nmax-wait-ms = 5\n");
+    qhost_e2e::built_plugin_as("batch-fixture", "batched", &config("batched"), &manifest)
 }
 
 fn native_plugin() -> Plugin {
@@ -225,9 +241,13 @@ async fn main() {
     let (mut native, mut wasm, mut traced, mut with_redis, mut on_cluster) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut canary = Vec::new();
+    let mut batched: [Vec<Run>; 2] = [Vec::new(), Vec::new()];
     for _ in 0..rounds {
         native.push(measure(native_plugin(), local_store(), n).await);
         wasm.push(measure(wasm_plugin(), local_store(), n).await);
+        for (runs, size) in batched.iter_mut().zip(BATCH_SIZES) {
+            runs.push(measure(batch_plugin(size), local_store(), n).await);
+        }
         let beside = Some(canary_plugin());
         canary.push(measure_in(wasm_plugin(), local_store(), n, None, beside).await);
         let tracer = Some(traces.tracer());
@@ -256,6 +276,20 @@ async fn main() {
         n,
         "(fresh instance per message)",
     );
+    for (runs, size) in batched.into_iter().zip(BATCH_SIZES) {
+        let run = median(runs);
+        row(
+            &format!("  batch handler, calls of {size}"),
+            &run,
+            &native,
+            n,
+            &format!(
+                "({:.2}x the rate of one message per call, {:.2}x less CPU per message)",
+                run.rate / wasm.rate,
+                wasm.cpu.micros_per(n) / run.cpu.micros_per(n),
+            ),
+        );
+    }
     let canary = median(canary);
     row(
         "  with a canary beside it",

@@ -119,6 +119,7 @@ fn run_walk_through(guide: &str, start: Option<&str>, stop: Option<&str>) {
     // The README's install line is the binary under test, already on PATH.
     let reader = |s: &str| {
         (s.replace("path/to/qhost", &root))
+            .replace("\"../../qhost/", &format!("\"{root}/"))
             .replace("\"../qhost/", &format!("\"{root}/"))
             .replace("cargo install --locked --path cli", "command -v qhost")
     };
@@ -163,6 +164,12 @@ fn run_block(dir: &Path, path: &str, script: &str, guide: &str) -> String {
         .env("PIP_FIND_LINKS", wheels)
         .env("npm_config_offline", "true")
         .env("CARGO_NET_OFFLINE", "true")
+        // The guides' Rust projects share one build directory (cargo's intermediate artefacts,
+        // not the components they write in their own target/), as `qhost new`'s do.
+        .env(
+            "CARGO_BUILD_BUILD_DIR",
+            qhost_e2e::workspace().join("target/new-projects"),
+        )
         .env_remove("QHOST_CONFIG")
         .env_remove("CARGO_TARGET_DIR")
         .envs(ADMIN_ENV)
@@ -213,15 +220,27 @@ fn the_testing_guide_runs_as_written() {
     run_walk_through("testing.md", None, Some("## A test file"));
 }
 
+/// The three language guides.
+const LANGUAGE_GUIDES: [&str; 3] = [
+    "handlers-rust.md",
+    "handlers-python.md",
+    "handlers-javascript.md",
+];
+
+#[test]
+fn each_language_guide_s_batch_handler_runs_as_written() {
+    qhost_e2e::built_plugins();
+    qhost_e2e::built_guests();
+    for guide in LANGUAGE_GUIDES {
+        run_walk_through(guide, Some("## Batches"), Some("## Testing a handler"));
+    }
+}
+
 #[test]
 fn each_language_guide_s_handler_tests_run_as_written() {
     qhost_e2e::built_plugins();
     qhost_e2e::built_guests();
-    for guide in [
-        "handlers-rust.md",
-        "handlers-python.md",
-        "handlers-javascript.md",
-    ] {
+    for guide in LANGUAGE_GUIDES {
         run_walk_through(guide, Some("## Testing a handler"), None);
     }
 }

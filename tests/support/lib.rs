@@ -56,6 +56,8 @@ pub fn built_plugins() -> &'static Path {
                 "fixture",
                 "-p",
                 "order-tally",
+                "-p",
+                "batch-fixture",
             ])
             .args(["-p", "wrong-world"])
             .args(["-p", "next-wit", "-p", "prev-wit"])
@@ -130,9 +132,20 @@ pub fn fixture_variant(name: &str, config: &qhost::Config, tag: &str) -> qhost::
 
 /// As [`fixture_plugin`], with `manifest` (a plugin manifest's TOML) beside it.
 pub fn fixture_plugin_with(name: &str, config: &qhost::Config, manifest: &str) -> qhost::Plugin {
+    built_plugin_as("fixture", name, config, manifest)
+}
+
+/// The built plugin crate `crate_name` as plugin `name` with `manifest` beside it (none when
+/// empty), loaded by an engine sized for `config`.
+pub fn built_plugin_as(
+    crate_name: &str,
+    name: &str,
+    config: &qhost::Config,
+    manifest: &str,
+) -> qhost::Plugin {
     let dir = tempfile::tempdir().expect("temporary directory");
     let path = dir.path().join(format!("{name}.wasm"));
-    std::fs::write(&path, plugin_bytes("fixture")).expect("installing the fixture");
+    std::fs::write(&path, plugin_bytes(crate_name)).expect("installing the plugin");
     if !manifest.is_empty() {
         std::fs::write(path.with_extension("toml"), manifest).expect("writing the manifest");
     }
@@ -142,7 +155,7 @@ pub fn fixture_plugin_with(name: &str, config: &qhost::Config, manifest: &str) -
         ..config.clone()
     };
     let runtime = qhost::runtime_for(&config).expect("engine");
-    qhost::load_plugin(&runtime, &path).expect("loading the fixture")
+    qhost::load_plugin(&runtime, &path).expect("loading the plugin")
 }
 
 /// Runs `host` until its queues are empty, checks that each of its `n` messages ran and was

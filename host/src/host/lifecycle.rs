@@ -237,6 +237,7 @@ impl Host {
     }
 
     fn shared(&self) -> Shared {
+        let abandon = self.abandon.child_token();
         Shared {
             config: Arc::clone(&self.config),
             source: Arc::clone(&self.source),
@@ -246,14 +247,14 @@ impl Host {
             metrics: Arc::clone(&self.metrics),
             in_flight: Arc::new(Semaphore::new(self.config.max_in_flight)),
             tasks: TaskTracker::new(),
-            abandon: self.abandon.child_token(),
+            abandon: abandon.clone(),
             completer: Completer::spawn(self.store.clone()),
             payloads: Arc::clone(&self.payloads),
             tracer: self.tracer.clone(),
             outbox_marks: OutboxMarks::default(),
             recent: Arc::clone(&self.recent),
             fleet: Arc::clone(&self.fleet),
-            batches: Batches::new(Arc::clone(&self.metrics)),
+            batches: Batches::new(Arc::clone(&self.metrics), abandon),
         }
     }
 

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt as _;
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use super::gather::gather;
@@ -56,6 +57,7 @@ type Open = HashMap<(String, String), mpsc::UnboundedSender<Item>>;
 pub(crate) struct Batches {
     open: Arc<Mutex<Open>>,
     metrics: Arc<Metrics>,
+    abandon: CancellationToken,
 }
 
 impl std::fmt::Debug for Batches {
@@ -65,11 +67,23 @@ impl std::fmt::Debug for Batches {
 }
 
 impl Batches {
-    /// No gatherers yet; each call's size is observed in `metrics`.
-    pub(crate) fn new(metrics: Arc<Metrics>) -> Self {
+    /// No gatherers yet; each call's size is observed in `metrics`, and calls still running
+    /// when `abandon` is cancelled (the shutdown grace is over) are dropped, as a single
+    /// message's call is: their messages have been put back already.
+    pub(crate) fn new(metrics: Arc<Metrics>, abandon: CancellationToken) -> Self {
         Batches {
             open: Arc::default(),
             metrics,
+            abandon,
+        }
+    }
+
+    /// What a call needs: where it is counted, and when it is given up.
+    fn caller(&self, plugin: &Arc<Plugin>) -> Caller {
+        Caller {
+            plugin: Arc::clone(plugin),
+            metrics: Arc::clone(&self.metrics),
+            abandon: self.abandon.clone(),
         }
     }
 
@@ -84,7 +98,7 @@ impl Batches {
         let (reply, answer) = oneshot::channel();
         let item = Item { input, reply };
         match gathering {
-            Gathering::Alone => call(Arc::clone(plugin), vec![item], &self.metrics).await,
+            Gathering::Alone => self.caller(plugin).call(vec![item]).await,
             Gathering::Gathered => self.submit(plugin, item),
         }
         answer.await.unwrap_or_else(|_| {
@@ -111,8 +125,7 @@ impl Batches {
         open.insert(id.clone(), tx);
         let gatherer = Gatherer {
             open: Arc::clone(&self.open),
-            metrics: Arc::clone(&self.metrics),
-            plugin: Arc::clone(plugin),
+            caller: self.caller(plugin),
             id,
         };
         tokio::spawn(gatherer.run(rx));
@@ -122,20 +135,19 @@ impl Batches {
 /// One plugin version's gatherer.
 struct Gatherer {
     open: Arc<Mutex<Open>>,
-    metrics: Arc<Metrics>,
-    plugin: Arc<Plugin>,
+    caller: Caller,
     id: (String, String),
 }
 
 impl Gatherer {
     /// Gathers calls until idle for [`IDLE`], making each in a task of its own.
     async fn run(self, mut rx: mpsc::UnboundedReceiver<Item>) {
-        let shape = self.plugin.manifest.batch_shape();
+        let shape = self.caller.plugin.manifest.batch_shape();
         let max = shape.max_messages as usize;
         while let Some(first) = self.next(&mut rx).await {
             let items = gather(first, &mut rx, max, shape.max_wait()).await;
-            let (plugin, metrics) = (Arc::clone(&self.plugin), Arc::clone(&self.metrics));
-            tokio::spawn(async move { call(plugin, items, &metrics).await });
+            let caller = self.caller.clone();
+            tokio::spawn(async move { caller.call(items).await });
         }
     }
 
@@ -153,31 +165,45 @@ impl Gatherer {
     }
 }
 
-/// Calls the plugin with `items`' messages (under its concurrency limit, if it has one) and
-/// answers each: its own invocation, or the call's failure, which is every message's.
-async fn call(plugin: Arc<Plugin>, items: Vec<Item>, metrics: &Metrics) {
-    let n = items.len();
-    metrics.observe_batch(&plugin.name, n);
-    let slot = match plugin.slots() {
-        Some(slots) => Arc::clone(slots).acquire_owned().await.ok(),
-        None => None,
-    };
-    let (inputs, replies): (Vec<_>, Vec<_>) = items.into_iter().map(|i| (i.input, i.reply)).unzip();
-    let span = tracing::info_span!("batch", plugin = %plugin.name, version = %plugin.version, messages = n);
-    let called = AssertUnwindSafe(plugin.invoke_batch(inputs).instrument(span))
-        .catch_unwind()
-        .await;
-    drop(slot);
-    let answers: Vec<Result<Invocation, Failure>> = match called {
-        Ok(Ok(invocations)) => match outcome_count(n, invocations.len()) {
-            Ok(()) => invocations.into_iter().map(Ok).collect(),
-            Err(failure) => vec![Err(failure); n],
-        },
-        Ok(Err(failure)) => vec![Err(failure); n],
-        Err(_) => vec![Err(Failure::Trap("the batch handler panicked".into())); n],
-    };
-    for (reply, answer) in replies.into_iter().zip(answers) {
-        // A message whose task is gone (the shutdown grace ended) has been put back already.
-        let _ = reply.send(answer);
+/// What a call needs.
+#[derive(Clone)]
+struct Caller {
+    plugin: Arc<Plugin>,
+    metrics: Arc<Metrics>,
+    abandon: CancellationToken,
+}
+
+impl Caller {
+    /// Calls the plugin with `items`' messages (under its concurrency limit, if it has one)
+    /// and answers each: its own invocation, or the call's failure, which is every message's.
+    async fn call(&self, items: Vec<Item>) {
+        let (plugin, n) = (&self.plugin, items.len());
+        self.metrics.observe_batch(&plugin.name, n);
+        let slot = match plugin.slots() {
+            Some(slots) => Arc::clone(slots).acquire_owned().await.ok(),
+            None => None,
+        };
+        let (inputs, replies): (Vec<_>, Vec<_>) =
+            items.into_iter().map(|i| (i.input, i.reply)).unzip();
+        let span = tracing::info_span!("batch", plugin = %plugin.name, version = %plugin.version, messages = n);
+        let called = AssertUnwindSafe(plugin.invoke_batch(inputs).instrument(span)).catch_unwind();
+        let called = tokio::select! {
+            called = called => called,
+            // Dropping the call stops the guest at its next epoch yield.
+            () = self.abandon.cancelled() => return,
+        };
+        drop(slot);
+        let answers: Vec<Result<Invocation, Failure>> = match called {
+            Ok(Ok(invocations)) => match outcome_count(n, invocations.len()) {
+                Ok(()) => invocations.into_iter().map(Ok).collect(),
+                Err(failure) => vec![Err(failure); n],
+            },
+            Ok(Err(failure)) => vec![Err(failure); n],
+            Err(_) => vec![Err(Failure::Trap("the batch handler panicked".into())); n],
+        };
+        for (reply, answer) in replies.into_iter().zip(answers) {
+            // A message whose task is gone (the shutdown grace ended) has been put back already.
+            let _ = reply.send(answer);
+        }
     }
 }

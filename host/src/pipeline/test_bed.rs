@@ -65,7 +65,7 @@ impl Shared {
             Arc::clone(&registry),
         ));
         Shared {
-            batches: super::batches::Batches::new(Arc::clone(&metrics)),
+            batches: super::batches::Batches::new(Arc::clone(&metrics), CancellationToken::new()),
             metrics,
             in_flight: Arc::new(tokio::sync::Semaphore::new(config.max_in_flight)),
             config,
