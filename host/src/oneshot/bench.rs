@@ -204,41 +204,46 @@ impl Bench {
         }
         let format = crate::format::plain();
         let mut ran: Vec<Option<Ran>> = Vec::with_capacity(msgs.len());
-        let mut called = Vec::new();
+        let (mut called, mut inputs) = (Vec::new(), Vec::new());
         for msg in msgs {
-            let run = format.read(msg, &msg.body, &msg.attributes)?.remove(0);
+            let runs = format.read(msg, &msg.body, &msg.attributes)?;
+            let run = runs
+                .into_iter()
+                .next()
+                .ok_or("qhost's format read no run")?;
             match run.key_of(msg, Some(&self.plugin.manifest)) {
                 Ok(key) => {
-                    called.push((ran.len(), run, key.clone(), self.input(msg, &key, 1)));
+                    inputs.push(Self::input(msg, &run, &key, 1));
+                    called.push((ran.len(), run, key));
                     ran.push(None);
                 }
                 Err(why) => ran.push(Some(Ran::ended(None, Ended::NoKey(why)))),
             }
         }
-        let inputs = called.iter().map(|(.., input)| input.clone()).collect();
         let answers = match self.plugin.invoke_batch(inputs).await {
             Ok(invocations) => invocations.into_iter().map(Ok).collect(),
             Err(failure) => vec![Err(failure); called.len()],
         };
-        for ((at, run, key, _), answer) in called.into_iter().zip(answers) {
+        for ((at, run, key), answer) in called.into_iter().zip(answers) {
             ran[at] = Some(self.ended(&run, &key, answer));
         }
         Ok(ran.into_iter().flatten().collect())
     }
 
-    /// What the handler is given for `msg` under `key`.
-    fn input(&self, msg: &Received, key: &str, fencing_token: u64) -> HandlerMessage {
+    /// What the handler is given for `run` of `msg` under `key` and `fencing_token`.
+    fn input(msg: &Received, run: &Run, key: &str, fencing_token: u64) -> HandlerMessage {
+        let (body, attributes) = run.view_of(msg);
         HandlerMessage {
             id: msg.id.clone(),
             idempotency_key: key.to_string(),
             fencing_token,
             queue: msg.queue.clone(),
-            body: msg.body.clone(),
-            attributes: msg.attributes.clone(),
+            body,
+            attributes,
             receive_count: msg.receive_count,
             sent_at_ms: msg.sent_at_ms,
             group_id: msg.group_id.clone(),
-            time_limit: None,
+            time_limit: run.time_limit,
         }
     }
 
@@ -273,21 +278,8 @@ impl Bench {
                 Err(why) => return Ran::ended(Some(key), Ended::Failed(why)),
             },
         };
-        let (body, attributes) = run.view_of(msg);
-        let answer = plugin
-            .invoke(HandlerMessage {
-                id: msg.id.clone(),
-                idempotency_key: key.clone(),
-                fencing_token: lease.as_ref().map_or(1, |l| l.fencing_token),
-                queue: msg.queue.clone(),
-                body,
-                attributes,
-                receive_count: msg.receive_count,
-                sent_at_ms: msg.sent_at_ms,
-                group_id: msg.group_id.clone(),
-                time_limit: run.time_limit,
-            })
-            .await;
+        let token = lease.as_ref().map_or(1, |l| l.fencing_token);
+        let answer = plugin.invoke(Self::input(msg, &run, &key, token)).await;
         let mut ran = self.ended(&run, &key, answer);
         if let (Some(ledger), Some(lease)) = (ledger, lease)
             && let Err(why) = self.settle(ledger, lease, &mut ran).await

@@ -189,9 +189,12 @@ async fn run(mut leased: Leased, resolved: Option<Resolved>) -> Fate {
             ),
         }
     };
+    // The grace's end first: a batch call dropped by it leaves its messages without an answer,
+    // which must not count as a failure.
     let finished = tokio::select! {
-        result = call => Some(result),
+        biased;
         _ = shared.abandon.cancelled() => None,
+        result = call => Some(result),
     };
     let Some((result, ran)) = finished else {
         tracing::warn!("shutdown grace over; releasing unfinished message");

@@ -76,7 +76,7 @@ pub(crate) struct Sandbox {
     pub(crate) kv_counts: Arc<KvCounts>,
 }
 
-/// Runs one component's `handle`.
+/// Runs one component's `handle`, or its `handle-batch`.
 pub(crate) struct WasmInvoker {
     engine: Engine,
     pre: Pre,
@@ -356,13 +356,15 @@ impl WasmInvoker {
             fencing_token: first.map_or(0, |m| m.fencing_token),
             deadline,
         };
-        let items: Vec<ItemCtx> = (msgs.iter())
-            .map(|m| ItemCtx {
-                message_id: m.id.clone(),
-                key: m.idempotency_key.clone(),
-                fencing_token: m.fencing_token,
-            })
-            .collect();
+        let items = self.pre.is_batch().then(|| {
+            (msgs.iter())
+                .map(|m| ItemCtx {
+                    message_id: m.id.clone(),
+                    key: m.idempotency_key.clone(),
+                    fencing_token: m.fencing_token,
+                })
+                .collect()
+        });
         let guest_messages: Vec<_> = msgs.into_iter().map(convert::message_to_guest).collect();
         let mut warm = match self.take_idle() {
             Some(mut warm) => {
@@ -372,7 +374,7 @@ impl WasmInvoker {
             }
             None => self.instantiate(ctx, true).await?,
         };
-        if self.pre.is_batch() {
+        if let Some(items) = items {
             warm.store.data_mut().begin_batch(items);
         }
         warm.used += 1;
