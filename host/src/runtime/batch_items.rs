@@ -107,7 +107,11 @@ impl BatchItems {
 
     /// Selects message `index`: the current effects are set aside as the selected message's,
     /// and `index`'s are brought back. Its context, for the caller to run it under.
-    pub(crate) fn select(&mut self, index: u32, current: Current<'_>) -> Result<&ItemCtx, String> {
+    pub(crate) fn select(
+        &mut self,
+        index: u32,
+        mut current: Current<'_>,
+    ) -> Result<&ItemCtx, String> {
         let index = index as usize;
         if index >= self.items.len() {
             return Err(format!(
@@ -117,41 +121,23 @@ impl BatchItems {
         }
         if self.selected != Some(index) {
             if let Some(was) = self.selected {
-                swap(
-                    &mut self.aside[was],
-                    current.outbox,
-                    current.result,
-                    current.kv,
-                    current.http_made,
-                );
+                swap(&mut self.aside[was], &mut current);
             } else {
                 // Nothing was selected, so nothing current belongs to anyone: start clean.
                 current.outbox.clear();
                 *current.result = None;
                 *current.http_made = 0;
             }
-            let Current {
-                outbox,
-                result,
-                kv,
-                http_made,
-            } = current;
-            swap(&mut self.aside[index], outbox, result, kv, http_made);
+            swap(&mut self.aside[index], &mut current);
             self.selected = Some(index);
         }
         Ok(&self.items[index])
     }
 
     /// Ends the call: every message's effects, in the call's order.
-    pub(crate) fn finish(mut self, current: Current<'_>) -> Vec<ItemEffects> {
+    pub(crate) fn finish(mut self, mut current: Current<'_>) -> Vec<ItemEffects> {
         if let Some(was) = self.selected {
-            swap(
-                &mut self.aside[was],
-                current.outbox,
-                current.result,
-                current.kv,
-                current.http_made,
-            );
+            swap(&mut self.aside[was], &mut current);
         }
         // The view now holds reads and writes of no message; each message's are swapped in
         // and taken in turn.
@@ -171,15 +157,9 @@ impl BatchItems {
 }
 
 /// Exchanges a set-aside message's effects with the current ones.
-fn swap(
-    aside: &mut SetAside,
-    outbox: &mut Vec<Outgoing>,
-    result: &mut Option<String>,
-    kv: &mut RunState,
-    http_made: &mut u32,
-) {
-    std::mem::swap(&mut aside.outbox, outbox);
-    std::mem::swap(&mut aside.result, result);
-    kv.swap_part(&mut aside.kv);
-    std::mem::swap(&mut aside.http_made, http_made);
+fn swap(aside: &mut SetAside, current: &mut Current<'_>) {
+    std::mem::swap(&mut aside.outbox, current.outbox);
+    std::mem::swap(&mut aside.result, current.result);
+    current.kv.swap_part(&mut aside.kv);
+    std::mem::swap(&mut aside.http_made, current.http_made);
 }
