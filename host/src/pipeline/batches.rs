@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use super::gather::gather;
-use crate::handler::{Failure, HandlerMessage, Invocation, outcome_count};
+use crate::handler::{Failure, HandlerMessage, Invocation};
 use crate::metrics::Metrics;
 use crate::plugin::Plugin;
 
@@ -193,11 +193,9 @@ impl Caller {
             () = self.abandon.cancelled() => return,
         };
         drop(slot);
+        // `Plugin::invoke_batch` answers one invocation per message or fails them all.
         let answers: Vec<Result<Invocation, Failure>> = match called {
-            Ok(Ok(invocations)) => match outcome_count(n, invocations.len()) {
-                Ok(()) => invocations.into_iter().map(Ok).collect(),
-                Err(failure) => vec![Err(failure); n],
-            },
+            Ok(Ok(invocations)) => invocations.into_iter().map(Ok).collect(),
             Ok(Err(failure)) => vec![Err(failure); n],
             Err(_) => vec![Err(Failure::Trap("the batch handler panicked".into())); n],
         };

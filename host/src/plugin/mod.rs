@@ -117,12 +117,16 @@ impl Plugin {
         self.invoker.is_batch()
     }
 
-    /// Handles a batch: one invocation per message, in order (batch plugins only).
+    /// Handles a batch: one invocation per message, in order (batch plugins only). An answer
+    /// of another length is a failure of every message.
     pub async fn invoke_batch(
         &self,
         msgs: Vec<HandlerMessage>,
     ) -> Result<Vec<Invocation>, Failure> {
-        self.invoker.invoke_batch(msgs).await
+        let n = msgs.len();
+        let invocations = self.invoker.invoke_batch(msgs).await?;
+        crate::handler::outcome_count(n, invocations.len())?;
+        Ok(invocations)
     }
 
     /// Time spent instantiating and calling this plugin so far (`None` for native handlers).
