@@ -124,10 +124,9 @@ fn timeouts(admin: SocketAddr, operation: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn two_hosts_drain_sqs_through_errors_resets_delays_and_black_holes() {
     // A server of this test's own. moto's calls cost time in proportion to a queue's depth, so
-    // the jobs are spread over SHARDS queues, each with its own sink. And moto loses a message
-    // sent to a queue while a delete rebuilds that queue's list (its `delete_message` holds no
-    // lock), so no queue is sent to and deleted from at once: every job is queued before the
-    // hosts start, and the sinks are read only once they have stopped.
+    // the jobs are spread over SHARDS queues, each with its own sink. Every job is queued
+    // before the hosts start and the sinks are read only once they have stopped, so no queue is
+    // sent to and deleted from at once (moto lost such sends until `moto_server.py`).
     const SHARDS: usize = 8;
     let server = Server::start_own();
     let direct = patient_queue(server.endpoint());

@@ -2,7 +2,10 @@
 //! one per test process on a free loopback port, driven through aws-sdk-sqs.
 //!
 //! The server runs under a small shell wrapper that waits on the test process's pipe and kills
-//! the server when the pipe closes, so no server outlives its tests.
+//! the server when the pipe closes, so no server outlives its tests. It is started through
+//! `tests/support/moto_server.py`, which corrects three things in moto's SQS model (a long poll
+//! could hand out a FIFO group's later messages ahead of one still waiting; receives and sends
+//! counted the whole queue per message; a delete could lose a concurrent send).
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -28,7 +31,7 @@ pub struct Server {
 
 impl Server {
     /// A server of the caller's own, for a test whose load would slow every other test down
-    /// (moto's calls cost time in proportion to a queue's depth).
+    /// (moto's deletes and visibility changes still cost time in proportion to a queue's depth).
     pub fn start_own() -> Self {
         start()
     }
@@ -39,17 +42,20 @@ impl Server {
     }
 }
 
+/// The command that starts the server: `QHOST_MOTO_SERVER` if set, else moto's Python running
+/// `tests/support/moto_server.py`.
 fn moto_server() -> String {
     if let Ok(path) = std::env::var("QHOST_MOTO_SERVER") {
         return path;
     }
-    let path = crate::workspace().join("target/tools/moto/bin/moto_server");
+    let python = crate::workspace().join("target/tools/moto/bin/python");
     assert!(
-        path.exists(),
+        python.exists(),
         "{} is missing: run scripts/install-test-tools",
-        path.display()
+        python.display()
     );
-    path.display().to_string()
+    let launcher = crate::workspace().join("tests/support/moto_server.py");
+    format!("'{}' '{}'", python.display(), launcher.display())
 }
 
 fn start() -> Server {
@@ -58,7 +64,7 @@ fn start() -> Server {
         .expect("free port")
         .port();
     let script = format!(
-        "'{}' -H 127.0.0.1 -p {port} >/dev/null 2>&1 & pid=$!; echo started; read _; kill $pid",
+        "{} -H 127.0.0.1 -p {port} >/dev/null 2>&1 & pid=$!; echo started; read _; kill $pid",
         moto_server()
     );
     let mut wrapper = Command::new("sh")
