@@ -1,30 +1,40 @@
 //! The SQS path's client cost, with the server out of the picture: a loopback responder in
 //! this process (`qhost_e2e::sqs_responder`: canned answers over HTTP/1.1 keep-alive, on a
-//! thread whose CPU is left out) serves six consumers of the same deliveries, one after the
+//! thread whose CPU is left out) serves the consumers of the same deliveries, one after the
 //! other, in one run. Every tenth delivery is a duplicate of a message delivered 200 messages
 //! earlier (SQS's at-least-once delivery), which a consumer must not run again:
 //!
 //! - a bare aws-sdk-sqs loop: receive 10, delete the batch, no lease (the floor any consumer
-//!   using the SDK pays per message at that batch size; it runs the duplicates);
+//!   using the SDK pays per message at that batch size; it runs the duplicates), and the same
+//!   with everything configuration can turn off in the SDK turned off;
+//! - the same loop on a lean client: hyper's HTTP/1.1 client, requests signed with `aws-sigv4`,
+//!   JSON read with serde (what a client of qhost's own for the hot calls would cost);
 //! - qhost with a trivial wasm plugin and the embedded store;
 //! - the same with the Redis store (the tests' Redis on 127.0.0.1:6379);
 //! - the Python worker a team writes today (`tests/support/sqs_python_worker.py`: boto3 and
 //!   redis-py, a `SET NX` lease per message, the seed's shape), its CPU as it reports it for its
 //!   consuming loop (interpreter start-up left out);
+//! - the Node.js worker a team writes today (`tests/support/sqs_node_worker/worker.mjs`: bbc's
+//!   sqs-consumer on @aws-sdk/client-sqs with a node-redis `SET NX` lease per message), measured
+//!   the same way;
 //! - qhost with Redis again, every tenth delivery now a copy of the message three before it
 //!   (a producer's retried send): copies meet their first one while it runs and are put back,
 //!   which shows what put-backs cost in requests;
 //! - qhost with Redis and the plugin's instance reused for 1,000 messages (`reuse-instance`):
 //!   what the path costs without a fresh sandbox per message.
 //!
-//! Each row prints CPU per delivery (user and system), CPU per SQS request, SQS requests and
-//! Redis round trips per delivery, by operation, and its ratio to the bare loop and to the
-//! Python worker.
+//! The bare and lean loops and qhost on Redis run on a runtime of one worker thread and of two;
+//! the other in-process rows on two (the peers are single-threaded processes). Each row prints CPU per
+//! delivery (user and system), CPU per SQS request, SQS requests and Redis round trips per
+//! delivery, by operation, and its ratio to the bare loop (one thread) and to the Python and
+//! Node.js workers.
 //!
 //! `cargo bench -p qhost-e2e --bench sqs_client` (QHOST_BENCH_MESSAGES overrides the 20,000
-//! deliveries; run `scripts/install-test-tools` first, for Redis and the Python peer). To profile
-//! one row alone, `QHOST_BENCH_ONLY=redis` (or `embedded`, `reused` or `bare`) runs just that row, for
-//! `perf record`.
+//! deliveries; run `scripts/install-test-tools` first, for Redis and the Python and Node.js
+//! peers). To profile one row alone, `QHOST_BENCH_ONLY=redis` (or `embedded`, `reused`, `bare`,
+//! `trimmed`, `lean`, `python` or `node`) runs just that row, on `QHOST_BENCH_THREADS` worker
+//! threads (2), for `perf record`. `--no-default-features` runs it on the system allocator in
+//! place of the qhost command's mimalloc.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,6 +62,8 @@ const REUSED: &str = "[limits]\nreuse-instance = 1000\n";
 /// What one row used.
 struct Row {
     name: &'static str,
+    /// The runtime's worker threads, for rows run in this process.
+    threads: Option<usize>,
     cpu: CpuTime,
     requests: [u64; OPERATIONS.len()],
     /// Redis round trips, where the row uses Redis.
@@ -69,13 +81,32 @@ fn consumer_cpu(before: CpuTime, responder: &Responder, responder_before: Durati
     used
 }
 
-async fn bare_loop(responder: &Responder, n: usize) -> Row {
-    let client = aws_sdk_sqs::Client::new(&sdk_config_for(&responder.endpoint()));
-    let url = (client.get_queue_url().queue_name(QUEUE).send().await)
+/// The bench queue's URL, through the SDK.
+async fn queue_url(client: &aws_sdk_sqs::Client) -> String {
+    (client.get_queue_url().queue_name(QUEUE).send().await)
         .expect("a queue URL")
         .queue_url()
         .expect("a URL")
-        .to_string();
+        .to_string()
+}
+
+/// The bare loop on the SDK as qhost configures it, or `trimmed`: with the SDK's retries,
+/// stalled-stream protection, timeouts and identity cache turned off, what configuration alone
+/// can take out of its per-request machinery.
+async fn bare_loop(responder: &Responder, n: usize, trimmed: bool) -> Row {
+    use aws_sdk_sqs::config::{
+        IdentityCache, StalledStreamProtectionConfig, retry::RetryConfig, timeout::TimeoutConfig,
+    };
+    let mut config = aws_sdk_sqs::config::Builder::from(&sdk_config_for(&responder.endpoint()));
+    if trimmed {
+        config = config
+            .retry_config(RetryConfig::disabled())
+            .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
+            .timeout_config(TimeoutConfig::disabled())
+            .identity_cache(IdentityCache::no_cache());
+    }
+    let client = aws_sdk_sqs::Client::from_conf(config.build());
+    let url = queue_url(&client).await;
     responder.offer(n);
     let (start, served, calls) = (CpuTime::now(), responder.cpu(), responder.requests());
     let mut done = 0;
@@ -104,7 +135,12 @@ async fn bare_loop(responder: &Responder, n: usize) -> Row {
         }
     }
     Row {
-        name: "bare aws-sdk-sqs loop (receive 10 + delete batch)",
+        name: if trimmed {
+            "bare aws-sdk-sqs loop, trimmed (no retries, stalled-stream protection, timeouts or identity cache)"
+        } else {
+            "bare aws-sdk-sqs loop (receive 10 + delete batch)"
+        },
+        threads: None,
         cpu: consumer_cpu(start, responder, served),
         requests: minus(responder.requests(), calls),
         round_trips: None,
@@ -112,12 +148,151 @@ async fn bare_loop(responder: &Responder, n: usize) -> Row {
     }
 }
 
+/// The same loop on a lean client: hyper's pooled HTTP/1.1 client, each request signed with
+/// `aws-sigv4` (the SDK's own signing crate) and its JSON read with serde, no SDK orchestrator.
+/// What a client of qhost's own for the hot calls would cost.
+async fn lean_loop(responder: &Responder, n: usize) -> Row {
+    let lean = Lean::new(&responder.endpoint());
+    let url = queue_url(&aws_sdk_sqs::Client::new(&sdk_config_for(
+        &responder.endpoint(),
+    )))
+    .await;
+    responder.offer(n);
+    let (start, served, calls) = (CpuTime::now(), responder.cpu(), responder.requests());
+    let (mut done, mut read) = (0, 0);
+    while done < n {
+        let receive = serde_json::json!({
+            "QueueUrl": url,
+            "MaxNumberOfMessages": 10,
+            "MessageSystemAttributeNames": ["All"],
+            "MessageAttributeNames": ["All"],
+        });
+        let got: Received = lean.call("ReceiveMessage", &receive).await;
+        // What a consumer reads of each message: its id and body.
+        read += (got.messages.iter())
+            .map(|m| m.message_id.len() + m.body.len())
+            .sum::<usize>();
+        let entries: Vec<_> = (got.messages.iter().enumerate())
+            .map(|(i, m)| serde_json::json!({"Id": i.to_string(), "ReceiptHandle": m.receipt_handle}))
+            .collect();
+        done += entries.len();
+        if !entries.is_empty() {
+            let delete = serde_json::json!({"QueueUrl": url, "Entries": entries});
+            let _: serde_json::Value = lean.call("DeleteMessageBatch", &delete).await;
+        }
+    }
+    assert!(read > 0, "the messages were read");
+    Row {
+        name: "lean client loop: hyper + aws-sigv4 + serde (receive 10 + delete batch)",
+        threads: None,
+        cpu: consumer_cpu(start, responder, served),
+        requests: minus(responder.requests(), calls),
+        round_trips: None,
+        busy: None,
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Received {
+    #[serde(rename = "Messages", default)]
+    messages: Vec<ReceivedMessage>,
+}
+
+#[derive(serde::Deserialize)]
+struct ReceivedMessage {
+    #[serde(rename = "ReceiptHandle")]
+    receipt_handle: String,
+    #[serde(rename = "Body")]
+    body: String,
+    #[serde(rename = "MessageId")]
+    message_id: String,
+}
+
+struct Lean {
+    client: hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        http_body_util::Full<bytes::Bytes>,
+    >,
+    endpoint: hyper::Uri,
+    host: String,
+    identity: aws_smithy_runtime_api::client::identity::Identity,
+}
+
+impl Lean {
+    fn new(endpoint: &str) -> Self {
+        let endpoint: hyper::Uri = endpoint.parse().expect("an endpoint");
+        let host = endpoint.authority().expect("a host").to_string();
+        let credentials =
+            aws_credential_types::Credentials::new("test", "test", None, None, "bench");
+        Lean {
+            client: hyper_util::client::legacy::Client::builder(
+                hyper_util::rt::TokioExecutor::new(),
+            )
+            .build_http(),
+            endpoint,
+            host,
+            identity: credentials.into(),
+        }
+    }
+
+    async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        operation: &str,
+        input: &serde_json::Value,
+    ) -> T {
+        use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
+        let body = serde_json::to_vec(input).expect("json");
+        let target = format!("AmazonSQS.{operation}");
+        let headers = [
+            ("content-type", "application/x-amz-json-1.0"),
+            ("x-amz-target", target.as_str()),
+            ("host", self.host.as_str()),
+        ];
+        let params = aws_sigv4::sign::v4::SigningParams::builder()
+            .identity(&self.identity)
+            .region("us-east-1")
+            .name("sqs")
+            .time(std::time::SystemTime::now())
+            .settings(SigningSettings::default())
+            .build()
+            .expect("signing params")
+            .into();
+        let uri = self.endpoint.to_string();
+        let signable = SignableRequest::new(
+            "POST",
+            &uri,
+            headers.iter().copied(),
+            SignableBody::Bytes(&body),
+        )
+        .expect("signable");
+        let (instructions, _) = sign(signable, &params).expect("signed").into_parts();
+        let mut request = hyper::Request::post(self.endpoint.clone());
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        let mut request = request
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .expect("a request");
+        instructions.apply_to_request_http1x(&mut request);
+        let response = self.client.request(request).await.expect("a response");
+        assert!(
+            response.status().is_success(),
+            "{operation}: {}",
+            response.status()
+        );
+        let bytes = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .expect("a body")
+            .to_bytes();
+        serde_json::from_slice(&bytes).expect("its JSON")
+    }
+}
+
 /// qhost on `store`, the trivial plugin under `manifest` (a manifest's TOML, "" for none).
 async fn qhost_row(
     name: &'static str,
     responder: &Responder,
-    store: Arc<dyn Store>,
-    redis: Option<&RedisStore>,
+    (store, redis): (Arc<dyn Store>, Option<&RedisStore>),
     n: usize,
     manifest: &str,
 ) -> Row {
@@ -148,6 +323,7 @@ async fn qhost_row(
     );
     Row {
         name,
+        threads: None,
         cpu,
         requests: minus(responder.requests(), calls),
         round_trips: redis.zip(trips).map(|(r, before)| r.round_trips() - before),
@@ -163,8 +339,7 @@ async fn close_copies(responder: &Responder, redis: &RedisStore, n: usize) -> Ro
     let row = qhost_row(
         "qhost, Redis store, copies close together (put back while the first runs)",
         responder,
-        Arc::new(redis.clone()),
-        Some(redis),
+        (Arc::new(redis.clone()), Some(redis)),
         n,
         "",
     )
@@ -173,36 +348,69 @@ async fn close_copies(responder: &Responder, redis: &RedisStore, n: usize) -> Ro
     row
 }
 
-fn python_row(responder: &Responder, n: usize) -> Row {
+/// A peer worker another language's team writes instead, run as its own process: it consumes
+/// `n` deliveries and prints one JSON line with the CPU of its consuming loop (start-up left
+/// out), its handled and duplicate counts and its Redis round trips.
+struct Peer {
+    name: &'static str,
+    /// The program and its script, under the workspace.
+    program: &'static str,
+    script: &'static str,
+    /// What installs it.
+    install: &'static str,
+}
+
+const PYTHON: Peer = Peer {
+    name: "Python worker: boto3 + redis-py SET NX (the seed's shape)",
+    program: "target/tools/moto/bin/python",
+    script: "tests/support/sqs_python_worker.py",
+    install: "scripts/install-test-tools installs boto3 and redis-py",
+};
+
+const NODE: Peer = Peer {
+    name: "Node.js worker: sqs-consumer + node-redis SET NX",
+    program: "node",
+    script: "target/tools/node-worker/worker.mjs",
+    install: "scripts/install-test-tools installs sqs-consumer and node-redis",
+};
+
+fn peer_row(peer: &Peer, responder: &Responder, n: usize) -> Row {
     let root = qhost_e2e::workspace();
+    let program = match root.join(peer.program) {
+        local if local.exists() => local,
+        _ => peer.program.into(),
+    };
     let duplicates = responder.duplicates();
     responder.offer(n);
     let calls = responder.requests();
-    let out = std::process::Command::new(root.join("target/tools/moto/bin/python"))
-        .arg(root.join("tests/support/sqs_python_worker.py"))
+    let out = std::process::Command::new(program)
+        .arg(root.join(peer.script))
         .arg(responder.endpoint())
         .arg(QUEUE)
         .arg(qhost_e2e::redis_server::shared_url())
         .arg(n.to_string())
-        .arg(format!("bench-py-{}", uuid::Uuid::new_v4().simple()))
+        .arg(format!("bench-peer-{}", uuid::Uuid::new_v4().simple()))
         .output()
-        .expect("the Python worker (scripts/install-test-tools installs boto3 and redis-py)");
+        .unwrap_or_else(|e| panic!("{}: {e} ({})", peer.name, peer.install));
     assert!(
         out.status.success(),
-        "the Python worker: {}",
+        "{}: {}",
+        peer.name,
         String::from_utf8_lossy(&out.stderr)
     );
-    let report: serde_json::Value =
-        serde_json::from_slice(&out.stdout).expect("the Python worker's report");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{}'s report: {e}", peer.name));
     let duplicates = responder.duplicates() - duplicates;
     assert_eq!(
         (report["handled"].as_u64(), report["duplicates"].as_u64()),
         (Some(n as u64 - duplicates), Some(duplicates)),
-        "the Python worker ran each message once: {report}"
+        "{} ran each message once: {report}",
+        peer.name
     );
     let seconds = |field: &str| Duration::from_secs_f64(report[field].as_f64().unwrap_or(0.0));
     Row {
-        name: "Python worker: boto3 + redis-py SET NX (the seed's shape)",
+        name: peer.name,
+        threads: None,
         cpu: CpuTime {
             user: seconds("user"),
             system: seconds("system"),
@@ -217,109 +425,164 @@ fn minus(a: [u64; OPERATIONS.len()], b: [u64; OPERATIONS.len()]) -> [u64; OPERAT
     std::array::from_fn(|i| a[i] - b[i])
 }
 
-#[tokio::main]
-async fn main() {
+/// The rows, in the order they run and print.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Bare,
+    Trimmed,
+    Lean,
+    Embedded,
+    Redis,
+    Python,
+    Node,
+    CloseCopies,
+    Reused,
+}
+
+/// Runs one row; qhost's and the bare loop on a runtime of `threads` worker threads of their
+/// own (a host's pipeline runs on the runtime it starts on), with a Redis connection of that
+/// runtime's.
+fn run(kind: Kind, threads: usize, responder: &Responder, n: usize) -> Row {
+    match kind {
+        Kind::Python => return peer_row(&PYTHON, responder, n),
+        Kind::Node => return peer_row(&NODE, responder, n),
+        _ => {}
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let mut row = runtime.block_on(async {
+        let redis = RedisStore::connect(&qhost_e2e::redis_server::shared_url())
+            .await
+            .expect("the tests' Redis on 127.0.0.1:6379 (scripts/install-test-tools starts it)");
+        let on_redis = || (Arc::new(redis.clone()) as Arc<dyn Store>, Some(&redis));
+        match kind {
+            Kind::Bare => bare_loop(responder, n, false).await,
+            Kind::Trimmed => bare_loop(responder, n, true).await,
+            Kind::Lean => lean_loop(responder, n).await,
+            Kind::Embedded => {
+                let store = Arc::new(LocalStore::open(None).expect("store"));
+                let name = "qhost, trivial wasm plugin, embedded store";
+                qhost_row(name, responder, (store, None), n, "").await
+            }
+            Kind::Redis => {
+                let name = "qhost, trivial wasm plugin, Redis store";
+                qhost_row(name, responder, on_redis(), n, "").await
+            }
+            Kind::CloseCopies => close_copies(responder, &redis, n).await,
+            Kind::Reused => {
+                let name =
+                    "qhost, Redis store, one instance for 1,000 messages (reuse-instance = 1000)";
+                qhost_row(name, responder, on_redis(), n, REUSED).await
+            }
+            Kind::Python | Kind::Node => unreachable!("peers run as processes"),
+        }
+    });
+    row.threads = Some(threads);
+    row
+}
+
+/// Every row, in order: the bare SDK loop, the lean loop and qhost on Redis on one worker thread
+/// and on two; the trimmed SDK loop on one; qhost's other rows on two (the peers are processes).
+const ROWS: [(Kind, usize); 12] = [
+    (Kind::Bare, 1),
+    (Kind::Bare, 2),
+    (Kind::Trimmed, 1),
+    (Kind::Lean, 1),
+    (Kind::Lean, 2),
+    (Kind::Embedded, 2),
+    (Kind::Redis, 1),
+    (Kind::Redis, 2),
+    (Kind::Python, 1),
+    (Kind::Node, 1),
+    (Kind::CloseCopies, 2),
+    (Kind::Reused, 2),
+];
+
+fn main() {
     let n = qhost_e2e::bench_messages(20_000);
     let responder = Responder::start();
     responder.duplicate_every(DUPLICATE_EVERY, FAR);
-    let redis = RedisStore::connect(&qhost_e2e::redis_server::shared_url())
-        .await
-        .expect("the tests' Redis on 127.0.0.1:6379 (scripts/install-test-tools starts it)");
+    let threads = std::env::var("QHOST_BENCH_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(2);
     if let Ok(only) = std::env::var("QHOST_BENCH_ONLY") {
-        let row = match only.as_str() {
-            "bare" => bare_loop(&responder, n).await,
-            "reused" => {
-                qhost_row(
-                    "qhost, Redis store, instance reused",
-                    &responder,
-                    Arc::new(redis.clone()),
-                    Some(&redis),
-                    n,
-                    REUSED,
-                )
-                .await
-            }
-            "redis" => {
-                qhost_row(
-                    "qhost, Redis store",
-                    &responder,
-                    Arc::new(redis.clone()),
-                    Some(&redis),
-                    n,
-                    "",
-                )
-                .await
-            }
-            _ => {
-                qhost_row(
-                    "qhost, embedded store",
-                    &responder,
-                    Arc::new(LocalStore::open(None).expect("store")),
-                    None,
-                    n,
-                    "",
-                )
-                .await
-            }
+        let kind = match only.as_str() {
+            "bare" => Kind::Bare,
+            "trimmed" => Kind::Trimmed,
+            "lean" => Kind::Lean,
+            "reused" => Kind::Reused,
+            "redis" => Kind::Redis,
+            "node" => Kind::Node,
+            "python" => Kind::Python,
+            _ => Kind::Embedded,
         };
+        let row = run(kind, threads, &responder, n);
         let cpu = row.cpu.micros_per(n);
-        print_row(&row, n, cpu, cpu);
+        print_row(
+            &row,
+            n,
+            Baselines {
+                bare: cpu,
+                python: cpu,
+                node: cpu,
+            },
+        );
         return;
     }
-    let rows = [
-        bare_loop(&responder, n).await,
-        qhost_row(
-            "qhost, trivial wasm plugin, embedded store",
-            &responder,
-            Arc::new(LocalStore::open(None).expect("store")),
-            None,
-            n,
-            "",
-        )
-        .await,
-        qhost_row(
-            "qhost, trivial wasm plugin, Redis store",
-            &responder,
-            Arc::new(redis.clone()),
-            Some(&redis),
-            n,
-            "",
-        )
-        .await,
-        python_row(&responder, n),
-        close_copies(&responder, &redis, n).await,
-        qhost_row(
-            "qhost, Redis store, one instance for 1,000 messages (reuse-instance = 1000)",
-            &responder,
-            Arc::new(redis.clone()),
-            Some(&redis),
-            n,
-            REUSED,
-        )
-        .await,
-    ];
+    let rows: Vec<Row> = (ROWS.iter())
+        .map(|&(kind, threads)| run(kind, threads, &responder, n))
+        .collect();
     println!(
         "SQS client cost, {n} deliveries per row (every {DUPLICATE_EVERY}th a duplicate), a \
          loopback responder in this process (its CPU left out)\n"
     );
-    let (base, python) = (rows[0].cpu.micros_per(n), rows[3].cpu.micros_per(n));
+    let per = |kind: Kind, threads: usize| {
+        (ROWS.iter().position(|&r| r == (kind, threads)))
+            .map_or(f64::NAN, |i| rows[i].cpu.micros_per(n))
+    };
+    let baselines = Baselines {
+        bare: per(Kind::Bare, 1),
+        python: per(Kind::Python, 1),
+        node: per(Kind::Node, 1),
+    };
     for r in &rows {
-        print_row(r, n, base, python);
+        print_row(r, n, baselines);
     }
 }
 
-fn print_row(r: &Row, n: usize, base: f64, python: f64) {
+/// CPU per delivery of the rows every row is compared with, in µs.
+#[derive(Clone, Copy)]
+struct Baselines {
+    /// The bare SDK loop on one worker thread.
+    bare: f64,
+    python: f64,
+    node: f64,
+}
+
+fn print_row(r: &Row, n: usize, baselines: Baselines) {
     let requests: u64 = r.requests.iter().sum();
     let per_request = (r.cpu.user + r.cpu.system).as_secs_f64() * 1e6 / requests.max(1) as f64;
-    println!("{}", r.name);
+    let cpu = r.cpu.micros_per(n);
+    match r.threads {
+        Some(threads) => println!(
+            "{} ({threads} worker thread{})",
+            r.name,
+            if threads == 1 { "" } else { "s" }
+        ),
+        None => println!("{}", r.name),
+    }
     println!(
-        "  CPU per delivery  {:>7.1} µs  (user {:.1}, system {:.1}; {:.2}× the bare loop, \
-         {:.1}× less than the Python worker)",
-        r.cpu.micros_per(n),
+        "  CPU per delivery  {cpu:>7.1} µs  (user {:.1}, system {:.1}; {:.2}× the bare loop, \
+         {:.1}× less than the Python worker, {:.1}× less than the Node.js worker)",
         r.cpu.user.as_secs_f64() * 1e6 / n as f64,
         r.cpu.system.as_secs_f64() * 1e6 / n as f64,
-        r.cpu.micros_per(n) / base,
-        python / r.cpu.micros_per(n)
+        cpu / baselines.bare,
+        baselines.python / cpu,
+        baselines.node / cpu,
     );
     println!("  CPU per request   {per_request:>7.1} µs  ({requests} requests)");
     let by_op: Vec<String> = (OPERATIONS.iter().zip(r.requests))

@@ -5,6 +5,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+// Every test and bench binary allocates as the qhost command does: linking the command's crate
+// brings its global allocator (mimalloc, its default feature) into hosts run in-process too.
+#[cfg(feature = "mimalloc")]
+extern crate qhost_cli;
+
 pub mod admin;
 pub mod api_server;
 pub mod browser;
