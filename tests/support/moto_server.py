@@ -56,7 +56,10 @@ def receive_message(
         messages_to_dlq = []
         held = _groups_in_flight(queue)
 
-        for message in queue._messages:
+        # A snapshot, as moto's own `queue.messages` is: a delete on another request's thread
+        # removes from the list in place (below), which would make a live iteration skip the
+        # message after the removed one (a FIFO group's next, handing out its later ones).
+        for message in list(queue._messages):
             group = message.group_id if queue.fifo_queue else None
             if group is not None and group in held:
                 continue
@@ -156,7 +159,7 @@ def delete_message(self, receipt_handle):
     request's thread) was lost."""
     if receipt_handle in self.deleted_messages:
         return
-    doomed = [m for m in self._messages if m.had_receipt_handle(receipt_handle)]
+    doomed = [m for m in list(self._messages) if m.had_receipt_handle(receipt_handle)]
     if not doomed:
         raise models.ReceiptHandleIsInvalid()
     for message in doomed:
