@@ -388,15 +388,10 @@ async fn fifo_groups_run_in_order_once_each_through_retries() {
     fifo_groups("batch-fifo", Queues::Embedded).await;
 }
 
-/// The same on the SQS-compatible server. Ignored until it has passed under CI's load:
-/// `tests/support/moto_server.py` corrects moto's group lock (decided once per long poll),
-/// after which 16 runs of 16 passed alone; a loaded CI run then ran a group's order 6 beside
-/// its order 5, which the launcher's own in-place delete explains (a receive iterating the
-/// queue's list while another thread removed from it skipped the next message, order 5, and
-/// handed out 6); the receive now iterates a snapshot. `cargo test -p qhost-e2e --test e2e --
-/// --ignored batches::fifo` runs it.
+/// The same on the SQS-compatible server. It needs the tests' moto launcher
+/// (`tests/support/moto_server.py`): moto's own receive decides a FIFO queue's group locks once
+/// per long poll, and handed out a group's later messages while an earlier one waited.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "to pass under CI's load before it gates; see the comment"]
 async fn fifo_groups_on_sqs_run_in_order_once_each_through_retries() {
     fifo_groups("batch-fifo-sqs", Queues::Sqs).await;
 }

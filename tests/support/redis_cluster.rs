@@ -286,6 +286,16 @@ impl RedisCluster {
         crate::redis_server::signal(self.child(port), "STOP");
     }
 
+    /// Sets every node's `cluster-node-timeout`: how long a silent node may stay so before the
+    /// others mark it failed (and, with no replica to promote, the cluster refuses every key).
+    pub fn set_node_timeout(&self, timeout: Duration) {
+        let ms = timeout.as_millis().to_string();
+        for &port in &self.ports {
+            let reply = self.cli(port, &["CONFIG", "SET", "cluster-node-timeout", &ms]);
+            assert!(reply.starts_with("OK"), "node {port}: {reply}");
+        }
+    }
+
     /// Lets a paused node go on (SIGCONT).
     pub fn resume_node(&self, port: u16) {
         crate::redis_server::signal(self.child(port), "CONT");
