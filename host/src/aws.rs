@@ -9,7 +9,8 @@
 //! Every call has a deadline ([`AwsDeadlines`]): the SDK's own defaults bound only the connect,
 //! so an answer that never arrives (a half-open connection, a load balancer that swallows a
 //! reply) would hang the call, and whatever waits on it, forever. A timed-out attempt is retried
-//! by the SDK's standard retry policy like any transient error, within the operation deadline.
+//! by the SDK's standard retry policy like any transient error, within the operation deadline
+//! (and likewise by the JSON client on the SQS hot path, `source/sqs/json`).
 
 use std::time::Duration;
 
@@ -17,8 +18,8 @@ use aws_sdk_sqs::config::SharedHttpClient;
 use aws_sdk_sqs::config::timeout::TimeoutConfig;
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
 
-/// Attempts the SDK's standard retry policy makes of one call.
-const ATTEMPTS: u32 = 3;
+/// Attempts the SDK's standard retry policy (and the SQS JSON client) makes of one call.
+pub(crate) const ATTEMPTS: u32 = 3;
 /// How long the credentials chain may look at start.
 const CREDENTIALS_WAIT: Duration = Duration::from_secs(10);
 
@@ -54,17 +55,6 @@ impl AwsDeadlines {
             .connect_timeout(self.connect)
             .operation_attempt_timeout(attempt)
             .operation_timeout(attempt * ATTEMPTS + Duration::from_secs(2))
-            .build()
-    }
-
-    /// The timeouts of a receive that long-polls for `wait`: one attempt of wait plus the
-    /// margin. A lost answer is not worth a second wait inside the call: the poller asks again.
-    pub(crate) fn receive_timeouts(&self, wait: Duration) -> TimeoutConfig {
-        let attempt = wait + self.receive_margin;
-        TimeoutConfig::builder()
-            .connect_timeout(self.connect)
-            .operation_attempt_timeout(attempt)
-            .operation_timeout(attempt)
             .build()
     }
 }

@@ -7,8 +7,9 @@
 //! - a bare aws-sdk-sqs loop: receive 10, delete the batch, no lease (the floor any consumer
 //!   using the SDK pays per message at that batch size; it runs the duplicates), and the same
 //!   with everything configuration can turn off in the SDK turned off;
-//! - the same loop on a lean client: hyper's HTTP/1.1 client, requests signed with `aws-sigv4`,
-//!   JSON read with serde (what a client of qhost's own for the hot calls would cost);
+//! - the same loop on the SQS client qhost uses: its own JSON client for the hot calls
+//!   (`host/src/source/sqs/json`: hyper, requests signed with `aws-sigv4`, serde), each
+//!   message read into qhost's own type;
 //! - qhost with a trivial wasm plugin and the embedded store;
 //! - the same with the Redis store (the tests' Redis on 127.0.0.1:6379);
 //! - the Python worker a team writes today (`tests/support/sqs_python_worker.py`: boto3 and
@@ -23,7 +24,7 @@
 //! - qhost with Redis and the plugin's instance reused for 1,000 messages (`reuse-instance`):
 //!   what the path costs without a fresh sandbox per message.
 //!
-//! The bare and lean loops and qhost on Redis run on a runtime of one worker thread and of two;
+//! The bare and client loops and qhost on Redis run on a runtime of one worker thread and of two;
 //! the other in-process rows on two (the peers are single-threaded processes). Each row prints CPU per
 //! delivery (user and system), CPU per SQS request, SQS requests and Redis round trips per
 //! delivery, by operation, and its ratio to the bare loop (one thread) and to the Python and
@@ -32,7 +33,7 @@
 //! `cargo bench -p qhost-e2e --bench sqs_client` (QHOST_BENCH_MESSAGES overrides the 20,000
 //! deliveries; run `scripts/install-test-tools` first, for Redis and the Python and Node.js
 //! peers). To profile one row alone, `QHOST_BENCH_ONLY=redis` (or `embedded`, `reused`, `bare`,
-//! `trimmed`, `lean`, `python` or `node`) runs just that row, on `QHOST_BENCH_THREADS` worker
+//! `trimmed`, `client`, `python` or `node`) runs just that row, on `QHOST_BENCH_THREADS` worker
 //! threads (2), for `perf record`. `--no-default-features` runs it on the system allocator in
 //! place of the qhost command's mimalloc.
 
@@ -148,143 +149,36 @@ async fn bare_loop(responder: &Responder, n: usize, trimmed: bool) -> Row {
     }
 }
 
-/// The same loop on a lean client: hyper's pooled HTTP/1.1 client, each request signed with
-/// `aws-sigv4` (the SDK's own signing crate) and its JSON read with serde, no SDK orchestrator.
-/// What a client of qhost's own for the hot calls would cost.
-async fn lean_loop(responder: &Responder, n: usize) -> Row {
-    let lean = Lean::new(&responder.endpoint());
-    let url = queue_url(&aws_sdk_sqs::Client::new(&sdk_config_for(
-        &responder.endpoint(),
-    )))
-    .await;
+/// The same loop on the SQS client qhost uses (`SqsQueue`: its JSON client for the hot calls,
+/// `source/sqs/json`), each message read into qhost's own type as the pipeline reads it.
+async fn client_loop(responder: &Responder, n: usize) -> Row {
+    use qhost::QueueSource as _;
+    let sqs = SqsQueue::from_sdk_config(&sdk_config_for(&responder.endpoint()));
+    sqs.url(QUEUE).await.expect("a queue URL");
     responder.offer(n);
     let (start, served, calls) = (CpuTime::now(), responder.cpu(), responder.requests());
     let (mut done, mut read) = (0, 0);
     while done < n {
-        let receive = serde_json::json!({
-            "QueueUrl": url,
-            "MaxNumberOfMessages": 10,
-            "MessageSystemAttributeNames": ["All"],
-            "MessageAttributeNames": ["All"],
-        });
-        let got: Received = lean.call("ReceiveMessage", &receive).await;
+        let got = (sqs.receive(QUEUE, 10, Duration::from_secs(30), Duration::ZERO))
+            .await
+            .expect("receive");
         // What a consumer reads of each message: its id and body.
-        read += (got.messages.iter())
-            .map(|m| m.message_id.len() + m.body.len())
-            .sum::<usize>();
-        let entries: Vec<_> = (got.messages.iter().enumerate())
-            .map(|(i, m)| serde_json::json!({"Id": i.to_string(), "ReceiptHandle": m.receipt_handle}))
-            .collect();
-        done += entries.len();
-        if !entries.is_empty() {
-            let delete = serde_json::json!({"QueueUrl": url, "Entries": entries});
-            let _: serde_json::Value = lean.call("DeleteMessageBatch", &delete).await;
+        read += got.iter().map(|m| m.id.len() + m.body.len()).sum::<usize>();
+        let receipts: Vec<String> = got.into_iter().map(|m| m.receipt).collect();
+        done += receipts.len();
+        if !receipts.is_empty() {
+            let answers = sqs.ack(QUEUE, &receipts).await.expect("delete");
+            assert!(answers.iter().all(Result::is_ok), "every delete succeeded");
         }
     }
     assert!(read > 0, "the messages were read");
     Row {
-        name: "lean client loop: hyper + aws-sigv4 + serde (receive 10 + delete batch)",
+        name: "qhost's SQS client loop: its JSON client (receive 10 + delete batch)",
         threads: None,
         cpu: consumer_cpu(start, responder, served),
         requests: minus(responder.requests(), calls),
         round_trips: None,
         busy: None,
-    }
-}
-
-#[derive(serde::Deserialize)]
-struct Received {
-    #[serde(rename = "Messages", default)]
-    messages: Vec<ReceivedMessage>,
-}
-
-#[derive(serde::Deserialize)]
-struct ReceivedMessage {
-    #[serde(rename = "ReceiptHandle")]
-    receipt_handle: String,
-    #[serde(rename = "Body")]
-    body: String,
-    #[serde(rename = "MessageId")]
-    message_id: String,
-}
-
-struct Lean {
-    client: hyper_util::client::legacy::Client<
-        hyper_util::client::legacy::connect::HttpConnector,
-        http_body_util::Full<bytes::Bytes>,
-    >,
-    endpoint: hyper::Uri,
-    host: String,
-    identity: aws_smithy_runtime_api::client::identity::Identity,
-}
-
-impl Lean {
-    fn new(endpoint: &str) -> Self {
-        let endpoint: hyper::Uri = endpoint.parse().expect("an endpoint");
-        let host = endpoint.authority().expect("a host").to_string();
-        let credentials =
-            aws_credential_types::Credentials::new("test", "test", None, None, "bench");
-        Lean {
-            client: hyper_util::client::legacy::Client::builder(
-                hyper_util::rt::TokioExecutor::new(),
-            )
-            .build_http(),
-            endpoint,
-            host,
-            identity: credentials.into(),
-        }
-    }
-
-    async fn call<T: serde::de::DeserializeOwned>(
-        &self,
-        operation: &str,
-        input: &serde_json::Value,
-    ) -> T {
-        use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
-        let body = serde_json::to_vec(input).expect("json");
-        let target = format!("AmazonSQS.{operation}");
-        let headers = [
-            ("content-type", "application/x-amz-json-1.0"),
-            ("x-amz-target", target.as_str()),
-            ("host", self.host.as_str()),
-        ];
-        let params = aws_sigv4::sign::v4::SigningParams::builder()
-            .identity(&self.identity)
-            .region("us-east-1")
-            .name("sqs")
-            .time(std::time::SystemTime::now())
-            .settings(SigningSettings::default())
-            .build()
-            .expect("signing params")
-            .into();
-        let uri = self.endpoint.to_string();
-        let signable = SignableRequest::new(
-            "POST",
-            &uri,
-            headers.iter().copied(),
-            SignableBody::Bytes(&body),
-        )
-        .expect("signable");
-        let (instructions, _) = sign(signable, &params).expect("signed").into_parts();
-        let mut request = hyper::Request::post(self.endpoint.clone());
-        for (name, value) in headers {
-            request = request.header(name, value);
-        }
-        let mut request = request
-            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
-            .expect("a request");
-        instructions.apply_to_request_http1x(&mut request);
-        let response = self.client.request(request).await.expect("a response");
-        assert!(
-            response.status().is_success(),
-            "{operation}: {}",
-            response.status()
-        );
-        let bytes = http_body_util::BodyExt::collect(response.into_body())
-            .await
-            .expect("a body")
-            .to_bytes();
-        serde_json::from_slice(&bytes).expect("its JSON")
     }
 }
 
@@ -430,7 +324,7 @@ fn minus(a: [u64; OPERATIONS.len()], b: [u64; OPERATIONS.len()]) -> [u64; OPERAT
 enum Kind {
     Bare,
     Trimmed,
-    Lean,
+    Client,
     Embedded,
     Redis,
     Python,
@@ -461,7 +355,7 @@ fn run(kind: Kind, threads: usize, responder: &Responder, n: usize) -> Row {
         match kind {
             Kind::Bare => bare_loop(responder, n, false).await,
             Kind::Trimmed => bare_loop(responder, n, true).await,
-            Kind::Lean => lean_loop(responder, n).await,
+            Kind::Client => client_loop(responder, n).await,
             Kind::Embedded => {
                 let store = Arc::new(LocalStore::open(None).expect("store"));
                 let name = "qhost, trivial wasm plugin, embedded store";
@@ -484,14 +378,14 @@ fn run(kind: Kind, threads: usize, responder: &Responder, n: usize) -> Row {
     row
 }
 
-/// Every row, in order: the bare SDK loop, the lean loop and qhost on Redis on one worker thread
+/// Every row, in order: the bare SDK loop, qhost's client loop and qhost on Redis on one worker thread
 /// and on two; the trimmed SDK loop on one; qhost's other rows on two (the peers are processes).
 const ROWS: [(Kind, usize); 12] = [
     (Kind::Bare, 1),
     (Kind::Bare, 2),
     (Kind::Trimmed, 1),
-    (Kind::Lean, 1),
-    (Kind::Lean, 2),
+    (Kind::Client, 1),
+    (Kind::Client, 2),
     (Kind::Embedded, 2),
     (Kind::Redis, 1),
     (Kind::Redis, 2),
@@ -513,7 +407,7 @@ fn main() {
         let kind = match only.as_str() {
             "bare" => Kind::Bare,
             "trimmed" => Kind::Trimmed,
-            "lean" => Kind::Lean,
+            "client" => Kind::Client,
             "reused" => Kind::Reused,
             "redis" => Kind::Redis,
             "node" => Kind::Node,

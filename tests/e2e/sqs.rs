@@ -522,6 +522,57 @@ async fn two_host_processes_share_one_queue() {
     assert_eq!(keys(&drain(&out).await).len(), 200);
 }
 
+/// With no `endpoint-url` in qhost.toml, the environment names the server, as the AWS chain
+/// reads it: `AWS_ENDPOINT_URL_SQS` before `AWS_ENDPOINT_URL`. The general one here is a port
+/// where nothing listens, so a call on either client (the SDK's for the queue's URL, qhost's own
+/// for receives, deletes and sends) that read the wrong one would fail.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sqs_endpoint_can_come_from_the_environment_alone() {
+    let env = TestEnv::new();
+    env.install("fixture", "fixture", "");
+    let (jobs, _) = queue_pair("env-endpoint").await;
+    let out = unique("env-endpoint-out");
+    create_queue(&out, &[]).await;
+    let config = env.plugins_dir().parent().unwrap().join("host.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "plugins-dir = {:?}\ndata-dir = {:?}\n[source]\nkind = \"sqs\"\n{}",
+            env.plugins_dir(),
+            env.data_dir(),
+            queue_toml(&jobs, "fixture", "")
+        ),
+    )
+    .unwrap();
+    let body = format!("send:{out}:done");
+    send(&jobs, &vec![body.as_str(); 20], &[]).await;
+    let host = HostProcess::start_consuming_in(
+        &config,
+        &[],
+        &[
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:9"),
+            ("AWS_ENDPOINT_URL_SQS", endpoint()),
+        ],
+    );
+    let q = sqs();
+    let started = Instant::now();
+    while q.depth(&jobs).await.unwrap().total() > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "not drained; the host's log:\n{}",
+            host.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let summary = host.stop();
+    assert_eq!(summary_column(&summary, &jobs, "ran"), 20, "{summary}");
+    assert_eq!(
+        keys(&drain(&out).await).len(),
+        20,
+        "each run's message sent"
+    );
+}
+
 #[test]
 fn a_missing_queue_or_an_unreachable_endpoint_is_one_clear_error_at_start() {
     let env = TestEnv::new();

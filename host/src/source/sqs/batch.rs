@@ -1,36 +1,27 @@
 //! Splitting sends into SQS batches (at most ten entries and at most 1 MiB per request), and
 //! reading a batch call's answer entry by entry.
 
-use aws_sdk_sqs::types::BatchResultErrorEntry;
-
+use super::json::shapes::EntryFailure;
 use crate::message::wire::{MAX_BATCH_ENTRIES as MAX_ENTRIES, MAX_MESSAGE_BYTES as MAX_BYTES};
 use crate::source::SourceError;
 
 /// Each of `n` entries' result, entry `i` having been sent with the id `i`: the entries SQS
 /// lists as failed failed, with a receipt SQS no longer knows (or a message no longer in flight)
 /// as [`SourceError::ReceiptExpired`]; the rest succeeded.
-pub(crate) fn entry_results(
-    n: usize,
-    failed: &[BatchResultErrorEntry],
-) -> Vec<Result<(), SourceError>> {
+pub(crate) fn entry_results(n: usize, failed: &[EntryFailure]) -> Vec<Result<(), SourceError>> {
     let mut results: Vec<Result<(), SourceError>> = (0..n).map(|_| Ok(())).collect();
     for f in failed {
-        let Some(result) = f
-            .id()
-            .parse::<usize>()
-            .ok()
-            .and_then(|i| results.get_mut(i))
-        else {
+        let Some(result) = (f.id.parse::<usize>().ok()).and_then(|i| results.get_mut(i)) else {
             continue;
         };
-        let code = f.code();
+        let code = &f.code;
         *result = Err(
             if code.contains("ReceiptHandleIsInvalid") || code.contains("MessageNotInflight") {
                 SourceError::ReceiptExpired
             } else {
                 SourceError::Backend(anyhow::anyhow!(
                     "{code} {}",
-                    f.message().unwrap_or_default()
+                    f.message.as_deref().unwrap_or_default()
                 ))
             },
         );
@@ -72,14 +63,13 @@ pub(crate) fn plan(sizes: &[usize]) -> Result<Vec<Vec<usize>>, TooLarge> {
 mod tests {
     use super::*;
 
-    fn failed(id: &str, code: &str) -> BatchResultErrorEntry {
-        BatchResultErrorEntry::builder()
-            .id(id)
-            .code(code)
-            .sender_fault(true)
-            .message("why")
-            .build()
-            .unwrap()
+    fn failed(id: &str, code: &str) -> EntryFailure {
+        EntryFailure {
+            id: id.into(),
+            code: code.into(),
+            sender_fault: true,
+            message: Some("why".into()),
+        }
     }
 
     #[test]

@@ -6,16 +6,18 @@
 //! `qhost-body-encoding = base64`, and is decoded on receipt; the handler sees the original
 //! bytes and never the attribute.
 
-use std::collections::HashMap;
-
-use aws_sdk_sqs::primitives::Blob;
-use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeName as Sys};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
+use super::json::shapes::{self, Message};
 use crate::message::rules::sqs_text;
 use crate::message::wire::BODY_ENCODING;
 use crate::message::{Attribute, AttributeValue, Received};
+
+/// The system attributes qhost asks for on receipt.
+pub(crate) const RECEIVE_COUNT: &str = "ApproximateReceiveCount";
+pub(crate) const SENT_TIMESTAMP: &str = "SentTimestamp";
+pub(crate) const GROUP_ID: &str = "MessageGroupId";
 
 /// The body as SQS will carry it, and whether it had to be encoded.
 pub(crate) fn encode_body(body: &[u8]) -> (String, bool) {
@@ -25,35 +27,41 @@ pub(crate) fn encode_body(body: &[u8]) -> (String, bool) {
     }
 }
 
-/// An SQS attribute value for one of ours.
-pub(crate) fn attribute_to_sqs(value: &AttributeValue) -> Result<MessageAttributeValue, String> {
-    let builder = MessageAttributeValue::builder();
-    let built = match value {
-        AttributeValue::String(s) => builder.data_type("String").string_value(s),
-        AttributeValue::Number(n) => builder.data_type("Number").string_value(n),
-        AttributeValue::Binary(b) => builder
-            .data_type("Binary")
-            .binary_value(Blob::new(b.clone())),
+/// An SQS attribute value for one of ours (binary values base64-encoded, as JSON carries them).
+pub(crate) fn attribute_to_sqs(value: &AttributeValue) -> shapes::AttributeValue {
+    let (data_type, string_value, binary_value) = match value {
+        AttributeValue::String(s) => ("String", Some(s.clone()), None),
+        AttributeValue::Number(n) => ("Number", Some(n.clone()), None),
+        AttributeValue::Binary(b) => ("Binary", None, Some(STANDARD.encode(b))),
     };
-    built.build().map_err(|e| e.to_string())
-}
-
-/// Our attribute value for an SQS one; custom types (`String.uuid`) map by their base type.
-fn attribute_from_sqs(v: &MessageAttributeValue) -> AttributeValue {
-    let base = v.data_type().split('.').next().unwrap_or_default();
-    match (base, v.string_value(), v.binary_value()) {
-        ("Binary", _, Some(b)) => AttributeValue::Binary(b.as_ref().to_vec()),
-        ("Number", Some(n), _) => AttributeValue::Number(n.to_string()),
-        (_, Some(s), _) => AttributeValue::String(s.to_string()),
-        (_, None, Some(b)) => AttributeValue::Binary(b.as_ref().to_vec()),
-        (_, None, None) => AttributeValue::String(String::new()),
+    shapes::AttributeValue {
+        data_type: data_type.to_string(),
+        string_value,
+        binary_value,
     }
 }
 
-fn system(m: &Message, name: Sys) -> Option<&str> {
-    m.attributes()
-        .and_then(|a| a.get(&name))
-        .map(String::as_str)
+/// Our attribute value for an SQS one; custom types (`String.uuid`) map by their base type.
+/// A binary value that is not base64 is a defect of the message.
+fn attribute_from_sqs(v: &shapes::AttributeValue) -> Result<AttributeValue, String> {
+    let binary = |b: &str| {
+        STANDARD
+            .decode(b)
+            .map(AttributeValue::Binary)
+            .map_err(|e| format!("a binary attribute is not base64: {e}"))
+    };
+    let base = v.data_type.split('.').next().unwrap_or_default();
+    match (base, &v.string_value, &v.binary_value) {
+        ("Binary", _, Some(b)) => binary(b),
+        ("Number", Some(n), _) => Ok(AttributeValue::Number(n.clone())),
+        (_, Some(s), _) => Ok(AttributeValue::String(s.clone())),
+        (_, None, Some(b)) => binary(b),
+        (_, None, None) => Ok(AttributeValue::String(String::new())),
+    }
+}
+
+fn system<'m>(m: &'m Message, name: &str) -> Option<&'m str> {
+    m.attributes.get(name).map(String::as_str)
 }
 
 /// A received SQS message as ours, or `None` without a receipt handle (nothing could be done
@@ -61,30 +69,34 @@ fn system(m: &Message, name: Sys) -> Option<&str> {
 /// base64 that is not, an unknown encoding, a system attribute that is not a number) comes
 /// back with the body as it arrived and `malformed` saying why, so that it alone is
 /// dead-lettered and never fails the receive of its batch.
-pub(crate) fn received(queue: &str, m: &Message) -> Option<Received> {
-    let receipt = m.receipt_handle()?.to_string();
+pub(crate) fn received(queue: &str, m: Message) -> Option<Received> {
+    let receipt = m.receipt_handle.clone()?;
     let mut defects = Vec::new();
-    let id = m.message_id().map(str::to_string).unwrap_or_else(|| {
+    let id = m.message_id.clone().unwrap_or_else(|| {
         defects.push("the message has no id".to_string());
         format!("no-id-{}", crate::digest::sha256_hex(receipt.as_bytes()))
     });
-    let attrs: &HashMap<String, MessageAttributeValue> = m.message_attributes().unwrap_or(&EMPTY);
-    let text = m.body().unwrap_or_default();
-    let body = decode_body(text, attrs.get(BODY_ENCODING)).unwrap_or_else(|defect| {
-        defects.push(defect);
-        text.as_bytes().to_vec()
-    });
-    let mut attributes: Vec<Attribute> = attrs
-        .iter()
-        .filter(|(name, _)| name.as_str() != BODY_ENCODING)
-        .map(|(name, v)| Attribute {
-            name: name.clone(),
-            value: attribute_from_sqs(v),
-        })
-        .collect();
+    let receive_count = number(&m, RECEIVE_COUNT, &mut defects).unwrap_or(1);
+    let sent_at_ms = number(&m, SENT_TIMESTAMP, &mut defects).unwrap_or(0);
+    let group_id = system(&m, GROUP_ID).map(str::to_string);
+    let mut attrs = m.message_attributes;
+    let text = m.body.unwrap_or_default();
+    let body = match decode_body(&text, attrs.remove(BODY_ENCODING).as_ref()) {
+        Ok(Some(decoded)) => decoded,
+        Ok(None) => text.into_bytes(),
+        Err(defect) => {
+            defects.push(defect);
+            text.into_bytes()
+        }
+    };
+    let mut attributes: Vec<Attribute> = Vec::with_capacity(attrs.len());
+    for (name, v) in attrs {
+        match attribute_from_sqs(&v) {
+            Ok(value) => attributes.push(Attribute { name, value }),
+            Err(defect) => defects.push(format!("attribute {name}: {defect}")),
+        }
+    }
     attributes.sort_by(|a, b| a.name.cmp(&b.name));
-    let receive_count = number(m, Sys::ApproximateReceiveCount, &mut defects).unwrap_or(1);
-    let sent_at_ms = number(m, Sys::SentTimestamp, &mut defects).unwrap_or(0);
     Some(Received {
         id,
         receipt,
@@ -93,18 +105,22 @@ pub(crate) fn received(queue: &str, m: &Message) -> Option<Received> {
         attributes,
         receive_count,
         sent_at_ms,
-        group_id: system(m, Sys::MessageGroupId).map(str::to_string),
+        group_id,
         malformed: (!defects.is_empty()).then(|| defects.join("; ")),
     })
 }
 
-/// The body's bytes, by its `qhost-body-encoding` attribute; the error says what is wrong.
-fn decode_body(text: &str, encoding: Option<&MessageAttributeValue>) -> Result<Vec<u8>, String> {
+/// The body's bytes by its `qhost-body-encoding` attribute (`None`: the text as it is); the
+/// error says what is wrong.
+fn decode_body(
+    text: &str,
+    encoding: Option<&shapes::AttributeValue>,
+) -> Result<Option<Vec<u8>>, String> {
     let Some(encoding) = encoding else {
-        return Ok(text.as_bytes().to_vec());
+        return Ok(None);
     };
-    match encoding.string_value() {
-        Some("base64") => STANDARD.decode(text).map_err(|e| {
+    match encoding.string_value.as_deref() {
+        Some("base64") => STANDARD.decode(text).map(Some).map_err(|e| {
             format!("the body is marked `{BODY_ENCODING} = base64` but is not base64: {e}")
         }),
         other => Err(format!(
@@ -115,18 +131,14 @@ fn decode_body(text: &str, encoding: Option<&MessageAttributeValue>) -> Result<V
 }
 
 /// A numeric system attribute: absent is `None`, unparseable a defect.
-fn number<T: std::str::FromStr>(m: &Message, name: Sys, defects: &mut Vec<String>) -> Option<T> {
-    let text = system(m, name.clone())?;
+fn number<T: std::str::FromStr>(m: &Message, name: &str, defects: &mut Vec<String>) -> Option<T> {
+    let text = system(m, name)?;
     let parsed = text.parse().ok();
     if parsed.is_none() {
-        let name = name.as_str();
         defects.push(format!("system attribute {name} is `{text}`, not a number"));
     }
     parsed
 }
-
-static EMPTY: std::sync::LazyLock<HashMap<String, MessageAttributeValue>> =
-    std::sync::LazyLock::new(HashMap::new);
 
 #[cfg(test)]
 mod tests {
@@ -159,17 +171,66 @@ mod tests {
             AttributeValue::Number("1.5".into()),
             AttributeValue::Binary(vec![0, 255, 7]),
         ] {
-            let sqs = attribute_to_sqs(&value).unwrap();
-            assert_eq!(attribute_from_sqs(&sqs), value);
+            let sqs = attribute_to_sqs(&value);
+            assert_eq!(attribute_from_sqs(&sqs), Ok(value));
         }
-        let custom = MessageAttributeValue::builder()
-            .data_type("Number.int")
-            .string_value("7")
-            .build()
-            .unwrap();
+        let custom = shapes::AttributeValue {
+            data_type: "Number.int".into(),
+            string_value: Some("7".into()),
+            binary_value: None,
+        };
         assert_eq!(
             attribute_from_sqs(&custom),
-            AttributeValue::Number("7".into())
+            Ok(AttributeValue::Number("7".into()))
+        );
+    }
+
+    fn message(json: &str) -> Message {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn a_received_message_reads_its_attributes_and_decodes_its_body() {
+        let m = message(
+            r#"{"MessageId":"m","ReceiptHandle":"r","Body":"Y2Fm6Q==",
+            "Attributes":{"ApproximateReceiveCount":"3","SentTimestamp":"17","MessageGroupId":"g"},
+            "MessageAttributes":{"qhost-body-encoding":{"DataType":"String","StringValue":"base64"},
+            "k":{"DataType":"String","StringValue":"v"}}}"#,
+        );
+        let r = received("q", m).unwrap();
+        assert_eq!(r.body, vec![0x63, 0x61, 0x66, 0xE9]);
+        assert_eq!((r.receive_count, r.sent_at_ms), (3, 17));
+        assert_eq!(r.group_id.as_deref(), Some("g"));
+        assert_eq!(
+            r.attributes.len(),
+            1,
+            "the encoding attribute is not the handler's"
+        );
+        assert_eq!(r.malformed, None);
+    }
+
+    #[test]
+    fn a_message_that_cannot_be_read_is_marked_not_dropped() {
+        let m = message(
+            r#"{"ReceiptHandle":"r","Body":"not base64!",
+            "Attributes":{"ApproximateReceiveCount":"many"},
+            "MessageAttributes":{"qhost-body-encoding":{"DataType":"String","StringValue":"base64"},
+            "b":{"DataType":"Binary","BinaryValue":"%%"}}}"#,
+        );
+        let r = received("q", m).unwrap();
+        assert_eq!(r.body, b"not base64!");
+        let why = r.malformed.unwrap();
+        for defect in [
+            "no id",
+            "not base64",
+            "ApproximateReceiveCount",
+            "attribute b",
+        ] {
+            assert!(why.contains(defect), "{defect}: {why}");
+        }
+        assert!(
+            received("q", message(r#"{"Body":"x"}"#)).is_none(),
+            "no receipt"
         );
     }
 }

@@ -1,5 +1,7 @@
-//! The SQS queue, through aws-sdk-sqs: the same code against Amazon SQS and against a local
-//! SQS-compatible server (`endpoint-url`, or `AWS_ENDPOINT_URL`).
+//! The SQS queue: the same code against Amazon SQS and against a local SQS-compatible server
+//! (`endpoint-url`, or `AWS_ENDPOINT_URL`). The calls on the hot path (receive, delete, change
+//! visibility, send) go through qhost's own JSON client (`json`), the rest (resolving a queue's
+//! URL, its depth, a purge) through aws-sdk-sqs; both from one SDK configuration.
 //!
 //! - Receives ask for every message attribute and for the system attributes the host needs
 //!   (receive count, send time, FIFO group), with long polling.
@@ -14,6 +16,7 @@
 
 mod batch;
 mod convert;
+mod json;
 mod refusal;
 
 use std::collections::HashMap;
@@ -25,13 +28,12 @@ use anyhow::Context as _;
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_sqs::types::{
-    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry,
-    MessageSystemAttributeName, QueueAttributeName, SendMessageBatchRequestEntry,
-};
+use aws_sdk_sqs::types::QueueAttributeName;
 
+use self::json::shapes::{self, BatchAnswer};
+use self::json::{CallError, JsonClient};
 use super::{QueueDepth, QueueSource, SourceError};
-use crate::aws::{AwsDeadlines, AwsSettings, Failure};
+use crate::aws::{ATTEMPTS, AwsDeadlines, AwsSettings, Failure};
 use crate::message::{Outgoing, Received};
 use crate::message::{rules, wire};
 
@@ -61,15 +63,45 @@ fn count(counter: &AtomicU64) {
 #[derive(Debug)]
 pub struct SqsQueue {
     client: Client,
+    json: JsonClient,
+    /// One attempt of a call on the JSON client (a receive takes its wait plus the margin).
+    attempt: Duration,
     deadlines: AwsDeadlines,
     urls: RwLock<HashMap<String, String>>,
     requests: Requests,
 }
 
 /// Whole seconds for SQS, rounding up so a short delay is not lost, within SQS's range.
-fn secs(d: Duration, max: u64) -> i32 {
+fn secs(d: Duration, max: u64) -> u64 {
     let whole = d.as_secs() + u64::from(d.subsec_nanos() > 0);
-    whole.min(max) as i32
+    whole.min(max)
+}
+
+/// A failed call on the JSON client, on `what`, in one line.
+fn failed(what: &str, e: CallError) -> SourceError {
+    if e.timed_out() {
+        SourceError::TimedOut(what.to_string())
+    } else {
+        SourceError::Backend(anyhow::anyhow!("{what}: {e}"))
+    }
+}
+
+/// As [`failed`], but refused for good when SQS's code says the request can never succeed.
+fn refused_or_failed(what: &str, e: CallError) -> SourceError {
+    match e {
+        CallError::Service { code, message, .. } if refusal::is_permanent(&code) => {
+            SourceError::Refused(format!(
+                "{what}: SQS says {code}: {}",
+                message.unwrap_or_default()
+            ))
+        }
+        e => failed(what, e),
+    }
+}
+
+/// Whether SQS's code says a receipt no longer names a delivery.
+fn receipt_expired(code: &str) -> bool {
+    code.contains("ReceiptHandleIsInvalid") || code.contains("MessageNotInflight")
 }
 
 /// A failed call on `what`, in one line (the code and message, or what went wrong on the way).
@@ -120,14 +152,16 @@ impl SqsQueue {
     /// configuration sets its own attempt timeout (receives always take the receive deadline).
     pub fn with_deadlines(config: &aws_config::SdkConfig, deadlines: AwsDeadlines) -> Self {
         let mut builder = aws_sdk_sqs::config::Builder::from(config);
-        let bounded = config
-            .timeout_config()
-            .is_some_and(|t| t.operation_attempt_timeout().is_some());
-        if !bounded {
+        let timeouts = config.timeout_config();
+        let attempt = timeouts.and_then(|t| t.operation_attempt_timeout());
+        if attempt.is_none() {
             builder = builder.timeout_config(deadlines.timeouts(deadlines.call));
         }
+        let connect = (timeouts.and_then(|t| t.connect_timeout())).unwrap_or(deadlines.connect);
         SqsQueue {
             client: Client::from_conf(builder.build()),
+            json: JsonClient::new(config, connect),
+            attempt: attempt.unwrap_or(deadlines.call),
             deadlines,
             urls: RwLock::new(HashMap::new()),
             requests: Requests::default(),
@@ -189,17 +223,9 @@ impl SqsQueue {
         Ok(url)
     }
 
-    fn entry(
-        &self,
-        i: usize,
-        m: &Outgoing,
-    ) -> Result<(SendMessageBatchRequestEntry, usize), SourceError> {
+    fn entry(i: usize, m: &Outgoing) -> Result<(shapes::SendEntry, usize), SourceError> {
         rules::check(m).map_err(|r| SourceError::Refused(r.0))?;
         let (body, encoded) = convert::encode_body(&m.body);
-        let mut b = SendMessageBatchRequestEntry::builder()
-            .id(i.to_string())
-            .message_body(&body)
-            .delay_seconds(m.delay_seconds as i32);
         let mut attributes = m.attributes.clone();
         if encoded {
             attributes.push(crate::message::Attribute::string(
@@ -207,23 +233,21 @@ impl SqsQueue {
                 "base64",
             ));
         }
-        for a in &attributes {
-            let value = convert::attribute_to_sqs(&a.value)
-                .map_err(|e| SourceError::Backend(anyhow::anyhow!("attribute {}: {e}", a.name)))?;
-            b = b.message_attributes(&a.name, value);
-        }
-        if is_fifo(&m.queue) {
-            b = b
-                .set_message_group_id(m.group_id.clone())
-                .message_deduplication_id(
-                    m.dedup_id
-                        .clone()
-                        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string()),
-                )
-                .delay_seconds(0);
-        }
         let size = wire::message_size(body.len(), &attributes);
-        let entry = b.build().map_err(|e| SourceError::Backend(e.into()))?;
+        let fifo = is_fifo(&m.queue);
+        let entry = shapes::SendEntry {
+            id: i.to_string(),
+            message_body: body,
+            // FIFO queues take no per-message delay.
+            delay_seconds: if fifo { 0 } else { m.delay_seconds },
+            message_attributes: (attributes.iter())
+                .map(|a| (a.name.clone(), convert::attribute_to_sqs(&a.value)))
+                .collect(),
+            message_group_id: fifo.then(|| m.group_id.clone()).flatten(),
+            message_deduplication_id: fifo.then(|| {
+                (m.dedup_id.clone()).unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
+            }),
+        };
         Ok((entry, size))
     }
 
@@ -237,39 +261,41 @@ impl SqsQueue {
         let mut entries = Vec::with_capacity(messages.len());
         let mut sizes = Vec::with_capacity(messages.len());
         for (i, m) in messages.iter().enumerate() {
-            let (entry, size) = self.entry(i, m)?;
+            let (entry, size) = Self::entry(i, m)?;
             entries.push(Some(entry));
             sizes.push(size);
         }
         let plan = batch::plan(&sizes)
             .map_err(|e| SourceError::Refused(format!("sending to `{queue}`: {e}")))?;
         let mut ids = vec![String::new(); messages.len()];
+        let what = || format!("sending to `{queue}`");
         for indices in plan {
-            let batch: Vec<_> = indices.iter().filter_map(|&i| entries[i].take()).collect();
+            let request = shapes::Batch {
+                queue_url: &url,
+                entries: indices.iter().filter_map(|&i| entries[i].take()).collect(),
+            };
             count(&self.requests.send);
-            let out = self
-                .client
-                .send_message_batch()
-                .queue_url(&url)
-                .set_entries(Some(batch))
-                .send()
+            let out: BatchAnswer = (self.json)
+                .call("SendMessageBatch", &request, self.attempt, ATTEMPTS)
                 .await
-                .map_err(|e| classify(&format!("sending to `{queue}`"), e))?;
-            if let Some(f) = out.failed().first() {
+                .map_err(|e| refused_or_failed(&what(), e))?;
+            if let Some(f) = out.failed.first() {
                 let why = format!(
-                    "sending to `{queue}`: SQS says {}: {}",
-                    f.code(),
-                    f.message().unwrap_or_default()
+                    "{}: SQS says {}: {}",
+                    what(),
+                    f.code,
+                    f.message.as_deref().unwrap_or_default()
                 );
-                return Err(if f.sender_fault() && refusal::is_permanent(f.code()) {
+                return Err(if f.sender_fault && refusal::is_permanent(&f.code) {
                     SourceError::Refused(why)
                 } else {
                     SourceError::Backend(anyhow::anyhow!(why))
                 });
             }
-            for ok in out.successful() {
-                if let Ok(i) = ok.id().parse::<usize>() {
-                    ids[i] = ok.message_id().to_string();
+            for ok in out.successful {
+                let slot = ok.id.parse::<usize>().ok().and_then(|i| ids.get_mut(i));
+                if let (Some(slot), Some(id)) = (slot, ok.message_id) {
+                    *slot = id;
                 }
             }
         }
@@ -288,32 +314,33 @@ impl QueueSource for SqsQueue {
     ) -> Result<Vec<Received>, SourceError> {
         let url = self.url(queue).await?;
         count(&self.requests.receive);
-        let out = self
-            .client
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(max.clamp(1, 10) as i32)
-            .visibility_timeout(secs(visibility, MAX_VISIBILITY_SECS))
-            .wait_time_seconds(secs(wait, 20))
-            .message_attribute_names("All")
-            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
-            .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
-            .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
-            .customize()
-            .config_override(
-                aws_sdk_sqs::config::Builder::default()
-                    .timeout_config(self.deadlines.receive_timeouts(wait)),
-            )
-            .send()
+        let request = shapes::ReceiveMessage {
+            queue_url: &url,
+            max_number_of_messages: max.clamp(1, 10) as u32,
+            visibility_timeout: secs(visibility, MAX_VISIBILITY_SECS),
+            wait_time_seconds: secs(wait, 20),
+            message_attribute_names: ["All"],
+            message_system_attribute_names: [
+                convert::RECEIVE_COUNT,
+                convert::SENT_TIMESTAMP,
+                convert::GROUP_ID,
+            ],
+        };
+        // One attempt: a lost answer is not worth a second wait inside the call; the poller
+        // asks again.
+        let deadline = wait + self.deadlines.receive_margin;
+        let out: shapes::Received = (self.json)
+            .call("ReceiveMessage", &request, deadline, 1)
             .await
-            .map_err(|e| backend(&format!("receiving from `{queue}`"), e))?;
+            .map_err(|e| failed(&format!("receiving from `{queue}`"), e))?;
         Ok(out
-            .messages()
-            .iter()
+            .messages
+            .into_iter()
             .filter_map(|m| {
+                let id = m.message_id.clone();
                 let received = convert::received(queue, m);
                 if received.is_none() {
-                    tracing::error!(queue, message_id = ?m.message_id(), "SQS sent a message without a receipt handle; skipping it");
+                    tracing::error!(queue, message_id = ?id, "SQS sent a message without a receipt handle; skipping it");
                 }
                 received
             })
@@ -326,27 +353,21 @@ impl QueueSource for SqsQueue {
         receipts: &[String],
     ) -> Result<Vec<Result<(), SourceError>>, SourceError> {
         let url = self.url(queue).await?;
-        let entries = receipts
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                DeleteMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .receipt_handle(r)
-                    .build()
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| SourceError::Backend(e.into()))?;
+        let request = shapes::Batch {
+            queue_url: &url,
+            entries: (receipts.iter().enumerate())
+                .map(|(i, r)| shapes::DeleteEntry {
+                    id: i.to_string(),
+                    receipt_handle: r,
+                })
+                .collect(),
+        };
         count(&self.requests.delete);
-        let out = self
-            .client
-            .delete_message_batch()
-            .queue_url(url)
-            .set_entries(Some(entries))
-            .send()
+        let out: BatchAnswer = (self.json)
+            .call("DeleteMessageBatch", &request, self.attempt, ATTEMPTS)
             .await
-            .map_err(|e| backend(&format!("deleting from `{queue}`"), e))?;
-        Ok(batch::entry_results(receipts.len(), out.failed()))
+            .map_err(|e| failed(&format!("deleting from `{queue}`"), e))?;
+        Ok(batch::entry_results(receipts.len(), &out.failed))
     }
 
     async fn change_visibility(
@@ -357,24 +378,20 @@ impl QueueSource for SqsQueue {
     ) -> Result<(), SourceError> {
         let url = self.url(queue).await?;
         count(&self.requests.change_visibility);
-        self.client
-            .change_message_visibility()
-            .queue_url(url)
-            .receipt_handle(receipt)
-            .visibility_timeout(secs(delay, MAX_VISIBILITY_SECS))
-            .send()
+        let request = shapes::ChangeVisibility {
+            queue_url: &url,
+            receipt_handle: receipt,
+            visibility_timeout: secs(delay, MAX_VISIBILITY_SECS),
+        };
+        (self.json)
+            .call::<_, shapes::Empty>("ChangeMessageVisibility", &request, self.attempt, ATTEMPTS)
             .await
             .map(drop)
             .map_err(|e| {
-                let code = e.code().unwrap_or_default().to_string();
-                let expired = e.as_service_error().is_some_and(|s| {
-                    s.is_receipt_handle_is_invalid() || s.is_message_not_inflight()
-                }) || code.contains("ReceiptHandleIsInvalid")
-                    || code.contains("MessageNotInflight");
-                if expired {
+                if e.code().is_some_and(receipt_expired) {
                     SourceError::ReceiptExpired
                 } else {
-                    backend(&format!("changing visibility in `{queue}`"), e)
+                    failed(&format!("changing visibility in `{queue}`"), e)
                 }
             })
     }
@@ -388,26 +405,27 @@ impl QueueSource for SqsQueue {
             return Ok(vec![self.change_visibility(queue, receipt, *delay).await]);
         }
         let url = self.url(queue).await?;
-        let batch = (entries.iter().enumerate())
-            .map(|(i, (receipt, delay))| {
-                ChangeMessageVisibilityBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .receipt_handle(receipt)
-                    .visibility_timeout(secs(*delay, MAX_VISIBILITY_SECS))
-                    .build()
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| SourceError::Backend(e.into()))?;
+        let request = shapes::Batch {
+            queue_url: &url,
+            entries: (entries.iter().enumerate())
+                .map(|(i, (receipt, delay))| shapes::VisibilityEntry {
+                    id: i.to_string(),
+                    receipt_handle: receipt,
+                    visibility_timeout: secs(*delay, MAX_VISIBILITY_SECS),
+                })
+                .collect(),
+        };
         count(&self.requests.change_visibility);
-        let out = self
-            .client
-            .change_message_visibility_batch()
-            .queue_url(url)
-            .set_entries(Some(batch))
-            .send()
+        let out: BatchAnswer = (self.json)
+            .call(
+                "ChangeMessageVisibilityBatch",
+                &request,
+                self.attempt,
+                ATTEMPTS,
+            )
             .await
-            .map_err(|e| backend(&format!("changing visibility in `{queue}`"), e))?;
-        Ok(batch::entry_results(entries.len(), out.failed()))
+            .map_err(|e| failed(&format!("changing visibility in `{queue}`"), e))?;
+        Ok(batch::entry_results(entries.len(), &out.failed))
     }
 
     async fn send(&self, messages: &[Outgoing]) -> Result<Vec<String>, SourceError> {

@@ -1,0 +1,179 @@
+//! A client of qhost's own for the calls on SQS's hot path (`ReceiveMessage`,
+//! `DeleteMessageBatch`, `ChangeMessageVisibility[Batch]`, `SendMessageBatch`), speaking the
+//! AWS JSON 1.0 protocol SQS speaks: a POST of a JSON body named by `x-amz-target`, signed
+//! with SigV4, answered with JSON.
+//!
+//! Why not the SDK for these: `--bench sqs_client` measured the SDK's per-request machinery
+//! (the runtime-components merge, interceptors, endpoint resolution per call, the retry
+//! classifier chain) at about twice the CPU of the whole request here (docs/benchmarks.md).
+//! The SDK still serves every other call, and this client takes from the SDK's configuration
+//! what must stay the same: the credentials chain (cached and renewed here, `signer.rs`), the
+//! region and the endpoint (resolved by the SDK's own rules, `endpoint.rs`). It keeps the
+//! SDK's behaviour where qhost relies on it:
+//!
+//! - every attempt has a deadline (the connect, and the whole answer), and a call makes at
+//!   most the attempts it is given, waiting the SDK's standard backoff between them;
+//! - only what may pass is retried: the network, a deadline, a 5xx, throttling (`failure.rs`);
+//! - errors carry SQS's codes as the SDK reads them, so the classification above this module
+//!   (permanent refusals, expired receipts) is the same whichever client made the call.
+//!
+//! Left out, and why: the SDK's retry quota (qhost's pollers and batchers back off on their
+//! own), clock-skew correction (a host whose clock is off by minutes fails its leases too),
+//! and request checksums (SQS's JSON protocol has none; the SDK checks receive MD5s only when
+//! asked).
+
+mod endpoint;
+mod failure;
+pub(crate) mod shapes;
+mod signer;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HOST, HeaderValue};
+use http_body_util::{BodyExt as _, Full};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+
+pub(crate) use failure::CallError;
+use signer::Signer;
+
+/// Where calls go: the endpoint and the `host` header signed with it.
+#[derive(Debug)]
+struct Target {
+    uri: http::Uri,
+    host: HeaderValue,
+}
+
+/// The JSON client for one configuration.
+#[derive(Debug)]
+pub(crate) struct JsonClient {
+    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    /// The endpoint, or why there is none (each call then fails with it).
+    target: Result<Target, String>,
+    signer: Signer,
+}
+
+impl JsonClient {
+    /// A client for the SQS that `sdk` names, opening connections within `connect`.
+    pub(crate) fn new(sdk: &aws_config::SdkConfig, connect: Duration) -> Self {
+        let target = endpoint::resolve(sdk).and_then(|uri| {
+            let host =
+                (uri.authority()).ok_or_else(|| format!("the SQS endpoint `{uri}` has no host"))?;
+            let host = HeaderValue::from_str(host.as_str()).map_err(|e| e.to_string())?;
+            Ok(Target { uri, host })
+        });
+        let region = sdk.region().map(ToString::to_string).unwrap_or_default();
+        JsonClient {
+            http: http_client(connect),
+            target,
+            signer: Signer::new(sdk.credentials_provider(), region, "sqs"),
+        }
+    }
+
+    /// Calls `operation` with `input`: each attempt within `deadline`, at most `attempts` of
+    /// them, another only after a failure that may pass.
+    pub(crate) async fn call<I: serde::Serialize, O: serde::de::DeserializeOwned>(
+        &self,
+        operation: &'static str,
+        input: &I,
+        deadline: Duration,
+        attempts: u32,
+    ) -> Result<O, CallError> {
+        let body = Bytes::from(
+            serde_json::to_vec(input).map_err(|e| CallError::Setup(format!("{operation}: {e}")))?,
+        );
+        let mut attempt = 1;
+        loop {
+            let answered = tokio::time::timeout(deadline, self.attempt(operation, body.clone()))
+                .await
+                .unwrap_or(Err(CallError::TimedOut));
+            match answered {
+                Ok(answer) => {
+                    return serde_json::from_slice(&answer)
+                        .map_err(|e| CallError::Unreadable(format!("{operation}: {e}")));
+                }
+                Err(e) if e.is_retriable() && attempt < attempts => {
+                    attempt += 1;
+                    tokio::time::sleep(failure::backoff(attempt)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One attempt: the answer's body if SQS answered with success.
+    async fn attempt(&self, operation: &'static str, body: Bytes) -> Result<Bytes, CallError> {
+        let target = (self.target.as_ref()).map_err(|why| CallError::Setup(why.clone()))?;
+        let identity = self.signer.identity().await?;
+        let mut request = http::Request::post(target.uri.clone())
+            .header(HOST, target.host.clone())
+            .header(CONTENT_TYPE, "application/x-amz-json-1.0")
+            .header("x-amz-target", format!("AmazonSQS.{operation}"))
+            // Errors then carry the query API's codes (`x-amzn-query-error`), as the SDK asks.
+            .header("x-amzn-query-mode", "true")
+            .body(Full::new(body.clone()))
+            .map_err(|e| CallError::Setup(format!("{operation}: {e}")))?;
+        self.signer.sign(&identity, &mut request, &body)?;
+        let response = self.http.request(request).await.map_err(dispatch_error)?;
+        let (parts, body) = response.into_parts();
+        let bytes = (body.collect().await)
+            .map_err(|e| CallError::Unreadable(e.to_string()))?
+            .to_bytes();
+        if parts.status.is_success() {
+            return Ok(bytes);
+        }
+        let query_error = (parts.headers.get("x-amzn-query-error")).and_then(|v| v.to_str().ok());
+        Err(CallError::from_answer(
+            parts.status.as_u16(),
+            query_error,
+            &bytes,
+        ))
+    }
+}
+
+/// Hyper's pooled HTTP/1.1 client over rustls (on *ring*, with the platform's roots, as the
+/// SDK's client in `aws.rs`), connecting within `connect`.
+fn http_client(connect: Duration) -> Client<HttpsConnector<HttpConnector>, Full<Bytes>> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(connect));
+    http.set_nodelay(true);
+    let ring = rustls::crypto::ring::default_provider();
+    let builder = match hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_native_roots(ring)
+    {
+        Ok(with_roots) => with_roots,
+        Err(e) => {
+            tracing::warn!(error = %e, "no platform certificates to trust; HTTPS calls to SQS will fail");
+            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(empty_roots())
+        }
+    };
+    let connector = builder.https_or_http().enable_http1().wrap_connector(http);
+    Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector)
+}
+
+fn empty_roots() -> rustls::ClientConfig {
+    let ring = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(ring)
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth()
+}
+
+/// A request that got no answer: a connect that timed out, or a connection that failed.
+fn dispatch_error(e: hyper_util::client::legacy::Error) -> CallError {
+    let mut cause: &(dyn std::error::Error + 'static) = &e;
+    while let Some(next) = cause.source() {
+        if let Some(io) = next.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::TimedOut
+            && e.is_connect()
+        {
+            return CallError::ConnectTimedOut;
+        }
+        cause = next;
+    }
+    CallError::Connection(cause.to_string())
+}
