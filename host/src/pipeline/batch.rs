@@ -93,6 +93,10 @@ async fn ended(queue: Arc<QueueCtx>, read: Read) -> Fate {
 }
 
 fn spawn<F: Future<Output = Fate> + Send + 'static>(queue: &QueueCtx, task: F, permit: Permit) {
+    // A message's task is a large future (about 15 KiB: the whole of its run); boxed once here,
+    // the layers spawning wraps it in (this block, the tracker, tokio's task cell) each move
+    // a pointer instead of copying it.
+    let task = Box::pin(task);
     queue.shared.tasks.spawn(async move {
         task.await;
         drop(permit);
