@@ -74,11 +74,13 @@ struct Row {
 }
 
 /// CPU this process used since `before`, less what the responder's thread used since
-/// `responder_before` (taken from user time: it is nearly all user time).
-fn consumer_cpu(before: CpuTime, responder: &Responder, responder_before: Duration) -> CpuTime {
+/// `responder_before` (its user time from user time, its system time from system time).
+fn consumer_cpu(before: CpuTime, responder: &Responder, responder_before: CpuTime) -> CpuTime {
     let mut used = before.elapsed();
-    let served = responder.cpu().saturating_sub(responder_before);
-    used.user = used.user.saturating_sub(served);
+    let served = responder.cpu();
+    used.user = (used.user).saturating_sub(served.user.saturating_sub(responder_before.user));
+    used.system =
+        (used.system).saturating_sub(served.system.saturating_sub(responder_before.system));
     used
 }
 
@@ -336,7 +338,7 @@ enum Kind {
 /// Runs one row; qhost's and the bare loop on a runtime of `threads` worker threads of their
 /// own (a host's pipeline runs on the runtime it starts on), with a Redis connection of that
 /// runtime's.
-fn run(kind: Kind, threads: usize, responder: &Responder, n: usize) -> Row {
+fn run(kind: Kind, threads: usize, responder: &'static Responder, n: usize) -> Row {
     match kind {
         Kind::Python => return peer_row(&PYTHON, responder, n),
         Kind::Node => return peer_row(&NODE, responder, n),
@@ -347,7 +349,10 @@ fn run(kind: Kind, threads: usize, responder: &Responder, n: usize) -> Row {
         .enable_all()
         .build()
         .expect("a runtime");
-    let mut row = runtime.block_on(async {
+    // The row runs as a task on the runtime's workers, as a consumer's loop (and qhost's
+    // pipeline) does, not on the thread that blocks on the runtime: from there every request
+    // would wake a worker for hyper's connection task and be woken back.
+    let row = runtime.spawn(async move {
         let redis = RedisStore::connect(&qhost_e2e::redis_server::shared_url())
             .await
             .expect("the tests' Redis on 127.0.0.1:6379 (scripts/install-test-tools starts it)");
@@ -374,6 +379,7 @@ fn run(kind: Kind, threads: usize, responder: &Responder, n: usize) -> Row {
             Kind::Python | Kind::Node => unreachable!("peers run as processes"),
         }
     });
+    let mut row = runtime.block_on(row).expect("the row's task");
     row.threads = Some(threads);
     row
 }
@@ -397,7 +403,8 @@ const ROWS: [(Kind, usize); 12] = [
 
 fn main() {
     let n = qhost_e2e::bench_messages(20_000);
-    let responder = Responder::start();
+    // Shared with each row's task for the whole run.
+    let responder: &'static Responder = Box::leak(Box::new(Responder::start()));
     responder.duplicate_every(DUPLICATE_EVERY, FAR);
     let threads = std::env::var("QHOST_BENCH_THREADS")
         .ok()
@@ -414,7 +421,7 @@ fn main() {
             "python" => Kind::Python,
             _ => Kind::Embedded,
         };
-        let row = run(kind, threads, &responder, n);
+        let row = run(kind, threads, responder, n);
         let cpu = row.cpu.micros_per(n);
         print_row(
             &row,
@@ -428,7 +435,7 @@ fn main() {
         return;
     }
     let rows: Vec<Row> = (ROWS.iter())
-        .map(|&(kind, threads)| run(kind, threads, &responder, n))
+        .map(|&(kind, threads)| run(kind, threads, responder, n))
         .collect();
     println!(
         "SQS client cost, {n} deliveries per row (every {DUPLICATE_EVERY}th a duplicate), a \

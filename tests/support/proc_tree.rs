@@ -61,6 +61,33 @@ pub fn stat_cpu(path: &str, children: bool) -> Duration {
     Duration::from_secs_f64(ticks as f64 / ticks_per_second())
 }
 
+/// The user and system time a thread's `stat` file (`/proc/self/task/TID/stat`) counts,
+/// apart (fields 14 and 15).
+pub fn stat_cpu_apart(path: &str) -> crate::cpu::CpuTime {
+    let none = crate::cpu::CpuTime {
+        user: Duration::ZERO,
+        system: Duration::ZERO,
+    };
+    let Ok(stat) = std::fs::read_to_string(path) else {
+        return none;
+    };
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return none;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| {
+        let ticks = fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0);
+        Duration::from_secs_f64(ticks as f64 / ticks_per_second())
+    };
+    crate::cpu::CpuTime {
+        user: field(11),
+        system: field(12),
+    }
+}
+
 /// CPU time used so far by `pid` and every process below it.
 pub fn cpu(pid: u32) -> Duration {
     tree(pid).into_iter().map(cpu_of).sum()

@@ -147,10 +147,10 @@ impl Responder {
         std::array::from_fn(|i| self.state.calls[i].load(Ordering::Relaxed))
     }
 
-    /// CPU time its thread has used so far.
-    pub fn cpu(&self) -> Duration {
+    /// CPU time its thread has used so far, user and system apart.
+    pub fn cpu(&self) -> crate::cpu::CpuTime {
         let tid = self.state.tid.load(Ordering::Relaxed);
-        crate::proc_tree::stat_cpu(&format!("/proc/self/task/{tid}/stat"), false)
+        crate::proc_tree::stat_cpu_apart(&format!("/proc/self/task/{tid}/stat"))
     }
 }
 
