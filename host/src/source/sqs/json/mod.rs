@@ -177,3 +177,144 @@ fn dispatch_error(e: hyper_util::client::legacy::Error) -> CallError {
     }
     CallError::Connection(cause.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::convert::Infallible;
+    use std::sync::{Arc, Mutex};
+
+    use hyper_util::rt::TokioIo;
+
+    use super::*;
+
+    /// One scripted answer: a status, an `x-amzn-query-error` value, a body; or no answer.
+    type Answer = Option<(u16, Option<&'static str>, &'static str)>;
+
+    /// An HTTP server on loopback answering each request with the next of `script`; returns
+    /// its address and the requests it has seen (their `x-amz-target` and whether signed).
+    async fn scripted(script: Vec<Answer>) -> (String, Arc<Mutex<Vec<(String, bool)>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let script = Arc::new(Mutex::new(VecDeque::from(script)));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (script, log) = (Arc::clone(&script), Arc::clone(&log));
+                let service = hyper::service::service_fn(move |req: http::Request<_>| {
+                    let target = req
+                        .headers()
+                        .get("x-amz-target")
+                        .map(|v| v.to_str().unwrap().to_string());
+                    let signed = req.headers().contains_key("authorization");
+                    log.lock()
+                        .unwrap()
+                        .push((target.unwrap_or_default(), signed));
+                    let next = script.lock().unwrap().pop_front().flatten();
+                    async move {
+                        let Some((status, query_error, body)) = next else {
+                            std::future::pending::<()>().await;
+                            unreachable!()
+                        };
+                        let mut answer = http::Response::builder().status(status);
+                        if let Some(code) = query_error {
+                            answer = answer.header("x-amzn-query-error", code);
+                        }
+                        Ok::<_, Infallible>(answer.body(Full::new(Bytes::from(body))).unwrap())
+                    }
+                });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service),
+                );
+            }
+        });
+        (format!("http://{addr}"), seen)
+    }
+
+    fn client(endpoint: &str) -> JsonClient {
+        let sdk = aws_config::SdkConfig::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .endpoint_url(endpoint)
+            .credentials_provider(aws_sdk_sqs::config::SharedCredentialsProvider::new(
+                aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "tests"),
+            ))
+            .build();
+        JsonClient::new(&sdk, Duration::from_secs(1))
+    }
+
+    const RECEIVE: shapes::ReceiveMessage<'static> = shapes::ReceiveMessage {
+        queue_url: "http://127.0.0.1/000000000000/q",
+        max_number_of_messages: 10,
+        visibility_timeout: 30,
+        wait_time_seconds: 0,
+        message_attribute_names: ["All"],
+        message_system_attribute_names: [
+            "ApproximateReceiveCount",
+            "SentTimestamp",
+            "MessageGroupId",
+        ],
+    };
+
+    #[tokio::test]
+    async fn a_5xx_is_tried_again_and_the_answer_read() {
+        let ok = r#"{"Messages":[{"MessageId":"m","ReceiptHandle":"r","Body":"b"}]}"#;
+        let (endpoint, seen) =
+            scripted(vec![Some((503, None, "busy")), Some((200, None, ok))]).await;
+        let got: shapes::Received = (client(&endpoint))
+            .call("ReceiveMessage", &RECEIVE, Duration::from_secs(5), 2)
+            .await
+            .unwrap();
+        assert_eq!(got.messages[0].body.as_deref(), Some("b"));
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 2, "one more attempt after the 503");
+        assert!(
+            seen.iter()
+                .all(|(target, signed)| target == "AmazonSQS.ReceiveMessage" && *signed)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_not_tried_again_and_keeps_its_code() {
+        let body = r#"{"__type":"com.amazonaws.sqs#QueueDoesNotExist","message":"gone"}"#;
+        let code = Some("AWS.SimpleQueueService.NonExistentQueue;Sender");
+        let (endpoint, seen) =
+            scripted(vec![Some((400, code, body)), Some((200, None, "{}"))]).await;
+        let e = (client(&endpoint))
+            .call::<_, shapes::Received>("ReceiveMessage", &RECEIVE, Duration::from_secs(5), 3)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some("AWS.SimpleQueueService.NonExistentQueue"));
+        assert_eq!(seen.lock().unwrap().len(), 1, "a refusal is final");
+    }
+
+    #[tokio::test]
+    async fn no_answer_ends_at_the_deadline() {
+        let (endpoint, seen) = scripted(vec![None]).await;
+        let client = client(&endpoint);
+        let call = client.call::<_, shapes::Received>(
+            "ReceiveMessage",
+            &RECEIVE,
+            Duration::from_millis(200),
+            1,
+        );
+        // The server never answers: only the call's own deadline can end it with `TimedOut`.
+        let e = (tokio::time::timeout(Duration::from_secs(30), call).await)
+            .expect("the call ended by itself")
+            .unwrap_err();
+        assert_eq!(e, CallError::TimedOut);
+        assert_eq!(seen.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_is_not_the_call_s_is_unreadable() {
+        let (endpoint, _) = scripted(vec![Some((200, None, "<xml/>"))]).await;
+        let e = (client(&endpoint))
+            .call::<_, shapes::Received>("ReceiveMessage", &RECEIVE, Duration::from_secs(5), 1)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, CallError::Unreadable(_)), "{e:?}");
+    }
+}
