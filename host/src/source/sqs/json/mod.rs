@@ -18,9 +18,10 @@
 //!   (permanent refusals, expired receipts) is the same whichever client made the call.
 //!
 //! Left out, and why: the SDK's retry quota (qhost's pollers and batchers back off on their
-//! own), clock-skew correction (a host whose clock is off by minutes fails its leases too),
-//! and request checksums (SQS's JSON protocol has none; the SDK checks receive MD5s only when
-//! asked).
+//! own), clock-skew correction (SigV4 allows five minutes of skew; a host whose clock is off by
+//! more is misconfigured, and SQS's refusal says so in the log),
+//! and the MD5 digests in SQS's answers (aws-sdk-sqs at the pinned version does not check them
+//! either; TLS already guards the bytes in transit).
 
 mod endpoint;
 mod failure;
