@@ -152,7 +152,11 @@ fn http_client(connect: Duration) -> Client<HttpsConnector<HttpConnector>, Full<
         }
     };
     let connector = builder.https_or_http().enable_http1().wrap_connector(http);
-    Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector)
+    // The timer lets idle pooled connections expire (hyper's 90 s default), as the SDK's client
+    // does; without one they would be kept until the server closed them.
+    Client::builder(hyper_util::rt::TokioExecutor::new())
+        .pool_timer(hyper_util::rt::TokioTimer::new())
+        .build(connector)
 }
 
 fn empty_roots() -> rustls::ClientConfig {
