@@ -15,16 +15,14 @@ pub(crate) fn entry_results(n: usize, failed: &[EntryFailure]) -> Vec<Result<(),
             continue;
         };
         let code = &f.code;
-        *result = Err(
-            if code.contains("ReceiptHandleIsInvalid") || code.contains("MessageNotInflight") {
-                SourceError::ReceiptExpired
-            } else {
-                SourceError::Backend(anyhow::anyhow!(
-                    "{code} {}",
-                    f.message.as_deref().unwrap_or_default()
-                ))
-            },
-        );
+        *result = Err(if super::refusal::receipt_expired(code) {
+            SourceError::ReceiptExpired
+        } else {
+            SourceError::Backend(anyhow::anyhow!(
+                "{code} {}",
+                f.message.as_deref().unwrap_or_default()
+            ))
+        });
     }
     results
 }

@@ -99,11 +99,6 @@ fn refused_or_failed(what: &str, e: CallError) -> SourceError {
     }
 }
 
-/// Whether SQS's code says a receipt no longer names a delivery.
-fn receipt_expired(code: &str) -> bool {
-    code.contains("ReceiptHandleIsInvalid") || code.contains("MessageNotInflight")
-}
-
 /// A failed call on `what`, in one line (the code and message, or what went wrong on the way).
 fn backend<E, R>(what: &str, e: SdkError<E, R>) -> SourceError
 where
@@ -337,12 +332,11 @@ impl QueueSource for SqsQueue {
             .messages
             .into_iter()
             .filter_map(|m| {
-                let id = m.message_id.clone();
-                let received = convert::received(queue, m);
-                if received.is_none() {
-                    tracing::error!(queue, message_id = ?id, "SQS sent a message without a receipt handle; skipping it");
+                if m.receipt_handle.is_none() {
+                    tracing::error!(queue, message_id = ?m.message_id, "SQS sent a message without a receipt handle; skipping it");
+                    return None;
                 }
-                received
+                convert::received(queue, m)
             })
             .collect())
     }
@@ -388,7 +382,7 @@ impl QueueSource for SqsQueue {
             .await
             .map(drop)
             .map_err(|e| {
-                if e.code().is_some_and(receipt_expired) {
+                if e.code().is_some_and(refusal::receipt_expired) {
                     SourceError::ReceiptExpired
                 } else {
                     failed(&format!("changing visibility in `{queue}`"), e)

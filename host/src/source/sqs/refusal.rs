@@ -31,6 +31,12 @@ pub(super) fn is_permanent(code: &str) -> bool {
             .any(|p| code.rsplit('.').next().is_some_and(|tail| tail == *p))
 }
 
+/// Whether an error `code` from SQS says a receipt no longer names a delivery (its visibility
+/// lapsed and the message was received again, or it was deleted).
+pub(super) fn receipt_expired(code: &str) -> bool {
+    code.contains("ReceiptHandleIsInvalid") || code.contains("MessageNotInflight")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
