@@ -6,6 +6,8 @@
 //! `qhost-body-encoding = base64`, and is decoded on receipt; the handler sees the original
 //! bytes and never the attribute.
 
+use std::collections::HashMap;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
@@ -43,25 +45,21 @@ pub(crate) fn attribute_to_sqs(value: &AttributeValue) -> shapes::AttributeValue
 
 /// Our attribute value for an SQS one; custom types (`String.uuid`) map by their base type.
 /// A binary value that is not base64 is a defect of the message.
-fn attribute_from_sqs(v: &shapes::AttributeValue) -> Result<AttributeValue, String> {
-    let binary = |b: &str| {
+fn attribute_from_sqs(v: shapes::AttributeValue) -> Result<AttributeValue, String> {
+    let binary = |b: String| {
         STANDARD
             .decode(b)
             .map(AttributeValue::Binary)
             .map_err(|e| format!("a binary attribute is not base64: {e}"))
     };
     let base = v.data_type.split('.').next().unwrap_or_default();
-    match (base, &v.string_value, &v.binary_value) {
+    match (base, v.string_value, v.binary_value) {
         ("Binary", _, Some(b)) => binary(b),
-        ("Number", Some(n), _) => Ok(AttributeValue::Number(n.clone())),
-        (_, Some(s), _) => Ok(AttributeValue::String(s.clone())),
+        ("Number", Some(n), _) => Ok(AttributeValue::Number(n)),
+        (_, Some(s), _) => Ok(AttributeValue::String(s)),
         (_, None, Some(b)) => binary(b),
         (_, None, None) => Ok(AttributeValue::String(String::new())),
     }
-}
-
-fn system<'m>(m: &'m Message, name: &str) -> Option<&'m str> {
-    m.attributes.get(name).map(String::as_str)
 }
 
 /// A received SQS message as ours, or `None` without a receipt handle (nothing could be done
@@ -70,17 +68,23 @@ fn system<'m>(m: &'m Message, name: &str) -> Option<&'m str> {
 /// back with the body as it arrived and `malformed` saying why, so that it alone is
 /// dead-lettered and never fails the receive of its batch.
 pub(crate) fn received(queue: &str, m: Message) -> Option<Received> {
-    let receipt = m.receipt_handle.clone()?;
+    let Message {
+        message_id,
+        receipt_handle,
+        body: text,
+        attributes: mut system,
+        message_attributes: mut attrs,
+    } = m;
+    let receipt = receipt_handle?;
     let mut defects = Vec::new();
-    let id = m.message_id.clone().unwrap_or_else(|| {
+    let id = message_id.unwrap_or_else(|| {
         defects.push("the message has no id".to_string());
         format!("no-id-{}", crate::digest::sha256_hex(receipt.as_bytes()))
     });
-    let receive_count = number(&m, RECEIVE_COUNT, &mut defects).unwrap_or(1);
-    let sent_at_ms = number(&m, SENT_TIMESTAMP, &mut defects).unwrap_or(0);
-    let group_id = system(&m, GROUP_ID).map(str::to_string);
-    let mut attrs = m.message_attributes;
-    let text = m.body.unwrap_or_default();
+    let receive_count = number(&system, RECEIVE_COUNT, &mut defects).unwrap_or(1);
+    let sent_at_ms = number(&system, SENT_TIMESTAMP, &mut defects).unwrap_or(0);
+    let group_id = system.remove(GROUP_ID);
+    let text = text.unwrap_or_default();
     let body = match decode_body(&text, attrs.remove(BODY_ENCODING).as_ref()) {
         Ok(Some(decoded)) => decoded,
         Ok(None) => text.into_bytes(),
@@ -91,7 +95,7 @@ pub(crate) fn received(queue: &str, m: Message) -> Option<Received> {
     };
     let mut attributes: Vec<Attribute> = Vec::with_capacity(attrs.len());
     for (name, v) in attrs {
-        match attribute_from_sqs(&v) {
+        match attribute_from_sqs(v) {
             Ok(value) => attributes.push(Attribute { name, value }),
             Err(defect) => defects.push(format!("attribute {name}: {defect}")),
         }
@@ -131,8 +135,12 @@ fn decode_body(
 }
 
 /// A numeric system attribute: absent is `None`, unparseable a defect.
-fn number<T: std::str::FromStr>(m: &Message, name: &str, defects: &mut Vec<String>) -> Option<T> {
-    let text = system(m, name)?;
+fn number<T: std::str::FromStr>(
+    system: &HashMap<String, String>,
+    name: &str,
+    defects: &mut Vec<String>,
+) -> Option<T> {
+    let text = system.get(name)?;
     let parsed = text.parse().ok();
     if parsed.is_none() {
         defects.push(format!("system attribute {name} is `{text}`, not a number"));
@@ -172,7 +180,7 @@ mod tests {
             AttributeValue::Binary(vec![0, 255, 7]),
         ] {
             let sqs = attribute_to_sqs(&value);
-            assert_eq!(attribute_from_sqs(&sqs), Ok(value));
+            assert_eq!(attribute_from_sqs(sqs), Ok(value));
         }
         let custom = shapes::AttributeValue {
             data_type: "Number.int".into(),
@@ -180,7 +188,7 @@ mod tests {
             binary_value: None,
         };
         assert_eq!(
-            attribute_from_sqs(&custom),
+            attribute_from_sqs(custom),
             Ok(AttributeValue::Number("7".into()))
         );
     }
