@@ -16,7 +16,8 @@
 //! | `source`        | the queue boundary (`source::QueueSource`); `sqs`, `local` (SQLite)  |
 //! | `idempotency`   | the store by capability: leases and completed records                |
 //! |                 | (`IdempotencyStore`), shared records, the fleet-wide rate (`rate`),  |
-//! |                 | state reads, one-step claims and the store's clock (`Claims`); keys; |
+//! |                 | state reads, one-step claims and the store's clock (`Claims`), flow  |
+//! |                 | slots (`FlowSlots`); keys;                                           |
 //! |                 | what a completion commits (`commit`, leaf)                           |
 //! | `handler`       | the invocation contract: message in, outcome out (`handler::Invoke`) |
 //! | `runtime`       | how one wasm call runs: engine, bindings, guest state, limits,       |
@@ -26,6 +27,8 @@
 //! | `payload`       | claim check: payload stores (Redis, S3, local), pointers, allow-list  |
 //! | `format`        | how a queue's messages are read: qhost's, Celery's, SNS, EventBridge, |
 //! |                 | S3 events; what the pipeline routes, keys, runs and commits           |
+//! | `flow`          | flow control by key: a flow key per message, fleet-wide slots and rates |
+//! |                 | per key (in the store), fair shares of a host's slots among keys      |
 //! | `pipeline`      | the data path: receive, read, route, lease, run, one fate per delivery |
 //! | `host`          | wiring: backends by configuration and start-up checks (`host::StartError`), |
 //! |                 | pollers, shutdown                                                     |
@@ -74,6 +77,7 @@ mod dlq;
 mod faults;
 mod fixture;
 pub mod fleet;
+mod flow;
 mod format;
 mod handler;
 mod host;
@@ -128,9 +132,11 @@ pub use aws::{AwsDeadlines, AwsSettings};
 pub use idempotency::local::LocalStore;
 pub use idempotency::rate::{Admission, Rate};
 pub use idempotency::redis::RedisStore;
+pub use idempotency::slots::{Slot, SlotAnswer, SlotRequest};
 pub use idempotency::{
-    Acquired, Claimed, Claims, Completion, FleetRate, IdempotencyError, IdempotencyStore,
-    KeyStatus, Lease, LeaseRequest, Released, SharedRecords, StateReads, Store, StoreResult,
+    Acquired, Claimed, Claims, Completion, FleetRate, FlowSlots, IdempotencyError,
+    IdempotencyStore, KeyStatus, Lease, LeaseRequest, LeasesAndSlots, Released, SharedRecords,
+    StateReads, Store, StoreResult,
 };
 pub use kv::inspect::{kv_get, kv_list};
 pub use kv::{BucketCommit, Op as StateOp, StateCommit};

@@ -29,6 +29,11 @@ pub struct Counts {
     pub busy: u64,
     /// Deliveries put back because the plugin was at its rate limit.
     pub rate_limited: u64,
+    /// Deliveries put back because their flow key was at its limit across the fleet
+    /// (`max-concurrency` or `rate`): no attempt used.
+    pub flow_limited: u64,
+    /// Deliveries put back because their flow key held its fair share of the host's slots.
+    pub fair_share: u64,
     /// Deliveries put back to be retried after their handler failed or asked for it.
     pub retried: u64,
     /// Deliveries put back without running, because something they need (a store, the queue)
@@ -67,6 +72,10 @@ pub(crate) enum Event {
     Busy,
     /// Put back: the plugin was at its rate limit.
     RateLimited,
+    /// Put back: the flow key was at its fleet-wide concurrency or rate.
+    FlowLimited,
+    /// Put back: the flow key held its fair share of this host's slots.
+    FairShare,
     /// The message will be retried: its handler failed or asked for it.
     Retried,
     /// Put back unrun: a backend it needs did not answer.
@@ -98,6 +107,8 @@ impl Event {
             Event::Duplicate => Some("duplicate"),
             Event::Busy => Some("busy"),
             Event::RateLimited => Some("rate_limited"),
+            Event::FlowLimited => Some("flow_limited"),
+            Event::FairShare => Some("fair_share"),
             Event::Retried => Some("retried"),
             Event::Deferred => Some("deferred"),
             Event::DeadLettered => Some("dead_lettered"),
@@ -123,6 +134,8 @@ impl Counts {
             Event::Duplicate => self.duplicates += 1,
             Event::Busy => self.busy += 1,
             Event::RateLimited => self.rate_limited += 1,
+            Event::FlowLimited => self.flow_limited += 1,
+            Event::FairShare => self.fair_share += 1,
             Event::Retried => self.retried += 1,
             Event::Deferred => self.deferred += 1,
             Event::DeadLettered => self.dead_lettered += 1,
@@ -145,6 +158,8 @@ impl Counts {
         self.ignored += o.ignored;
         self.busy += o.busy;
         self.rate_limited += o.rate_limited;
+        self.flow_limited += o.flow_limited;
+        self.fair_share += o.fair_share;
         self.retried += o.retried;
         self.deferred += o.deferred;
         self.dead_lettered += o.dead_lettered;
@@ -171,7 +186,7 @@ pub struct Fates {
     pub busy: u64,
     /// Ran and failed or asked to be retried: it comes again.
     pub retried: u64,
-    /// Put back unrun (a backend did not answer, a rate limit): it comes again.
+    /// Put back unrun (a backend did not answer, a rate or flow limit): it comes again.
     pub deferred: u64,
     /// Sent to the dead-letter queue.
     pub dead: u64,
@@ -188,7 +203,7 @@ impl Fates {
     pub const LEGEND: &'static str = "received = acked + duplicate + busy + retried + deferred \
         + dead + released + skipped + running. duplicate: done before, not run; busy: leased \
         by another worker, put back; retried: ran, failed or asked, comes again; deferred: put \
-        back unrun (a backend down, a rate limit); released: given back at shutdown or after a \
+        back unrun (a backend down, a rate or flow limit); released: given back at shutdown or after a \
         lost lease; skipped: nothing to run. ran: handler calls; failed: traps, timeouts, \
         memory-limit hits; outbox: messages sent.";
 
@@ -200,7 +215,7 @@ impl Fates {
             duplicate: c.duplicates,
             busy: c.busy,
             retried: c.retried,
-            deferred: c.deferred + c.rate_limited,
+            deferred: c.deferred + c.rate_limited + c.flow_limited + c.fair_share,
             dead: c.dead_lettered,
             released: c.released + c.lost_leases,
             skipped: c.expired + c.ignored,
@@ -503,6 +518,8 @@ mod tests {
             Event::Duplicate,
             Event::Busy,
             Event::RateLimited,
+            Event::FlowLimited,
+            Event::FairShare,
             Event::Retried,
             Event::Deferred,
             Event::DeadLettered,

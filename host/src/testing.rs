@@ -50,6 +50,11 @@ pub fn scoped_key(namespace: &str, plugin: &str, key: &str) -> String {
     crate::idempotency::key::scoped(namespace, plugin, key)
 }
 
+/// The store key of the flow slots of `plugin`'s flow key `flow` in `namespace`.
+pub fn slots_key(namespace: &str, plugin: &str, flow: &str) -> String {
+    crate::idempotency::slots::key(namespace, plugin, flow)
+}
+
 /// The store key of `plugin`'s fleet-wide rate in `namespace`.
 pub fn rate_key(namespace: &str, plugin: &str) -> String {
     crate::idempotency::rate::key(namespace, plugin)

@@ -133,6 +133,7 @@ pub(crate) struct RawQueue {
     pub max_receives: Option<u32>,
     pub heartbeat: Option<bool>,
     pub pollers: Option<u32>,
+    pub priority: Option<u32>,
     pub format: Option<String>,
     pub tasks: Option<std::collections::BTreeMap<String, String>>,
     pub accept_content: Option<Vec<String>>,

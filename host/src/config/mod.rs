@@ -98,6 +98,9 @@ pub struct QueueConfig {
     pub batch_size: usize,
     /// Receive loops on this queue (they share the host's in-flight cap).
     pub pollers: usize,
+    /// Its priority among the host's queues: while a queue of a higher one is busy, this
+    /// one's pollers leave it half the in-flight slots (`pipeline::priority`). 0 by default.
+    pub priority: u32,
     /// Where rejected and poison messages go.
     pub dead_letter: String,
     /// Queue-level redrive: receives after which the queue itself dead-letters a message (a
@@ -412,6 +415,8 @@ fn queue(index: usize, q: RawQueue) -> anyhow::Result<QueueConfig> {
     in_range(&field("batch-size"), batch, 1, 10)?;
     let pollers = q.pollers.unwrap_or(1);
     in_range(&field("pollers"), pollers, 1, 16)?;
+    let priority = q.priority.unwrap_or(0);
+    in_range(&field("priority"), priority, 0, 100)?;
     let dead_letter = q.dead_letter.unwrap_or_else(|| default_dead_letter(&name));
     if !valid_queue_name(&dead_letter) || dead_letter == name {
         bail!(
@@ -435,6 +440,7 @@ fn queue(index: usize, q: RawQueue) -> anyhow::Result<QueueConfig> {
         wait: Duration::from_secs(wait.into()),
         batch_size: batch as usize,
         pollers: pollers as usize,
+        priority,
         dead_letter,
         format,
         routes,

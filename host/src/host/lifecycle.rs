@@ -12,9 +12,11 @@ use super::{Host, RELEASE_DEADLINE};
 use crate::admin::health;
 use crate::fleet::HostEntry;
 use crate::fleet::follow::Follower;
+use crate::flow::FairShares;
 use crate::format::Formats;
 use crate::pipeline::{
-    AckTask, Acker, Batches, Completer, OutboxMarks, PutBacks, QueueCtx, Shared, run_poller,
+    AckTask, Acker, Batches, Completer, OutboxMarks, PutBacks, QueueCtx, Shared, SlotReleases,
+    run_poller,
 };
 use crate::plugin::registry::Registry;
 use crate::plugin::{status, watch};
@@ -246,6 +248,9 @@ impl Host {
             stats: Arc::clone(&self.stats),
             metrics: Arc::clone(&self.metrics),
             in_flight: Arc::new(Semaphore::new(self.config.max_in_flight)),
+            fair: FairShares::new(self.config.max_in_flight),
+            priorities: Default::default(),
+            slot_releases: SlotReleases::spawn(self.store.clone(), Arc::clone(&self.stats)),
             tasks: TaskTracker::new(),
             abandon: abandon.clone(),
             completer: Completer::spawn(self.store.clone()),

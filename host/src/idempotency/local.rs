@@ -36,6 +36,12 @@ CREATE TABLE IF NOT EXISTS rate (
     key TEXT PRIMARY KEY,
     tat_us INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS slots (
+    key TEXT NOT NULL,
+    holder TEXT NOT NULL,
+    expires_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (key, holder)
+);
 CREATE TABLE IF NOT EXISTS records (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL,
@@ -117,7 +123,11 @@ fn read_record(tx: &Transaction<'_>, key: &str) -> anyhow::Result<Option<String>
         .optional()?)
 }
 
-fn acquire_one(tx: &Transaction<'_>, req: &LeaseRequest, now: i64) -> anyhow::Result<Acquired> {
+pub(super) fn acquire_one(
+    tx: &Transaction<'_>,
+    req: &LeaseRequest,
+    now: i64,
+) -> anyhow::Result<Acquired> {
     let row = read(tx, &req.key)?;
     let live = row.as_ref().filter(|r| r.expires_at_ms > now);
     match live.map(|r| r.state.as_str()) {
@@ -264,7 +274,7 @@ impl LocalStore {
             .await
     }
 
-    async fn write<T: Send + 'static>(
+    pub(super) async fn write<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Transaction<'_>) -> anyhow::Result<T> + Send + 'static,
     ) -> StoreResult<T> {

@@ -23,11 +23,13 @@
 pub(crate) mod commit;
 pub(crate) mod key;
 pub(crate) mod local;
+mod local_slots;
 mod local_state;
 pub(crate) mod pending;
 pub(crate) mod rate;
 pub(crate) mod records;
 pub(crate) mod redis;
+pub(crate) mod slots;
 
 use std::time::Duration;
 
@@ -35,6 +37,7 @@ use async_trait::async_trait;
 
 use crate::message::Outgoing;
 use commit::StateCommit;
+use slots::{Slot, SlotAnswer, SlotRequest};
 
 /// Why a store call did not do what was asked: the store could not answer (fail closed), or it
 /// answered that the caller's lease is no longer the caller's (drop the result).
@@ -246,6 +249,33 @@ pub trait FleetRate: Send + Sync + std::fmt::Debug + 'static {
     async fn admit(&self, key: &str, rate: rate::Rate) -> StoreResult<rate::Admission>;
 }
 
+/// What one call of [`FlowSlots::acquire_with_slots`] answers: each lease request's answer and
+/// each slot request's, in the order asked.
+pub type LeasesAndSlots = (Vec<StoreResult<Acquired>>, Vec<StoreResult<SlotAnswer>>);
+
+/// Fleet-wide concurrency per flow key (see [`slots`]).
+#[async_trait]
+pub trait FlowSlots: Send + Sync + std::fmt::Debug + 'static {
+    /// Takes leases and flow slots in one call (one round trip per server where the backend
+    /// allows): the slots a message needs are asked for beside its lease, so a flow limit
+    /// costs no round trip of its own. Each answer is its own, as [`IdempotencyStore::acquire`]'s.
+    async fn acquire_with_slots(
+        &self,
+        leases: &[LeaseRequest],
+        slots: &[SlotRequest],
+    ) -> StoreResult<LeasesAndSlots>;
+
+    /// Extends a held slot; `false` when it lapsed (its holder no longer counts).
+    async fn extend_slot(&self, slot: &Slot, ttl: Duration) -> StoreResult<bool>;
+
+    /// Gives slots back, so other runs of their keys may start at once: one call (a round
+    /// trip per server) for all of them.
+    async fn release_slots(&self, slots: &[Slot]) -> StoreResult<()>;
+
+    /// How many hold a slot of `key` now (for operators and tests).
+    async fn slots_held(&self, key: &str) -> StoreResult<u32>;
+}
+
 /// Handler state's committed values, as runs read them (see the `kv` module's docs); writes
 /// go with a completion ([`IdempotencyStore::complete`]).
 #[async_trait]
@@ -297,6 +327,12 @@ pub trait Claims: Send + Sync + std::fmt::Debug + 'static {
 
 /// A store that serves every capability: what a host opens and wires, handing each part the
 /// capability it uses.
-pub trait Store: IdempotencyStore + SharedRecords + FleetRate + StateReads + Claims {}
+pub trait Store:
+    IdempotencyStore + SharedRecords + FleetRate + FlowSlots + StateReads + Claims
+{
+}
 
-impl<T: IdempotencyStore + SharedRecords + FleetRate + StateReads + Claims> Store for T {}
+impl<T: IdempotencyStore + SharedRecords + FleetRate + FlowSlots + StateReads + Claims> Store
+    for T
+{
+}

@@ -54,6 +54,7 @@
 //! - `release` and `outbox_sent`: if lost, the lease lapses by itself, and the outbox mark is
 //!   tried again (a duplicate finding a pending outbox sends it again, under the same keys).
 
+mod slots;
 mod state;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -164,11 +165,23 @@ impl RedisStore {
         script: &Script,
         invocations: Vec<(&str, ScriptInvocation<'_>)>,
     ) -> Vec<StoreResult<Value>> {
+        self.run_mixed(&[script], invocations).await
+    }
+
+    /// As [`RedisStore::run_all`], for invocations of any of `scripts` (each loaded once per
+    /// pipeline): several kinds of step sent together, one round trip per server.
+    async fn run_mixed(
+        &self,
+        scripts: &[&Script],
+        invocations: Vec<(&str, ScriptInvocation<'_>)>,
+    ) -> Vec<StoreResult<Value>> {
         let keys: Vec<&str> = invocations.iter().map(|(key, _)| *key).collect();
         let groups = self.link.groups(&keys).await;
         let sent = groups.iter().map(|group| {
             let mut pipe = redis::pipe();
-            pipe.load_script(script);
+            for script in scripts {
+                pipe.load_script(script);
+            }
             for &i in &group.indices {
                 pipe.invoke_script(&invocations[i].1);
             }
@@ -178,7 +191,7 @@ impl RedisStore {
         let mut ordered = vec![Ok(Value::Nil); invocations.len()];
         let mut moved = Vec::new();
         for (group, values) in groups.iter().zip(replies) {
-            let values = match values.and_then(|values| script_replies(values, group)) {
+            let values = match values.and_then(|v| script_replies(v, group, scripts.len())) {
                 Ok(values) => values,
                 Err(e) => {
                     group
@@ -327,16 +340,20 @@ fn corrupt(what: impl std::fmt::Display) -> IdempotencyError {
     IdempotencyError::Corrupt(what.to_string())
 }
 
-/// A group's pipeline replies less the first, the script load's.
-fn script_replies(values: Vec<Value>, group: &Group) -> StoreResult<impl Iterator<Item = Value>> {
-    if values.len() != group.indices.len() + 1 {
+/// A group's pipeline replies less the first `loads`, the script loads'.
+fn script_replies(
+    values: Vec<Value>,
+    group: &Group,
+    loads: usize,
+) -> StoreResult<impl Iterator<Item = Value>> {
+    if values.len() != group.indices.len() + loads {
         return Err(corrupt(format!(
             "{} replies to a pipeline of {} scripts",
             values.len(),
             group.indices.len()
         )));
     }
-    Ok(values.into_iter().skip(1))
+    Ok(values.into_iter().skip(loads))
 }
 
 fn unavailable(e: impl std::fmt::Display) -> IdempotencyError {
@@ -358,7 +375,32 @@ fn redirected(error: &redis::ServerError) -> bool {
     matches!(error.kind(), Some(Moved | Ask | TryAgain))
 }
 
+/// The acquire script's invocation for `request`, granting to `owner`.
+fn acquire_invocation<'a>(request: &'a LeaseRequest, owner: &str) -> ScriptInvocation<'a> {
+    let mut invocation = ACQUIRE.key(&request.key);
+    invocation
+        .key(format!("{}:fence", request.key))
+        .arg(owner)
+        .arg(ms(request.ttl))
+        .arg(ms(request.window + request.ttl));
+    invocation
+}
+
 impl RedisStore {
+    /// Each key's answer to `acquire`, from the script's replies in request order.
+    async fn each_acquired(
+        &self,
+        requests: &[LeaseRequest],
+        owners: Vec<String>,
+        replies: Vec<StoreResult<Value>>,
+    ) -> Vec<StoreResult<Acquired>> {
+        let mut answers = Vec::with_capacity(requests.len());
+        for ((r, owner), reply) in requests.iter().zip(owners).zip(replies) {
+            answers.push(self.acquired(r, owner, reply).await);
+        }
+        answers
+    }
+
     /// One key's answer to `acquire`. On a cluster, a completed record that still holds state
     /// writes has them applied first (see the `kv` module's docs): its outbox is carried out only after.
     async fn acquired(
@@ -438,22 +480,10 @@ impl IdempotencyStore for RedisStore {
         let invocations = requests
             .iter()
             .zip(&owners)
-            .map(|(r, owner)| {
-                let mut invocation = ACQUIRE.key(&r.key);
-                invocation
-                    .key(format!("{}:fence", r.key))
-                    .arg(owner)
-                    .arg(ms(r.ttl))
-                    .arg(ms(r.window + r.ttl));
-                (r.key.as_str(), invocation)
-            })
+            .map(|(r, owner)| (r.key.as_str(), acquire_invocation(r, owner)))
             .collect();
         let replies = self.run_all(&ACQUIRE, invocations).await;
-        let mut answers = Vec::with_capacity(requests.len());
-        for ((r, owner), reply) in requests.iter().zip(owners).zip(replies) {
-            answers.push(self.acquired(r, owner, reply).await);
-        }
-        Ok(answers)
+        Ok(self.each_acquired(requests, owners, replies).await)
     }
     async fn extend(&self, lease: &Lease, ttl: Duration) -> StoreResult<()> {
         let args = [ms(ttl).to_string(), ms(ttl + lease.window).to_string()];

@@ -75,11 +75,13 @@ const fn counter<'a>(name: &'a str, help: &'a str) -> Descriptor<'a> {
 type Read = fn(&Counts) -> u64;
 
 /// What a delivery's outcome is called in `qhost_messages_handled_total`.
-const OUTCOMES: [(&str, Read); 10] = [
+const OUTCOMES: [(&str, Read); 12] = [
     ("acked", |c| c.acked),
     ("duplicate", |c| c.duplicates),
     ("busy", |c| c.busy),
     ("rate_limited", |c| c.rate_limited),
+    ("flow_limited", |c| c.flow_limited),
+    ("fair_share", |c| c.fair_share),
     ("retried", |c| c.retried),
     ("deferred", |c| c.deferred),
     ("dead_lettered", |c| c.dead_lettered),
@@ -153,7 +155,7 @@ impl HostCollector {
         )?;
         counter(
             "qhost_messages_handled",
-            "Deliveries ended, by queue, plugin and outcome: acked (ran and completed), duplicate (completed before, acked without running), busy (leased elsewhere, put back), rate_limited, retried (the handler failed or asked to retry), deferred (put back unrun: a backend did not answer; no attempt used), dead_lettered, released (given back at shutdown)",
+            "Deliveries ended, by queue, plugin and outcome: acked (ran and completed), duplicate (completed before, acked without running), busy (leased elsewhere, put back), rate_limited, flow_limited (over a flow key's fleet-wide concurrency or rate), fair_share (over a flow key's share of the host's slots), retried (the handler failed or asked to retry), deferred (put back unrun: a backend did not answer; no attempt used), dead_lettered, released (given back at shutdown)",
         )
         .write(
             encoder,

@@ -10,12 +10,13 @@ use tracing::{Instrument as _, Span};
 
 use super::context::QueueCtx;
 use super::delivery::{Delivery, Fate, PluginRef, log_span};
+use super::gate::{self, Slotted};
 use super::heartbeat::Hold;
 use super::parts;
 use super::route::{Read, Routed, Unroutable, needs_payload, read};
 use super::run;
 use crate::faults::Operation;
-use crate::idempotency::{Acquired, IdempotencyError, LeaseRequest, StoreResult};
+use crate::idempotency::{Acquired, IdempotencyError};
 use crate::message::Received;
 use crate::payload::Body;
 use crate::stats::{Backend, Event};
@@ -103,45 +104,46 @@ fn spawn<F: Future<Output = Fate> + Send + 'static>(queue: &QueueCtx, task: F, p
     });
 }
 
-/// Leases the ready messages in one call and starts their tasks.
+/// Admits the ready messages to their flow keys' shares, leases the admitted ones (with the
+/// flow slots they need) in one call, and starts their tasks.
 async fn lease_and_spawn(queue: &Arc<QueueCtx>, ready: Vec<(Routed, Permit, Span)>) {
-    if ready.is_empty() {
+    let mut admitted = Vec::with_capacity(ready.len());
+    for (routed, permit, span) in ready {
+        match gate::admit(&routed) {
+            Ok(ticket) => admitted.push((routed, permit, span, ticket)),
+            Err(why) => spawn(queue, gate::refused(routed, why).instrument(span), permit),
+        }
+    }
+    if admitted.is_empty() {
         return;
     }
-    let requests: Vec<LeaseRequest> = ready.iter().map(|(r, ..)| r.request.clone()).collect();
-    let steps: Vec<StepSpan> = ready
-        .iter()
-        .map(|(r, ..)| lease_step(r, ready.len()))
-        .collect();
-    let answers = each_answer(ready.len(), queue.shared.store.acquire(&requests).await);
-    for (((routed, permit, span), answer), step) in ready.into_iter().zip(answers).zip(steps) {
-        spawn(queue, leased(routed, answer, step).instrument(span), permit);
-    }
-}
-
-/// The store's answer for each of `n` lease requests: its own, or the call's error for all.
-fn each_answer(
-    n: usize,
-    answer: StoreResult<Vec<StoreResult<Acquired>>>,
-) -> Vec<StoreResult<Acquired>> {
-    match answer {
-        Ok(answers) if answers.len() == n => answers,
-        Ok(answers) => {
-            let e = IdempotencyError::Corrupt(format!("{} answers to {n} requests", answers.len()));
-            vec![Err(e); n]
-        }
-        Err(e) => vec![Err(e); n],
+    let routed: Vec<&Routed> = admitted.iter().map(|(r, ..)| r).collect();
+    let steps: Vec<StepSpan> = routed.iter().map(|r| lease_step(r, routed.len())).collect();
+    let answers = gate::lease(&routed).await;
+    for (((routed, permit, span, ticket), answer), step) in
+        admitted.into_iter().zip(answers).zip(steps)
+    {
+        let task = async move {
+            let fate = leased(routed, answer, step).await;
+            drop(ticket);
+            fate
+        };
+        spawn(queue, task.instrument(span), permit);
     }
 }
 
 /// A message whose lease was asked for: run as the store answered, or put back when it could
-/// not answer for this key.
-async fn leased(routed: Routed, answer: StoreResult<Acquired>, mut step: StepSpan) -> Fate {
+/// not answer for this key or its flow key is at its limit.
+async fn leased(routed: Routed, answer: gate::Answer, mut step: StepSpan) -> Fate {
+    let (answer, slot) = answer;
     match answer {
         Ok(acquired) => {
             lease_found(&mut step, &acquired);
             drop(step);
-            run::leased(routed, acquired).await
+            match gate::slotted(&routed, &acquired, slot) {
+                Slotted::Go(slot) => run::leased(routed, acquired, slot).await,
+                Slotted::Stop(lease, why) => gate::over_limit(routed, lease, why).await,
+            }
         }
         Err(e) => {
             step.error(Backend::Idempotency.error_type(), &e);
@@ -234,13 +236,18 @@ async fn run_parts(
     parts::settle(whole, &fates).await
 }
 
-/// Leases one routed delivery on its own and carries it to its fate.
+/// Leases one routed delivery on its own (admitted to its flow key's share first) and carries
+/// it to its fate.
 async fn lease_one(routed: Routed) -> Fate {
+    let ticket = match gate::admit(&routed) {
+        Ok(ticket) => ticket,
+        Err(why) => return gate::refused(routed, why).await,
+    };
     let step = lease_step(&routed, 1);
-    let store = &routed.delivery.shared().store;
-    let answered = store.acquire(std::slice::from_ref(&routed.request)).await;
-    let answer = each_answer(1, answered).remove(0);
-    leased(routed, answer, step).await
+    let answer = gate::lease(&[&routed]).await.remove(0);
+    let fate = leased(routed, answer, step).await;
+    drop(ticket);
+    fate
 }
 
 /// A FIFO group's messages from one batch, in order. The later ones are kept hidden while they

@@ -12,8 +12,11 @@ use super::acker::Acker;
 use super::batches::Batches;
 use super::completer::Completer;
 use super::outbox_mark::OutboxMarks;
+use super::priority::Priorities;
 use super::putback::PutBacks;
+use super::slot_releases::SlotReleases;
 use crate::config::{Config, QueueConfig};
+use crate::flow::FairShares;
 use crate::format::Format;
 use crate::idempotency::Store;
 use crate::metrics::Metrics;
@@ -40,6 +43,12 @@ pub(crate) struct Shared {
     pub(crate) metrics: Arc<Metrics>,
     /// Caps messages in flight.
     pub(crate) in_flight: Arc<Semaphore>,
+    /// The runs of each flow key on this host, for fair shares of the in-flight slots.
+    pub(crate) fair: Arc<FairShares>,
+    /// Which priorities' queues are busy, for the pollers of lower ones.
+    pub(crate) priorities: Priorities,
+    /// Gives ended deliveries' flow slots back in batches.
+    pub(crate) slot_releases: SlotReleases,
     /// Tracks message tasks, so shutdown can wait for them.
     pub(crate) tasks: TaskTracker,
     /// Cancelled when shutdown's grace period is over: unfinished work is released.

@@ -9,9 +9,11 @@ use super::test_bed::{JOBS, OUT, TestBed};
 use crate::handler::{Failure, HandlerMessage, Invocation, Invoke, Outcome};
 use crate::idempotency::local::LocalStore;
 use crate::idempotency::rate::{Admission, Rate};
+use crate::idempotency::slots::{Slot, SlotRequest};
 use crate::idempotency::{
-    Acquired, Claimed, Claims, Completion, FleetRate, IdempotencyError, IdempotencyStore,
-    KeyStatus, Lease, LeaseRequest, Released, SharedRecords, StateReads, StoreResult,
+    Acquired, Claimed, Claims, Completion, FleetRate, FlowSlots, IdempotencyError,
+    IdempotencyStore, KeyStatus, Lease, LeaseRequest, LeasesAndSlots, Released, SharedRecords,
+    StateReads, StoreResult,
 };
 use crate::message::wire::{DEAD_LETTER_REASON, IDEMPOTENCY_KEY};
 use crate::message::{Outgoing, Received, find_attribute};
@@ -377,6 +379,26 @@ impl IdempotencyStore for Skewed {
 impl FleetRate for Skewed {
     async fn admit(&self, key: &str, rate: Rate) -> StoreResult<Admission> {
         self.0.admit(key, rate).await
+    }
+}
+
+#[async_trait::async_trait]
+impl FlowSlots for Skewed {
+    async fn acquire_with_slots(
+        &self,
+        leases: &[LeaseRequest],
+        slots: &[SlotRequest],
+    ) -> StoreResult<LeasesAndSlots> {
+        self.0.acquire_with_slots(leases, slots).await
+    }
+    async fn extend_slot(&self, slot: &Slot, ttl: Duration) -> StoreResult<bool> {
+        self.0.extend_slot(slot, ttl).await
+    }
+    async fn release_slots(&self, slots: &[Slot]) -> StoreResult<()> {
+        self.0.release_slots(slots).await
+    }
+    async fn slots_held(&self, key: &str) -> StoreResult<u32> {
+        self.0.slots_held(key).await
     }
 }
 

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::context::QueueCtx;
 use crate::faults::Operation;
+use crate::idempotency::slots::Slot;
 use crate::idempotency::{IdempotencyError, Lease};
 
 /// Shortest period between beats, however short the visibility timeout.
@@ -33,8 +34,14 @@ pub(crate) struct Heartbeat {
 }
 
 impl Heartbeat {
-    /// Starts beating for the delivery `receipt` under `lease`, if the queue wants heartbeats.
-    pub(crate) fn start(queue: &Arc<QueueCtx>, receipt: &str, lease: &Lease) -> Option<Self> {
+    /// Starts beating for the delivery `receipt` under `lease` (and `slot`, a flow slot it
+    /// holds), if the queue wants heartbeats.
+    pub(crate) fn start(
+        queue: &Arc<QueueCtx>,
+        receipt: &str,
+        lease: &Lease,
+        slot: Option<&Slot>,
+    ) -> Option<Self> {
         if !queue.config.heartbeat {
             return None;
         }
@@ -46,6 +53,7 @@ impl Heartbeat {
             Arc::clone(queue),
             receipt.to_string(),
             lease.clone(),
+            slot.cloned(),
             heartbeat.stop.clone(),
             Arc::clone(&heartbeat.extending),
         ));
@@ -71,6 +79,7 @@ async fn beat(
     queue: Arc<QueueCtx>,
     receipt: String,
     lease: Lease,
+    slot: Option<Slot>,
     stop: CancellationToken,
     extending: Arc<Mutex<()>>,
 ) {
@@ -85,6 +94,9 @@ async fn beat(
             return;
         }
         extend(&queue, &receipt, &lease).await;
+        if let Some(slot) = &slot {
+            extend_slot(&queue, slot).await;
+        }
     }
 }
 
@@ -121,6 +133,29 @@ async fn extend(queue: &QueueCtx, receipt: &str, lease: &Lease) {
         let op = Operation::ChangeVisibility;
         if let Some(held_back) = shared.stats.record_failure(op, e.is_timeout()) {
             tracing::warn!(queue = %queue_name, operation = op.name(), error = %e, held_back, "could not extend visibility");
+        }
+    }
+}
+
+/// Extends a flow slot with the lease, so a long run keeps its slot and a dead host's lapses.
+async fn extend_slot(queue: &QueueCtx, slot: &Slot) {
+    let shared = &queue.shared;
+    match shared
+        .store
+        .extend_slot(slot, queue.config.visibility)
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!(key = %slot.key, "flow slot lapsed while the handler runs; the key may briefly run one over its limit")
+        }
+        Err(e) => {
+            if let Some(held_back) = shared
+                .stats
+                .record_failure(Operation::Extend, e.is_timeout())
+            {
+                tracing::warn!(key = %slot.key, error = %e, held_back, "could not extend a flow slot")
+            }
         }
     }
 }

@@ -12,6 +12,7 @@ use super::heartbeat::Heartbeat;
 use super::outbox;
 use super::route::Routed;
 use crate::faults::Operation;
+use crate::flow::HeldSlot;
 use crate::idempotency::{Completion, IdempotencyError, Lease, Released};
 use crate::kv::{Dropped, StateCommit};
 use crate::message::Outgoing;
@@ -43,6 +44,11 @@ pub(crate) struct Leased {
     key: Key,
     lease: Lease,
     heartbeat: Option<Heartbeat>,
+    /// Its flow key, when its plugin controls flow.
+    flow: Option<String>,
+    /// The flow slot it holds (`[flow] max-concurrency`): held, never read, and given back
+    /// when it drops as the delivery ends.
+    _slot: Option<HeldSlot>,
     /// The sha256 of the body its handler ran on, recorded with the completed key.
     ran_on: Option<String>,
     /// A deadline lower than the plugin's, from the message.
@@ -50,16 +56,20 @@ pub(crate) struct Leased {
 }
 
 impl Leased {
-    /// `routed` under `lease`, its heartbeat started (unless the queue runs without one).
-    pub(crate) fn new(routed: Routed, lease: Lease) -> Self {
+    /// `routed` under `lease`, holding `slot` if its flow needs one, its heartbeat started
+    /// (unless the queue runs without one).
+    pub(crate) fn new(routed: Routed, lease: Lease, slot: Option<HeldSlot>) -> Self {
         let Routed {
             delivery,
             plugin,
             key,
             time_limit,
+            flow,
             ..
         } = routed;
-        let heartbeat = Heartbeat::start(delivery.queue(), &delivery.msg().receipt, &lease);
+        let held = slot.as_ref().and_then(HeldSlot::slot);
+        let receipt = &delivery.msg().receipt;
+        let heartbeat = Heartbeat::start(delivery.queue(), receipt, &lease, held);
         let token = lease.fencing_token;
         let span = delivery.span();
         span.set(|| vec![KeyValue::new("qhost.fencing_token", token as i64)]);
@@ -69,6 +79,8 @@ impl Leased {
             key,
             lease,
             heartbeat,
+            flow,
+            _slot: slot,
             ran_on: None,
             time_limit,
         }
@@ -98,6 +110,11 @@ impl Leased {
     /// Its plugin.
     pub(crate) fn plugin(&self) -> &Arc<Plugin> {
         &self.plugin
+    }
+
+    /// Its flow key, when its plugin controls flow.
+    pub(crate) fn flow(&self) -> Option<&str> {
+        self.flow.as_deref()
     }
 
     /// Its key.

@@ -20,8 +20,10 @@
 //! | module       | stage                                                               |
 //! |--------------|---------------------------------------------------------------------|
 //! | `receive`    | the per-queue poll loop and its in-flight permits                   |
+//! | `priority`   | priorities between queues: a lower one leaves slots to a busy higher |
 //! | `batch`      | a received batch: FIFO groups, one lease call, a task per message   |
 //! | `route`      | a message read by its queue's format; plugin and key for each run   |
+//! | `gate`       | flow control: a key's fair share, its lease and flow slot in one call|
 //! | `part`       | one run of a message of several: where it reports how it ended      |
 //! | `parts`      | a message of several runs: one fate for the message once all end    |
 //! | `run`        | what the lease found; resolve, invoke, end by the outcome           |
@@ -35,6 +37,7 @@
 //! | `backoff`    | retry delays                                                        |
 //! | `acker`      | batched deletes, flushed concurrently (a stuck one holds only its own)|
 //! | `putback`    | batched put-backs (visibility changes that end a delivery)          |
+//! | `slot_releases` | flow slots given back in batches as their deliveries end         |
 //! | `completer`  | batched completions                                                 |
 //! | `gather`     | a batch from a channel: what is queued and what comes in a linger   |
 //! | `context`    | what the stages share                                               |
@@ -52,6 +55,7 @@ mod deadletter;
 mod delivery;
 #[cfg(test)]
 mod fates;
+mod gate;
 mod gather;
 mod heartbeat;
 mod invoke;
@@ -60,10 +64,12 @@ mod outbox;
 mod outbox_mark;
 mod part;
 mod parts;
+pub(crate) mod priority;
 mod putback;
 mod receive;
 mod route;
 mod run;
+mod slot_releases;
 #[cfg(test)]
 pub(crate) mod test_bed;
 
@@ -74,3 +80,4 @@ pub(crate) use context::{QueueCtx, Shared};
 pub(crate) use outbox_mark::OutboxMarks;
 pub(crate) use putback::PutBacks;
 pub(crate) use receive::run_poller;
+pub(crate) use slot_releases::SlotReleases;

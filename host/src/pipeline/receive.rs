@@ -8,17 +8,20 @@
 //! why, until the plugin loads.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::batch;
 use super::context::QueueCtx;
+use super::priority;
 use crate::faults::Operation;
 
 /// Longest pause after a failed receive.
 const MAX_RECEIVE_BACKOFF: Duration = Duration::from_secs(30);
+/// How often a poller held back for a higher priority looks again.
+const HOLD_CHECK: Duration = Duration::from_millis(20);
 /// How often a paused queue looks whether its plugin has loaded.
 const PLUGIN_CHECK: Duration = Duration::from_millis(250);
 
@@ -48,6 +51,7 @@ pub(crate) async fn run_poller(queue: Arc<QueueCtx>, shutdown: CancellationToken
             }
             Ok(received) => {
                 failures = 0;
+                shared.priorities.received(config.priority, received.len());
                 permits.truncate(received.len());
                 if !received.is_empty() {
                     batch::dispatch(&queue, received, permits).await;
@@ -103,22 +107,48 @@ async fn serving(queue: &QueueCtx, shutdown: &CancellationToken) -> bool {
 }
 
 /// Waits for one in-flight permit, then takes as many more as are free, up to the queue's
-/// batch size.
+/// batch size; while a queue of a higher priority is busy, it leaves half the slots free
+/// (see `priority`), for at most [`priority::MAX_HOLD`].
 async fn permits(
     queue: &QueueCtx,
     shutdown: &CancellationToken,
 ) -> Option<Vec<OwnedSemaphorePermit>> {
     let in_flight = &queue.shared.in_flight;
-    let first = tokio::select! {
-        _ = shutdown.cancelled() => return None,
-        p = Arc::clone(in_flight).acquire_owned() => p.ok()?,
-    };
+    let reserve = priority::reserve(queue.shared.config.max_in_flight);
+    let held_since = Instant::now();
+    let mut first = one_permit(queue, shutdown).await?;
+    let mut leave = 0;
+    while queue.shared.priorities.higher_busy(queue.config.priority)
+        && held_since.elapsed() < priority::MAX_HOLD
+    {
+        if in_flight.available_permits() >= reserve {
+            leave = reserve;
+            break;
+        }
+        drop(first);
+        tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            _ = tokio::time::sleep(HOLD_CHECK) => {}
+        }
+        first = one_permit(queue, shutdown).await?;
+    }
     let mut permits = vec![first];
-    while permits.len() < queue.config.batch_size {
+    while permits.len() < queue.config.batch_size && in_flight.available_permits() > leave {
         match Arc::clone(in_flight).try_acquire_owned() {
             Ok(p) => permits.push(p),
             Err(_) => break,
         }
     }
     Some(permits)
+}
+
+/// One in-flight permit, when one is free; `None` on shutdown.
+async fn one_permit(
+    queue: &QueueCtx,
+    shutdown: &CancellationToken,
+) -> Option<OwnedSemaphorePermit> {
+    tokio::select! {
+        _ = shutdown.cancelled() => None,
+        p = Arc::clone(&queue.shared.in_flight).acquire_owned() => p.ok(),
+    }
 }

@@ -15,6 +15,8 @@ use super::context::QueueCtx;
 use super::delivery::{Delivery, Fate, Key, PluginRef};
 use super::part::{Part, Parts};
 use crate::digest::sha256_hex;
+use crate::flow::FlowPolicy;
+use crate::flow::policy::{FlowInput, FlowKeySource};
 use crate::format::{Admit, KeyBasis, Run, Unrouted, View};
 use crate::idempotency::LeaseRequest;
 use crate::idempotency::key::{KeyInput, KeySource, MissingKey, scoped};
@@ -41,6 +43,9 @@ pub(crate) struct Routed {
     pub(crate) resolved: Option<Resolved>,
     /// A deadline lower than the plugin's, from the message (a task's own time limit).
     pub(crate) time_limit: Option<Duration>,
+    /// Its flow key, when its plugin controls flow (`crate::flow`): the empty key is the
+    /// default flow.
+    pub(crate) flow: Option<String>,
 }
 
 impl Routed {
@@ -139,6 +144,10 @@ impl Unroutable {
 
 /// What reading a message came to.
 #[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "matched as soon as it is made; boxing the common variant would cost an allocation per message"
+)]
 pub(crate) enum Read {
     /// Its one run.
     One(Result<Routed, Box<Unroutable>>),
@@ -229,6 +238,11 @@ fn route(
     if verified {
         routed.delivery.payload_verified();
     }
+    routed.flow = flow_of(
+        &routed.plugin.manifest.flow,
+        &routed.delivery,
+        resolved.as_ref(),
+    );
     routed.resolved = resolved;
     routed.time_limit = run.time_limit;
     Ok(routed)
@@ -297,8 +311,8 @@ fn key_of(
 }
 
 /// Whether a message's key is in a payload it only points to: its format reads the body, or
-/// its plugin keys by the body (`json:/…`, or `body-sha256` with no digest beside the pointer),
-/// so the payload is fetched before the message is read.
+/// its plugin keys by the body (`json:/…`, or `body-sha256` with no digest beside the pointer)
+/// or reads its flow key there, so the payload is fetched before the message is read.
 pub(crate) fn needs_payload(queue: &QueueCtx, msg: &Received, body: &Body) -> bool {
     if !body.is_pointer() {
         return false;
@@ -315,6 +329,15 @@ pub(crate) fn needs_payload(queue: &QueueCtx, msg: &Received, body: &Body) -> bo
         .plugin(&queue.config.routes, &queue.config.plugin)
         .ok();
     match name.and_then(|name| queue.shared.registry.get(name)) {
+        Some(p)
+            if p.manifest
+                .flow
+                .key
+                .as_ref()
+                .is_some_and(FlowKeySource::reads_body) =>
+        {
+            true
+        }
         Some(p) => match &p.manifest.idempotency.key {
             KeySource::JsonPointer(_) => true,
             KeySource::BodySha256 => body.carried_digest().is_none(),
@@ -352,7 +375,35 @@ fn routed(
         request,
         resolved: None,
         time_limit: None,
+        flow: None,
     }
+}
+
+/// The flow key of a delivery under `policy`, read from what its handler sees; `None` when
+/// the plugin does not control flow.
+fn flow_of(
+    policy: &FlowPolicy,
+    delivery: &Delivery,
+    resolved: Option<&Resolved>,
+) -> Option<String> {
+    if !policy.is_gated() {
+        return None;
+    }
+    let msg = delivery.msg();
+    let (body, attributes) = match resolved {
+        Some(r) => (&r.body[..], &r.attributes[..]),
+        None => (&msg.body[..], &msg.attributes[..]),
+    };
+    let input = FlowInput {
+        body,
+        attributes,
+        group: msg.group_id.as_deref(),
+    };
+    Some(
+        (policy.key.as_ref())
+            .and_then(|k| k.derive(input))
+            .unwrap_or_default(),
+    )
 }
 
 /// The loaded plugin `name`; the error says why it is not serving.

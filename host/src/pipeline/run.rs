@@ -14,6 +14,7 @@ use super::leased::Leased;
 use super::route::Routed;
 use crate::digest::sha256_hex;
 use crate::faults::Operation;
+use crate::flow::HeldSlot;
 use crate::handler::{Failure, HandlerMessage, Invocation, Outcome};
 use crate::idempotency::Acquired;
 use crate::idempotency::rate::{self, Admission};
@@ -28,15 +29,16 @@ const MIN_BUSY_DELAY: Duration = Duration::from_secs(1);
 /// When to look again at a key leased elsewhere: the other worker usually finishes long
 /// before its lease would lapse, so check back on the retry schedule, but never later than the
 /// lapse itself.
-fn busy_delay(delivery: &Delivery, lease_left: Duration) -> Duration {
+pub(super) fn busy_delay(delivery: &Delivery, lease_left: Duration) -> Duration {
     delivery
         .backoff_delay(0)
         .max(MIN_BUSY_DELAY)
         .min(lease_left.max(MIN_BUSY_DELAY))
 }
 
-/// Acts on what acquiring the delivery's key found.
-pub(crate) async fn leased(mut routed: Routed, acquired: Acquired) -> Fate {
+/// Acts on what acquiring the delivery's key found; `slot`: the flow slot taken with the lease
+/// (given back as it drops, unless the run holds it).
+pub(crate) async fn leased(mut routed: Routed, acquired: Acquired, slot: Option<HeldSlot>) -> Fate {
     let visibility = routed.delivery.queue().config.visibility;
     if let Acquired::Completed {
         digest: Some(done), ..
@@ -48,12 +50,12 @@ pub(crate) async fn leased(mut routed: Routed, acquired: Acquired) -> Fate {
     match acquired {
         Acquired::Granted(lease) => {
             let resolved = routed.resolved.take();
-            let leased = Leased::new(routed, lease);
-            match within_rate(&leased).await {
+            let leased = Leased::new(routed, lease, slot);
+            match within_rates(&leased).await {
                 RateSlot::Now => run(leased, resolved).await,
-                RateSlot::Later(later) => {
+                RateSlot::Later(later, why) => {
                     let delay = later.max(MIN_BUSY_DELAY);
-                    leased.put_back(delay, Event::RateLimited).await
+                    leased.put_back(delay, why).await
                 }
                 RateSlot::Unanswered => leased.back_off().await,
             }
@@ -93,21 +95,39 @@ pub(crate) async fn leased(mut routed: Routed, acquired: Acquired) -> Fate {
 enum RateSlot {
     /// It may run (its slot, if it has a limit, reached and reserved).
     Now,
-    /// Its slot is too far off: the message comes back after this long.
-    Later(Duration),
+    /// Its slot is too far off: the message comes back after this long, counted as this.
+    Later(Duration, Event),
     /// The store did not answer: the message goes back on the retry schedule.
     Unanswered,
 }
 
-/// Waits for the plugin's slot under its rate limit, if it has one (see `idempotency::rate`).
-async fn within_rate(leased: &Leased) -> RateSlot {
+/// Waits for the run's slots under its flow key's rate and its plugin's, when they have one
+/// (see `idempotency::rate`): the flow key's first, so a run its key holds back does not
+/// spend the plugin's.
+async fn within_rates(leased: &Leased) -> RateSlot {
     let (delivery, plugin) = (leased.delivery(), leased.plugin());
-    let Some(limit) = plugin.manifest.limits.rate else {
-        return RateSlot::Now;
-    };
+    let namespace = &delivery.shared().config.namespace;
+    if let (Some(limit), Some(flow)) = (plugin.manifest.flow.rate, leased.flow()) {
+        let key = rate::key(namespace, &format!("{}:flow:{flow}", plugin.name));
+        let slot = within_rate(leased, &key, limit, Event::FlowLimited).await;
+        if slot != RateSlot::Now {
+            return slot;
+        }
+    }
+    match plugin.manifest.limits.rate {
+        Some(limit) => {
+            let key = rate::key(namespace, &plugin.name);
+            within_rate(leased, &key, limit, Event::RateLimited).await
+        }
+        None => RateSlot::Now,
+    }
+}
+
+/// Waits for the slot under the rate kept at `key`; a put-back counts as `why`.
+async fn within_rate(leased: &Leased, key: &str, limit: rate::Rate, why: Event) -> RateSlot {
+    let (delivery, plugin) = (leased.delivery(), leased.plugin());
     let shared = delivery.shared();
-    let key = rate::key(&shared.config.namespace, &plugin.name);
-    match shared.store.admit(&key, limit).await {
+    match shared.store.admit(key, limit).await {
         Ok(Admission::After(wait)) => {
             if !wait.is_zero() {
                 tokio::time::sleep(wait).await;
@@ -115,8 +135,8 @@ async fn within_rate(leased: &Leased) -> RateSlot {
             RateSlot::Now
         }
         Ok(Admission::Later(when)) => {
-            tracing::debug!(plugin = %plugin.name, %limit, "over the rate limit; putting the message back");
-            RateSlot::Later(when)
+            tracing::debug!(plugin = %plugin.name, %limit, key, "over the rate limit; putting the message back");
+            RateSlot::Later(when, why)
         }
         Err(e) => {
             if let Some(held_back) = delivery.backend_error(Operation::Admit, e.is_timeout()) {

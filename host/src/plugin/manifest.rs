@@ -38,6 +38,12 @@
 //! max-messages = 10             # messages one call gathers at most, 1 to 100
 //! max-wait-ms = 20              # how long a call waits for more after its first message
 //!
+//! [flow]                        # flow control by key (crate::flow; docs/flow.md)
+//! key = "attribute:tenant"      # attribute:NAME | json:/POINTER | group
+//! max-concurrency = 3           # runs of one key at once across the fleet
+//! rate = "20/s"                 # runs of one key per s or min across the fleet
+//! weights = { enterprise = 5 }  # fair shares of a host's slots (fair = true by default)
+//!
 //! [config]                      # read by the plugin through the `config` import
 //! greeting = "hello"
 //! api-key = { env = "SENDGRID_API_KEY" }       # secrets the host grants (plugin::secrets)
@@ -51,6 +57,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
+use crate::flow::FlowPolicy;
 use crate::idempotency::key::{KeySource, OnMissingKey};
 use crate::idempotency::rate::Rate;
 use crate::kv::grant::BucketEntry;
@@ -82,6 +89,9 @@ pub struct Manifest {
     /// How a batch handler's calls are gathered; `None`: the defaults (batch handlers only).
     #[serde(default)]
     pub(crate) batch: Option<BatchShape>,
+    /// Flow control by key: limits per tenant or downstream, fair shares (`crate::flow`).
+    #[serde(default)]
+    pub(crate) flow: FlowPolicy,
 }
 
 /// How many messages a batch handler's call gathers, and how long it waits for them.
@@ -374,6 +384,7 @@ impl Manifest {
         if let Some(batch) = &self.batch {
             batch.check()?;
         }
+        self.flow.check()?;
         let l = &self.limits;
         anyhow::ensure!(l.timeout_ms > 0, "limits.timeout-ms must be positive");
         anyhow::ensure!(

@@ -1,0 +1,308 @@
+//! Fair shares of a host's in-flight slots among flow keys.
+//!
+//! A host chooses among the messages it received; it cannot choose which ones SQS hands it.
+//! What it can do is refuse to let one key hold every slot: a key may run at most its share,
+//! `capacity × weight / (the weights of the keys running + its own + 1)`, at least one. The
+//! `+ 1` is a share kept for a key not seen yet, so a tenant whose first message arrives while
+//! another floods the queue starts at once. A lone key therefore uses about half the host's
+//! slots (more with a weight above 1): the price of room for the next tenant.
+//!
+//! A message beyond its key's share is put back hidden until the key would have room for it:
+//! each key keeps a schedule, like a GCRA, of when its next put-back message is due back,
+//! spaced by the key's measured run time divided by its share. A key's backlog is then spread
+//! over the time this host needs to run it, rather than coming back at once to be received
+//! again before the messages behind it. So the host's receives reach past a flooding key to
+//! the other tenants at the pace it can receive, and the flooding key's messages come back
+//! about as fast as its share runs them.
+//!
+//! Shares count runs on this host only (fleet-wide limits are slots in the store); a key's
+//! run is counted by a [`Ticket`], held by its message's task and given back when it ends.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::FlowPolicy;
+
+/// The weight of the share kept for keys not seen yet.
+const NEWCOMER_WEIGHT: u64 = 1;
+/// What a run is assumed to take before one of its key has ended on this host.
+const FIRST_RUN_TIME: Duration = Duration::from_secs(1);
+/// The shortest a message beyond its key's share is hidden (SQS counts visibility in seconds).
+const MIN_DELAY: Duration = Duration::from_secs(1);
+/// The longest a message beyond its key's share is hidden at a time; it is scheduled again
+/// if it comes back too early.
+const MAX_DELAY: Duration = Duration::from_secs(3600);
+
+/// A message that comes back may find its key a share's `1 / RETURNING_SLACK` over its share
+/// and still run: put-backs come back a receive (up to ten) at a time while the key's runs end
+/// one by one, and sending each back again would only spend receives the other tenants need.
+const RETURNING_SLACK: usize = 4;
+
+/// How many keys a host remembers before it forgets the idle ones.
+const MAX_KEYS: usize = 10_000;
+
+/// Why a run may not start on this host now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// This host alone already runs `max-concurrency` of the key: no store call is needed to
+    /// know the fleet is at its limit.
+    AtLimit,
+    /// The key holds its fair share of the host's slots: the message comes back after this.
+    OverShare(Duration),
+}
+
+/// One key on this host: its runs, weight, run time, and put-back schedule.
+#[derive(Debug)]
+struct Running {
+    count: usize,
+    weight: u32,
+    /// A moving average of its runs' time, from admission to the end of the delivery.
+    run_time: Duration,
+    /// When its next put-back message is due back.
+    next_back: Option<Instant>,
+}
+
+impl Default for Running {
+    fn default() -> Self {
+        Running {
+            count: 0,
+            weight: 1,
+            run_time: FIRST_RUN_TIME,
+            next_back: None,
+        }
+    }
+}
+
+impl Running {
+    /// Whether it can be forgotten: nothing running, nothing scheduled to come back.
+    fn is_idle(&self, now: Instant) -> bool {
+        self.count == 0 && self.next_back.is_none_or(|t| t <= now)
+    }
+}
+
+/// The runs of each flow key on this host.
+#[derive(Debug)]
+pub(crate) struct FairShares {
+    capacity: usize,
+    running: Mutex<HashMap<String, Running>>,
+}
+
+/// One admitted run of a key, counted until dropped.
+#[derive(Debug)]
+#[must_use = "the run counts against its key's share while the ticket is held"]
+pub(crate) struct Ticket {
+    shares: Arc<FairShares>,
+    id: String,
+    since: Instant,
+}
+
+impl FairShares {
+    /// Shares of `capacity` in-flight slots.
+    pub(crate) fn new(capacity: usize) -> Arc<Self> {
+        Arc::new(FairShares {
+            capacity,
+            running: Mutex::default(),
+        })
+    }
+
+    /// Admits a run of `plugin`'s flow key `key` under `policy`, or says why not;
+    /// `returning`: whether the message was received before (it may have waited its turn).
+    pub(crate) fn admit(
+        self: &Arc<Self>,
+        plugin: &str,
+        key: &str,
+        policy: &FlowPolicy,
+        returning: bool,
+    ) -> Result<Ticket, Refused> {
+        let id = format!("{plugin}\u{0}{key}");
+        let weight = policy.weight(key);
+        let now = Instant::now();
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = running.get(&id).map_or(0, |r| r.count);
+        if policy.max_concurrency.is_some_and(|n| mine >= n as usize) {
+            return Err(Refused::AtLimit);
+        }
+        let mut share = self.share(&running, &id, weight);
+        if returning {
+            share += share.div_ceil(RETURNING_SLACK);
+        }
+        let entry = running.entry(id.clone()).or_default();
+        entry.weight = weight;
+        if policy.is_fair() && mine >= share {
+            return Err(Refused::OverShare(schedule_back(entry, share, now)));
+        }
+        entry.count += 1;
+        Ok(Ticket {
+            shares: Arc::clone(self),
+            id,
+            since: now,
+        })
+    }
+
+    /// The share of a key `id` of `weight` among the keys running.
+    fn share(&self, running: &HashMap<String, Running>, id: &str, weight: u32) -> usize {
+        let others: u64 = (running.iter())
+            .filter(|(other, r)| other.as_str() != id && r.count > 0)
+            .map(|(_, r)| u64::from(r.weight))
+            .sum();
+        let total = others + u64::from(weight) + NEWCOMER_WEIGHT;
+        ((self.capacity as u64 * u64::from(weight) / total) as usize).max(1)
+    }
+
+    /// Runs of `plugin`'s key `key` on this host now.
+    #[cfg(test)]
+    fn running(&self, plugin: &str, key: &str) -> usize {
+        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        running
+            .get(&format!("{plugin}\u{0}{key}"))
+            .map_or(0, |r| r.count)
+    }
+}
+
+/// Schedules a put-back message of `key` (running `share` at once) to come back once the key
+/// would have room for it: the key's schedule moves on by one run's time over its share.
+fn schedule_back(key: &mut Running, share: usize, now: Instant) -> Duration {
+    let spacing = key.run_time / share.max(1) as u32;
+    let due = key.next_back.filter(|&t| t > now).unwrap_or(now) + spacing;
+    let delay = due - now;
+    if delay <= MAX_DELAY {
+        key.next_back = Some(due);
+    }
+    delay.clamp(MIN_DELAY, MAX_DELAY)
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        let mut running = (self.shares.running.lock()).unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = running.get_mut(&self.id) {
+            r.count -= 1;
+            // A moving average over about the last eight runs.
+            let took = now - self.since;
+            r.run_time = (r.run_time * 7 + took) / 8;
+        }
+        // Idle keys are kept for their run time until there are many.
+        if running.len() > MAX_KEYS {
+            running.retain(|_, r| !r.is_idle(now));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fair(weights: &str) -> FlowPolicy {
+        toml::from_str(&format!("key = \"attribute:tenant\"\nweights = {weights}")).unwrap()
+    }
+
+    fn admit_all(shares: &Arc<FairShares>, key: &str, policy: &FlowPolicy) -> Vec<Ticket> {
+        std::iter::from_fn(|| shares.admit("p", key, policy, false).ok()).collect()
+    }
+
+    #[test]
+    fn a_lone_key_leaves_room_for_a_newcomer_who_starts_at_once() {
+        let shares = FairShares::new(32);
+        let policy = fair("{}");
+        let a = admit_all(&shares, "a", &policy);
+        assert_eq!(a.len(), 16, "32 x 1 / (1 + 1)");
+        assert!(matches!(
+            shares.admit("p", "a", &policy, false),
+            Err(Refused::OverShare(_))
+        ));
+        // B's share with A running: 32 x 1 / (1 + 1 + 1) = 10, and it starts at once.
+        let b = admit_all(&shares, "b", &policy);
+        assert_eq!(b.len(), 10);
+        drop(a);
+        assert_eq!(shares.running("p", "a"), 0);
+        assert!(shares.admit("p", "a", &policy, false).is_ok());
+    }
+
+    #[test]
+    fn a_message_that_comes_back_may_run_a_quarter_over_its_share() {
+        let shares = FairShares::new(32);
+        let policy = fair("{}");
+        let _a = admit_all(&shares, "a", &policy);
+        let back: Vec<Ticket> =
+            std::iter::from_fn(|| shares.admit("p", "a", &policy, true).ok()).collect();
+        assert_eq!(back.len(), 4, "16 and a quarter");
+    }
+
+    #[test]
+    fn weights_scale_a_keys_share() {
+        let shares = FairShares::new(30);
+        let policy = fair("{ big = 4 }");
+        let small = admit_all(&shares, "small", &policy);
+        assert_eq!(small.len(), 15);
+        // With `small` running: 30 x 4 / (1 + 4 + 1) = 20.
+        assert_eq!(admit_all(&shares, "big", &policy).len(), 20);
+    }
+
+    #[test]
+    fn a_key_at_its_fleet_limit_on_this_host_alone_is_refused_without_asking_the_store() {
+        let shares = FairShares::new(64);
+        let policy: FlowPolicy =
+            toml::from_str("key = \"attribute:tenant\"\nmax-concurrency = 3\nfair = false")
+                .unwrap();
+        let held = admit_all(&shares, "partner", &policy);
+        assert_eq!(held.len(), 3);
+        assert_eq!(
+            shares.admit("p", "partner", &policy, false).unwrap_err(),
+            Refused::AtLimit
+        );
+    }
+
+    #[test]
+    fn unfair_keys_are_only_counted() {
+        let shares = FairShares::new(4);
+        let policy: FlowPolicy = toml::from_str("key = \"group\"\nfair = false").unwrap();
+        assert_eq!(
+            (0..10)
+                .filter_map(|_| shares.admit("p", "g", &policy, false).ok())
+                .count(),
+            10
+        );
+    }
+
+    #[test]
+    fn a_keys_put_backs_are_spread_over_the_time_its_share_needs_to_run_them() {
+        let now = Instant::now();
+        let mut key = Running {
+            run_time: Duration::from_millis(100),
+            ..Running::default()
+        };
+        // A share of 10 runs one message every 10 ms: the 500th put back is due in 5 s.
+        let delays: Vec<Duration> = (0..500).map(|_| schedule_back(&mut key, 10, now)).collect();
+        assert_eq!(delays[0], MIN_DELAY);
+        assert_eq!(delays[99], Duration::from_secs(1));
+        assert_eq!(delays[499], Duration::from_secs(5));
+        assert!(delays.windows(2).all(|w| w[0] <= w[1]));
+        // Once the schedule's time has passed, it starts again from now.
+        let later = now + Duration::from_secs(60);
+        assert_eq!(schedule_back(&mut key, 10, later), MIN_DELAY);
+        // Never more than an hour at a time.
+        key.run_time = Duration::from_secs(3600);
+        assert_eq!(schedule_back(&mut key, 1, later), MAX_DELAY);
+        assert_eq!(schedule_back(&mut key, 1, later), MAX_DELAY);
+    }
+
+    #[test]
+    fn a_keys_run_time_is_learnt_from_its_runs() {
+        let shares = FairShares::new(8);
+        let policy = fair("{}");
+        let ticket = shares.admit("p", "a", &policy, false).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        drop(ticket);
+        let tickets = admit_all(&shares, "a", &policy);
+        assert_eq!(tickets.len(), 4);
+        let Err(Refused::OverShare(first)) = shares.admit("p", "a", &policy, false) else {
+            panic!("not over its share");
+        };
+        assert_eq!(first, MIN_DELAY);
+        let running = shares.running.lock().unwrap();
+        let a = running.values().next().unwrap();
+        assert!(a.run_time < FIRST_RUN_TIME, "{:?}", a.run_time);
+        assert!(a.next_back.is_some());
+    }
+}

@@ -1,0 +1,187 @@
+//! Flow slots in the embedded store (the design is in `idempotency::slots`): one row per
+//! holder with its expiry in the `slots` table (created with the store's schema), taken in
+//! the same SQLite transaction as the leases asked beside it.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::{Transaction, params};
+
+use super::local::{LocalStore, acquire_one};
+use super::slots::{self, Slot, SlotAnswer, SlotRequest};
+use super::{FlowSlots, LeaseRequest, LeasesAndSlots, StoreResult};
+use crate::message::now_ms;
+
+/// Takes one of `req.limit` slots of its key at `now`, or says how long until one lapses.
+fn take(tx: &Transaction<'_>, req: &SlotRequest, now: i64) -> anyhow::Result<SlotAnswer> {
+    tx.prepare_cached("DELETE FROM slots WHERE key = ?1 AND expires_at_ms <= ?2")?
+        .execute(params![req.key, now])?;
+    let held: Vec<u64> = tx
+        .prepare_cached("SELECT expires_at_ms FROM slots WHERE key = ?1")?
+        .query_map([&req.key], |r| r.get::<_, i64>(0))?
+        .map(|e| e.map(|ms| ms as u64))
+        .collect::<Result<_, _>>()?;
+    if let Err(retry_after) = slots::decide(req.limit, now as u64, &held) {
+        return Ok(SlotAnswer::Full { retry_after });
+    }
+    let holder = uuid::Uuid::new_v4().to_string();
+    tx.prepare_cached("INSERT INTO slots (key, holder, expires_at_ms) VALUES (?1, ?2, ?3)")?
+        .execute(params![req.key, holder, now + req.ttl.as_millis() as i64])?;
+    Ok(SlotAnswer::Held(Slot {
+        key: req.key.clone(),
+        holder,
+    }))
+}
+
+#[async_trait]
+impl FlowSlots for LocalStore {
+    async fn acquire_with_slots(
+        &self,
+        leases: &[LeaseRequest],
+        slots: &[SlotRequest],
+    ) -> StoreResult<LeasesAndSlots> {
+        let (leases, slots) = (leases.to_vec(), slots.to_vec());
+        let (acquired, taken) = self
+            .write(move |tx| {
+                let now = now_ms() as i64;
+                let acquired: Vec<_> = (leases.iter())
+                    .map(|r| acquire_one(tx, r, now))
+                    .collect::<anyhow::Result<_>>()?;
+                let taken: Vec<_> = (slots.iter())
+                    .map(|r| take(tx, r, now))
+                    .collect::<anyhow::Result<_>>()?;
+                Ok((acquired, taken))
+            })
+            .await?;
+        // One transaction: every request is answered, or the call fails whole.
+        Ok((
+            acquired.into_iter().map(Ok).collect(),
+            taken.into_iter().map(Ok).collect(),
+        ))
+    }
+
+    async fn extend_slot(&self, slot: &Slot, ttl: Duration) -> StoreResult<bool> {
+        let slot = slot.clone();
+        self.write(move |tx| {
+            let now = now_ms() as i64;
+            let changed = tx
+                .prepare_cached(
+                    "UPDATE slots SET expires_at_ms = ?3
+                     WHERE key = ?1 AND holder = ?2 AND expires_at_ms > ?4",
+                )?
+                .execute(params![
+                    slot.key,
+                    slot.holder,
+                    now + ttl.as_millis() as i64,
+                    now
+                ])?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn release_slots(&self, slots: &[Slot]) -> StoreResult<()> {
+        let slots = slots.to_vec();
+        self.write(move |tx| {
+            let mut delete =
+                tx.prepare_cached("DELETE FROM slots WHERE key = ?1 AND holder = ?2")?;
+            for slot in &slots {
+                delete.execute(params![slot.key, slot.holder])?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn slots_held(&self, key: &str) -> StoreResult<u32> {
+        let key = key.to_string();
+        self.write(move |tx| {
+            let held: i64 = tx
+                .prepare_cached("SELECT COUNT(*) FROM slots WHERE key = ?1 AND expires_at_ms > ?2")?
+                .query_row(params![key, now_ms() as i64], |r| r.get(0))?;
+            Ok(held as u32)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(key: &str, limit: u32) -> SlotRequest {
+        SlotRequest {
+            key: key.into(),
+            limit,
+            ttl: Duration::from_secs(30),
+        }
+    }
+
+    async fn take_one(store: &LocalStore, key: &str, limit: u32) -> SlotAnswer {
+        let (_, mut taken) = store
+            .acquire_with_slots(&[], &[req(key, limit)])
+            .await
+            .unwrap();
+        taken.remove(0).unwrap()
+    }
+
+    #[tokio::test]
+    async fn at_most_the_limit_hold_a_key_and_a_release_frees_one() {
+        let store = LocalStore::open(None).unwrap();
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            match take_one(&store, "s:{p:acme}", 3).await {
+                SlotAnswer::Held(slot) => held.push(slot),
+                full => panic!("{full:?}"),
+            }
+        }
+        let full = take_one(&store, "s:{p:acme}", 3).await;
+        assert!(
+            matches!(full, SlotAnswer::Full { retry_after } if retry_after > Duration::from_secs(29)),
+            "{full:?}"
+        );
+        // Another key has slots of its own.
+        assert!(matches!(
+            take_one(&store, "s:{p:other}", 3).await,
+            SlotAnswer::Held(_)
+        ));
+        assert_eq!(store.slots_held("s:{p:acme}").await.unwrap(), 3);
+        store.release_slots(&held[..1]).await.unwrap();
+        assert_eq!(store.slots_held("s:{p:acme}").await.unwrap(), 2);
+        assert!(matches!(
+            take_one(&store, "s:{p:acme}", 3).await,
+            SlotAnswer::Held(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_lapsed_slot_no_longer_counts_and_cannot_be_extended() {
+        let store = LocalStore::open(None).unwrap();
+        let short = SlotRequest {
+            ttl: Duration::from_millis(20),
+            ..req("s:{p:k}", 1)
+        };
+        let (_, mut taken) = store.acquire_with_slots(&[], &[short]).await.unwrap();
+        let SlotAnswer::Held(slot) = taken.remove(0).unwrap() else {
+            panic!("not held");
+        };
+        assert!(
+            store
+                .extend_slot(&slot, Duration::from_millis(20))
+                .await
+                .unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert_eq!(store.slots_held("s:{p:k}").await.unwrap(), 0);
+        assert!(
+            !store
+                .extend_slot(&slot, Duration::from_secs(1))
+                .await
+                .unwrap()
+        );
+        assert!(matches!(
+            take_one(&store, "s:{p:k}", 1).await,
+            SlotAnswer::Held(_)
+        ));
+    }
+}
