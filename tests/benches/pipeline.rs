@@ -154,6 +154,13 @@ fn batch_plugin(size: usize) -> Plugin {
     qhost_e2e::built_plugin_as("batch-fixture", "batched", &config("batched"), &manifest)
 }
 
+/// The trivial plugin under a fleet-wide concurrency limit (`docs/flow.md`), high enough that
+/// no message waits: what taking and giving back a flow slot costs.
+fn flow_plugin() -> Plugin {
+    let manifest = "[flow]\nmax-concurrency = 10000\n";
+    qhost_e2e::fixture_plugin_with("trivial", &config("trivial"), manifest)
+}
+
 fn native_plugin() -> Plugin {
     let handler = |_: HandlerMessage| Ok(Invocation::new(Outcome::Ack));
     Plugin::new("native", "native", Manifest::default(), Arc::new(handler))
@@ -220,6 +227,8 @@ async fn main() {
     let rounds = 3;
     qhost_e2e::built_plugins(); // build before printing, so cargo's output stays out of the table
     let redis = RedisStore::connect(&qhost_e2e::redis_server::shared_url()).await;
+    // Its own connection, so its round trips are counted apart.
+    let flow_redis = RedisStore::connect(&qhost_e2e::redis_server::shared_url()).await;
     // A local cluster when redis-server and redis-cli are installed (scripts/install-test-tools):
     // three primaries without replicas, like for like with the single server (on one machine,
     // replicas would only take CPU from the rest).
@@ -240,7 +249,7 @@ async fn main() {
     // the round with the median rate.
     let (mut native, mut wasm, mut traced, mut with_redis, mut on_cluster) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut canary = Vec::new();
+    let (mut canary, mut flowed) = (Vec::new(), Vec::new());
     let mut batched: [Vec<Run>; 2] = [Vec::new(), Vec::new()];
     for _ in 0..rounds {
         native.push(measure(native_plugin(), local_store(), n).await);
@@ -254,6 +263,9 @@ async fn main() {
         traced.push(measure_traced(wasm_plugin(), local_store(), n, tracer).await);
         if let Ok(redis) = &redis {
             with_redis.push(measure(wasm_plugin(), Arc::new(redis.clone()), n).await);
+        }
+        if let Ok(store) = &flow_redis {
+            flowed.push(measure(flow_plugin(), Arc::new(store.clone()), n).await);
         }
         if let Some(store) = &cluster_store {
             on_cluster.push(measure(wasm_plugin(), Arc::new(store.clone()), n).await);
@@ -319,12 +331,13 @@ async fn main() {
             receiver.bytes() as f64 / (n * rounds) as f64,
         ),
     );
-    let mut single_rate = None;
+    let (mut single_rate, mut single_cpu) = (None, None);
     match &redis {
         Ok(redis) => {
             let per_message = redis.round_trips() as f64 / (n * rounds) as f64;
             let run = median(with_redis);
             single_rate = Some(run.rate);
+            single_cpu = Some(run.cpu.micros_per(n));
             row(
                 "wasm plugin, Redis store",
                 &run,
@@ -340,6 +353,23 @@ async fn main() {
             );
         }
         Err(e) => println!("wasm plugin, Redis store: skipped ({e:#})"),
+    }
+    if let (Ok(store), Some(run), Ok(redis)) = (&flow_redis, flowed.first(), &redis) {
+        let per_message = store.round_trips() as f64 / (n * rounds) as f64;
+        let plain = redis.round_trips() as f64 / (n * rounds) as f64;
+        let flowed = median(flowed.clone());
+        let redis_cpu = single_cpu.unwrap_or(run.cpu.micros_per(n));
+        row(
+            "  with a flow limit",
+            &flowed,
+            &native,
+            n,
+            &format!(
+                "(max-concurrency: {per_message:.3} round trips per message against {plain:.3}, \
+                 {:+.1} µs CPU per message)",
+                flowed.cpu.micros_per(n) - redis_cpu,
+            ),
+        );
     }
     match (cluster_store, single_rate) {
         (Some(store), Some(single)) => {

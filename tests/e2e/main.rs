@@ -20,6 +20,7 @@ mod dlq;
 mod email_sender;
 mod faults;
 mod fleet;
+mod flow;
 mod formats;
 mod guides;
 mod handler_tests;

@@ -83,6 +83,7 @@ pub struct ApiServer {
     addr: SocketAddr,
     requests: Arc<Mutex<Vec<Recorded>>>,
     connections: Arc<AtomicUsize>,
+    in_flight: Arc<InFlight>,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -140,9 +141,11 @@ impl ApiServer {
         let addr = listener.local_addr().expect("its address");
         let requests = Arc::new(Mutex::new(Vec::new()));
         let connections = Arc::new(AtomicUsize::new(0));
+        let in_flight = Arc::new(InFlight::default());
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let answer: Arc<Answer> = Arc::new(answer);
         let (kept, accepted) = (Arc::clone(&requests), Arc::clone(&connections));
+        let counted = Arc::clone(&in_flight);
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -153,7 +156,7 @@ impl ApiServer {
                     tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
                 tokio::select! {
                     _ = stopped => {}
-                    () = serve(listener, tls, kept, accepted, answer) => {}
+                    () = serve(listener, tls, (kept, accepted, counted), answer) => {}
                 }
             });
         });
@@ -161,6 +164,7 @@ impl ApiServer {
             addr,
             requests,
             connections,
+            in_flight,
             _stop: stop,
         }
     }
@@ -184,20 +188,63 @@ impl ApiServer {
     pub fn connections(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
     }
+
+    /// The most requests it was answering at once (from arrival to the answer).
+    pub fn most_at_once(&self) -> usize {
+        self.in_flight.most.load(Ordering::SeqCst)
+    }
+
+    /// Requests it is answering now.
+    pub fn answering_now(&self) -> usize {
+        self.in_flight.now.load(Ordering::SeqCst)
+    }
 }
+
+/// Requests being answered, and the most there have been at once.
+#[derive(Debug, Default)]
+struct InFlight {
+    now: AtomicUsize,
+    most: AtomicUsize,
+}
+
+/// One request counted in [`InFlight`] until dropped.
+struct Answering(Arc<InFlight>);
+
+impl Answering {
+    fn start(in_flight: &Arc<InFlight>) -> Self {
+        let now = in_flight.now.fetch_add(1, Ordering::SeqCst) + 1;
+        in_flight.most.fetch_max(now, Ordering::SeqCst);
+        Answering(Arc::clone(in_flight))
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What every connection's requests are recorded in.
+type Kept = (Arc<Mutex<Vec<Recorded>>>, Arc<AtomicUsize>, Arc<InFlight>);
 
 async fn serve(
     listener: tokio::net::TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
-    kept: Arc<Mutex<Vec<Recorded>>>,
-    accepted: Arc<AtomicUsize>,
+    (kept, accepted, in_flight): Kept,
     answer: Arc<Answer>,
 ) {
     while let Ok((stream, _)) = listener.accept().await {
         accepted.fetch_add(1, Ordering::SeqCst);
         let (kept, answer) = (Arc::clone(&kept), Arc::clone(&answer));
+        let in_flight = Arc::clone(&in_flight);
         let service = hyper::service::service_fn(move |req| {
-            respond(req, Arc::clone(&kept), Arc::clone(&answer))
+            let answering = Answering::start(&in_flight);
+            let answered = respond(req, Arc::clone(&kept), Arc::clone(&answer));
+            async move {
+                let response = answered.await;
+                drop(answering);
+                response
+            }
         });
         let http = hyper::server::conn::http1::Builder::new();
         match &tls {
