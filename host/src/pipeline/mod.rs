@@ -55,6 +55,8 @@ mod deadletter;
 mod delivery;
 #[cfg(test)]
 mod fates;
+#[cfg(test)]
+mod flow_fates;
 mod gate;
 mod gather;
 mod heartbeat;
