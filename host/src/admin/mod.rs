@@ -103,6 +103,8 @@ pub struct HostView {
     pub(crate) fleet: Arc<crate::fleet::Fleet>,
     /// Its idempotency store, for the console's fleet-wide actions.
     pub(crate) store: Arc<dyn crate::idempotency::Store>,
+    /// Its flow keys' runs and put-backs.
+    pub(crate) fair: Arc<crate::flow::FairShares>,
 }
 
 impl HostView {

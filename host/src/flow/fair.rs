@@ -61,6 +61,35 @@ struct Running {
     run_time: Duration,
     /// When its next put-back message is due back.
     next_back: Option<Instant>,
+    /// Runs admitted, and messages put back beyond its share or over its limits, so far.
+    counts: KeyCounts,
+}
+
+/// What happened to a flow key's messages on this host.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct KeyCounts {
+    /// Handler runs.
+    pub(crate) runs: u64,
+    /// Put back beyond its share of the host's slots (`fair_share`).
+    pub(crate) fair_share: u64,
+    /// Put back over its fleet-wide concurrency or rate (`flow_limited`).
+    pub(crate) flow_limited: u64,
+}
+
+/// One flow key as the console shows it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct KeyStatus {
+    /// The plugin whose manifest names the key.
+    pub(crate) plugin: String,
+    /// The flow key (empty: the default flow).
+    pub(crate) key: String,
+    /// Its runs on this host now.
+    pub(crate) running: usize,
+    /// Its runs' average time, in milliseconds.
+    pub(crate) run_ms: u64,
+    /// What happened to its messages on this host.
+    #[serde(flatten)]
+    pub(crate) counts: KeyCounts,
 }
 
 impl Default for Running {
@@ -70,6 +99,7 @@ impl Default for Running {
             weight: 1,
             run_time: FIRST_RUN_TIME,
             next_back: None,
+            counts: KeyCounts::default(),
         }
     }
 }
@@ -121,6 +151,7 @@ impl FairShares {
         let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         let mine = running.get(&id).map_or(0, |r| r.count);
         if policy.max_concurrency.is_some_and(|n| mine >= n as usize) {
+            running.entry(id).or_default().counts.flow_limited += 1;
             return Err(Refused::AtLimit);
         }
         let mut share = self.share(&running, &id, weight);
@@ -130,6 +161,7 @@ impl FairShares {
         let entry = running.entry(id.clone()).or_default();
         entry.weight = weight;
         if policy.is_fair() && mine >= share {
+            entry.counts.fair_share += 1;
             return Err(Refused::OverShare(schedule_back(entry, share, now)));
         }
         entry.count += 1;
@@ -138,6 +170,43 @@ impl FairShares {
             id,
             since: now,
         })
+    }
+
+    /// Counts a handler run of `plugin`'s key `key`.
+    pub(crate) fn ran(&self, plugin: &str, key: &str) {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let id = format!("{plugin}\u{0}{key}");
+        running.entry(id).or_default().counts.runs += 1;
+    }
+
+    /// Counts a message of `plugin`'s key `key` put back over its fleet-wide limits.
+    pub(crate) fn limited(&self, plugin: &str, key: &str) {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let id = format!("{plugin}\u{0}{key}");
+        running.entry(id).or_default().counts.flow_limited += 1;
+    }
+
+    /// The `n` busiest keys on this host: by runs now, then by messages put back.
+    pub(crate) fn busiest(&self, n: usize) -> Vec<KeyStatus> {
+        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let mut keys: Vec<KeyStatus> = (running.iter())
+            .map(|(id, r)| {
+                let (plugin, key) = id.split_once('\u{0}').unwrap_or((id, ""));
+                KeyStatus {
+                    plugin: plugin.to_string(),
+                    key: key.to_string(),
+                    running: r.count,
+                    run_ms: r.run_time.as_millis() as u64,
+                    counts: r.counts,
+                }
+            })
+            .collect();
+        let put_back = |k: &KeyStatus| k.counts.fair_share + k.counts.flow_limited;
+        keys.sort_by(|a, b| {
+            (b.running, put_back(b), &a.key).cmp(&(a.running, put_back(a), &b.key))
+        });
+        keys.truncate(n);
+        keys
     }
 
     /// The share of a key `id` of `weight` among the keys running.
@@ -227,6 +296,35 @@ mod tests {
         let back: Vec<Ticket> =
             std::iter::from_fn(|| shares.admit("p", "a", &policy, true).ok()).collect();
         assert_eq!(back.len(), 4, "16 and a quarter");
+    }
+
+    #[test]
+    fn the_busiest_keys_come_first_with_what_happened_to_them() {
+        let shares = FairShares::new(8);
+        let policy = fair("{}");
+        // Four runs of `a`, its share; the fifth (as `admit_all` stops) and sixth put back.
+        let a = admit_all(&shares, "a", &policy);
+        assert!(shares.admit("p", "a", &policy, false).is_err());
+        let _b = shares.admit("p", "b", &policy, false).unwrap();
+        shares.limited("p", "c");
+        (0..4).for_each(|_| shares.ran("p", "a"));
+        let busiest = shares.busiest(10);
+        let keys: Vec<(&str, usize)> = busiest
+            .iter()
+            .map(|k| (k.key.as_str(), k.running))
+            .collect();
+        assert_eq!(keys, [("a", 4), ("b", 1), ("c", 0)]);
+        assert_eq!(
+            busiest[0].counts,
+            KeyCounts {
+                runs: 4,
+                fair_share: 2,
+                flow_limited: 0
+            }
+        );
+        assert_eq!(busiest[2].counts.flow_limited, 1);
+        drop(a);
+        assert_eq!(shares.busiest(1)[0].key, "b", "runs now first");
     }
 
     #[test]

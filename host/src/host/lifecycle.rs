@@ -12,7 +12,6 @@ use super::{Host, RELEASE_DEADLINE};
 use crate::admin::health;
 use crate::fleet::HostEntry;
 use crate::fleet::follow::Follower;
-use crate::flow::FairShares;
 use crate::format::Formats;
 use crate::pipeline::{
     AckTask, Acker, Batches, Completer, OutboxMarks, PutBacks, QueueCtx, Shared, SlotReleases,
@@ -248,7 +247,7 @@ impl Host {
             stats: Arc::clone(&self.stats),
             metrics: Arc::clone(&self.metrics),
             in_flight: Arc::new(Semaphore::new(self.config.max_in_flight)),
-            fair: FairShares::new(self.config.max_in_flight),
+            fair: Arc::clone(&self.fair),
             priorities: Default::default(),
             slot_releases: SlotReleases::spawn(self.store.clone(), Arc::clone(&self.stats)),
             tasks: TaskTracker::new(),

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::admin::{Health, HostView};
 use crate::config::Config;
 use crate::fleet::Fleet;
+use crate::flow::FairShares;
 use crate::idempotency::Store;
 use crate::metrics::Metrics;
 use crate::payload::Payloads;
@@ -66,6 +67,8 @@ pub struct Host {
     schedules: Arc<Board>,
     /// The fleet as its follower last read it: the roster, the queues paused fleet-wide.
     fleet: Arc<Fleet>,
+    /// Its flow keys' runs and put-backs, for fair shares and the console.
+    fair: Arc<FairShares>,
     abandon: CancellationToken,
     /// Starts each delivery's span, when traces are on.
     tracer: Option<Tracer>,
@@ -139,6 +142,7 @@ impl Host {
         }
         let stats = Arc::new(Stats::default());
         let metrics = Metrics::new(&config, Arc::clone(&stats), Arc::clone(&registry));
+        let fair = FairShares::new(config.max_in_flight);
         Host {
             config: Arc::new(config),
             source,
@@ -152,6 +156,7 @@ impl Host {
             recent: Arc::default(),
             schedules: Arc::default(),
             fleet: Arc::default(),
+            fair,
             abandon: CancellationToken::new(),
             tracer: None,
         }
@@ -212,6 +217,7 @@ impl Host {
             schedules: Arc::clone(&self.schedules),
             fleet: Arc::clone(&self.fleet),
             store: self.store.clone(),
+            fair: Arc::clone(&self.fair),
         }
     }
 

@@ -35,6 +35,7 @@ pub(super) async fn refused(routed: Routed, why: Refused) -> Fate {
     let delivery = routed.delivery;
     let flow = routed.flow.as_deref().unwrap_or_default();
     match why {
+        // Counted by the shares as they refused it.
         Refused::AtLimit => {
             tracing::debug!(
                 flow,
@@ -158,6 +159,8 @@ pub(super) async fn over_limit(
     match slot {
         Ok(retry_after) => {
             let flow = leased.flow().unwrap_or_default();
+            let shared = leased.delivery().shared();
+            shared.fair.limited(&leased.plugin().name, flow);
             tracing::debug!(
                 flow,
                 "the flow key is at its limit across the fleet; putting the message back"

@@ -110,6 +110,9 @@ async fn within_rates(leased: &Leased) -> RateSlot {
     if let (Some(limit), Some(flow)) = (plugin.manifest.flow.rate, leased.flow()) {
         let key = rate::key(namespace, &format!("{}:flow:{flow}", plugin.name));
         let slot = within_rate(leased, &key, limit, Event::FlowLimited).await;
+        if let RateSlot::Later(..) = slot {
+            delivery.shared().fair.limited(&plugin.name, flow);
+        }
         if slot != RateSlot::Now {
             return slot;
         }
@@ -188,6 +191,9 @@ async fn run(mut leased: Leased, resolved: Option<Resolved>) -> Fate {
             None => sha256_hex(&leased.delivery().msg().body),
         };
         leased.running_on(sha256);
+    }
+    if let Some(flow) = leased.flow() {
+        shared.fair.ran(&plugin.name, flow);
     }
     let input = handler_message(&leased, resolved);
     if let Some(capture) = &leased.delivery().queue().capture {

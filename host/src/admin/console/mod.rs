@@ -1,6 +1,6 @@
 //! The operator's console on the admin listener: `GET /` is a page, and the JSON behind it is
 //! an API for scripts (`/api/fleet`, `/api/queues`, `/api/plugins`, `/api/schedules`,
-//! `/api/dead-letters?queue=NAME`).
+//! `/api/flow`, `/api/dead-letters?queue=NAME`).
 //!
 //! Both read the same views ([`views`]) of what the host keeps anyway, so neither calls a
 //! backend: depths are the health checker's last answers, rates come from its samples, dead
@@ -23,6 +23,9 @@ use serde::Serialize;
 
 use super::HostView;
 
+/// The flow keys the console shows: this host's busiest.
+const FLOW_KEYS: usize = 20;
+
 /// A console answer: the content type and the body, or `None` for a path it does not serve.
 pub(super) enum Answer {
     Html(String),
@@ -42,6 +45,7 @@ pub(super) fn get(host: &HostView, path: &str, query: Option<&str>) -> Option<An
         "/api/queues" => json(&views::queues(host)),
         "/api/plugins" => json(&views::plugins(host)),
         "/api/schedules" => json(&host.schedules.snapshot()),
+        "/api/flow" => json(&host.fair.busiest(FLOW_KEYS)),
         "/api/dead-letters" => {
             let queue = query_value(query, "queue").unwrap_or_default();
             match views::dead_letters(host, queue) {
@@ -66,6 +70,7 @@ fn page_of(host: &HostView) -> String {
         queues: &views::queues(host),
         plugins: &views::plugins(host),
         schedules: &host.schedules.snapshot(),
+        flow: &host.fair.busiest(FLOW_KEYS),
         dead: &dead,
     };
     page::render(&views, actions)

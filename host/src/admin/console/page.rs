@@ -16,6 +16,7 @@ use super::text::age;
 use super::text::escape;
 use super::views::{FleetView, PluginView, QueueView};
 use super::work::{fleet_table, queues_table};
+use crate::flow::fair::KeyStatus;
 use crate::message::now_ms;
 use crate::recent::DeadLetter;
 use crate::schedule::ScheduleStatus;
@@ -58,6 +59,8 @@ pub(crate) struct Views<'a> {
     pub(crate) queues: &'a [QueueView],
     pub(crate) plugins: &'a [PluginView],
     pub(crate) schedules: &'a [ScheduleStatus],
+    /// This host's busiest flow keys.
+    pub(crate) flow: &'a [KeyStatus],
     /// Each queue's recent dead letters.
     pub(crate) dead: &'a [(String, Vec<DeadLetter>)],
 }
@@ -71,8 +74,8 @@ pub(crate) fn render(views: &Views<'_>, actions: bool) -> String {
          <h1>qhost</h1><p class=\"muted\">{} {} on <b>{}</b>, serving qhost:handler@{}. \
          Refreshes every {REFRESH_SECS} s; the same figures are at \
          <a href=\"/api/fleet\">/api/fleet</a>, <a href=\"/api/queues\">/api/queues</a>, \
-         <a href=\"/api/plugins\">/api/plugins</a>, <a href=\"/api/schedules\">/api/schedules</a> \
-         and /api/dead-letters?queue=NAME.</p>",
+         <a href=\"/api/plugins\">/api/plugins</a>, <a href=\"/api/schedules\">/api/schedules</a>, \
+         <a href=\"/api/flow\">/api/flow</a> and /api/dead-letters?queue=NAME.</p>",
         env!("CARGO_PKG_NAME"),
         env!("CARGO_PKG_VERSION"),
         escape(&views.fleet.this_host),
@@ -85,11 +88,43 @@ pub(crate) fn render(views: &Views<'_>, actions: bool) -> String {
     queues_table(&mut page, views.queues, actions);
     plugins_table(&mut page, views.plugins, actions);
     schedules_table(&mut page, views.schedules);
+    flow_table(&mut page, views.flow);
     for (queue, letters) in views.dead {
         dead_letters(&mut page, queue, letters, actions);
     }
     page.push_str("</body></html>\n");
     page
+}
+
+/// This host's busiest flow keys (no plugin controls flow: no table).
+fn flow_table(page: &mut String, keys: &[KeyStatus]) {
+    if keys.is_empty() {
+        return;
+    }
+    page.push_str(
+        "<h2>Flow keys on this host</h2><table id=\"flow\"><tr><th>plugin</th>\
+         <th class=\"text\">key</th><th>running</th><th>ms per run</th><th>runs</th>\
+         <th>fair-share put-backs</th><th>over its limits</th></tr>",
+    );
+    for k in keys {
+        let key = if k.key.is_empty() {
+            "<span class=\"muted\">(default flow)</span>".to_string()
+        } else {
+            format!("<code>{}</code>", escape(&k.key))
+        };
+        let _ = write!(
+            page,
+            "<tr><td>{}</td><td class=\"text\">{key}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td></tr>",
+            escape(&k.plugin),
+            k.running,
+            k.run_ms,
+            k.counts.runs,
+            k.counts.fair_share,
+            k.counts.flow_limited,
+        );
+    }
+    page.push_str("</table>");
 }
 
 /// The fleet's schedules (none configured: no table).
@@ -321,9 +356,11 @@ mod tests {
             queues: &[],
             plugins: &[],
             schedules: &[],
+            flow: &[],
             dead: &[],
         };
         let page = render(&views, false);
+        assert!(!page.contains("Flow keys"), "no flow keys, no table");
         assert!(
             page.contains(READ_ONLY),
             "a read-only page says what a token enables"
@@ -337,5 +374,33 @@ mod tests {
             "{}",
             *POLICY
         );
+    }
+
+    #[test]
+    fn flow_keys_are_shown_escaped_with_the_default_flow_named() {
+        let fleet = FleetView {
+            this_host: "h/1".into(),
+            hosts: Vec::new(),
+        };
+        let key = |key: &str| KeyStatus {
+            plugin: "sync".into(),
+            key: key.into(),
+            running: 3,
+            run_ms: 120,
+            counts: Default::default(),
+        };
+        let flow = [key("<b>acme</b>"), key("")];
+        let views = Views {
+            fleet: &fleet,
+            queues: &[],
+            plugins: &[],
+            schedules: &[],
+            flow: &flow,
+            dead: &[],
+        };
+        let page = render(&views, false);
+        assert!(page.contains("<h2>Flow keys on this host</h2>"), "{page}");
+        assert!(page.contains("&lt;b&gt;acme&lt;/b&gt;") && !page.contains("<b>acme"));
+        assert!(page.contains("(default flow)"));
     }
 }
