@@ -264,6 +264,18 @@ async fn a_partners_concurrency_holds_across_two_hosts_and_a_killed_hosts_slots_
         held_back as f64, limited,
         "the consoles' put-backs are the metrics'"
     );
+    let by_key: f64 = (hosts.iter())
+        .map(|host| {
+            let (_, metrics) = get(host.admin_addr(), "/metrics");
+            let labels = [
+                ("plugin", "flow"),
+                ("key", "acme"),
+                ("reason", "flow_limited"),
+            ];
+            sample(&metrics, "qhost_flow_put_backs_total", &labels).unwrap_or(0.0)
+        })
+        .sum();
+    assert_eq!(by_key, limited, "the key's own series");
     assert_eq!(
         store.slots_held(&slots).await.expect("slots"),
         0,

@@ -39,6 +39,10 @@ const MAX_DELAY: Duration = Duration::from_secs(3600);
 /// one by one, and sending each back again would only spend receives the other tenants need.
 const RETURNING_SLACK: usize = 4;
 
+/// How many flow keys a host's metrics name (the rest are `other`), so a tenant per label
+/// cannot grow the series without bound.
+pub(crate) const NAMED_KEYS: usize = 20;
+
 /// How many keys a host remembers before it forgets the idle ones.
 const MAX_KEYS: usize = 10_000;
 
@@ -116,6 +120,8 @@ impl Running {
 pub(crate) struct FairShares {
     capacity: usize,
     running: Mutex<HashMap<String, Running>>,
+    /// The keys metrics name, in the order they first had put-backs; the rest are `other`.
+    named: Mutex<Vec<String>>,
 }
 
 /// One admitted run of a key, counted until dropped.
@@ -133,6 +139,7 @@ impl FairShares {
         Arc::new(FairShares {
             capacity,
             running: Mutex::default(),
+            named: Mutex::default(),
         })
     }
 
@@ -184,6 +191,32 @@ impl FairShares {
         let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         let id = format!("{plugin}\u{0}{key}");
         running.entry(id).or_default().counts.flow_limited += 1;
+    }
+
+    /// Each plugin's put-backs by key for metrics: the first [`NAMED_KEYS`] keys to have any
+    /// are named for as long as the host runs, so each series only grows; the rest are summed
+    /// as the key `other`. Sorted by plugin and key.
+    pub(crate) fn put_backs(&self) -> Vec<(String, String, KeyCounts)> {
+        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rows: std::collections::BTreeMap<(String, String), KeyCounts> = Default::default();
+        for (id, r) in running.iter() {
+            let (c, (plugin, key)) = (r.counts, id.split_once('\u{0}').unwrap_or((id, "")));
+            if c.fair_share + c.flow_limited == 0 {
+                continue;
+            }
+            if !named.contains(id) && named.len() < NAMED_KEYS {
+                named.push(id.clone());
+            }
+            let key = if named.contains(id) { key } else { "other" };
+            let row = rows
+                .entry((plugin.to_string(), key.to_string()))
+                .or_default();
+            row.fair_share += c.fair_share;
+            row.flow_limited += c.flow_limited;
+            row.runs += c.runs;
+        }
+        rows.into_iter().map(|((p, k), c)| (p, k, c)).collect()
     }
 
     /// The `n` busiest keys on this host: by runs now, then by messages put back.
@@ -325,6 +358,31 @@ mod tests {
         assert_eq!(busiest[2].counts.flow_limited, 1);
         drop(a);
         assert_eq!(shares.busiest(1)[0].key, "b", "runs now first");
+    }
+
+    #[test]
+    fn metrics_name_the_first_keys_put_back_and_sum_the_rest_as_other() {
+        let shares = FairShares::new(8);
+        for i in 0..NAMED_KEYS + 5 {
+            shares.limited("p", &format!("k{i:02}"));
+        }
+        let _quiet = shares.admit("p", "quiet", &fair("{}"), false).unwrap();
+        let rows = shares.put_backs();
+        assert_eq!(
+            rows.len(),
+            NAMED_KEYS + 1,
+            "no row for a key never put back"
+        );
+        let other = rows.iter().find(|(_, k, _)| k == "other").expect("other");
+        assert_eq!(other.2.flow_limited, 5);
+        // A key named once stays named, whatever comes later.
+        shares.limited("p", "k00");
+        let k00 = shares
+            .put_backs()
+            .into_iter()
+            .find(|(_, k, _)| k == "k00")
+            .unwrap();
+        assert_eq!(k00.2.flow_limited, 2);
     }
 
     #[test]

@@ -141,8 +141,13 @@ impl Host {
             }
         }
         let stats = Arc::new(Stats::default());
-        let metrics = Metrics::new(&config, Arc::clone(&stats), Arc::clone(&registry));
         let fair = FairShares::new(config.max_in_flight);
+        let metrics = Metrics::new(
+            &config,
+            Arc::clone(&stats),
+            Arc::clone(&registry),
+            Arc::clone(&fair),
+        );
         Host {
             config: Arc::new(config),
             source,

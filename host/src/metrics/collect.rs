@@ -12,6 +12,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 
+use crate::flow::FairShares;
 use crate::plugin::Plugin;
 use crate::plugin::registry::Registry;
 use crate::stats::{Counts, PayloadFlow, Stats};
@@ -22,14 +23,21 @@ pub(super) struct HostCollector {
     system: &'static str,
     stats: Arc<Stats>,
     plugins: Arc<Registry>,
+    fair: Arc<FairShares>,
 }
 
 impl HostCollector {
-    pub(super) fn new(system: &'static str, stats: Arc<Stats>, plugins: Arc<Registry>) -> Self {
+    pub(super) fn new(
+        system: &'static str,
+        stats: Arc<Stats>,
+        plugins: Arc<Registry>,
+        fair: Arc<FairShares>,
+    ) -> Self {
         HostCollector {
             system,
             stats,
             plugins,
+            fair,
         }
     }
 }
@@ -125,11 +133,36 @@ impl Collector for HostCollector {
         self.messages(&mut encoder, &counts)?;
         self.backends(&mut encoder)?;
         self.plugins(&mut encoder)?;
+        self.flow(&mut encoder)?;
         build_info(&mut encoder)
     }
 }
 
 impl HostCollector {
+    /// Put-backs by flow key: the keys the shares name, the rest as `other`.
+    fn flow(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let rows = self.fair.put_backs();
+        let rows = rows.iter().flat_map(|(plugin, key, c)| {
+            [
+                ("fair_share", c.fair_share),
+                ("flow_limited", c.flow_limited),
+            ]
+            .map(|(why, n)| {
+                let labels = [
+                    ("plugin", plugin.clone()),
+                    ("key", key.clone()),
+                    ("reason", why.to_string()),
+                ];
+                (labels, n)
+            })
+        });
+        counter(
+            "qhost_flow_put_backs",
+            "Messages put back by flow key (docs/flow.md): fair_share (beyond the key's share of this host's slots) or flow_limited (over its fleet-wide concurrency or rate); the first 20 keys put back are named, the rest summed as key=\"other\"",
+        )
+        .write(encoder, rows)
+    }
+
     fn messages(
         &self,
         encoder: &mut DescriptorEncoder,

@@ -27,6 +27,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry as PromRegistry, Unit};
 
 use crate::config::Config;
+use crate::flow::FairShares;
 use crate::plugin::registry::Registry;
 use crate::source::QueueDepth;
 use crate::stats::Stats;
@@ -98,8 +99,14 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Metrics {
-    /// Metrics for a host with this configuration, reading `stats` and `plugins` at scrape time.
-    pub(crate) fn new(config: &Config, stats: Arc<Stats>, plugins: Arc<Registry>) -> Self {
+    /// Metrics for a host with this configuration, reading `stats`, `plugins` and the flow
+    /// keys' put-backs (`fair`) at scrape time.
+    pub(crate) fn new(
+        config: &Config,
+        stats: Arc<Stats>,
+        plugins: Arc<Registry>,
+        fair: Arc<FairShares>,
+    ) -> Self {
         let system = config.source.messaging_system();
         let mut registry = PromRegistry::default();
         let process = Family::<ProcessLabels, Histogram>::new_with_constructor(|| {
@@ -145,7 +152,7 @@ impl Metrics {
             batch.clone(),
         );
         registry.register_collector(Box::new(collect::HostCollector::new(
-            system, stats, plugins,
+            system, stats, plugins, fair,
         )));
         Metrics {
             registry,

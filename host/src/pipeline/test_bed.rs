@@ -59,16 +59,18 @@ impl Shared {
         let config = Arc::new(config);
         let stats = Arc::new(Stats::default());
         let registry = Arc::new(Registry::new([plugin]));
+        let fair = crate::flow::FairShares::new(config.max_in_flight);
         let metrics = Arc::new(Metrics::new(
             &config,
             Arc::clone(&stats),
             Arc::clone(&registry),
+            Arc::clone(&fair),
         ));
         Shared {
             batches: super::batches::Batches::new(Arc::clone(&metrics), CancellationToken::new()),
             metrics,
             in_flight: Arc::new(tokio::sync::Semaphore::new(config.max_in_flight)),
-            fair: crate::flow::FairShares::new(config.max_in_flight),
+            fair,
             priorities: Default::default(),
             slot_releases: super::SlotReleases::spawn(store.clone(), Arc::clone(&stats)),
             config,

@@ -432,7 +432,12 @@ mod tests {
                 config: Arc::clone(&config),
                 store: Arc::clone(&store),
                 source: queue.clone(),
-                metrics: Arc::new(Metrics::new(&config, stats, Arc::clone(&registry))),
+                metrics: Arc::new(Metrics::new(
+                    &config,
+                    stats,
+                    Arc::clone(&registry),
+                    crate::flow::FairShares::new(1),
+                )),
                 board: Arc::default(),
             };
             tokio::spawn(scheduler.run(stop.clone()));
