@@ -605,3 +605,44 @@ async fn flow_slots_hold_alike_on_redis_a_cluster_and_the_embedded_store() {
     let local = qhost::LocalStore::open(None).expect("embedded store");
     slots_hold_their_limits(&local, "local").await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standard_queues_message_groups_are_flow_keys() {
+    const PER_GROUP: usize = 10;
+    let api = ApiServer::answering("127.0.0.1", |_, _| Reply::After(Duration::from_millis(100)));
+    let manifest = format!(
+        "[flow]\nkey = \"group\"\nmax-concurrency = 1\n\
+         [capabilities]\nhttp = [\"http://{}\"]\n[limits]\nmax-attempts = 1\n",
+        api.addr()
+    );
+    let fleet = Fleet::new("flow-groups", &manifest).await;
+    // A producer of SQS fair queues: a MessageGroupId per tenant, on a standard queue.
+    let sqs = SqsQueue::from_sdk_config(&sdk_config_for(&fleet.endpoint));
+    let messages: Vec<Outgoing> = (0..PER_GROUP)
+        .flat_map(|_| ["g-a", "g-b"])
+        .map(|group| {
+            let mut m = Outgoing::new(&fleet.queue, format!("post:{}", api.url("/")));
+            m.group_id = Some(group.to_string());
+            m
+        })
+        .collect();
+    for chunk in messages.chunks(10) {
+        sqs.send(chunk).await.expect("send");
+    }
+    let hosts = fleet.start(&["a"], 16).await;
+    served(&api, 2 * PER_GROUP, Duration::from_secs(60)).await;
+    let most = api.most_at_once();
+    println!("at most {most} requests at once: one per group");
+    assert!(most <= 2, "{most} at once with one per group allowed");
+    let (status, body) = get(hosts[0].admin_addr(), "/api/flow");
+    assert_eq!(status, 200);
+    let keys: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    for group in ["g-a", "g-b"] {
+        let key = (keys.as_array().expect("a list").iter())
+            .find(|k| k["key"] == group)
+            .unwrap_or_else(|| panic!("{group} is not among {keys}"));
+        assert_eq!(key["runs"], PER_GROUP, "{group}: {key}");
+    }
+    let hosts: Vec<&HostProcess> = hosts.iter().collect();
+    fleet.assert_each_once(&hosts, 2 * PER_GROUP).await;
+}

@@ -35,8 +35,11 @@ pub(crate) async fn dispatch(
     let mut ready = Vec::new();
     for msg in batch {
         let permit = permits.pop();
+        // In order within a group on a FIFO queue only: a standard queue's groups (SQS fair
+        // queues) name tenants, not orders.
         if let Some(group) = msg.group_id.clone()
             && msg.malformed.is_none()
+            && queue.config.name.ends_with(".fifo")
         {
             groups.entry(group).or_default().push((msg, permit));
             continue;

@@ -134,7 +134,12 @@ impl Tick {
             body,
             attributes,
             delay_seconds: 0,
-            group_id: fifo.then(|| group.unwrap_or(&schedule.name).to_string()),
+            // A FIFO queue needs a group; a standard queue takes one when it is asked for
+            // (SQS fair queues: the group is the tenant whose dwell time SQS evens out).
+            group_id: match fifo {
+                true => Some(group.unwrap_or(&schedule.name).to_string()),
+                false => group.map(str::to_string),
+            },
             dedup_id: Some(sha256_hex(key.as_bytes())),
         }
     }
@@ -198,6 +203,18 @@ mod tests {
         );
         assert_eq!(attr(wire::IDEMPOTENCY_KEY), Some(tick.key()));
         assert_eq!(m.group_id.as_deref(), Some("monthly"));
+        // On a standard queue, a group only when one is named (SQS fair queues).
+        let standard = |group: Option<&str>| {
+            let s = schedule(ScheduleTarget::Queue {
+                queue: "reminders".into(),
+                body: Vec::new(),
+                attributes: Vec::new(),
+                group: group.map(str::to_string),
+            });
+            tick.message(&s).group_id
+        };
+        assert_eq!(standard(None), None);
+        assert_eq!(standard(Some("tenant-7")).as_deref(), Some("tenant-7"));
         assert_eq!(m.dedup_id, Some(sha256_hex(tick.key().as_bytes())));
         assert_eq!(
             m,

@@ -182,7 +182,7 @@ fn receive_in(
         let mut stmt = tx.prepare_cached(
             "SELECT m.seq, m.receive_count FROM messages m
              WHERE m.queue = ?1 AND m.visible_at_ms <= ?2
-               AND (m.group_id IS NULL OR NOT EXISTS (
+               AND (m.group_id IS NULL OR m.queue NOT LIKE '%.fifo' OR NOT EXISTS (
                     SELECT 1 FROM messages h
                     WHERE h.queue = m.queue AND h.group_id = m.group_id AND h.seq < m.seq))
              ORDER BY m.seq LIMIT ?3",
@@ -432,23 +432,39 @@ mod tests {
         assert_eq!(dead[0].receive_count, 1);
     }
 
+    /// Messages of groups `g1`, `g2`, `g1` sent to `queue`.
+    fn grouped(queue: &str) -> Vec<Outgoing> {
+        let mut msgs = Vec::new();
+        for (group, body) in [("g1", "a1"), ("g2", "b1"), ("g1", "a2")] {
+            let mut m = Outgoing::new(queue, body);
+            m.group_id = Some(group.into());
+            m.dedup_id = Some(body.into());
+            msgs.push(m);
+        }
+        msgs
+    }
+
     #[tokio::test]
     async fn a_fifo_group_is_served_in_order_one_at_a_time() {
         let q = queue();
-        let mut msgs = Vec::new();
-        for (group, body) in [("g1", "a1"), ("g2", "b1"), ("g1", "a2")] {
-            let mut m = Outgoing::new("q", body);
-            m.group_id = Some(group.into());
-            msgs.push(m);
-        }
-        q.send(&msgs).await.unwrap();
-        let first = q.receive("q", 10, VIS, NOW).await.unwrap();
+        q.send(&grouped("q.fifo")).await.unwrap();
+        let first = q.receive("q.fifo", 10, VIS, NOW).await.unwrap();
         let bodies: Vec<_> = first.iter().map(|m| m.body.clone()).collect();
         assert_eq!(bodies, vec![b"a1".to_vec(), b"b1".to_vec()]);
-        q.ack("q", &[first[0].receipt.clone()]).await.unwrap();
-        let next = q.receive("q", 10, VIS, NOW).await.unwrap();
+        q.ack("q.fifo", &[first[0].receipt.clone()]).await.unwrap();
+        let next = q.receive("q.fifo", 10, VIS, NOW).await.unwrap();
         assert_eq!(next.len(), 1);
         assert_eq!(next[0].body, b"a2");
+    }
+
+    #[tokio::test]
+    async fn a_standard_queues_groups_name_tenants_and_hold_nothing_back() {
+        // SQS fair queues: a group on a standard queue is carried, never an order.
+        let q = queue();
+        q.send(&grouped("q")).await.unwrap();
+        let all = q.receive("q", 10, VIS, NOW).await.unwrap();
+        let groups: Vec<_> = all.iter().map(|m| m.group_id.as_deref()).collect();
+        assert_eq!(groups, [Some("g1"), Some("g2"), Some("g1")]);
     }
 
     #[tokio::test]

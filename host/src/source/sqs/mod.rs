@@ -238,7 +238,8 @@ impl SqsQueue {
             message_attributes: (attributes.iter())
                 .map(|a| (a.name.clone(), convert::attribute_to_sqs(&a.value)))
                 .collect(),
-            message_group_id: fifo.then(|| m.group_id.clone()).flatten(),
+            // On a standard queue too: SQS's fair queues take a group per tenant there.
+            message_group_id: m.group_id.clone(),
             message_deduplication_id: fifo.then(|| {
                 (m.dedup_id.clone()).unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
             }),
