@@ -51,7 +51,8 @@ fn request(key: &str) -> LeaseRequest {
     }
 }
 
-async fn grant(store: &LocalStore, key: &str) -> Lease {
+/// Leases `key` as another worker would; it must be granted.
+pub(super) async fn grant(store: &LocalStore, key: &str) -> Lease {
     match store
         .acquire(&[request(key)])
         .await

@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
+use super::fates::grant;
 use super::test_bed::{JOBS, PLUGIN, TestBed};
 use crate::handler::{HandlerMessage, Invocation, Outcome};
 use crate::idempotency::slots::{self, SlotAnswer, SlotRequest};
-use crate::idempotency::{Acquired, FlowSlots, IdempotencyStore, KeyStatus, LeaseRequest};
+use crate::idempotency::{FlowSlots, KeyStatus};
 
 /// Keyed and flow-keyed by the `job` attribute: one run of a job at once across the fleet.
 const ONE_AT_A_TIME: &str = "[idempotency]\nkey = \"attribute:job\"\n\
@@ -15,15 +16,6 @@ const ONE_AT_A_TIME: &str = "[idempotency]\nkey = \"attribute:job\"\n\
 
 fn ack(_: HandlerMessage) -> Result<Invocation, crate::handler::Failure> {
     Ok(Invocation::new(Outcome::Ack))
-}
-
-/// A lease request for `key`, as the next delivery would make it.
-fn request(key: &str) -> LeaseRequest {
-    LeaseRequest {
-        key: key.to_string(),
-        ttl: Duration::from_secs(60),
-        window: Duration::from_secs(600),
-    }
 }
 
 /// The store key of `job`'s flow slots.
@@ -64,11 +56,7 @@ async fn a_run_over_its_keys_limit_is_put_back_unrun_using_no_attempt() {
     );
     // Its key's next grant has used up no attempt (`max-attempts = 1`: a put-back that
     // used it would dead-letter the message when it comes back).
-    let again = bed.local.acquire(&[request(&bed.scoped("j1"))]).await;
-    match again.expect("acquire").remove(0) {
-        Ok(Acquired::Granted(lease)) => assert_eq!(lease.failures, 0),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(grant(&bed.local, &bed.scoped("j1")).await.failures, 0);
     bed.local
         .release_slots(std::slice::from_ref(theirs))
         .await
