@@ -158,7 +158,8 @@ impl FairShares {
         let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         let mine = running.get(&id).map_or(0, |r| r.count);
         if policy.max_concurrency.is_some_and(|n| mine >= n as usize) {
-            running.entry(id).or_default().counts.flow_limited += 1;
+            running.entry(id.clone()).or_default().counts.flow_limited += 1;
+            self.name(&id);
             return Err(Refused::AtLimit);
         }
         let mut share = self.share(&running, &id, weight);
@@ -169,7 +170,9 @@ impl FairShares {
         entry.weight = weight;
         if policy.is_fair() && mine >= share {
             entry.counts.fair_share += 1;
-            return Err(Refused::OverShare(schedule_back(entry, share, now)));
+            let delay = schedule_back(entry, share, now);
+            self.name(&id);
+            return Err(Refused::OverShare(delay));
         }
         entry.count += 1;
         Ok(Ticket {
@@ -190,7 +193,16 @@ impl FairShares {
     pub(crate) fn limited(&self, plugin: &str, key: &str) {
         let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         let id = format!("{plugin}\u{0}{key}");
-        running.entry(id).or_default().counts.flow_limited += 1;
+        running.entry(id.clone()).or_default().counts.flow_limited += 1;
+        self.name(&id);
+    }
+
+    /// Names key `id` in the metrics if it is among the first [`NAMED_KEYS`] put back.
+    fn name(&self, id: &str) {
+        let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
+        if named.len() < NAMED_KEYS && !named.iter().any(|n| n == id) {
+            named.push(id.to_string());
+        }
     }
 
     /// Each plugin's put-backs by key for metrics: the first [`NAMED_KEYS`] keys to have any
@@ -198,15 +210,12 @@ impl FairShares {
     /// as the key `other`. Sorted by plugin and key.
     pub(crate) fn put_backs(&self) -> Vec<(String, String, KeyCounts)> {
         let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
+        let named = self.named.lock().unwrap_or_else(|e| e.into_inner());
         let mut rows: std::collections::BTreeMap<(String, String), KeyCounts> = Default::default();
         for (id, r) in running.iter() {
             let (c, (plugin, key)) = (r.counts, id.split_once('\u{0}').unwrap_or((id, "")));
             if c.fair_share + c.flow_limited == 0 {
                 continue;
-            }
-            if !named.contains(id) && named.len() < NAMED_KEYS {
-                named.push(id.clone());
             }
             let key = if named.contains(id) { key } else { "other" };
             let row = rows
