@@ -1,11 +1,15 @@
-//! Per-message cost of the `email-reminder` handler in Rust, Python and JavaScript, in one run:
+//! Per-message cost of the `email-reminder` handler in Rust, Python and JavaScript, in one run,
+//! after the smallest Rust handler (`plugins/ack`: acks, imports only what the guest SDK and the
+//! standard library need), whose figures are the sandbox's own cost with no handler work:
 //! instantiate + call, timed directly on the invoker and split into its stages (instantiation,
 //! the guest's call, dropping the instance, which resets its pool slot, and the host's other
 //! work around them), and messages/second through the whole
 //! pipeline on the in-memory local queue; with a fresh instance per message, and for the
 //! interpreter guests also with an instance reused for up to 100 messages.
 //!
-//! `cargo bench -p qhost-e2e --bench languages` (QHOST_BENCH_MESSAGES overrides the 1,000).
+//! `cargo bench -p qhost-e2e --bench languages` (QHOST_BENCH_MESSAGES overrides the 1,000;
+//! `QHOST_BENCH_ONLY=ack` times the first row's invocations alone, all N of them, without the
+//! pipeline, for `perf record`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -55,8 +59,9 @@ struct PerMessage {
     drop: f64,
 }
 
-/// Mean microseconds per direct invocation (fresh instance + call), over `n`.
-async fn per_message(plugin: &Plugin, n: usize) -> PerMessage {
+/// Mean microseconds per direct invocation (fresh instance + call), over `n`; each call acks
+/// and sends `sends` outbox messages.
+async fn per_message(plugin: &Plugin, n: usize, sends: usize) -> PerMessage {
     let before = plugin.costs().expect("a wasm plugin counts its costs");
     let started = Instant::now();
     for i in 0..n {
@@ -74,7 +79,7 @@ async fn per_message(plugin: &Plugin, n: usize) -> PerMessage {
         };
         let out = plugin.invoke(msg).await.expect("handled");
         assert_eq!(out.outcome, Outcome::Ack);
-        assert_eq!(out.outbox.len(), 1);
+        assert_eq!(out.outbox.len(), sends);
     }
     let total = started.elapsed().as_secs_f64() * 1e6 / n as f64;
     let after = plugin.costs().expect("a wasm plugin counts its costs");
@@ -114,54 +119,87 @@ async fn main() {
     let builds = [
         (
             "Rust",
+            "ack",
+            "fresh",
+            qhost_e2e::plugin_bytes("ack"),
+            String::new(),
+            0,
+        ),
+        (
+            "Rust",
+            "email-reminder",
             "fresh",
             qhost_e2e::plugin_bytes("email-reminder"),
             rust_manifest,
+            1,
         ),
         (
             "Python",
+            "email-reminder",
             "fresh",
             qhost_e2e::guest_bytes("email-reminder-py"),
             py.clone(),
+            1,
         ),
         (
             "Python",
+            "email-reminder",
             "reuse 100",
             qhost_e2e::guest_bytes("email-reminder-py"),
             reuse(&py),
+            1,
         ),
         (
             "JavaScript",
+            "email-reminder",
             "fresh",
             qhost_e2e::guest_bytes("email-reminder-js"),
             js.clone(),
+            1,
         ),
         (
             "JavaScript",
+            "email-reminder",
             "reuse 100",
             qhost_e2e::guest_bytes("email-reminder-js"),
             reuse(&js),
+            1,
         ),
     ];
-    println!("email-reminder; {n} messages each, max-in-flight 32");
-    println!(
-        "{:<12} {:<10} {:>9} {:>11} {:>12} {:>6} {:>6} {:>6} {:>10} {:>8}",
-        "", "", "", "µs/message", "instantiate", "call", "drop", "other", "pipeline", ""
-    );
-    println!(
-        "{:<12} {:<10} {:>9} {:>11} {:>12} {:>6} {:>6} {:>6} {:>10} {:>8}",
-        "language", "instance", "size KiB", "in all", "", "", "", "", "msg/s", "vs Rust"
-    );
-    let mut rust_rate = None;
-    for (language, mode, bytes, manifest) in builds {
+    let only_ack = std::env::var("QHOST_BENCH_ONLY").is_ok_and(|o| o == "ack");
+    let mut rows = Vec::new();
+    for (language, handler, mode, bytes, manifest, sends) in builds {
+        if only_ack && handler != "ack" {
+            continue;
+        }
         let plugin = load(&bytes, &manifest, &config);
-        per_message(&plugin, 20).await; // warm up
-        let cost = per_message(&plugin, n.min(500)).await;
+        per_message(&plugin, 20, sends).await; // warm up
+        if only_ack {
+            // All n on the invoker, none through the pipeline: what a profile should see.
+            let cost = per_message(&plugin, n, sends).await;
+            rows.push((language, handler, mode, bytes.len() / 1024, cost, f64::NAN));
+            continue;
+        }
+        let cost = per_message(&plugin, n.min(500), sends).await;
         let rate = pipeline(plugin, config.clone(), n).await;
-        let base = *rust_rate.get_or_insert(rate);
+        rows.push((language, handler, mode, bytes.len() / 1024, cost, rate));
+    }
+    // Rates are compared with the Rust email-reminder's.
+    let base = (rows.iter())
+        .find(|r| r.0 == "Rust" && r.1 == "email-reminder")
+        .map_or(f64::NAN, |r| r.5);
+    println!("{n} messages each, max-in-flight 32");
+    println!(
+        "{:<12} {:<15} {:<10} {:>9} {:>11} {:>12} {:>6} {:>6} {:>6} {:>10} {:>8}",
+        "", "", "", "", "µs/message", "instantiate", "call", "drop", "other", "pipeline", ""
+    );
+    println!(
+        "{:<12} {:<15} {:<10} {:>9} {:>11} {:>12} {:>6} {:>6} {:>6} {:>10} {:>8}",
+        "language", "handler", "instance", "size KiB", "in all", "", "", "", "", "msg/s", "vs Rust"
+    );
+    for (language, handler, mode, size, cost, rate) in rows {
         println!(
-            "{language:<12} {mode:<10} {:>9} {:>11.1} {:>12.1} {:>6.1} {:>6.1} {:>6.1} {rate:>10.0} {:>8.2}",
-            bytes.len() / 1024,
+            "{language:<12} {handler:<15} {mode:<10} {size:>9} {:>11.1} {:>12.1} {:>6.1} {:>6.1} {:>6.1} {rate:>10.0} {:>8.2}",
             cost.total,
             cost.instantiate,
             cost.call,

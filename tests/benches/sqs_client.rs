@@ -10,7 +10,8 @@
 //! - the same loop on the SQS client qhost uses: its own JSON client for the hot calls
 //!   (`host/src/source/sqs/json`: hyper, requests signed with `aws-sigv4`, serde), each
 //!   message read into qhost's own type;
-//! - qhost with a trivial wasm plugin and the embedded store;
+//! - qhost with a trivial wasm plugin (`plugins/ack`: acks, imports only what the guest SDK and
+//!   the standard library need) and the embedded store;
 //! - the same with the Redis store (the tests' Redis on 127.0.0.1:6379);
 //! - the Python worker a team writes today (`tests/support/sqs_python_worker.py`: boto3 and
 //!   redis-py, a `SET NX` lease per message, the seed's shape), its CPU as it reports it for its
@@ -22,7 +23,10 @@
 //!   (a producer's retried send): copies meet their first one while it runs and are put back,
 //!   which shows what put-backs cost in requests;
 //! - qhost with Redis and the plugin's instance reused for 1,000 messages (`reuse-instance`):
-//!   what the path costs without a fresh sandbox per message.
+//!   what the path costs without a fresh sandbox per message;
+//! - qhost with Redis and the test fixture as the plugin, on one worker thread: the same
+//!   handling (the fixture acks) from a component importing 136 functions to the trivial
+//!   plugin's 19, which a fresh instance wires up one by one.
 //!
 //! The bare and client loops and qhost on Redis run on a runtime of one worker thread and of two;
 //! the other in-process rows on two (the peers are single-threaded processes). Each row prints CPU per
@@ -33,9 +37,9 @@
 //! `cargo bench -p qhost-e2e --bench sqs_client` (QHOST_BENCH_MESSAGES overrides the 20,000
 //! deliveries; run `scripts/install-test-tools` first, for Redis and the Python and Node.js
 //! peers). To profile one row alone, `QHOST_BENCH_ONLY=redis` (or `embedded`, `reused`, `bare`,
-//! `trimmed`, `client`, `python` or `node`) runs just that row, on `QHOST_BENCH_THREADS` worker
-//! threads (2), for `perf record`. `--no-default-features` runs it on the system allocator in
-//! place of the qhost command's mimalloc.
+//! `trimmed`, `client`, `fixture`, `python` or `node`) runs just that row, on
+//! `QHOST_BENCH_THREADS` worker threads (2), for `perf record`. `--no-default-features` runs it
+//! on the system allocator in place of the qhost command's mimalloc.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,6 +63,12 @@ const CLOSE: u64 = 3;
 /// The plugin's manifest in the last row: an instance serves many messages, which takes the
 /// price of a fresh sandbox per message out of the path.
 const REUSED: &str = "[limits]\nreuse-instance = 1000\n";
+
+/// The plugin qhost's rows run: the smallest handler (`plugins/ack`, 19 imported functions).
+const ACK: &str = "ack";
+/// The test fixture (`plugins/fixtures`), which imports 136 functions (sockets, HTTP, state)
+/// for its test behaviours: its row shows what a fresh instance's imports cost.
+const FIXTURE: &str = "fixture";
 
 /// What one row used.
 struct Row {
@@ -184,20 +194,21 @@ async fn client_loop(responder: &Responder, n: usize) -> Row {
     }
 }
 
-/// qhost on `store`, the trivial plugin under `manifest` (a manifest's TOML, "" for none).
+/// qhost on `store`, the plugin built from crate `plugin` under `manifest` (a manifest's TOML,
+/// "" for none).
 async fn qhost_row(
     name: &'static str,
     responder: &Responder,
     (store, redis): (Arc<dyn Store>, Option<&RedisStore>),
     n: usize,
-    manifest: &str,
+    (plugin, manifest): (&str, &str),
 ) -> Row {
     let mut config = Config::parse(&format!(
         "max-in-flight = 64\n[[queue]]\nname = \"{QUEUE}\"\nplugin = \"trivial\"\n"
     ))
     .expect("config");
     config.data_dir = None;
-    let plugin = qhost_e2e::fixture_plugin_with("trivial", &config, manifest);
+    let plugin = qhost_e2e::built_plugin_as(plugin, "trivial", &config, manifest);
     let sqs = Arc::new(SqsQueue::from_sdk_config(&sdk_config_for(
         &responder.endpoint(),
     )));
@@ -237,7 +248,7 @@ async fn close_copies(responder: &Responder, redis: &RedisStore, n: usize) -> Ro
         responder,
         (Arc::new(redis.clone()), Some(redis)),
         n,
-        "",
+        (ACK, ""),
     )
     .await;
     responder.duplicate_every(DUPLICATE_EVERY, FAR);
@@ -333,6 +344,7 @@ enum Kind {
     Node,
     CloseCopies,
     Reused,
+    Fixture,
 }
 
 /// Runs one row; qhost's and the bare loop on a runtime of `threads` worker threads of their
@@ -364,17 +376,21 @@ fn run(kind: Kind, threads: usize, responder: &'static Responder, n: usize) -> R
             Kind::Embedded => {
                 let store = Arc::new(LocalStore::open(None).expect("store"));
                 let name = "qhost, trivial wasm plugin, embedded store";
-                qhost_row(name, responder, (store, None), n, "").await
+                qhost_row(name, responder, (store, None), n, (ACK, "")).await
             }
             Kind::Redis => {
                 let name = "qhost, trivial wasm plugin, Redis store";
-                qhost_row(name, responder, on_redis(), n, "").await
+                qhost_row(name, responder, on_redis(), n, (ACK, "")).await
             }
             Kind::CloseCopies => close_copies(responder, &redis, n).await,
             Kind::Reused => {
                 let name =
                     "qhost, Redis store, one instance for 1,000 messages (reuse-instance = 1000)";
-                qhost_row(name, responder, on_redis(), n, REUSED).await
+                qhost_row(name, responder, on_redis(), n, (ACK, REUSED)).await
+            }
+            Kind::Fixture => {
+                let name = "qhost, Redis store, the test fixture as the plugin (136 imports)";
+                qhost_row(name, responder, on_redis(), n, (FIXTURE, "")).await
             }
             Kind::Python | Kind::Node => unreachable!("peers run as processes"),
         }
@@ -386,7 +402,7 @@ fn run(kind: Kind, threads: usize, responder: &'static Responder, n: usize) -> R
 
 /// Every row, in order: the bare SDK loop, qhost's client loop and qhost on Redis on one worker thread
 /// and on two; the trimmed SDK loop on one; qhost's other rows on two (the peers are processes).
-const ROWS: [(Kind, usize); 12] = [
+const ROWS: [(Kind, usize); 13] = [
     (Kind::Bare, 1),
     (Kind::Bare, 2),
     (Kind::Trimmed, 1),
@@ -399,6 +415,7 @@ const ROWS: [(Kind, usize); 12] = [
     (Kind::Node, 1),
     (Kind::CloseCopies, 2),
     (Kind::Reused, 2),
+    (Kind::Fixture, 1),
 ];
 
 fn main() {
@@ -417,6 +434,7 @@ fn main() {
             "client" => Kind::Client,
             "reused" => Kind::Reused,
             "redis" => Kind::Redis,
+            "fixture" => Kind::Fixture,
             "node" => Kind::Node,
             "python" => Kind::Python,
             _ => Kind::Embedded,

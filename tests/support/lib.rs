@@ -63,6 +63,8 @@ pub fn built_plugins() -> &'static Path {
                 "order-tally",
                 "-p",
                 "batch-fixture",
+                "-p",
+                "ack",
             ])
             .args(["-p", "wrong-world"])
             .args(["-p", "next-wit", "-p", "prev-wit"])
