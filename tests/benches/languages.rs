@@ -106,71 +106,86 @@ async fn pipeline(plugin: Plugin, config: Config, n: usize) -> f64 {
     qhost_e2e::timed_run(&host, n).await
 }
 
+/// Where a row's component comes from: a Rust plugin crate, or a built Python or JavaScript
+/// guest (built only when a row needs it).
+#[derive(Clone, Copy)]
+enum Source {
+    Rust(&'static str),
+    Guest(&'static str),
+}
+
+impl Source {
+    /// The component's bytes and its manifest (empty for none).
+    fn load(self) -> (Vec<u8>, String) {
+        match self {
+            Source::Rust(name) => {
+                let file = qhost_e2e::workspace().join(format!("plugins/{name}/qhost.toml"));
+                let manifest = match file.exists() {
+                    true => std::fs::read_to_string(&file).expect("the plugin's manifest"),
+                    false => String::new(),
+                };
+                (qhost_e2e::plugin_bytes(name), manifest)
+            }
+            Source::Guest(name) => (
+                qhost_e2e::guest_bytes(name),
+                qhost_e2e::guest_manifest(name),
+            ),
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let n = qhost_e2e::bench_messages(1000);
     let config = config();
-    let rust_manifest =
-        std::fs::read_to_string(qhost_e2e::workspace().join("plugins/email-reminder/qhost.toml"))
-            .expect("manifest");
-    let py = qhost_e2e::guest_manifest("email-reminder-py");
-    let js = qhost_e2e::guest_manifest("email-reminder-js");
-    let reuse = |m: &str| m.replace("[limits]", "[limits]\nreuse-instance = 100");
+    // Language, handler, instance, component, outbox messages each call sends.
     let builds = [
-        (
-            "Rust",
-            "ack",
-            "fresh",
-            qhost_e2e::plugin_bytes("ack"),
-            String::new(),
-            0,
-        ),
+        ("Rust", "ack", "fresh", Source::Rust("ack"), 0),
         (
             "Rust",
             "email-reminder",
             "fresh",
-            qhost_e2e::plugin_bytes("email-reminder"),
-            rust_manifest,
+            Source::Rust("email-reminder"),
             1,
         ),
         (
             "Python",
             "email-reminder",
             "fresh",
-            qhost_e2e::guest_bytes("email-reminder-py"),
-            py.clone(),
+            Source::Guest("email-reminder-py"),
             1,
         ),
         (
             "Python",
             "email-reminder",
             "reuse 100",
-            qhost_e2e::guest_bytes("email-reminder-py"),
-            reuse(&py),
+            Source::Guest("email-reminder-py"),
             1,
         ),
         (
             "JavaScript",
             "email-reminder",
             "fresh",
-            qhost_e2e::guest_bytes("email-reminder-js"),
-            js.clone(),
+            Source::Guest("email-reminder-js"),
             1,
         ),
         (
             "JavaScript",
             "email-reminder",
             "reuse 100",
-            qhost_e2e::guest_bytes("email-reminder-js"),
-            reuse(&js),
+            Source::Guest("email-reminder-js"),
             1,
         ),
     ];
     let only_ack = std::env::var("QHOST_BENCH_ONLY").is_ok_and(|o| o == "ack");
     let mut rows = Vec::new();
-    for (language, handler, mode, bytes, manifest, sends) in builds {
+    for (language, handler, mode, source, sends) in builds {
         if only_ack && handler != "ack" {
             continue;
+        }
+        let (bytes, mut manifest) = source.load();
+        if mode == "reuse 100" {
+            manifest = manifest.replace("[limits]", "[limits]\nreuse-instance = 100");
         }
         let plugin = load(&bytes, &manifest, &config);
         per_message(&plugin, 20, sends).await; // warm up
