@@ -14,8 +14,8 @@ use crate::fleet::HostEntry;
 use crate::fleet::follow::Follower;
 use crate::format::Formats;
 use crate::pipeline::{
-    AckTask, Acker, Batches, Completer, OutboxMarks, PutBacks, QueueCtx, Shared, SlotReleases,
-    run_poller,
+    AckTask, Acker, Batches, Completer, Heartbeats, OutboxMarks, PutBacks, QueueCtx, Shared,
+    SlotReleases, run_poller,
 };
 use crate::plugin::registry::Registry;
 use crate::plugin::{status, watch};
@@ -209,6 +209,7 @@ impl Host {
                 acker,
                 put_backs: PutBacks::spawn(Arc::clone(&self.source), q.name.clone()),
                 capture: self.capture(q),
+                heartbeats: Heartbeats::default(),
             });
             tracing::info!(queue = %q.name, plugin = %q.plugin, pollers = q.pollers, "consuming");
             for _ in 0..q.pollers {

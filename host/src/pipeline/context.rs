@@ -11,6 +11,7 @@ use tokio_util::task::TaskTracker;
 use super::acker::Acker;
 use super::batches::Batches;
 use super::completer::Completer;
+use super::heartbeats::Heartbeats;
 use super::outbox_mark::OutboxMarks;
 use super::priority::Priorities;
 use super::putback::PutBacks;
@@ -90,6 +91,8 @@ pub(crate) struct QueueCtx {
     pub(crate) put_backs: PutBacks,
     /// Its capture, when its configuration asks for one.
     pub(crate) capture: Option<crate::capture::Capture>,
+    /// Its deliveries' heartbeats, extended by one sweeper.
+    pub(crate) heartbeats: Heartbeats,
 }
 
 impl QueueCtx {

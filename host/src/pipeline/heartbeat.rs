@@ -2,22 +2,31 @@
 //! every third of the visibility timeout, so a long handler is neither redelivered nor
 //! overtaken.
 //!
+//! A delivery's heartbeat is an entry in its queue's registry (`heartbeats`), not a task and a
+//! timer of its own: one sweeper task per queue sleeps until the earliest entry is due and
+//! starts the extensions that are. Most handlers end long before their first beat, so a task
+//! per delivery was a spawn, two polls and a timer for nothing. While nothing beats, the
+//! sweeper holds no timer.
+//!
 //! A [`Heartbeat`] is a guard. Dropping it stops the beats; [`Heartbeat::stop`] also waits for
 //! an extension already under way, so that a put-back that follows cannot be overtaken by a
 //! late `ChangeMessageVisibility` hiding the message again for a whole timeout. Each extension
-//! runs under a lock that `stop` takes once after cancelling, so an idle heartbeat (the usual
-//! case) is stopped without waiting for its task.
+//! runs under a lock that `stop` takes once after removing the entry, so an idle heartbeat (the
+//! usual case) is stopped without waiting for anything.
 //!
 //! A [`Hold`] does the same for messages received but not started yet (a FIFO group's later
 //! messages while an earlier one runs), so they are not delivered again while they wait.
 
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::Mutex;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::context::QueueCtx;
+use super::heartbeats::{Beat, Registry, Sweeper};
 use crate::faults::Operation;
 use crate::idempotency::slots::Slot;
 use crate::idempotency::{IdempotencyError, Lease};
@@ -28,14 +37,14 @@ const MIN_PERIOD: Duration = Duration::from_millis(100);
 /// A running heartbeat for one delivery.
 #[derive(Debug)]
 pub(crate) struct Heartbeat {
-    stop: CancellationToken,
-    /// Held while an extension is under way.
-    extending: Arc<Mutex<()>>,
+    registry: Arc<Registry>,
+    id: u64,
+    beat: Arc<Beat>,
 }
 
 impl Heartbeat {
     /// Starts beating for the delivery `receipt` under `lease` (and `slot`, a flow slot it
-    /// holds), if the queue wants heartbeats.
+    /// holds), if the queue wants heartbeats; the first beat is a period from now.
     pub(crate) fn start(
         queue: &Arc<QueueCtx>,
         receipt: &str,
@@ -45,66 +54,84 @@ impl Heartbeat {
         if !queue.config.heartbeat {
             return None;
         }
-        let heartbeat = Heartbeat {
-            stop: CancellationToken::new(),
-            extending: Arc::default(),
-        };
-        tokio::spawn(beat(
-            Arc::clone(queue),
-            receipt.to_string(),
-            lease.clone(),
-            slot.cloned(),
-            heartbeat.stop.clone(),
-            Arc::clone(&heartbeat.extending),
-        ));
-        Some(heartbeat)
+        let beat = Arc::new(Beat::new(receipt, lease, slot));
+        let registry = queue.heartbeats.registry();
+        let period = period(queue);
+        let (id, sweeper) = registry.add(Instant::now() + period, Arc::clone(&beat));
+        match sweeper {
+            Sweeper::Start => {
+                let sweep = sweep(Arc::clone(registry), Arc::downgrade(queue), period);
+                tokio::spawn(sweep);
+            }
+            Sweeper::Wake => registry.wake(),
+            Sweeper::Running => {}
+        }
+        let registry = Arc::clone(registry);
+        Some(Heartbeat { registry, id, beat })
     }
 
     /// Stops beating and waits for an extension under way to land.
     pub(crate) async fn stop(self) {
-        self.stop.cancel();
-        let _landed = self.extending.lock().await;
+        let beat = Arc::clone(&self.beat);
+        drop(self);
+        let _landed = beat.extending.lock().await;
     }
 }
 
 impl Drop for Heartbeat {
     fn drop(&mut self) {
-        self.stop.cancel();
+        self.beat.stopped.store(true, Ordering::SeqCst);
+        self.registry.remove(self.id);
     }
 }
 
-/// Extends until stopped. An extension, once started, is finished even if a stop arrives
-/// meanwhile (`stop` waits for the lock); one not yet started sees the stop and returns.
-async fn beat(
-    queue: Arc<QueueCtx>,
-    receipt: String,
-    lease: Lease,
-    slot: Option<Slot>,
-    stop: CancellationToken,
-    extending: Arc<Mutex<()>>,
-) {
-    let mut tick = ticker(&queue);
+/// The queue's sweeper: sleeps until the next beat is due (or, with none, until one starts),
+/// and starts each due extension in a task of its own, so a slow one delays no other.
+async fn sweep(registry: Arc<Registry>, queue: Weak<QueueCtx>, period: Duration) {
     loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
+        match registry.next_due() {
+            Some(due) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(due) => {}
+                    () = registry.woken() => {}
+                }
+            }
+            None => registry.woken().await,
         }
-        let _extending = extending.lock().await;
-        if stop.is_cancelled() {
+        if registry.is_closed() {
             return;
         }
-        extend(&queue, &receipt, &lease).await;
-        if let Some(slot) = &slot {
-            extend_slot(&queue, slot).await;
+        let Some(queue) = queue.upgrade() else {
+            return;
+        };
+        for beat in registry.take_due(Instant::now(), period) {
+            tokio::spawn(extend_beat(Arc::clone(&queue), beat));
         }
     }
 }
 
-/// Ticks every third of the queue's visibility timeout (never faster than [`MIN_PERIOD`]), the
-/// first tick one period from now.
+/// One extension of `beat`, unless it stopped first; once started, it finishes even if a stop
+/// arrives meanwhile (`stop` waits for the lock).
+async fn extend_beat(queue: Arc<QueueCtx>, beat: Arc<Beat>) {
+    let _extending = beat.extending.lock().await;
+    if beat.stopped.load(Ordering::SeqCst) {
+        return;
+    }
+    extend(&queue, &beat.receipt, &beat.lease).await;
+    if let Some(slot) = &beat.slot {
+        extend_slot(&queue, slot).await;
+    }
+}
+
+/// Every third of the queue's visibility timeout, never shorter than [`MIN_PERIOD`].
+fn period(queue: &QueueCtx) -> Duration {
+    (queue.config.visibility / 3).max(MIN_PERIOD)
+}
+
+/// Ticks every [`period`], the first tick one period from now.
 fn ticker(queue: &QueueCtx) -> tokio::time::Interval {
-    let period = (queue.config.visibility / 3).max(MIN_PERIOD);
-    tokio::time::interval_at(tokio::time::Instant::now() + period, period)
+    let period = period(queue);
+    tokio::time::interval_at(Instant::now() + period, period)
 }
 
 async fn extend(queue: &QueueCtx, receipt: &str, lease: &Lease) {
@@ -226,5 +253,69 @@ async fn keep_hidden(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_bed::TestBed;
+    use super::*;
+    use crate::handler::{HandlerMessage, Invocation, Outcome};
+    use crate::idempotency::{Acquired, IdempotencyStore as _, LeaseRequest};
+
+    /// Visibility changes the heartbeats asked for. The receipts here are ones the queue never
+    /// gave, so each change fails and is counted: what the sweeper did, seen from outside.
+    fn visibility_changes(bed: &TestBed) -> u64 {
+        let failures = bed.queue.shared.stats.failures_by_operation();
+        let changes = failures
+            .iter()
+            .find(|(op, ..)| *op == Operation::ChangeVisibility);
+        changes.map_or(0, |(_, timeouts, errors)| timeouts + errors)
+    }
+
+    async fn lease(bed: &TestBed, key: &str) -> Lease {
+        let request = LeaseRequest {
+            key: key.to_string(),
+            ttl: Duration::from_secs(30),
+            window: Duration::from_secs(600),
+        };
+        match bed.local.acquire(&[request]).await.unwrap().remove(0) {
+            Ok(Acquired::Granted(lease)) => lease,
+            other => panic!("a fresh key is granted: {other:?}"),
+        }
+    }
+
+    /// With a 30 s visibility each beat is due every 10 s from its start; a stopped one is
+    /// never extended again, and with none left the sweeper waits with no timer.
+    #[tokio::test(start_paused = true)]
+    async fn the_sweeper_extends_each_beat_when_due_and_idles_when_none_run() {
+        let bed = TestBed::new("", |_: HandlerMessage| Ok(Invocation::new(Outcome::Ack)));
+        let first = lease(&bed, "a").await;
+        let a = Heartbeat::start(&bed.queue, "receipt-a", &first, None).expect("on by default");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let second = lease(&bed, "b").await;
+        let b = Heartbeat::start(&bed.queue, "receipt-b", &second, None).expect("on");
+        tokio::time::sleep(Duration::from_millis(5_100)).await;
+        assert_eq!(
+            visibility_changes(&bed),
+            1,
+            "a's first beat at 10 s, b's not yet"
+        );
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(visibility_changes(&bed), 2, "b's first beat at 15 s");
+        a.stop().await;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(visibility_changes(&bed), 3, "b's second beat; a stopped");
+        drop(b);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(
+            visibility_changes(&bed),
+            3,
+            "nothing beats after both stopped"
+        );
+        assert!(
+            bed.queue.heartbeats.registry().is_idle(),
+            "no beats, the sweeper idle"
+        );
     }
 }

@@ -30,7 +30,8 @@
 //! | `invoke`     | one call of a plugin: its concurrency limit, span, timing, panics   |
 //! | `batches`    | a batch handler's calls: messages gathered, each answered on its own|
 //! | `delivery`   | one message's life and its fates                                    |
-//! | `heartbeat`  | lease and visibility extension while a delivery is leased           |
+//! | `heartbeat`  | lease and visibility extension while leased: one sweeper per queue  |
+//! | `heartbeats` | a queue's running heartbeats, the registry its sweeper reads        |
 //! | `outbox`     | what qhost stamps on outgoing messages                              |
 //! | `outbox_mark`| marking a sent outbox in the store, retried after an outage         |
 //! | `deadletter` | the dead letter for a message                                       |
@@ -60,6 +61,7 @@ mod flow_fates;
 mod gate;
 mod gather;
 mod heartbeat;
+mod heartbeats;
 mod invoke;
 mod leased;
 mod outbox;
@@ -79,6 +81,7 @@ pub(crate) use acker::{AckTask, Acker};
 pub(crate) use batches::Batches;
 pub(crate) use completer::Completer;
 pub(crate) use context::{QueueCtx, Shared};
+pub(crate) use heartbeats::Heartbeats;
 pub(crate) use outbox_mark::OutboxMarks;
 pub(crate) use putback::PutBacks;
 pub(crate) use receive::run_poller;

@@ -150,6 +150,7 @@ impl TestBed {
             config: queue_config,
             acker,
             capture: None,
+            heartbeats: super::Heartbeats::default(),
         });
         TestBed {
             queue,
