@@ -110,10 +110,13 @@ async fn sweep(registry: Arc<Registry>, queue: Weak<QueueCtx>, period: Duration)
     }
 }
 
-/// One extension of `beat`, unless it stopped first; once started, it finishes even if a stop
-/// arrives meanwhile (`stop` waits for the lock).
+/// One extension of `beat`, unless it stopped first or the last one is still under way (a
+/// store or queue slower than a period: extensions never pile up behind it); once started, it
+/// finishes even if a stop arrives meanwhile (`stop` waits for the lock).
 async fn extend_beat(queue: Arc<QueueCtx>, beat: Arc<Beat>) {
-    let _extending = beat.extending.lock().await;
+    let Ok(_extending) = beat.extending.try_lock() else {
+        return;
+    };
     if beat.stopped.load(Ordering::SeqCst) {
         return;
     }
