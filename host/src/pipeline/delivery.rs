@@ -309,6 +309,21 @@ impl Delivery {
         result: Option<String>,
         key: &Key,
     ) -> Fate {
+        if outbox.is_empty() && result.is_none() {
+            return self.done();
+        }
+        // Boxed: its writes and sends make a future of several KiB, which every message's task
+        // would otherwise carry (and copy as it is spawned) whether it sends anything or not.
+        Box::pin(self.finish_pending(outbox, result, key)).await
+    }
+
+    /// [`Delivery::finish`] with a result or an outbox to carry out.
+    async fn finish_pending(
+        self,
+        outbox: Vec<Outgoing>,
+        result: Option<String>,
+        key: &Key,
+    ) -> Fate {
         let pending = !outbox.is_empty() || result.is_some();
         if let Some(value) = result
             && let Err(e) = self.write_result(value).await

@@ -281,10 +281,14 @@ impl Leased {
         // Large messages are offloaded before the outbox is recorded, so the completed record
         // holds pointers, and a re-send after a crash reuses the same payload keys.
         let token = self.lease.fencing_token;
-        let outbox = match (shared.payloads)
-            .offload_all(&shared.config.namespace, token, outbox)
-            .await
-        {
+        let offloaded = match outbox.is_empty() {
+            true => Ok(outbox),
+            false => {
+                let namespace = &shared.config.namespace;
+                Box::pin(shared.payloads.offload_all(namespace, token, outbox)).await
+            }
+        };
+        let outbox = match offloaded {
             Ok(outbox) => outbox,
             Err(e) => {
                 let why = match e {
@@ -292,7 +296,7 @@ impl Leased {
                     OffloadError::Unavailable(_) => Dropped::Unavailable,
                 };
                 self.drop_state(why, &state);
-                return self.unsendable(e).await;
+                return Box::pin(self.unsendable(e)).await;
             }
         };
         let kv = Arc::clone(self.plugin.kv_counts());
@@ -332,10 +336,13 @@ impl Leased {
                 dropped(Dropped::Conflict);
                 tracing::info!(key = %key.handler, "state the handler read changed before it completed; running it again");
                 cleanup_offloaded(&shared, outbox);
-                if let Some(lease) = held {
-                    delivery.release(&lease, Released::NotRun).await;
-                }
-                delivery.put_back(STATE_CONFLICT_DELAY, Event::Busy).await
+                let put_back = async move {
+                    if let Some(lease) = held {
+                        delivery.release(&lease, Released::NotRun).await;
+                    }
+                    delivery.put_back(STATE_CONFLICT_DELAY, Event::Busy).await
+                };
+                Box::pin(put_back).await
             }
             Err(IdempotencyError::LeaseLost(_)) => {
                 dropped(Dropped::LeaseLost);
@@ -350,7 +357,7 @@ impl Leased {
                 {
                     tracing::error!(error = %e, held_back, "could not record completion; the message will come back");
                 }
-                delivery.back_off().await
+                Box::pin(delivery.back_off()).await
             }
         }
     }
