@@ -204,6 +204,13 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
     /// primary) fails only the keys it holds.
     async fn acquire(&self, requests: &[LeaseRequest]) -> StoreResult<Vec<StoreResult<Acquired>>>;
 
+    /// The same store for a lane of its own (see `host::lanes`): a connection opened and
+    /// driven on the lane's thread, so a lane's calls never wake another core. `None` where
+    /// the store holds no connection (the embedded store): the lanes share this one.
+    async fn for_lane(&self) -> StoreResult<Option<std::sync::Arc<dyn Store>>> {
+        Ok(None)
+    }
+
     /// Extends a lease; [`IdempotencyError::LeaseLost`] when the caller no longer owns it.
     async fn extend(&self, lease: &Lease, ttl: Duration) -> StoreResult<()>;
 

@@ -89,6 +89,8 @@ static SWAP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/s
 #[derive(Clone)]
 pub struct RedisStore {
     link: RedisLink,
+    /// What it connected to, for a lane's connection.
+    target: Arc<RedisTarget>,
     round_trips: Arc<AtomicU64>,
 }
 
@@ -115,6 +117,7 @@ impl RedisStore {
     pub async fn connect_to(target: &RedisTarget) -> anyhow::Result<Self> {
         Ok(RedisStore {
             link: RedisLink::connect(target, target.deadlines).await?,
+            target: Arc::new(target.clone()),
             round_trips: Arc::new(AtomicU64::new(0)),
         })
     }
@@ -472,6 +475,17 @@ impl IdempotencyStore for RedisStore {
             .map(drop)
             .map_err(failed)
     }
+    async fn for_lane(&self) -> StoreResult<Option<Arc<dyn super::Store>>> {
+        let link = RedisLink::connect(&self.target, self.target.deadlines)
+            .await
+            .map_err(IdempotencyError::unavailable)?;
+        Ok(Some(Arc::new(RedisStore {
+            link,
+            target: Arc::clone(&self.target),
+            round_trips: Arc::clone(&self.round_trips),
+        })))
+    }
+
     async fn acquire(&self, requests: &[LeaseRequest]) -> StoreResult<Vec<StoreResult<Acquired>>> {
         let owners: Vec<String> = requests
             .iter()

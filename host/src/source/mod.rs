@@ -121,4 +121,12 @@ pub trait QueueSource: Send + Sync + std::fmt::Debug + 'static {
     fn depth_is_exact(&self) -> bool {
         false
     }
+
+    /// A client of the same queues for a lane of its own (see `host::lanes`): one whose
+    /// connections are opened and driven on the lane's thread, so a lane's calls never wake
+    /// another core. `None` where the source holds no connections (the embedded queue): the
+    /// lanes share this one.
+    fn for_lane(&self) -> Option<std::sync::Arc<dyn QueueSource>> {
+        None
+    }
 }

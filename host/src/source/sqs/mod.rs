@@ -20,8 +20,8 @@ mod json;
 mod refusal;
 
 use std::collections::HashMap;
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -68,7 +68,7 @@ pub struct SqsQueue {
     attempt: Duration,
     deadlines: AwsDeadlines,
     urls: RwLock<HashMap<String, String>>,
-    requests: Requests,
+    requests: Arc<Requests>,
 }
 
 /// Whole seconds for SQS, rounding up so a short delay is not lost, within SQS's range.
@@ -159,7 +159,20 @@ impl SqsQueue {
             attempt: attempt.unwrap_or(deadlines.call),
             deadlines,
             urls: RwLock::new(HashMap::new()),
-            requests: Requests::default(),
+            requests: Arc::default(),
+        }
+    }
+
+    /// The same client for a lane of its own (see `host::lanes`): its hot calls on a
+    /// connection pool of the lane's, its queue URLs and request counts shared.
+    fn lane(&self) -> Self {
+        SqsQueue {
+            client: self.client.clone(),
+            json: self.json.for_lane(),
+            attempt: self.attempt,
+            deadlines: self.deadlines,
+            urls: RwLock::new(self.urls.read().unwrap_or_else(|e| e.into_inner()).clone()),
+            requests: Arc::clone(&self.requests),
         }
     }
 
@@ -465,6 +478,10 @@ impl QueueSource for SqsQueue {
             invisible: get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
                 + get(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
         })
+    }
+
+    fn for_lane(&self) -> Option<Arc<dyn QueueSource>> {
+        Some(Arc::new(self.lane()))
     }
 }
 

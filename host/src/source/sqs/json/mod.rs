@@ -28,6 +28,7 @@ mod failure;
 pub(crate) mod shapes;
 mod signer;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -41,7 +42,7 @@ pub(crate) use failure::CallError;
 use signer::Signer;
 
 /// Where calls go: the endpoint and the `host` header signed with it.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Target {
     uri: http::Uri,
     host: HeaderValue,
@@ -53,7 +54,10 @@ pub(crate) struct JsonClient {
     http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     /// The endpoint, or why there is none (each call then fails with it).
     target: Result<Target, String>,
-    signer: Signer,
+    /// Shared by a client's lanes, so credentials are cached once.
+    signer: Arc<Signer>,
+    /// How long opening a connection may take.
+    connect: Duration,
 }
 
 impl JsonClient {
@@ -69,7 +73,19 @@ impl JsonClient {
         JsonClient {
             http: http_client(connect),
             target,
-            signer: Signer::new(sdk.credentials_provider(), region, "sqs"),
+            signer: Arc::new(Signer::new(sdk.credentials_provider(), region, "sqs")),
+            connect,
+        }
+    }
+
+    /// The same client with a connection pool of its own, for a lane: a pooled connection is
+    /// driven by a task on the runtime that opened it.
+    pub(crate) fn for_lane(&self) -> Self {
+        JsonClient {
+            http: http_client(self.connect),
+            target: self.target.clone(),
+            signer: Arc::clone(&self.signer),
+            connect: self.connect,
         }
     }
 
