@@ -11,6 +11,7 @@ pub(crate) struct RawConfig {
     pub plugins_dir: Option<PathBuf>,
     pub data_dir: Option<PathBuf>,
     pub max_in_flight: Option<u32>,
+    pub lanes: Option<u32>,
     pub shutdown_grace_secs: Option<u64>,
     pub max_plugin_memory_mib: Option<u64>,
     pub watch_plugins: Option<bool>,

@@ -133,6 +133,9 @@ pub struct Config {
     pub data_dir: Option<PathBuf>,
     /// Messages being handled at once, across queues.
     pub max_in_flight: usize,
+    /// Threads the data path runs on, each a runtime of its own with its own pollers and
+    /// connections (`host::lanes`); 1 runs it on the host's runtime.
+    pub lanes: usize,
     /// How long shutdown waits for in-flight handlers.
     pub shutdown_grace: Duration,
     /// Largest memory limit a plugin manifest may set; sizes the instance pool.
@@ -220,6 +223,8 @@ impl Config {
     pub(crate) fn from_raw(raw: RawConfig) -> anyhow::Result<Self> {
         let max_in_flight = raw.max_in_flight.unwrap_or(32);
         in_range("max-in-flight", max_in_flight, 1, 4096)?;
+        let lanes = raw.lanes.unwrap_or(1);
+        in_range("lanes", lanes, 1, 64)?;
         let max_plugin_memory_mib = raw.max_plugin_memory_mib.unwrap_or(512);
         in_range(
             "max-plugin-memory-mib",
@@ -320,6 +325,7 @@ impl Config {
             watch_plugins: raw.watch_plugins.unwrap_or(true),
             allow_unloaded_plugins: raw.allow_unloaded_plugins.unwrap_or(false),
             max_in_flight: max_in_flight as usize,
+            lanes: lanes as usize,
             shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),
             max_plugin_memory_mib,
             source,
@@ -650,6 +656,8 @@ mod tests {
     fn every_bad_value_names_its_field() {
         let cases = [
             ("max-in-flight = 0", "max-in-flight"),
+            ("lanes = 0", "lanes"),
+            ("lanes = 65", "lanes"),
             (
                 "[[queue]]\nname = \"q\"\nplugin = \"p\"\nbatch-size = 11",
                 "queue[0].batch-size",

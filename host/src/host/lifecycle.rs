@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::lanes::Common;
 use super::{Host, RELEASE_DEADLINE};
 use crate::admin::health;
 use crate::fleet::HostEntry;
@@ -19,7 +19,6 @@ use crate::pipeline::{
 };
 use crate::plugin::registry::Registry;
 use crate::plugin::{status, watch};
-use crate::progress::Progress;
 use crate::schedule::run::Scheduler;
 use crate::stats::Fates;
 
@@ -46,7 +45,10 @@ impl Host {
         let checks = self.watch_health(&shutdown);
         let schedules = self.fire_schedules(&shutdown);
         let (fleet, follower) = self.follow_fleet();
-        let result = self.consume(shutdown).await;
+        let result = match self.config.lanes {
+            1 => self.consume(shutdown, &self.common()).await,
+            lanes => self.consume_in_lanes(lanes, shutdown).await,
+        };
         fleet.cancel();
         // Its last entry says this host stopped. Bounded: a step under way when it was told to
         // stop, then the last write, each under the store's deadlines and this one.
@@ -135,7 +137,10 @@ impl Host {
 
     /// Queue `q`'s capture, counted in the metrics, when it asks for one: under the data
     /// directory, or nowhere (with a warning) for a host that keeps nothing on disk.
-    fn capture(&self, q: &crate::config::QueueConfig) -> Option<crate::capture::Capture> {
+    pub(super) fn capture(
+        &self,
+        q: &crate::config::QueueConfig,
+    ) -> Option<crate::capture::Capture> {
         let config = q.capture.as_ref()?;
         let Some(data) = &self.config.data_dir else {
             tracing::warn!(queue = %q.name, "capture needs a data directory; this host keeps none, so nothing is captured");
@@ -187,19 +192,22 @@ impl Host {
         Ok(Some(stop))
     }
 
-    async fn consume(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let shared = Arc::new(self.shared());
+    /// Consumes every queue on this runtime until `shutdown`, then drains (one lane's work).
+    pub(super) async fn consume(
+        &self,
+        shutdown: CancellationToken,
+        common: &Common,
+    ) -> anyhow::Result<()> {
+        let shared = Arc::new(self.shared(common));
         let formats = Formats::open(&self.config);
         let mut ackers = Vec::new();
         let pollers = TaskTracker::new();
-        for q in &self.config.queues {
-            let progress = Arc::new(Progress::new());
-            self.health.track(&q.name, Arc::clone(&progress));
+        for (q, (progress, capture)) in self.config.queues.iter().zip(&common.queues) {
             let (acker, task) = Acker::spawn(
                 Arc::clone(&self.source),
                 q.name.clone(),
                 Arc::clone(&self.stats),
-                progress,
+                Arc::clone(progress),
             );
             ackers.push((q.name.clone(), task));
             let ctx = Arc::new(QueueCtx {
@@ -208,7 +216,7 @@ impl Host {
                 format: formats.for_queue(q),
                 acker,
                 put_backs: PutBacks::spawn(Arc::clone(&self.source), q.name.clone()),
-                capture: self.capture(q),
+                capture: capture.clone(),
                 heartbeats: Heartbeats::default(),
             });
             tracing::info!(queue = %q.name, plugin = %q.plugin, pollers = q.pollers, "consuming");
@@ -238,7 +246,7 @@ impl Host {
         result
     }
 
-    fn shared(&self) -> Shared {
+    fn shared(&self, common: &Common) -> Shared {
         let abandon = self.abandon.child_token();
         Shared {
             config: Arc::clone(&self.config),
@@ -247,9 +255,9 @@ impl Host {
             registry: Arc::clone(&self.registry),
             stats: Arc::clone(&self.stats),
             metrics: Arc::clone(&self.metrics),
-            in_flight: Arc::new(Semaphore::new(self.config.max_in_flight)),
+            in_flight: Arc::clone(&common.in_flight),
             fair: Arc::clone(&self.fair),
-            priorities: Default::default(),
+            priorities: Arc::clone(&common.priorities),
             slot_releases: SlotReleases::spawn(self.store.clone(), Arc::clone(&self.stats)),
             tasks: TaskTracker::new(),
             abandon: abandon.clone(),

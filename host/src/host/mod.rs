@@ -12,9 +12,10 @@
 //! ack tasks but not confirmed, each counted on its own.
 //!
 //! `open` opens the backends and makes the start-up checks; `lifecycle` runs and drains;
-//! `idle` decides when a run until idle ends.
+//! `lanes` runs the data path on a thread per lane; `idle` decides when a run until idle ends.
 
 mod idle;
+mod lanes;
 mod lifecycle;
 pub(crate) mod open;
 
@@ -50,7 +51,8 @@ const IDLE_CHECK: Duration = Duration::from_millis(100);
 /// plugins that reuse them.
 const SPARE_INSTANCES: u32 = 16;
 
-/// A configured host, ready to run.
+/// A configured host, ready to run. A clone shares everything (each lane runs on one).
+#[derive(Clone)]
 pub struct Host {
     config: Arc<Config>,
     source: Arc<dyn QueueSource>,

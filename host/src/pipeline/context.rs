@@ -47,7 +47,7 @@ pub(crate) struct Shared {
     /// The runs of each flow key on this host, for fair shares of the in-flight slots.
     pub(crate) fair: Arc<FairShares>,
     /// Which priorities' queues are busy, for the pollers of lower ones.
-    pub(crate) priorities: Priorities,
+    pub(crate) priorities: Arc<Priorities>,
     /// Gives ended deliveries' flow slots back in batches.
     pub(crate) slot_releases: SlotReleases,
     /// Tracks message tasks, so shutdown can wait for them.
@@ -90,7 +90,7 @@ pub(crate) struct QueueCtx {
     /// Its put-back batcher.
     pub(crate) put_backs: PutBacks,
     /// Its capture, when its configuration asks for one.
-    pub(crate) capture: Option<crate::capture::Capture>,
+    pub(crate) capture: Option<Arc<crate::capture::Capture>>,
     /// Its deliveries' heartbeats, extended by one sweeper.
     pub(crate) heartbeats: Heartbeats,
 }
