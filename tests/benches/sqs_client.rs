@@ -199,12 +199,24 @@ async fn client_loop(responder: &Responder, n: usize) -> Row {
 async fn qhost_row(
     name: &'static str,
     responder: &Responder,
+    store: (Arc<dyn Store>, Option<&RedisStore>),
+    n: usize,
+    plugin: (&str, &str),
+) -> Row {
+    qhost_lanes_row(name, responder, store, n, plugin, 1).await
+}
+
+/// As [`qhost_row`], the host's data path on `lanes` threads of its own (`lanes = N`).
+async fn qhost_lanes_row(
+    name: &'static str,
+    responder: &Responder,
     (store, redis): (Arc<dyn Store>, Option<&RedisStore>),
     n: usize,
     (plugin, manifest): (&str, &str),
+    lanes: usize,
 ) -> Row {
     let mut config = Config::parse(&format!(
-        "max-in-flight = 64\n[[queue]]\nname = \"{QUEUE}\"\nplugin = \"trivial\"\n"
+        "max-in-flight = 64\nlanes = {lanes}\n[[queue]]\nname = \"{QUEUE}\"\nplugin = \"trivial\"\n"
     ))
     .expect("config");
     config.data_dir = None;
@@ -345,6 +357,7 @@ enum Kind {
     CloseCopies,
     Reused,
     Fixture,
+    Lanes,
 }
 
 /// Runs one row; qhost's and the bare loop on a runtime of `threads` worker threads of their
@@ -356,8 +369,10 @@ fn run(kind: Kind, threads: usize, responder: &'static Responder, n: usize) -> R
         Kind::Node => return peer_row(&NODE, responder, n),
         _ => {}
     }
+    // A host of lanes runs its data path on threads of its own; its runtime keeps the rest.
+    let workers = if kind == Kind::Lanes { 1 } else { threads };
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
+        .worker_threads(workers)
         .enable_all()
         .build()
         .expect("a runtime");
@@ -382,6 +397,11 @@ fn run(kind: Kind, threads: usize, responder: &'static Responder, n: usize) -> R
                 let name = "qhost, trivial wasm plugin, Redis store";
                 qhost_row(name, responder, on_redis(), n, (ACK, "")).await
             }
+            Kind::Lanes => {
+                let name = "qhost, trivial wasm plugin, Redis store, a lane per thread";
+                let plugin = (ACK, "");
+                qhost_lanes_row(name, responder, on_redis(), n, plugin, threads).await
+            }
             Kind::CloseCopies => close_copies(responder, &redis, n).await,
             Kind::Reused => {
                 let name =
@@ -402,7 +422,7 @@ fn run(kind: Kind, threads: usize, responder: &'static Responder, n: usize) -> R
 
 /// Every row, in order: the bare SDK loop, qhost's client loop and qhost on Redis on one worker thread
 /// and on two; the trimmed SDK loop on one; qhost's other rows on two (the peers are processes).
-const ROWS: [(Kind, usize); 13] = [
+const ROWS: [(Kind, usize); 14] = [
     (Kind::Bare, 1),
     (Kind::Bare, 2),
     (Kind::Trimmed, 1),
@@ -411,6 +431,7 @@ const ROWS: [(Kind, usize); 13] = [
     (Kind::Embedded, 2),
     (Kind::Redis, 1),
     (Kind::Redis, 2),
+    (Kind::Lanes, 2),
     (Kind::Python, 1),
     (Kind::Node, 1),
     (Kind::CloseCopies, 2),
@@ -437,6 +458,7 @@ fn main() {
             "fixture" => Kind::Fixture,
             "node" => Kind::Node,
             "python" => Kind::Python,
+            "lanes" => Kind::Lanes,
             _ => Kind::Embedded,
         };
         let row = run(kind, threads, responder, n);
