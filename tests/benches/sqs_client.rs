@@ -13,6 +13,9 @@
 //! - qhost with a trivial wasm plugin (`plugins/ack`: acks, imports only what the guest SDK and
 //!   the standard library need) and the embedded store;
 //! - the same with the Redis store (the tests' Redis on 127.0.0.1:6379);
+//! - the same with the host's data path on lanes (`lanes = 2`: two threads, each a runtime
+//!   with its own pollers and connections, so a message stays on one core), beside a runtime
+//!   of one worker thread for the rest of the host;
 //! - the Python worker a team writes today (`tests/support/sqs_python_worker.py`: boto3 and
 //!   redis-py, a `SET NX` lease per message, the seed's shape), its CPU as it reports it for its
 //!   consuming loop (interpreter start-up left out);
@@ -36,8 +39,8 @@
 //!
 //! `cargo bench -p qhost-e2e --bench sqs_client` (QHOST_BENCH_MESSAGES overrides the 20,000
 //! deliveries; run `scripts/install-test-tools` first, for Redis and the Python and Node.js
-//! peers). To profile one row alone, `QHOST_BENCH_ONLY=redis` (or `embedded`, `reused`, `bare`,
-//! `trimmed`, `client`, `fixture`, `python` or `node`) runs just that row, on
+//! peers). To profile one row alone, `QHOST_BENCH_ONLY=redis` (or `lanes`, `embedded`, `reused`,
+//! `bare`, `trimmed`, `client`, `fixture`, `python` or `node`) runs just that row, on
 //! `QHOST_BENCH_THREADS` worker threads (2), for `perf record`. `--no-default-features` runs it
 //! on the system allocator in place of the qhost command's mimalloc.
 
@@ -73,14 +76,18 @@ const FIXTURE: &str = "fixture";
 /// What one row used.
 struct Row {
     name: &'static str,
-    /// The runtime's worker threads, for rows run in this process.
+    /// The runtime's worker threads, for rows run in this process (a host of lanes: its lanes).
     threads: Option<usize>,
+    /// Whether the host ran its data path on lanes of its own (`threads` is their number).
+    lanes: bool,
     cpu: CpuTime,
     requests: [u64; OPERATIONS.len()],
     /// Redis round trips, where the row uses Redis.
     round_trips: Option<u64>,
     /// Copies put back because their key was leased (qhost's rows).
     busy: Option<u64>,
+    /// Deliveries per second of wall time (qhost's rows; the responder shares the machine).
+    rate: Option<f64>,
 }
 
 /// CPU this process used since `before`, less what the responder's thread used since
@@ -154,10 +161,12 @@ async fn bare_loop(responder: &Responder, n: usize, trimmed: bool) -> Row {
             "bare aws-sdk-sqs loop (receive 10 + delete batch)"
         },
         threads: None,
+        lanes: false,
         cpu: consumer_cpu(start, responder, served),
         requests: minus(responder.requests(), calls),
         round_trips: None,
         busy: None,
+        rate: None,
     }
 }
 
@@ -187,10 +196,12 @@ async fn client_loop(responder: &Responder, n: usize) -> Row {
     Row {
         name: "qhost's SQS client loop: its JSON client (receive 10 + delete batch)",
         threads: None,
+        lanes: false,
         cpu: consumer_cpu(start, responder, served),
         requests: minus(responder.requests(), calls),
         round_trips: None,
         busy: None,
+        rate: None,
     }
 }
 
@@ -228,9 +239,12 @@ async fn qhost_lanes_row(
     let (duplicates, trips) = (responder.duplicates(), redis.map(RedisStore::round_trips));
     responder.offer(n);
     let (start, served, calls) = (CpuTime::now(), responder.cpu(), responder.requests());
+    let started = std::time::Instant::now();
     host.run_until_idle(CancellationToken::new())
         .await
         .expect("run");
+    // The run ends after the idle check's last look, within its interval of the last ack.
+    let rate = n as f64 / started.elapsed().as_secs_f64();
     let cpu = consumer_cpu(start, responder, served);
     let c = host.stats().total();
     let duplicates = responder.duplicates() - duplicates;
@@ -243,10 +257,12 @@ async fn qhost_lanes_row(
     Row {
         name,
         threads: None,
+        lanes: false,
         cpu,
         requests: minus(responder.requests(), calls),
         round_trips: redis.zip(trips).map(|(r, before)| r.round_trips() - before),
         busy: Some(c.busy),
+        rate: Some(rate),
     }
 }
 
@@ -330,6 +346,7 @@ fn peer_row(peer: &Peer, responder: &Responder, n: usize) -> Row {
     Row {
         name: peer.name,
         threads: None,
+        lanes: false,
         cpu: CpuTime {
             user: seconds("user"),
             system: seconds("system"),
@@ -337,6 +354,7 @@ fn peer_row(peer: &Peer, responder: &Responder, n: usize) -> Row {
         requests: minus(responder.requests(), calls),
         round_trips: report["round_trips"].as_u64(),
         busy: None,
+        rate: None,
     }
 }
 
@@ -417,6 +435,7 @@ fn run(kind: Kind, threads: usize, responder: &'static Responder, n: usize) -> R
     });
     let mut row = runtime.block_on(row).expect("the row's task");
     row.threads = Some(threads);
+    row.lanes = kind == Kind::Lanes;
     row
 }
 
@@ -510,9 +529,14 @@ fn print_row(r: &Row, n: usize, baselines: Baselines) {
     let cpu = r.cpu.micros_per(n);
     match r.threads {
         Some(threads) => println!(
-            "{} ({threads} worker thread{})",
+            "{} ({threads} {}{})",
             r.name,
-            if threads == 1 { "" } else { "s" }
+            if r.lanes {
+                "lanes, a thread each, beside a runtime of one worker thread"
+            } else {
+                "worker thread"
+            },
+            if threads == 1 || r.lanes { "" } else { "s" }
         ),
         None => println!("{}", r.name),
     }
@@ -540,6 +564,11 @@ fn print_row(r: &Row, n: usize, baselines: Baselines) {
         println!(
             "  Redis round trips {:>7.3}     per delivery",
             trips as f64 / n as f64
+        );
+    }
+    if let Some(rate) = r.rate {
+        println!(
+            "  deliveries/s  {rate:>11.0}     (wall time, with the responder on this machine)"
         );
     }
     if let Some(busy) = r.busy.filter(|b| *b > 0) {
