@@ -31,7 +31,7 @@
 //! |                 | per key (in the store), fair shares of a host's slots among keys      |
 //! | `pipeline`      | the data path: receive, read, route, lease, run, one fate per delivery |
 //! | `host`          | wiring: backends by configuration and start-up checks (`host::StartError`), |
-//! |                 | pollers, shutdown                                                     |
+//! |                 | pollers, lanes (the data path on a thread per core), shutdown         |
 //! | `dlq`           | dead letters read and redriven (`qhost dlq`)                          |
 //! | `queues`        | the operator's verbs on a configuration's queues: send, peek, purge, dlq |
 //! | `oneshot`       | the one engine that runs a message outside a host (invoke, replay,    |
