@@ -155,11 +155,13 @@ async fn a_slot_moved_between_lease_and_completion_still_completes() {
 }
 
 /// A host configured with `cluster = true` and seed URLs: 40 jobs each sent twice run once each,
-/// and each job's effect arrives once.
+/// and each job's effect arrives once; and the same with its data path on two lanes, each with
+/// its own connection to the cluster.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_host_on_a_cluster_runs_each_job_once() {
     let cluster = RedisCluster::start(3);
-    runs_each_job_once(&cluster).await;
+    runs_each_job_once(&cluster, 1).await;
+    runs_each_job_once(&cluster, 2).await;
 }
 
 /// The same over TLS with a password, as managed clusters require: every node (and the bus
@@ -197,12 +199,12 @@ async fn a_host_on_a_tls_cluster_with_a_password_runs_each_job_once() {
             "{err}"
         );
     }
-    runs_each_job_once(&cluster).await;
+    runs_each_job_once(&cluster, 1).await;
 }
 
-/// A host configured with `cluster = true`, every node a seed (and the CA to trust, if any):
-/// 40 jobs each sent twice run once each, and each job's effect arrives once.
-async fn runs_each_job_once(cluster: &RedisCluster) {
+/// A host configured with `cluster = true`, every node a seed (and the CA to trust, if any),
+/// on `lanes` lanes: 40 jobs each sent twice run once each, and each job's effect arrives once.
+async fn runs_each_job_once(cluster: &RedisCluster, lanes: usize) {
     let env = TestEnv::new();
     env.install(
         "fixture",
@@ -213,12 +215,13 @@ async fn runs_each_job_once(cluster: &RedisCluster) {
     let ca = (cluster.target().ca_file)
         .map(|ca| format!("ca-file = {ca:?}\n"))
         .unwrap_or_default();
-    let config = env.config(&format!(
+    let mut config = env.config(&format!(
         "[idempotency]\nkind = \"redis\"\ncluster = true\nurls = [{}]\nnamespace = \"{}\"\n{ca}{}",
         seeds.join(", "),
         unique_namespace("cluster-host"),
         queue_toml("jobs", "fixture")
     ));
+    config.lanes = lanes;
     let host = env.host(config).await;
     let bodies: Vec<String> = (0..40).map(|i| format!("send:out:job-{i}")).collect();
     let twice: Vec<&str> = bodies.iter().chain(&bodies).map(String::as_str).collect();
