@@ -1,16 +1,17 @@
 //! A host whose data path runs on lanes (`lanes = 2`: a thread and a runtime each, with their
 //! own pollers and connections), against the SQS-compatible server and the tests' Redis: every
 //! message runs once however the lanes split them, `max-in-flight` holds across lanes, both
-//! lanes take work, and a stop in mid-stream loses nothing; and the same on the embedded queue
-//! and store, which the lanes share.
+//! lanes take work, and a stop in mid-stream loses nothing; the same on the embedded queue and
+//! store, which the lanes share; and lanes that start while Redis is down.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use qhost::QueueSource as _;
 use qhost::{HandlerMessage, Host, RedisStore, Registry, SqsQueue};
-use qhost_e2e::harness::{Running, TestEnv, run_until_idle, send_all};
-use qhost_e2e::redis_server::{shared_url, unique_namespace};
+use qhost_e2e::harness::{Running, TestEnv, contents, queue_toml, run_until_idle, send_all};
+use qhost_e2e::redis_server::{RedisServer, shared_url, unique_namespace};
 use qhost_e2e::sqs_server::{create_queue, drain, endpoint, sdk_config, unique};
 
 /// Every call of the handler: the thread it ran on and the key it ran for, and how many ran
@@ -190,4 +191,44 @@ async fn lanes_share_the_embedded_queue_and_store() {
     calls.assert_each_ran_once_on_the_lanes(100);
     let c = host.stats().total();
     assert_eq!((c.acked, c.duplicates), (100, 20), "{c:?}");
+}
+
+/// Redis down when the lanes start: each lane cannot open its own connection, says so, and
+/// shares the host's, which reconnects once Redis is back; nothing runs unleased meanwhile, and
+/// then every message runs once.
+#[tokio::test(flavor = "multi_thread")]
+async fn lanes_started_during_a_redis_outage_run_once_it_ends() {
+    let env = TestEnv::new();
+    env.install("fixture", "fixture", "");
+    let mut redis = RedisServer::start();
+    let mut config = env.config(&format!(
+        "[idempotency]\nkind = \"redis\"\nurl = \"{}\"\n{}",
+        redis.url(),
+        queue_toml("jobs", "fixture")
+    ));
+    config.lanes = 2;
+    let host = env.host(config).await;
+    redis.kill();
+    let running = Running::start(host);
+    let q = env.queue();
+    send_all(&q, "jobs", &["send:sink:ok"; 20], &[]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let invoked_while_down = running.host().stats().total().invoked;
+    redis.restart();
+    running
+        .wait_for(Duration::from_secs(60), |h| h.stats().total().acked >= 20)
+        .await;
+    let c = running.stop().await.stats().total();
+
+    assert_eq!(
+        invoked_while_down, 0,
+        "nothing ran while no lease could be taken"
+    );
+    assert_eq!((c.invoked, c.acked), (20, 20), "{c:?}");
+    assert_eq!(
+        contents(&q, "sink").await.len(),
+        20,
+        "each message's effect once"
+    );
+    assert_eq!(q.depth("jobs").await.expect("depth").total(), 0);
 }

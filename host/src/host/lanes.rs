@@ -126,15 +126,27 @@ impl Host {
         common: &Common,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
-        let store = (self.store.for_lane().await)
-            .with_context(|| format!("lane {lane}: connecting to the idempotency store"))?;
         let host = Host {
             source: (self.source.for_lane()).unwrap_or_else(|| Arc::clone(&self.source)),
-            store: store.unwrap_or_else(|| self.store.clone()),
+            store: self.lane_store(lane).await,
             ..self.clone()
         };
         tracing::debug!(lane, "lane started");
         host.consume(shutdown, common).await
+    }
+
+    /// The lane's own store connection; the host's, shared, when the store cannot open one now
+    /// (an outage at start): the lane then still runs, as a host without lanes survives an
+    /// outage, its calls crossing to the thread that drives the host's connection.
+    async fn lane_store(&self, lane: usize) -> Arc<dyn crate::idempotency::Store> {
+        match self.store.for_lane().await {
+            Ok(Some(own)) => own,
+            Ok(None) => self.store.clone(),
+            Err(e) => {
+                tracing::warn!(lane, error = %e, "a lane could not open its own connection to the idempotency store; it shares the host's");
+                self.store.clone()
+            }
+        }
     }
 }
 
