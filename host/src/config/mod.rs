@@ -621,7 +621,7 @@ mod tests {
     #[test]
     fn a_full_file_parses() {
         let c = Config::parse(
-            "plugins-dir = \"p\"\nmax-in-flight = 4\n[retry]\nbase-secs = 0.05\nmax-secs = 10\n\
+            "plugins-dir = \"p\"\nmax-in-flight = 4\nlanes = 2\n[retry]\nbase-secs = 0.05\nmax-secs = 10\n\
              [[queue]]\nname = \"jobs\"\nplugin = \"worker\"\nvisibility-timeout-secs = 5\n\
              wait-time-secs = 1\nbatch-size = 3\ndead-letter = \"dead\"\nmax-receives = 9\n",
         )
@@ -634,7 +634,8 @@ mod tests {
         assert_eq!(c.retry.base, Duration::from_millis(50));
         let fifo = Config::parse("[[queue]]\nname = \"orders.fifo\"\nplugin = \"p\"\n").unwrap();
         assert_eq!(fifo.queues[0].dead_letter, "orders-dlq.fifo");
-        assert_eq!(c.max_in_flight, 4);
+        assert_eq!((c.max_in_flight, c.lanes), (4, 2));
+        assert_eq!(fifo.lanes, 1, "one lane unless told");
     }
 
     fn error_of(text: &str) -> String {

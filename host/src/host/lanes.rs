@@ -59,14 +59,14 @@ impl Host {
     }
 
     /// Consumes on `lanes` threads until `shutdown`, each lane draining its own messages; the
-    /// first lane's error, if any, once all have ended.
+    /// first lane's error, if any, once all have ended. A lane that cannot start, fails or
+    /// panics stops the others.
     pub(super) async fn consume_in_lanes(
         &self,
         lanes: usize,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
         let common = Arc::new(self.common());
-        // A lane that cannot start stops the others.
         let stop = shutdown.child_token();
         let mut ends = Vec::with_capacity(lanes);
         for lane in 0..lanes {
@@ -79,19 +79,28 @@ impl Host {
                 }
             }
         }
-        let mut result = Ok(());
-        for end in ends {
-            let ended = end.await.unwrap_or_else(|_| {
-                Err(anyhow::anyhow!(
-                    "a lane's thread ended without finishing (a panic; see the log)"
-                ))
-            });
-            if let Err(e) = ended {
-                stop.cancel();
-                result = result.and(Err(e));
+        // A lane that fails or panics stops the others, so the host ends with its error rather
+        // than running on fewer lanes. (A panic in a message's task ends only that task, as on
+        // any runtime; what reaches here is the lane's own loop.)
+        let ended = ends.into_iter().map(|end| {
+            let stop = stop.clone();
+            async move {
+                let ended = end.await.unwrap_or_else(|_| {
+                    Err(anyhow::anyhow!(
+                        "a lane's thread ended without finishing (a panic; see the log)"
+                    ))
+                });
+                if ended.is_err() {
+                    stop.cancel();
+                }
+                ended
             }
-        }
-        result
+        });
+        let results = futures_util::future::join_all(ended).await;
+        results
+            .into_iter()
+            .collect::<anyhow::Result<Vec<()>>>()
+            .map(drop)
     }
 
     /// Starts lane `lane` on a thread of its own; its end, with its result.
