@@ -28,8 +28,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::Host;
 use crate::capture::Capture;
+use crate::idempotency::Store;
 use crate::pipeline::priority::Priorities;
 use crate::progress::Progress;
+use crate::source::QueueSource;
 
 /// What every lane of a host shares (a host of one lane has one of these too).
 pub(super) struct Common {
@@ -111,7 +113,7 @@ impl Host {
         shutdown: CancellationToken,
     ) -> anyhow::Result<tokio::sync::oneshot::Receiver<anyhow::Result<()>>> {
         let (ended, end) = tokio::sync::oneshot::channel();
-        let host = self.clone();
+        let host = self.with_clients(Arc::clone(&self.source), self.store.clone());
         std::thread::Builder::new()
             .name(format!("qhost-lane-{lane}"))
             .spawn(move || {
@@ -135,19 +137,38 @@ impl Host {
         common: &Common,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
-        let host = Host {
-            source: (self.source.for_lane()).unwrap_or_else(|| Arc::clone(&self.source)),
-            store: self.lane_store(lane).await,
-            ..self.clone()
-        };
+        let source = (self.source.for_lane()).unwrap_or_else(|| Arc::clone(&self.source));
+        let host = self.with_clients(source, self.lane_store(lane).await);
         tracing::debug!(lane, "lane started");
         host.consume(shutdown, common).await
+    }
+
+    /// This host with `source` and `store` for its clients, sharing everything else: a lane's
+    /// view of it. (Not `Clone`: two hosts sharing one's stats and health would each run.)
+    fn with_clients(&self, source: Arc<dyn QueueSource>, store: Arc<dyn Store>) -> Host {
+        Host {
+            config: Arc::clone(&self.config),
+            source,
+            store,
+            registry: Arc::clone(&self.registry),
+            plugins: self.plugins.clone(),
+            payloads: Arc::clone(&self.payloads),
+            stats: Arc::clone(&self.stats),
+            metrics: Arc::clone(&self.metrics),
+            health: Arc::clone(&self.health),
+            recent: Arc::clone(&self.recent),
+            schedules: Arc::clone(&self.schedules),
+            fleet: Arc::clone(&self.fleet),
+            fair: Arc::clone(&self.fair),
+            abandon: self.abandon.clone(),
+            tracer: self.tracer.clone(),
+        }
     }
 
     /// The lane's own store connection; the host's, shared, when the store cannot open one now
     /// (an outage at start): the lane then still runs, as a host without lanes survives an
     /// outage, its calls crossing to the thread that drives the host's connection.
-    async fn lane_store(&self, lane: usize) -> Arc<dyn crate::idempotency::Store> {
+    async fn lane_store(&self, lane: usize) -> Arc<dyn Store> {
         match self.store.for_lane().await {
             Ok(Some(own)) => own,
             Ok(None) => self.store.clone(),

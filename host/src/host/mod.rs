@@ -51,8 +51,7 @@ const IDLE_CHECK: Duration = Duration::from_millis(100);
 /// plugins that reuse them.
 const SPARE_INSTANCES: u32 = 16;
 
-/// A configured host, ready to run. A clone shares everything (each lane runs on one).
-#[derive(Clone)]
+/// A configured host, ready to run.
 pub struct Host {
     config: Arc<Config>,
     source: Arc<dyn QueueSource>,
