@@ -64,13 +64,16 @@ fn qhost(config: &Path, args: &[&str]) -> (bool, String) {
 }
 
 /// The messages on `queue` now, counted per `qhost-tick` (taken off the queue; hosts may go on
-/// sending while it looks).
-async fn ticks(queue: &str, seen: &mut BTreeMap<String, usize>) {
+/// sending while it looks); each one's tick and when the server says it was sent (ms).
+async fn ticks(queue: &str, seen: &mut BTreeMap<String, usize>) -> Vec<(String, u64)> {
     let sqs = patient_queue(endpoint());
+    let mut sent = Vec::new();
     for m in take_all(&sqs, queue, Duration::ZERO).await {
         let tick = attr(&m, "qhost-tick").expect("a tick's message names its tick");
         *seen.entry(tick.to_string()).or_default() += 1;
+        sent.push((tick.to_string(), m.sent_at_ms));
     }
+    sent
 }
 
 /// The ticks of an every-second schedule from `first` to `last`, as labels.
@@ -430,30 +433,153 @@ async fn overlap_skip_never_fires_a_tick_while_the_previous_one_runs() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn two_hosts_whose_clocks_are_five_seconds_apart_fire_each_tick_once() {
-    let fleet = Fleet::new("sched-skew").await;
-    let target = unique("sched-skewed");
+/// Two hosts whose clocks are `ahead_ms` and `behind_ms` off the store's, the ahead one started
+/// first (so it is the one that finds the new schedule), the behind one SIGKILLed and restarted
+/// part-way: every tick once, none missing from the schedule's first second, and none sent
+/// before its time by more than 1 s (the SQS-compatible server's send time against the tick).
+/// A tick the killed host claimed and had not sent is sent late by the other host: late is
+/// allowed, early is not.
+async fn skewed_fleet_fires_on_the_store_s_clock(test: &str, ahead_ms: i64, behind_ms: i64) {
+    let fleet = Fleet::new(test).await;
+    let target = unique(&format!("{test}-ticks"));
     create_queue(&target, &[]).await;
-    let schedule = every_second("skewed", &target, "tick", "");
+    let schedule = every_second("skewed", &target, "tick", "catch-up-secs = 60");
     let (a, b) = (fleet.config("a", &schedule), fleet.config("b", &schedule));
-    let ahead = HostProcess::start_consuming_in(&a, &[], &[("QHOST_TEST_CLOCK_OFFSET_MS", "2500")]);
-    let behind =
-        HostProcess::start_consuming_in(&b, &[], &[("QHOST_TEST_CLOCK_OFFSET_MS", "-2500")]);
+    let offset = |ms: i64| [("QHOST_TEST_CLOCK_OFFSET_MS", ms.to_string())];
+    let start = |config: &Path, ms: i64| {
+        let vars = offset(ms);
+        let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        HostProcess::start_consuming_in(config, &[], &vars)
+    };
+    let ahead = start(&a, ahead_ms);
+    let behind = start(&b, behind_ms);
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let mut logs = vec![behind.log()];
+    behind.kill();
+    let mut seen = BTreeMap::new();
+    let mut sent = ticks(&target, &mut seen).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let behind = start(&b, behind_ms);
+    // Longer than a claim may stay unsent (10 s): a tick the killed host claimed and never sent
+    // holds the schedule back until another host sends it, then the ticks after it catch up.
     tokio::time::sleep(Duration::from_secs(12)).await;
-    let logs = [ahead.log(), behind.log()];
+    shows_its_skew(&ahead, ahead_ms);
+    shows_its_skew(&behind, behind_ms);
+    let (ok, list) = qhost(&a, &["schedule", "list"]);
+    assert!(ok, "{list}");
+    let by_list = skew_in(&list, "that host's clock ");
+    assert!(
+        [ahead_ms, behind_ms]
+            .iter()
+            .any(|ms| (by_list - *ms as f64 / 1000.0).abs() < 0.5),
+        "`schedule list` shows the firing host's skew beside the lag:\n{list}"
+    );
+    assert!(
+        skew_in(&list, "this machine's clock: ").abs() < 0.5,
+        "{list}"
+    );
+    logs.extend([ahead.log(), behind.log()]);
     ahead.stop();
     behind.stop();
-    let mut seen = BTreeMap::new();
-    ticks(&target, &mut seen).await;
+    sent.extend(ticks(&target, &mut seen).await);
     let n = each_once(&seen, &logs);
-    assert!(n >= 10, "{seen:?}");
+    let first = seen.keys().next().expect("some tick");
     assert!(
-        logs[0].contains("tick fired"),
-        "the host ahead fires the ticks:\n{}",
-        logs[0]
+        n >= 13,
+        "{n} ticks from {first}: {seen:?}\n{}",
+        logs.join("\n")
     );
-    println!("clocks 5 s apart: {n} ticks, each once");
+    assert_eq!(
+        *first,
+        first_tick_after(&started_from(&logs)),
+        "the schedule's first ticks are sent"
+    );
+    let early: Vec<(String, i64)> = (sent.iter())
+        .map(|(tick, at_ms)| (tick.clone(), tick_ms(tick) - *at_ms as i64))
+        .filter(|(_, early_ms)| *early_ms > 1000)
+        .collect();
+    assert!(
+        early.is_empty(),
+        "ticks sent before their time (ms early): {early:?}"
+    );
+    let after: Vec<i64> = sent.iter().map(|(t, at)| *at as i64 - tick_ms(t)).collect();
+    println!(
+        "clocks {ahead_ms} ms and {behind_ms} ms off: {n} ticks, each once, sent from {} to {} ms after their ticks",
+        after.iter().min().unwrap_or(&0),
+        after.iter().max().unwrap_or(&0)
+    );
+}
+
+/// Asserts `host`'s metrics and console show its clock `ms` off the store's (within 0.5 s).
+fn shows_its_skew(host: &HostProcess, ms: i64) {
+    let want = ms as f64 / 1000.0;
+    let (_, metrics) = qhost_e2e::admin::get(host.admin_addr(), "/metrics");
+    let metric = (metrics.lines())
+        .find_map(|l| l.strip_prefix("qhost_schedule_clock_skew_seconds "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no skew metric:\n{metrics}"));
+    assert!((metric - want).abs() < 0.5, "metric {metric}, clock {want}");
+    let (_, page) = qhost_e2e::admin::get(host.admin_addr(), "/");
+    let console = skew_in(&page, "This host's clock is ");
+    assert!(
+        (console - want).abs() < 0.5,
+        "console {console}, clock {want}"
+    );
+}
+
+/// The signed seconds written after `label` in `text` (`+4.002 s`).
+fn skew_in(text: &str, label: &str) -> f64 {
+    (text.split(label).nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no `{label}` in:\n{text}"))
+}
+
+/// Where the fleet started the schedule (`schedule starts`, `from=`), checked against the real
+/// time of the log line that says so: the store's clock, whatever the clock of the host that
+/// logged it.
+fn started_from(logs: &[String]) -> jiff::Timestamp {
+    let line = (logs.iter().flat_map(|l| l.lines()))
+        .find(|l| l.contains("schedule starts"))
+        .unwrap_or_else(|| panic!("no host started the schedule:\n{}", logs.join("\n")));
+    let logged: jiff::Timestamp = (line.split_whitespace().next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("a log line starts with its time: {line}"));
+    let from: jiff::Timestamp = (line.split("from=").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("the line names where it starts: {line}"));
+    let gap = from.duration_since(logged).abs();
+    assert!(
+        gap < jiff::SignedDuration::from_millis(500),
+        "the schedule starts at the store's time, not the host's ({gap:?} apart): {line}"
+    );
+    from
+}
+
+/// The label of an every-second schedule's first tick after `t`.
+fn first_tick_after(t: &jiff::Timestamp) -> String {
+    jiff::Timestamp::from_second(t.as_second() + 1)
+        .expect("a second")
+        .to_string()
+}
+
+/// A tick's label as milliseconds since the Unix epoch.
+fn tick_ms(label: &str) -> i64 {
+    label
+        .parse::<jiff::Timestamp>()
+        .expect("a tick")
+        .as_millisecond()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_hosts_whose_clocks_are_five_seconds_apart_fire_each_tick_once_and_none_early() {
+    skewed_fleet_fires_on_the_store_s_clock("sched-skew", 2500, -2500).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_four_seconds_ahead_and_one_nine_behind_fire_each_tick_on_time() {
+    skewed_fleet_fires_on_the_store_s_clock("sched-skew-49", 4000, -9000).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

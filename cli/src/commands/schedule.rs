@@ -16,6 +16,12 @@ pub(crate) async fn schedule(config: &Config, command: ScheduleCommand) -> anyho
                     "no schedules: add a [[schedule]] to the configuration (docs/schedules.md)"
                 );
             }
+            if let Some(first) = all.first() {
+                println!(
+                    "this machine's clock: {} from the store's (schedules fire on the store's clock)",
+                    qhost::schedule::seconds_text(first.clock_skew_ms)
+                );
+            }
             all.iter().for_each(print_status);
         }
         ScheduleCommand::Pause { name } => {
@@ -70,10 +76,12 @@ fn print_status(s: &ScheduleStatus) {
     }
     match &rec.last_fired {
         Some(f) => println!(
-            "  last:    {} by {} (sent {})",
+            "  last:    {} by {} (sent {}, lag {}; that host's clock {} from the store's)",
             f.label,
             f.host,
-            ms_time(f.at_ms)
+            ms_time(f.at_ms),
+            qhost::schedule::seconds_text(f.lag_ms()),
+            qhost::schedule::seconds_text(f.skew_ms)
         ),
         None => println!("  last:    none fired yet"),
     }

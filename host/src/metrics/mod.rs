@@ -89,6 +89,8 @@ pub struct Metrics {
     depth: Family<DepthLabels, Gauge>,
     ticks: Family<TickLabels, Counter>,
     lag: Family<ScheduleLabels, Gauge<f64, AtomicU64>>,
+    /// Registered only on a host with schedules: none measures its clock.
+    clock_skew: Gauge<f64, AtomicU64>,
     batch: Family<PluginLabels, Histogram>,
 }
 
@@ -143,6 +145,15 @@ impl Metrics {
             Unit::Seconds,
             lag.clone(),
         );
+        let clock_skew = Gauge::<f64, AtomicU64>::default();
+        if !config.schedules.is_empty() {
+            registry.register_with_unit(
+                "qhost_schedule_clock_skew",
+                "How far this host's clock is ahead of the store's (negative: behind), measured before every schedules pass; schedules run on the store's clock",
+                Unit::Seconds,
+                clock_skew.clone(),
+            );
+        }
         let batch = Family::<PluginLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(BATCH_BUCKETS)
         });
@@ -163,6 +174,7 @@ impl Metrics {
             depth,
             ticks,
             lag,
+            clock_skew,
             batch,
         }
     }
@@ -253,6 +265,11 @@ impl Metrics {
             schedule: schedule.to_string(),
         };
         self.lag.get_or_create(&labels).set(seconds);
+    }
+
+    /// Records how far this host's clock is ahead of the store's, as schedules last measured.
+    pub(crate) fn set_clock_skew(&self, seconds: f64) {
+        self.clock_skew.set(seconds);
     }
 }
 

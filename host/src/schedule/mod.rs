@@ -49,4 +49,10 @@ pub fn time_text(secs: i64) -> String {
     jiff::Timestamp::from_second(secs).map_or_else(|_| secs.to_string(), |t| t.to_string())
 }
 
+/// A signed span of milliseconds in seconds, as operators read a lag or a clock's skew:
+/// `+4.002 s`, `-0.013 s`.
+pub fn seconds_text(ms: i64) -> String {
+    format!("{:+.3} s", ms as f64 / 1000.0)
+}
+
 pub(crate) use crate::fleet::host_name;

@@ -7,11 +7,12 @@ use std::sync::Arc;
 use anyhow::{Context as _, bail};
 use jiff::Timestamp;
 
+use super::clock::FleetClock;
 use super::consumer::{self, Consumer};
 use super::fire::{Fired, fire};
+use super::host_name;
 use super::record::{self, Paused, ScheduleRecord};
 use super::tick::Tick;
-use super::{clock, host_name};
 use crate::config::schedule::{ScheduleConfig, ScheduleTarget};
 use crate::config::{Config, SourceKind};
 use crate::host::open::{open_local, open_sqs, open_store};
@@ -39,22 +40,31 @@ pub struct ScheduleStatus {
     pub next: Vec<String>,
     /// The fleet's record (`None`: no host has run it yet).
     pub record: Option<ScheduleRecord>,
+    /// How far the clock of the host that read this is ahead of the store's, in milliseconds
+    /// (negative: behind). Schedules run on the store's clock; this says how far the host
+    /// corrects its own.
+    pub clock_skew_ms: i64,
 }
 
-/// Every schedule of `config` with its record.
+/// Every schedule of `config` with its record, read on the fleet's clock.
 pub async fn list(config: &Config) -> anyhow::Result<Vec<ScheduleStatus>> {
     let store = open_store(config).await?;
+    let clock = FleetClock::measure(store.as_ref()).await?;
     let mut out = Vec::new();
     for s in &config.schedules {
         let key = record::key(&config.namespace, &s.name);
-        out.push(status(s, record::read(store.as_ref(), &key).await?));
+        out.push(status(s, record::read(store.as_ref(), &key).await?, &clock));
     }
     Ok(out)
 }
 
-/// Schedule `s` as an operator sees it, with its record.
-pub(crate) fn status(s: &ScheduleConfig, record: Option<ScheduleRecord>) -> ScheduleStatus {
-    let now = clock::now();
+/// Schedule `s` as an operator sees it, with its record, at `clock`'s time.
+pub(crate) fn status(
+    s: &ScheduleConfig,
+    record: Option<ScheduleRecord>,
+    clock: &FleetClock,
+) -> ScheduleStatus {
+    let now = clock.now();
     ScheduleStatus {
         name: s.name.clone(),
         cron: s.calendar.cron().to_string(),
@@ -65,6 +75,7 @@ pub(crate) fn status(s: &ScheduleConfig, record: Option<ScheduleRecord>) -> Sche
             .map(|t| t.to_string())
             .collect(),
         record,
+        clock_skew_ms: clock.skew_ms(),
     }
 }
 
@@ -124,7 +135,7 @@ pub async fn resume(config: &Config, name: &str) -> anyhow::Result<Resumed> {
     let s = named(config, name)?;
     let store = open_store(config).await?;
     let key = record::key(&config.namespace, name);
-    let now = clock::now();
+    let now = FleetClock::measure(store.as_ref()).await?.now();
     let mut resumed = Resumed {
         skipped: 0,
         was_paused: false,
@@ -172,7 +183,9 @@ pub async fn backfill(
         })
     };
     let (from, to) = (time(from, "--from")?, time(to, "--to")?);
-    let now = clock::now();
+    let (store, source) = open(config, s).await?;
+    let clock = FleetClock::measure(store.as_ref()).await?;
+    let now = clock.now();
     let oldest = now
         .checked_sub(jiff::SignedDuration::try_from(s.keep_ticks)?)
         .unwrap_or(Timestamp::MIN);
@@ -189,7 +202,6 @@ pub async fn backfill(
             "backfill from {from} to {to} holds more than {MAX_BACKFILL} ticks: backfill a shorter range at a time"
         );
     }
-    let (store, source) = open(config, s).await?;
     let mut done = Backfilled {
         fired: Vec::new(),
         already: 0,
@@ -208,7 +220,7 @@ pub async fn backfill(
     record::update(store.as_ref(), &key, |r| {
         r.fired += fired;
         if let Some(t) = last {
-            r.fired(Tick::at(name, t).fired(&host, now_ms()));
+            r.fired(Tick::at(name, t).fired(&host, clock.now_ms(), clock.skew_ms()));
         }
         fired > 0
     })
@@ -220,11 +232,12 @@ pub async fn backfill(
 pub async fn fire_now(config: &Config, name: &str) -> anyhow::Result<String> {
     let s = named(config, name)?;
     let (store, source) = open(config, s).await?;
-    let tick = Tick::by_hand(name, clock::now());
+    let clock = FleetClock::measure(store.as_ref()).await?;
+    let tick = Tick::by_hand(name, clock.now());
     fire(store.as_ref(), source.as_ref(), &config.namespace, s, &tick).await?;
     let (key, fired) = (
         record::key(&config.namespace, name),
-        tick.fired(&host_name(), now_ms()),
+        tick.fired(&host_name(), clock.now_ms(), clock.skew_ms()),
     );
     record::update(store.as_ref(), &key, |r| {
         r.fired += 1;
@@ -264,7 +277,7 @@ pub struct ScheduleCheck {
 /// Checks each schedule against the queues and plugins of `config`: a tick's message goes where
 /// a consumer here runs it (or to a queue this configuration does not consume).
 pub fn check(config: &Config) -> Vec<ScheduleCheck> {
-    let now = clock::now();
+    let now = super::clock::local_now();
     (config.schedules.iter())
         .map(|s| {
             let next = s

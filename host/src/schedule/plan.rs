@@ -137,6 +137,45 @@ mod tests {
         assert_eq!(p.missed_through, Some(at("2026-12-04T10:09:00Z")));
     }
 
+    /// A host whose clock is 4 s ahead plans on the store's clock: the 10:01 tick is due when
+    /// the store's clock reaches 10:01, not when the host's does (which would send it 4 s early);
+    /// a host 9 s behind finds it due on time, not 9 s late.
+    #[test]
+    fn a_skewed_host_plans_on_the_store_s_clock() {
+        use super::super::clock::FleetClock;
+        let (through, tick) = (at("2026-12-04T10:00:00Z"), at("2026-12-04T10:01:00Z"));
+        let due_at = |clock: &FleetClock, local: &str| {
+            let now = clock.at(at(local));
+            plan(
+                &every_minute(),
+                through,
+                now,
+                Duration::from_secs(3600),
+                CatchUpPolicy::All,
+            )
+            .due
+        };
+        let store_reads = |local: &str, store: &str| {
+            let store = std::time::SystemTime::from(at(store));
+            FleetClock::from_reading(at(local), Duration::ZERO, store)
+        };
+        let ahead = store_reads("2026-12-04T10:00:30Z", "2026-12-04T10:00:26Z");
+        assert_eq!(
+            due_at(&ahead, "2026-12-04T10:01:00.500Z"),
+            [],
+            "on its own clock it is due"
+        );
+        assert_eq!(due_at(&ahead, "2026-12-04T10:01:03.999Z"), []);
+        assert_eq!(due_at(&ahead, "2026-12-04T10:01:04.001Z"), [tick]);
+        let behind = store_reads("2026-12-04T10:00:30Z", "2026-12-04T10:00:39Z");
+        assert_eq!(due_at(&behind, "2026-12-04T10:00:50.999Z"), []);
+        assert_eq!(
+            due_at(&behind, "2026-12-04T10:00:51.001Z"),
+            [tick],
+            "not 9 s late"
+        );
+    }
+
     #[test]
     fn a_long_outage_counts_every_missed_tick_and_lists_the_newest() {
         let p = plan(

@@ -67,8 +67,25 @@ pub struct Fired {
     pub by_hand: bool,
     /// The host that fired it.
     pub host: String,
-    /// When it was sent (ms).
+    /// When it was sent (ms, on the fleet's clock: the store's).
     pub at_ms: u64,
+    /// How far that host's clock was ahead of the store's when it fired (ms; negative: behind).
+    #[serde(default)]
+    pub skew_ms: i64,
+}
+
+impl Fired {
+    /// How long after its tick it was sent (ms; a tick fired by hand: after it was asked for).
+    pub fn lag_ms(&self) -> i64 {
+        let at = i64::try_from(self.at_ms).unwrap_or(i64::MAX);
+        match self.by_hand {
+            true => self
+                .label
+                .parse::<jiff::Timestamp>()
+                .map_or(0, |t| at - t.as_millisecond()),
+            false => at.saturating_sub(self.tick.saturating_mul(1000)),
+        }
+    }
 }
 
 /// Who paused a schedule, and when.
@@ -165,6 +182,7 @@ mod tests {
             by_hand: false,
             host: "h".into(),
             at_ms: 0,
+            skew_ms: 0,
         };
         r.fired(fired(5));
         r.fired(fired(4));

@@ -13,16 +13,16 @@ use std::time::Duration;
 use jiff::Timestamp;
 use tokio_util::sync::CancellationToken;
 
+use super::clock::FleetClock;
 use super::consumer::{self, Consumer};
 use super::fire::{FireError, Fired, fire};
 use super::plan::plan;
 use super::record::{self, ScheduleRecord};
 use super::tick::Tick;
-use super::{Board, clock, host_name, ops};
+use super::{Board, host_name, ops};
 use crate::config::Config;
 use crate::config::schedule::{Overlap, ScheduleConfig};
 use crate::idempotency::{Claimed, KeyStatus, Store};
-use crate::message::now_ms;
 use crate::metrics::Metrics;
 use crate::source::QueueSource;
 
@@ -38,6 +38,12 @@ pub(crate) struct Scheduler {
     pub(crate) metrics: Arc<Metrics>,
     /// Where each pass posts what it read, for the console.
     pub(crate) board: Arc<Board>,
+}
+
+/// One pass over the schedules: who this host is, and the fleet's time as it measured it.
+struct Pass<'a> {
+    host: &'a str,
+    clock: FleetClock,
 }
 
 /// What became of a due tick on this host.
@@ -69,15 +75,18 @@ impl Scheduler {
         }
     }
 
-    /// Follows each schedule once; how long to sleep until the next tick (at most a second).
+    /// Follows each schedule once on the fleet's clock; how long to sleep until the next tick
+    /// (at most a second).
     async fn pass(&self, host: &str, skewed: &mut bool) -> Duration {
-        let skew = match clock::skew(self.store.as_ref()).await {
-            Ok(skew) => skew,
+        let clock = match FleetClock::measure(self.store.as_ref()).await {
+            Ok(clock) => clock,
             Err(e) => {
                 tracing::warn!(error = %e, "schedules: the store does not answer; firing nothing until it does");
                 return MAX_SLEEP;
             }
         };
+        self.metrics.set_clock_skew(clock.skew().as_secs_f64());
+        let (skew, pass) = (clock.skew(), Pass { host, clock });
         for s in &self.config.schedules {
             if skew.unsigned_abs() > s.max_clock_skew {
                 if !*skewed {
@@ -92,16 +101,17 @@ impl Scheduler {
                     "this host's clock is back near the store's: firing again"
                 );
             }
-            if let Err(e) = self.follow(s, host).await {
+            if let Err(e) = self.follow(s, &pass).await {
                 tracing::warn!(schedule = %s.name, error = %e, "schedule: could not follow it this pass");
             }
         }
-        self.until_next()
+        self.until_next(&clock)
     }
 
-    /// How long until the next tick of any schedule, between 10 ms and [`MAX_SLEEP`].
-    fn until_next(&self) -> Duration {
-        let now = clock::now();
+    /// How long until the next tick of any schedule on the fleet's clock, between 10 ms and
+    /// [`MAX_SLEEP`].
+    fn until_next(&self, clock: &FleetClock) -> Duration {
+        let now = clock.now();
         let next = (self.config.schedules.iter())
             .filter_map(|s| s.calendar.next_after(now))
             .min();
@@ -112,11 +122,11 @@ impl Scheduler {
     }
 
     /// Reads schedule `s`'s record, and fires, skips or holds what is due.
-    async fn follow(&self, s: &ScheduleConfig, host: &str) -> Result<(), FireError> {
+    async fn follow(&self, s: &ScheduleConfig, pass: &Pass<'_>) -> Result<(), FireError> {
         let key = record::key(&self.config.namespace, &s.name);
-        let now = clock::now();
+        let now = pass.clock.now();
         let read = record::read(self.store.as_ref(), &key).await?;
-        self.board.post(ops::status(s, read.clone()));
+        self.board.post(ops::status(s, read.clone(), &pass.clock));
         let mut rec = read.unwrap_or_default();
         let Some(through) = rec.through else {
             self.begin(s, &key, now).await?;
@@ -126,7 +136,7 @@ impl Scheduler {
             return Ok(());
         }
         if let Some(held) = rec.held {
-            rec = self.release_held(s, &key, rec.clone(), held, host).await?;
+            rec = self.release_held(s, &key, rec.clone(), held, pass).await?;
         }
         let through = Timestamp::from_second(through).unwrap_or(Timestamp::UNIX_EPOCH);
         let plan = plan(&s.calendar, through, now, s.catch_up, s.catch_up_policy);
@@ -143,8 +153,8 @@ impl Scheduler {
         }
         for t in plan.due {
             let tick = Tick::at(&s.name, t);
-            let decided = self.decide(s, &rec, &tick).await?;
-            match self.record_decision(s, &key, &tick, decided, host).await? {
+            let decided = self.decide(s, &rec, &tick, &pass.clock).await?;
+            match self.record_decision(s, &key, &tick, decided, pass).await? {
                 Some(next) => rec = next,
                 None => return Ok(()), // pending elsewhere: look again on the next pass
             }
@@ -152,7 +162,7 @@ impl Scheduler {
         Ok(())
     }
 
-    /// A schedule no host has run yet starts now: nothing older is fired.
+    /// A schedule no host has run yet starts now on the fleet's clock: nothing older is fired.
     async fn begin(&self, s: &ScheduleConfig, key: &str, now: Timestamp) -> Result<(), FireError> {
         let (_, began) = record::update(self.store.as_ref(), key, |r| {
             r.through.is_none() && {
@@ -163,7 +173,7 @@ impl Scheduler {
         .await?;
         if began {
             let next = s.calendar.next_after(now).map(|t| t.to_string());
-            tracing::info!(schedule = %s.name, cron = s.calendar.cron(), timezone = s.calendar.zone(), next = next.as_deref().unwrap_or("never"), "schedule starts");
+            tracing::info!(schedule = %s.name, cron = s.calendar.cron(), timezone = s.calendar.zone(), from = %now, next = next.as_deref().unwrap_or("never"), "schedule starts");
         }
         Ok(())
     }
@@ -202,8 +212,9 @@ impl Scheduler {
         s: &ScheduleConfig,
         rec: &ScheduleRecord,
         tick: &Tick,
+        clock: &FleetClock,
     ) -> Result<Decided, FireError> {
-        if s.overlap == Overlap::Allow || !self.previous_running(s, rec).await? {
+        if s.overlap == Overlap::Allow || !self.previous_running(s, rec, clock).await? {
             let fired = fire(
                 self.store.as_ref(),
                 self.source.as_ref(),
@@ -238,6 +249,7 @@ impl Scheduler {
         &self,
         s: &ScheduleConfig,
         rec: &ScheduleRecord,
+        clock: &FleetClock,
     ) -> Result<bool, FireError> {
         let Some(last) = &rec.last_fired else {
             return Ok(false);
@@ -252,7 +264,7 @@ impl Scheduler {
             KeyStatus::InProgress { .. } => true,
             KeyStatus::Completed { .. } => false,
             KeyStatus::Unknown => {
-                Duration::from_millis(now_ms().saturating_sub(last.at_ms)) < s.catch_up
+                Duration::from_millis(clock.now_ms().saturating_sub(last.at_ms)) < s.catch_up
             }
         })
     }
@@ -265,7 +277,7 @@ impl Scheduler {
         key: &str,
         tick: &Tick,
         decided: Decided,
-        host: &str,
+        pass: &Pass<'_>,
     ) -> Result<Option<ScheduleRecord>, FireError> {
         let t = tick.time().as_second();
         let store = self.store.as_ref();
@@ -275,7 +287,7 @@ impl Scheduler {
                 // A claimant records its tick after sending it; one that died first left the
                 // watermark behind it, and the host that sent its message counts it instead.
                 let resent = how == Fired::Resent;
-                let fired = tick.fired(host, now_ms());
+                let fired = tick.fired(pass.host, pass.clock.now_ms(), pass.clock.skew_ms());
                 let out = record::update(store, key, |r| {
                     if resent && r.through >= Some(t) {
                         return false;
@@ -287,7 +299,7 @@ impl Scheduler {
                 })
                 .await?;
                 if out.1 {
-                    self.fired(s, tick, &how);
+                    self.fired(s, tick, &how, &pass.clock);
                 }
                 out
             }
@@ -349,9 +361,9 @@ impl Scheduler {
         key: &str,
         rec: ScheduleRecord,
         held: i64,
-        host: &str,
+        pass: &Pass<'_>,
     ) -> Result<ScheduleRecord, FireError> {
-        if self.previous_running(s, &rec).await? {
+        if self.previous_running(s, &rec, &pass.clock).await? {
             return Ok(rec);
         }
         let Ok(at) = Timestamp::from_second(held) else {
@@ -371,9 +383,9 @@ impl Scheduler {
         }
         let mine = how != Fired::Elsewhere;
         if mine {
-            self.fired(s, &tick, &how);
+            self.fired(s, &tick, &how, &pass.clock);
         }
-        let fired = tick.fired(host, now_ms());
+        let fired = tick.fired(pass.host, pass.clock.now_ms(), pass.clock.skew_ms());
         let (rec, _) = record::update(self.store.as_ref(), key, |r| {
             r.held == Some(held) && {
                 r.held = None;
@@ -388,14 +400,14 @@ impl Scheduler {
         Ok(rec)
     }
 
-    /// Logs and counts a tick this host fired.
-    fn fired(&self, s: &ScheduleConfig, tick: &Tick, how: &Fired) {
-        let lag = clock::now().duration_since(tick.time());
+    /// Logs and counts a tick this host fired, with its lag on the fleet's clock.
+    fn fired(&self, s: &ScheduleConfig, tick: &Tick, how: &Fired, clock: &FleetClock) {
+        let lag = clock.now().duration_since(tick.time());
         let lag_secs = lag.as_secs_f64().max(0.0);
         if *how == Fired::Resent {
             tracing::warn!(schedule = %s.name, tick = %tick.label(), "tick sent for the host that claimed it, which did not send it within 10 s");
         }
-        tracing::info!(schedule = %s.name, tick = %tick.label(), queue = s.target.queue(), lag_ms = (lag_secs * 1000.0) as u64, "tick fired");
+        tracing::info!(schedule = %s.name, tick = %tick.label(), queue = s.target.queue(), lag_ms = (lag_secs * 1000.0) as u64, skew_ms = clock.skew().as_millis(), "tick fired");
         self.metrics.count_ticks(&s.name, "fired", 1);
         self.metrics.set_schedule_lag(&s.name, lag_secs);
     }

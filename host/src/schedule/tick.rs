@@ -57,14 +57,16 @@ impl Tick {
         })
     }
 
-    /// What a record keeps of it, fired by `host` at `at_ms`.
-    pub(crate) fn fired(&self, host: &str, at_ms: u64) -> super::record::Fired {
+    /// What a record keeps of it, fired by `host` at `at_ms` (the fleet's clock) with its clock
+    /// `skew_ms` off the store's.
+    pub(crate) fn fired(&self, host: &str, at_ms: u64, skew_ms: i64) -> super::record::Fired {
         super::record::Fired {
             tick: self.at.as_second(),
             label: self.label(),
             by_hand: self.by_hand,
             host: host.to_string(),
             at_ms,
+            skew_ms,
         }
     }
 

@@ -132,8 +132,15 @@ fn schedules_table(page: &mut String, schedules: &[ScheduleStatus]) {
     if schedules.is_empty() {
         return;
     }
+    let skew = schedules.first().map_or(0, |s| s.clock_skew_ms);
+    let _ = write!(
+        page,
+        "<h2>Schedules</h2><p class=\"muted\" id=\"clock-skew\">This host's clock is \
+         {} from the store's; schedules fire on the store's clock.</p>",
+        crate::schedule::seconds_text(skew)
+    );
     page.push_str(
-        "<h2>Schedules</h2><table id=\"schedules\"><tr><th>schedule</th><th class=\"text\">sends</th>\
+        "<table id=\"schedules\"><tr><th>schedule</th><th class=\"text\">sends</th>\
          <th class=\"text\">next</th><th class=\"text\">last fired</th><th>fired</th>\
          <th>missed</th><th>skipped</th></tr>",
     );
@@ -149,9 +156,11 @@ fn schedules_table(page: &mut String, schedules: &[ScheduleStatus]) {
         };
         let last = rec.last_fired.as_ref().map_or("-".to_string(), |f| {
             format!(
-                "{}<br><span class=\"muted\">by {}</span>",
+                "{}<br><span class=\"muted\">by {}, sent {} after its tick (that host's clock {})</span>",
                 escape(&f.label),
-                escape(&f.host)
+                escape(&f.host),
+                crate::schedule::seconds_text(f.lag_ms()),
+                crate::schedule::seconds_text(f.skew_ms),
             )
         });
         let _ = write!(
