@@ -30,6 +30,12 @@ pub fn offset_schedule_clock(ms: i64) {
     crate::schedule::offset_by(ms);
 }
 
+/// Runs the store contract's conformance suite on `store` (every case at once, each under
+/// `prefix` and its own name); panics naming each case that failed.
+pub async fn assert_store_conforms(store: Arc<dyn Store>, prefix: &str) {
+    crate::idempotency::conformance::assert_conforms(store, prefix).await;
+}
+
 /// How long the plugins directory's watcher waits for a copy to settle.
 pub const WATCH_DEBOUNCE: std::time::Duration = crate::plugin::watch::DEBOUNCE;
 

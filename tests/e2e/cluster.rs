@@ -273,3 +273,15 @@ async fn payloads_are_stored_and_bounded_across_shards() {
         );
     }
 }
+
+/// The store contract's conformance suite (the one the embedded store runs in its unit tests)
+/// on a three-primary cluster: every case's keys in slots of their own, spread over the shards.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redis_cluster_store_conforms_to_the_store_contract() {
+    let cluster = RedisCluster::start(3);
+    let store = RedisStore::connect_to(&cluster.target())
+        .await
+        .expect("cluster store");
+    let ns = unique_namespace("cluster-conformance");
+    qhost::testing::assert_store_conforms(std::sync::Arc::new(store), &ns).await;
+}

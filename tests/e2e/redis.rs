@@ -2,7 +2,7 @@
 //! over it when a lease lapses, and surviving a Redis crash mid-stream.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use qhost::Host;
 use qhost::Outgoing;
@@ -37,83 +37,6 @@ async fn grant(store: &RedisStore, key: &str, ttl: Duration) -> Lease {
         Ok(Acquired::Granted(lease)) => lease,
         other => panic!("expected a grant for {key}, got {other:?}"),
     }
-}
-
-#[tokio::test]
-async fn leases_complete_once_and_a_lapsed_owner_is_refused() {
-    let store = RedisStore::connect(&shared_url()).await.unwrap();
-    let key = qhost::testing::scoped_key(&unique_namespace("store"), "p", "k");
-
-    let first = grant(&store, &key, Duration::from_millis(300)).await;
-    assert_eq!(first.fencing_token, 1);
-    let busy = store
-        .acquire(&[request(&key, Duration::from_secs(5))])
-        .await
-        .unwrap();
-    assert!(
-        matches!(busy[0], Ok(Acquired::Busy { retry_after }) if retry_after <= Duration::from_millis(300))
-    );
-
-    tokio::time::sleep(Duration::from_millis(400)).await; // the first lease lapses
-    let second = grant(&store, &key, Duration::from_secs(30)).await;
-    assert_eq!(second.fencing_token, 2, "fencing tokens grow across grants");
-    let lost = Err(IdempotencyError::LeaseLost(key.clone()));
-    assert_eq!(store.extend(&first, Duration::from_secs(30)).await, lost);
-    assert_eq!(store.release(&first, Released::Failed).await, lost);
-    let stale = Completion {
-        lease: first,
-        outbox: vec![],
-        result: None,
-        window: Duration::from_secs(60),
-        digest: None,
-        state: Default::default(),
-    };
-    assert_eq!(
-        store.complete(&[stale]).await.unwrap(),
-        vec![lost],
-        "the lapsed owner cannot complete"
-    );
-    assert!(matches!(
-        store.status(&key).await.unwrap(),
-        KeyStatus::InProgress {
-            fencing_token: 2,
-            ..
-        }
-    ));
-
-    assert_eq!(store.extend(&second, Duration::from_secs(30)).await, Ok(()));
-    let done = Completion {
-        lease: second,
-        outbox: vec![Outgoing::new("next", "x")],
-        result: Some(r#"{"sent": 2}"#.into()),
-        window: Duration::from_secs(60),
-        digest: None,
-        state: Default::default(),
-    };
-    assert_eq!(store.complete(&[done]).await.unwrap(), vec![Ok(())]);
-    let again = store
-        .acquire(&[request(&key, Duration::from_secs(5))])
-        .await
-        .unwrap();
-    assert!(
-        matches!(&again[0], Ok(Acquired::Completed { pending_outbox, pending_result, pending_for, .. })
-            if pending_outbox[0].queue == "next" && pending_result.as_deref() == Some(r#"{"sent": 2}"#)
-                && *pending_for < Duration::from_secs(5)),
-        "the outbox and the result value are pending with the completion: {again:?}"
-    );
-    store.outbox_sent(&key).await.unwrap();
-    let carried_out = store
-        .acquire(&[request(&key, Duration::from_secs(5))])
-        .await
-        .unwrap();
-    assert!(
-        matches!(&carried_out[0], Ok(Acquired::Completed { pending_outbox, pending_result: None, .. }) if pending_outbox.is_empty()),
-        "{carried_out:?}"
-    );
-    assert_eq!(
-        store.status(&key).await.unwrap(),
-        KeyStatus::Completed { pending_outbox: 0 }
-    );
 }
 
 async fn pttl(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
@@ -588,132 +511,11 @@ async fn tls_with_a_password_and_a_private_ca() {
     assert_eq!(contents(&env.queue(), "out").await.len(), 10);
 }
 
-/// The rate limit's GCRA step, the same on Redis and on the embedded store: at 20/s (a burst
-/// of 2), calls at once are given slots 50 ms apart up to a second ahead, then told to come
-/// back; an idle key lets a call run at once.
-#[tokio::test]
-async fn the_rate_limit_reserves_slots_alike_on_redis_and_the_embedded_store() {
-    use qhost::{Admission, Rate};
-    let rate = Rate::parse("20/s").expect("a rate");
-    let redis = RedisStore::connect(&shared_url()).await.expect("redis");
-    let local = qhost::LocalStore::open(None).expect("local store");
-    let key = qhost::testing::rate_key(&unique_namespace("rate"), "mailer");
-    for store in [&redis as &dyn qhost::FleetRate, &local] {
-        // Each admitted call's wait, and when the call was made: its slot (the store's clock
-        // when it decided, plus the wait) lies between `before + wait` and `after + wait`, so
-        // the slots' spacing is checked whatever the calls themselves took on a busy machine.
-        let mut waits = Vec::new();
-        let mut calls = Vec::new();
-        let started = Instant::now();
-        let later = loop {
-            let before = Instant::now();
-            let admission = store.admit(&key, rate).await.expect("admit");
-            let after = Instant::now();
-            match admission {
-                Admission::After(wait) => {
-                    waits.push(wait);
-                    calls.push((before + wait, after + wait));
-                }
-                Admission::Later(after) => break after,
-            }
-            assert!(waits.len() <= 60, "{store:?}: never over the rate");
-        };
-        // Two at once, then one per 50 ms while within a second of the call: 22 slots, and one
-        // more for every 50 ms the calls took to make.
-        let took = started.elapsed();
-        let most = 23 + (took.as_millis() / 50) as usize;
-        assert!(
-            (21..=most).contains(&waits.len()),
-            "{store:?}: {waits:?} in {took:?}"
-        );
-        assert!(
-            waits[..2].iter().all(|w| *w < Duration::from_millis(25)),
-            "{waits:?}"
-        );
-        // The slots run 50 ms apart from the first call's: the second of the burst ran at once
-        // (its slot was whenever it came), and the third's is the first's plus 50 ms.
-        let chain: Vec<_> = (calls[..1].iter().chain(&calls[2..])).copied().collect();
-        for pair in chain.windows(2) {
-            let ((lo_a, hi_a), (lo_b, hi_b)) = (pair[0], pair[1]);
-            let (least, most) = (lo_b.saturating_duration_since(hi_a), hi_b - lo_a);
-            assert!(
-                least <= Duration::from_millis(51) && most >= Duration::from_millis(49),
-                "{store:?}: slots 50 ms apart, here {least:?} to {most:?}: {waits:?}"
-            );
-        }
-        assert!(
-            (Duration::from_millis(950)..=Duration::from_millis(1100)).contains(&later),
-            "{store:?}: come back after {later:?}"
-        );
-        // Nothing was reserved by the refusal: once the reserved slots pass, a call runs.
-        tokio::time::sleep(later + Duration::from_millis(60)).await;
-        assert_eq!(
-            store.admit(&key, rate).await.expect("admit"),
-            Admission::After(Duration::ZERO),
-            "{store:?}"
-        );
-    }
-}
-
-#[tokio::test]
-async fn a_claim_is_won_once_its_outbox_waits_until_sent_and_the_clock_is_redis_s() {
-    use qhost::{Claimed, Claims};
-    let store = RedisStore::connect(&shared_url()).await.unwrap();
-    let key = qhost::testing::scoped_key(&unique_namespace("claim"), "schedule", "m:t1");
-    let msg = Outgoing::new("reminders", "tick");
-    let window = Duration::from_secs(60);
-    let one = || store.claim(&key, std::slice::from_ref(&msg), window);
-    let (a, b, c, d) = tokio::join!(one(), one(), one(), one());
-    let answers = [a, b, c, d];
-    let won = answers.iter().filter(|a| **a == Ok(Claimed::Won)).count();
-    assert_eq!(won, 1, "one of four claims at once wins: {answers:?}");
-    let Ok(Claimed::Taken { pending_outbox, .. }) = store.claim(&key, &[], window).await else {
-        panic!("taken");
-    };
-    assert_eq!(
-        pending_outbox,
-        std::slice::from_ref(&msg),
-        "unsent: a later host sends it"
-    );
-    // Overdue, it is taken over by one of the hosts that find it so at once.
-    assert_eq!(
-        store.take_over(&key, window).await.unwrap(),
-        None,
-        "not yet"
-    );
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let after = Duration::from_millis(500);
-    let (one, two) = tokio::join!(store.take_over(&key, after), store.take_over(&key, after));
-    let (one, two) = (one.unwrap(), two.unwrap());
-    assert!(
-        one.is_some() != two.is_some(),
-        "one takes it over: {one:?} {two:?}"
-    );
-    assert_eq!(one.or(two).unwrap(), std::slice::from_ref(&msg));
-    store.outbox_sent(&key).await.unwrap();
-    assert_eq!(
-        store.take_over(&key, Duration::ZERO).await.unwrap(),
-        None,
-        "sent"
-    );
-    assert_eq!(
-        store.claim(&key, &[], window).await.unwrap(),
-        Claimed::Taken {
-            pending_outbox: Vec::new(),
-            pending_for: Duration::ZERO
-        }
-    );
-    let lease = grant(&store, &format!("{key}:leased"), Duration::from_secs(60)).await;
-    assert!(matches!(
-        store.claim(&lease.key, &[], window).await.unwrap(),
-        Claimed::Taken { .. }
-    ));
-    let theirs = store.time().await.unwrap();
-    let apart = theirs
-        .duration_since(std::time::SystemTime::now())
-        .unwrap_or_else(|e| e.duration());
-    assert!(
-        apart < Duration::from_secs(2),
-        "Redis's TIME on this machine: {apart:?}"
-    );
+/// The store contract's conformance suite (the one the embedded store runs in its unit tests)
+/// on the shared Redis server, under a namespace of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_redis_store_conforms_to_the_store_contract() {
+    let store = RedisStore::connect(&shared_url()).await.expect("redis");
+    let ns = unique_namespace("conformance");
+    qhost::testing::assert_store_conforms(Arc::new(store), &ns).await;
 }

@@ -21,6 +21,12 @@
 //! down or while its outbox was pending has used up nothing.
 
 pub(crate) mod commit;
+#[cfg(any(test, feature = "test-support"))]
+#[allow(
+    clippy::unwrap_used,
+    reason = "a test suite: a store call that fails fails its case, with the error"
+)]
+pub(crate) mod conformance;
 pub(crate) mod key;
 pub(crate) mod local;
 mod local_slots;
