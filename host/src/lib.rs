@@ -11,8 +11,8 @@
 //! | module          | role                                                                  |
 //! |-----------------|-----------------------------------------------------------------------|
 //! | `config`        | the TOML file, checked into a `config::Config`                      |
-//! | `message`       | the host's message types; `message::wire`, the wire contract (leaf); |
-//! |                 | `message::rules`, SQS's rules for a message to be sent              |
+//! | `message`       | the `qhost-message` crate: the message types; `message::wire`, the   |
+//! |                 | wire contract; `message::rules`, SQS's rules for a message to be sent |
 //! | `source`        | the queue boundary (`source::QueueSource`); `sqs`, `local` (SQLite)  |
 //! | `idempotency`   | the store by capability: leases and completed records                |
 //! |                 | (`IdempotencyStore`), shared records, the fleet-wide rate (`rate`),  |
@@ -55,7 +55,7 @@
 //! | `admin`         | the admin listener: `/metrics`, `/healthz`, `/readyz`; readiness      |
 //! | `traces`        | OpenTelemetry spans per message, OTLP export, W3C context on messages |
 //! | `sqlite`        | the embedded database behind the local backends                       |
-//! | `digest`        | sha256 as hex, the one digest form qhost writes                       |
+//! | `digest`        | `qhost-message`'s: sha256 as hex, the one digest form qhost writes    |
 //! | `testing`       | what the tests and benchmarks reach into (feature `test-support`)     |
 //!
 //! Every module is crate-private. What an embedder uses is re-exported at the crate root (below):
@@ -72,7 +72,6 @@ mod aws;
 mod capture;
 mod celery;
 mod config;
-mod digest;
 mod dlq;
 mod faults;
 mod fixture;
@@ -84,7 +83,9 @@ mod host;
 mod idempotency;
 mod kv;
 mod logging;
-mod message;
+// The workspace's leaf crate, under the names the modules have always used.
+pub(crate) use qhost_message as message;
+pub(crate) use qhost_message::digest;
 mod metrics;
 mod oneshot;
 mod payload;

@@ -36,9 +36,9 @@ pub struct RecordedMessage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) body: Option<String>,
+    pub body: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) body_base64: Option<String>,
+    pub body_base64: Option<String>,
     /// Its attributes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attributes: Vec<Attribute>,
@@ -69,7 +69,7 @@ pub struct LineError {
 
 impl RecordedMessage {
     /// A record of message `id` with `body` (text when it is UTF-8) and nothing else set.
-    pub(crate) fn new(id: String, body: &[u8]) -> Self {
+    pub fn new(id: String, body: &[u8]) -> Self {
         let (body, body_base64) = match std::str::from_utf8(body) {
             Ok(text) => (Some(text.to_string()), None),
             Err(_) => (None, Some(STANDARD.encode(body))),
@@ -114,7 +114,7 @@ impl RecordedMessage {
 
     /// The message as a queue would hand it over again, on `queue` when the record names none
     /// (a line whose body does not decode was reported when it was read: its body is empty).
-    pub(crate) fn received(&self, queue: &str) -> super::Received {
+    pub fn received(&self, queue: &str) -> super::Received {
         let queue = match self.queue.is_empty() {
             true => queue.to_string(),
             false => self.queue.clone(),

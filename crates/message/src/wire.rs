@@ -9,50 +9,50 @@
 use super::{Attribute, AttributeValue, Outgoing};
 
 /// Prefix of every attribute qhost itself writes; dead letters drop the others' copies of these.
-pub(crate) const RESERVED_PREFIX: &str = "qhost-";
+pub const RESERVED_PREFIX: &str = "qhost-";
 
 /// On an outbox message: `PLUGIN:PARENT-KEY/INDEX`, the derived idempotency key. A qhost
 /// consumer keyed by message id uses it as the key instead, so a copy re-sent after a crash is
 /// dropped. It names the producing plugin, so two plugins that share a business key never
 /// suppress each other's messages downstream.
-pub(crate) const IDEMPOTENCY_KEY: &str = "qhost-idempotency-key";
+pub const IDEMPOTENCY_KEY: &str = "qhost-idempotency-key";
 /// On an outbox message: the plugin build that produced it, `NAME@VERSION`.
-pub(crate) const PRODUCER: &str = "qhost-producer";
+pub const PRODUCER: &str = "qhost-producer";
 /// Marks a body that travels base64-encoded because SQS would not carry its bytes as text.
-pub(crate) const BODY_ENCODING: &str = "qhost-body-encoding";
+pub const BODY_ENCODING: &str = "qhost-body-encoding";
 
 /// On a dead letter: why it was given up.
-pub(crate) const DEAD_LETTER_REASON: &str = "qhost-dead-letter-reason";
+pub const DEAD_LETTER_REASON: &str = "qhost-dead-letter-reason";
 /// On a dead letter: the plugin that handled (or would have handled) the message.
-pub(crate) const DEAD_LETTER_PLUGIN: &str = "qhost-plugin";
+pub const DEAD_LETTER_PLUGIN: &str = "qhost-plugin";
 /// On a dead letter: that plugin's version, or `-` when none was loaded.
-pub(crate) const DEAD_LETTER_VERSION: &str = "qhost-plugin-version";
+pub const DEAD_LETTER_VERSION: &str = "qhost-plugin-version";
 /// On a dead letter: handler runs on its key (or deliveries, for a message that never ran).
-pub(crate) const DEAD_LETTER_ATTEMPTS: &str = "qhost-attempts";
+pub const DEAD_LETTER_ATTEMPTS: &str = "qhost-attempts";
 /// On a dead letter: the queue it came from.
-pub(crate) const DEAD_LETTER_SOURCE_QUEUE: &str = "qhost-source-queue";
+pub const DEAD_LETTER_SOURCE_QUEUE: &str = "qhost-source-queue";
 /// On a dead letter: the original attributes folded into one JSON value, when they would not
 /// fit beside qhost's own.
-pub(crate) const DEAD_LETTER_ORIGINAL_ATTRIBUTES: &str = "qhost-original-attributes";
+pub const DEAD_LETTER_ORIGINAL_ATTRIBUTES: &str = "qhost-original-attributes";
 
 /// The Amazon SQS Extended Client's pointer class.
-pub(crate) const S3_POINTER_CLASS: &str = "software.amazon.payloadoffloading.PayloadS3Pointer";
+pub const S3_POINTER_CLASS: &str = "software.amazon.payloadoffloading.PayloadS3Pointer";
 /// The pointer class older Java extended clients wrote.
-pub(crate) const LEGACY_S3_POINTER_CLASS: &str = "com.amazon.sqs.javamessaging.MessageS3Pointer";
+pub const LEGACY_S3_POINTER_CLASS: &str = "com.amazon.sqs.javamessaging.MessageS3Pointer";
 /// qhost's own pointer class, for its Redis and local payload stores.
-pub(crate) const QHOST_POINTER_CLASS: &str = "qhost.payload.v1";
+pub const QHOST_POINTER_CLASS: &str = "qhost.payload.v1";
 /// The extended client's size attribute.
-pub(crate) const EXTENDED_SIZE: &str = "ExtendedPayloadSize";
+pub const EXTENDED_SIZE: &str = "ExtendedPayloadSize";
 /// The size attribute older extended clients wrote.
-pub(crate) const LEGACY_EXTENDED_SIZE: &str = "SQSLargePayloadSize";
+pub const LEGACY_EXTENDED_SIZE: &str = "SQSLargePayloadSize";
 /// qhost's size attribute, beside its own pointer.
-pub(crate) const PAYLOAD_SIZE: &str = "qhost-payload-size";
+pub const PAYLOAD_SIZE: &str = "qhost-payload-size";
 /// The payload's sha256 (hex), beside a pointer qhost wrote.
-pub(crate) const PAYLOAD_SHA256: &str = "qhost-payload-sha256";
+pub const PAYLOAD_SHA256: &str = "qhost-payload-sha256";
 /// The attributes that mark a body as a pointer (one of them must be present).
-pub(crate) const POINTER_SIZES: [&str; 3] = [EXTENDED_SIZE, LEGACY_EXTENDED_SIZE, PAYLOAD_SIZE];
+pub const POINTER_SIZES: [&str; 3] = [EXTENDED_SIZE, LEGACY_EXTENDED_SIZE, PAYLOAD_SIZE];
 /// Attributes that belong to a pointer, not to the message: a handler never sees them.
-pub(crate) const POINTER_ATTRIBUTES: [&str; 4] = [
+pub const POINTER_ATTRIBUTES: [&str; 4] = [
     EXTENDED_SIZE,
     LEGACY_EXTENDED_SIZE,
     PAYLOAD_SIZE,
@@ -60,14 +60,14 @@ pub(crate) const POINTER_ATTRIBUTES: [&str; 4] = [
 ];
 
 /// The derived idempotency key of the `index`th message `plugin` sends while handling `key`.
-pub(crate) fn derived_key(plugin: &str, key: &str, index: usize) -> String {
+pub fn derived_key(plugin: &str, key: &str, index: usize) -> String {
     format!("{plugin}:{key}/{index}")
 }
 
 /// Stamps an outbox message with what qhost adds: its derived key (as an attribute, and its
 /// full sha256 as the FIFO deduplication id) and the producing build, `NAME@VERSION`. Any
 /// copies of these the handler set are replaced.
-pub(crate) fn stamp(msg: &mut Outgoing, derived: &str, producer: &str) {
+pub fn stamp(msg: &mut Outgoing, derived: &str, producer: &str) {
     msg.attributes
         .retain(|a| a.name != IDEMPOTENCY_KEY && a.name != PRODUCER);
     msg.attributes
@@ -77,13 +77,13 @@ pub(crate) fn stamp(msg: &mut Outgoing, derived: &str, producer: &str) {
 }
 
 /// SQS's limit on one message, body and attributes together, and on one batch request.
-pub(crate) const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
+pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 /// Entries per SQS batch request (send, delete).
-pub(crate) const MAX_BATCH_ENTRIES: usize = 10;
+pub const MAX_BATCH_ENTRIES: usize = 10;
 
 /// The size SQS counts for a message: the body plus each attribute's name, type and value.
 /// (`String`, `Number` and `Binary` are all six bytes.)
-pub(crate) fn message_size(body_len: usize, attributes: &[Attribute]) -> usize {
+pub fn message_size(body_len: usize, attributes: &[Attribute]) -> usize {
     body_len
         + attributes
             .iter()
@@ -98,14 +98,14 @@ pub(crate) fn message_size(body_len: usize, attributes: &[Attribute]) -> usize {
 }
 
 /// SQS's rule: 1 to 80 characters of letters, digits, `-` and `_`, and `.fifo` for FIFO queues.
-pub(crate) fn valid_queue_name(name: &str) -> bool {
+pub fn valid_queue_name(name: &str) -> bool {
     let stem = name.strip_suffix(".fifo").unwrap_or(name);
     (1..=80).contains(&name.len()) && !stem.is_empty() && stem.chars().all(name_char)
 }
 
 /// Plugin names are what messages route by, so they are names, never paths: 1 to 64 letters,
 /// digits, `-` and `_`.
-pub(crate) fn valid_plugin_name(name: &str) -> bool {
+pub fn valid_plugin_name(name: &str) -> bool {
     (1..=64).contains(&name.len()) && name.chars().all(name_char)
 }
 

@@ -12,39 +12,39 @@ use super::wire::{self, MAX_MESSAGE_BYTES};
 use super::{Attribute, AttributeValue, Outgoing};
 
 /// Attributes SQS allows on one message.
-pub(crate) const MAX_ATTRIBUTES: usize = 10;
+pub const MAX_ATTRIBUTES: usize = 10;
 /// The longest attribute name SQS allows.
-pub(crate) const MAX_ATTRIBUTE_NAME: usize = 256;
+pub const MAX_ATTRIBUTE_NAME: usize = 256;
 /// The longest per-message delay SQS allows.
-pub(crate) const MAX_DELAY_SECS: u32 = 900;
+pub const MAX_DELAY_SECS: u32 = 900;
 /// The longest FIFO group or deduplication id SQS allows.
-pub(crate) const MAX_FIFO_ID: usize = 128;
+pub const MAX_FIFO_ID: usize = 128;
 /// Significant digits SQS keeps of a number attribute.
 const MAX_NUMBER_DIGITS: usize = 38;
 
 /// Why SQS would refuse a message; the text says exactly what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub(crate) struct Refused(pub String);
+pub struct Refused(pub String);
 
 fn refuse<T>(why: String) -> Result<T, Refused> {
     Err(Refused(why))
 }
 
 /// Whether SQS accepts `c` in a message body or a string attribute.
-pub(crate) fn sqs_char(c: char) -> bool {
+pub fn sqs_char(c: char) -> bool {
     matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
 }
 
 /// `body` as text, if it travels as it is: UTF-8 made only of characters SQS accepts.
-pub(crate) fn sqs_text(body: &[u8]) -> Option<&str> {
+pub fn sqs_text(body: &[u8]) -> Option<&str> {
     std::str::from_utf8(body)
         .ok()
         .filter(|text| text.chars().all(sqs_char))
 }
 
 /// Whether `body` travels as it is (see [`sqs_text`]).
-pub(crate) fn is_sqs_text(body: &[u8]) -> bool {
+pub fn is_sqs_text(body: &[u8]) -> bool {
     sqs_text(body).is_some()
 }
 
@@ -68,7 +68,7 @@ fn as_sent(body: &[u8]) -> AsSent {
 }
 
 /// The size SQS counts for `msg` as it will travel (base64 and its attribute included).
-pub(crate) fn size_as_sent(msg: &Outgoing) -> usize {
+pub fn size_as_sent(msg: &Outgoing) -> usize {
     size_with(msg, as_sent(&msg.body))
 }
 
@@ -84,7 +84,7 @@ fn size_with(msg: &Outgoing, sent: AsSent) -> usize {
 /// How the host sends a message a handler asked for: as it is, or its body offloaded to the
 /// payload store with a pointer in its place.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct SendShape {
+pub struct SendShape {
     /// Messages larger than this as sent are offloaded; `None` without a payload store.
     pub offload_above: Option<usize>,
     /// Every message is offloaded, whatever its size.
@@ -103,7 +103,7 @@ impl SendShape {
 
 /// Checks `msg` as the host will send it: offloaded (its attributes beside the pointer's), or
 /// as it is (every rule, size included).
-pub(crate) fn check_as_sent(msg: &Outgoing, shape: &SendShape) -> Result<(), Refused> {
+pub fn check_as_sent(msg: &Outgoing, shape: &SendShape) -> Result<(), Refused> {
     let sent = as_sent(&msg.body);
     let size = size_with(msg, sent);
     if !shape.offloads_at(size) {
@@ -128,7 +128,7 @@ pub(crate) fn check_as_sent(msg: &Outgoing, shape: &SendShape) -> Result<(), Ref
 }
 
 /// Checks `msg` as it will travel against every rule SQS applies to a sent message.
-pub(crate) fn check(msg: &Outgoing) -> Result<(), Refused> {
+pub fn check(msg: &Outgoing) -> Result<(), Refused> {
     check_sent(msg, as_sent(&msg.body))
 }
 
@@ -229,7 +229,7 @@ fn check_each_attribute(attributes: &[Attribute]) -> Result<(), Refused> {
 
 /// SQS's attribute-name rule: 1 to 256 of `A-Z a-z 0-9 _ - .`, no leading, trailing or double
 /// period, and no `AWS.` or `Amazon.` prefix in any case.
-pub(crate) fn check_name(name: &str) -> Result<(), Refused> {
+pub fn check_name(name: &str) -> Result<(), Refused> {
     let why = if name.is_empty() || name.len() > MAX_ATTRIBUTE_NAME {
         format!("is not 1 to {MAX_ATTRIBUTE_NAME} characters")
     } else if let Some(c) = name

@@ -9,7 +9,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Deserializer, Serializer};
 
 /// Writes `bytes` as base64 text.
-pub(crate) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&STANDARD.encode(bytes))
 }
 
@@ -21,7 +21,7 @@ enum Stored {
 }
 
 /// Reads base64 text, or an array of numbers.
-pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
     match Stored::deserialize(d)? {
         Stored::Text(text) => STANDARD.decode(text).map_err(serde::de::Error::custom),
         Stored::Numbers(bytes) => Ok(bytes),
@@ -30,7 +30,7 @@ pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D:
 
 #[cfg(test)]
 mod tests {
-    use crate::message::{Attribute, AttributeValue, Outgoing};
+    use crate::{Attribute, AttributeValue, Outgoing};
 
     #[test]
     fn bodies_and_binary_values_are_base64_and_old_arrays_still_read() {

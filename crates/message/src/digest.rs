@@ -4,13 +4,13 @@
 use sha2::{Digest, Sha256};
 
 /// The sha256 of `bytes`, as 64 lowercase hex digits.
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
 /// The first eight bytes of the sha256 of `bytes`, as a number: a stable, evenly spread hash
 /// (the same on every host and in every release), for splitting keys or ids into shares.
-pub(crate) fn sha256_u64(bytes: &[u8]) -> u64 {
+pub fn sha256_u64(bytes: &[u8]) -> u64 {
     let digest = Sha256::digest(bytes);
     let mut head = [0u8; 8];
     head.copy_from_slice(&digest[..8]);

@@ -1,13 +1,21 @@
-//! The host's own message types, independent of any backend or of the WIT bindings.
+//! qhost's own message types, independent of any backend or of the WIT bindings: the leaf of
+//! the workspace, which every other crate may name and which names none of them.
 //!
 //! Backends convert to and from these at their edges; the runtime converts them to the
 //! generated WIT types when it calls a guest. Keeping one set of types in the middle means the
-//! pipeline never depends on aws-sdk or wasmtime types.
+//! pipeline never depends on aws-sdk or wasmtime types, and a store or a source crate needs
+//! nothing of the host's to speak of a message.
+//!
+//! Layout: the types here; `wire` (the attribute names and forms qhost writes on messages),
+//! `rules` (what a message must be for SQS to take it), `recorded` (a message as `qhost
+//! replay` and `qhost test` read it), `as_base64` (bytes in JSON), `digest` (sha256 as hex, the
+//! one digest form qhost writes anywhere).
 
-pub(crate) mod as_base64;
-pub(crate) mod recorded;
-pub(crate) mod rules;
-pub(crate) mod wire;
+pub mod as_base64;
+pub mod digest;
+pub mod recorded;
+pub mod rules;
+pub mod wire;
 
 use serde::{Deserialize, Serialize};
 
@@ -59,7 +67,7 @@ impl Attribute {
 }
 
 /// Finds an attribute by name.
-pub(crate) fn find_attribute<'a>(attributes: &'a [Attribute], name: &str) -> Option<&'a Attribute> {
+pub fn find_attribute<'a>(attributes: &'a [Attribute], name: &str) -> Option<&'a Attribute> {
     attributes.iter().find(|a| a.name == name)
 }
 
@@ -127,7 +135,7 @@ impl Outgoing {
 }
 
 /// Milliseconds since the Unix epoch, from the system clock.
-pub(crate) fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     use std::time::{SystemTime, UNIX_EPOCH};
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
