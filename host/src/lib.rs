@@ -14,11 +14,11 @@
 //! | `message`       | the `qhost-message` crate: the message types; `message::wire`, the   |
 //! |                 | wire contract; `message::rules`, SQS's rules for a message to be sent |
 //! | `source`        | the queue boundary (`source::QueueSource`); `sqs`, `local` (SQLite)  |
-//! | `idempotency`   | the store by capability: leases and completed records                |
-//! |                 | (`IdempotencyStore`), shared records, the fleet-wide rate (`rate`),  |
-//! |                 | state reads, one-step claims and the store's clock (`Claims`), flow  |
-//! |                 | slots (`FlowSlots`); keys;                                           |
-//! |                 | what a completion commits (`commit`, leaf)                           |
+//! | `idempotency`   | the store: its contract is the `qhost-store` crate's (leases and     |
+//! |                 | completed records, shared records, the fleet-wide rate, state reads, |
+//! |                 | claims and the store's clock, flow slots, what a completion commits, |
+//! |                 | the conformance suite); here, the keys the host derives and the two  |
+//! |                 | backends it ships (`local`, `redis`)                                 |
 //! | `handler`       | the invocation contract: message in, outcome out (`handler::Invoke`) |
 //! | `runtime`       | how one wasm call runs: engine, bindings, guest state, limits,       |
 //! |                 | outbound HTTP by grant (`runtime::http`); imports nothing of `plugin` |
@@ -131,14 +131,7 @@ pub use message::{Attribute, AttributeValue, Outgoing, Received};
 // The three boundaries, with their implementations.
 pub use aws::{AwsDeadlines, AwsSettings};
 pub use idempotency::local::LocalStore;
-pub use idempotency::rate::{Admission, Rate};
 pub use idempotency::redis::RedisStore;
-pub use idempotency::slots::{Slot, SlotAnswer, SlotRequest};
-pub use idempotency::{
-    Acquired, Claimed, Claims, Completion, FleetRate, FlowSlots, IdempotencyError,
-    IdempotencyStore, KeyStatus, Lease, LeaseRequest, LeasesAndSlots, Released, SharedRecords,
-    StateReads, Store, StoreResult,
-};
 pub use kv::inspect::{kv_get, kv_list};
 pub use kv::{BucketCommit, Op as StateOp, StateCommit};
 pub use payload::Payloads;
@@ -146,6 +139,13 @@ pub use payload::local::LocalPayloads;
 pub use payload::redis::RedisPayloads;
 pub use payload::s3::{S3Bucket, S3Payloads};
 pub use payload::store::{PayloadError, PayloadStore};
+pub use qhost_store::rate::{Admission, Rate};
+pub use qhost_store::slots::{Slot, SlotAnswer, SlotRequest};
+pub use qhost_store::{
+    Acquired, Claimed, Claims, Completion, FleetRate, FlowSlots, IdempotencyError,
+    IdempotencyStore, KeyStatus, Lease, LeaseRequest, LeasesAndSlots, Released, SharedRecords,
+    StateReads, Store, StoreResult,
+};
 pub use redis_link::{RedisDeadlines, RedisTarget};
 pub use source::local::LocalQueue;
 pub use source::sqs::SqsQueue;

@@ -33,7 +33,7 @@ pub fn offset_schedule_clock(ms: i64) {
 /// Runs the store contract's conformance suite on `store` (every case at once, each under
 /// `prefix` and its own name); panics naming each case that failed.
 pub async fn assert_store_conforms(store: Arc<dyn Store>, prefix: &str) {
-    crate::idempotency::conformance::assert_conforms(store, prefix).await;
+    qhost_store::conformance::assert_conforms(store, prefix).await;
 }
 
 /// How long the plugins directory's watcher waits for a copy to settle.

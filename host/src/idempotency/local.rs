@@ -508,3 +508,25 @@ impl StateReads for LocalStore {
             .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use qhost_store::conformance::assert_conforms;
+
+    use super::LocalStore;
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_embedded_store_conforms() {
+        let store = Arc::new(LocalStore::open(None).unwrap());
+        assert_conforms(store, "conformance").await;
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_embedded_store_on_disk_conforms() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::open(Some(&dir.path().join("store.db"))).unwrap();
+        assert_conforms(Arc::new(store), "conformance").await;
+    }
+}

@@ -4,6 +4,8 @@
 //! unchanged, or it is not done; a behaviour that differs between two backends shows up as one
 //! case failing on one of them, not as two hand-written tests drifting apart.
 //!
+//! A backend runs it from its own tests: `assert_conforms(Arc::new(store), "a-unique-prefix")`.
+//!
 //! Each case gets the store and a prefix of its own ([`Fixture`]), so cases run at once on one
 //! store, and on a shared server beside other tests. Cases that wait for an expiry wait on the
 //! real clock (a few hundred milliseconds): a store's expiry is its own clock's, which a paused
@@ -104,7 +106,7 @@ fn all_cases() -> Vec<Case> {
 
 /// Runs every case on `store`, at once, each under `prefix` and its own name; panics naming
 /// each case that failed and why. What passed is printed.
-pub(crate) async fn assert_conforms(store: Arc<dyn Store>, prefix: &str) {
+pub async fn assert_conforms(store: Arc<dyn Store>, prefix: &str) {
     let runs = all_cases().into_iter().map(|(name, case)| {
         let fixture = Fixture {
             store: Arc::clone(&store),
@@ -151,24 +153,5 @@ async fn eventually<F: Future<Output = bool>>(
             return false;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::idempotency::local::LocalStore;
-
-    #[tokio::test(flavor = "multi_thread")]
-    async fn the_embedded_store_conforms() {
-        let store = Arc::new(LocalStore::open(None).unwrap());
-        assert_conforms(store, "conformance").await;
-    }
-
-    #[tokio::test(flavor = "multi_thread")]
-    async fn the_embedded_store_on_disk_conforms() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = LocalStore::open(Some(&dir.path().join("store.db"))).unwrap();
-        assert_conforms(Arc::new(store), "conformance").await;
     }
 }

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::{Fixture, LONG, cases};
-use crate::idempotency::Acquired;
-use crate::idempotency::slots::{Slot, SlotAnswer, SlotRequest};
+use crate::Acquired;
+use crate::slots::{Slot, SlotAnswer, SlotRequest};
 
 cases! {
     "slots: at most the limit hold a key, and a release frees one" => at_most_the_limit,

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{Fixture, LONG, cases};
-use crate::idempotency::{Acquired, Completion, IdempotencyError, KeyStatus, Released};
+use crate::{Acquired, Completion, IdempotencyError, KeyStatus, Released};
 
 cases! {
     "leases: one grant per key while it is leased" => one_grant_per_key,
@@ -52,7 +52,7 @@ async fn lapsed_owner_is_refused(f: Fixture) {
     );
     let stale = Completion {
         lease: old,
-        outbox: vec![crate::message::Outgoing::new("out", "stale")],
+        outbox: vec![qhost_message::Outgoing::new("out", "stale")],
         result: None,
         window: LONG,
         digest: None,

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::{Fixture, cases};
-use crate::idempotency::rate::{Admission, MAX_WAIT, Rate};
+use crate::rate::{Admission, MAX_WAIT, Rate};
 
 cases! {
     "rate: admissions are spaced by the interval and reserved only when near" => spaced,

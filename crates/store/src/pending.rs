@@ -16,17 +16,17 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::idempotency::commit::StateCommit;
-use crate::message::Outgoing;
+use crate::commit::StateCommit;
+use qhost_message::Outgoing;
 
 /// State writes waiting to be applied, with the fencing token of the run that made them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct PendingState {
+pub struct PendingState {
     /// The lease's fencing token: with the record's key, what marks them applied.
-    pub(crate) token: u64,
+    pub token: u64,
     /// The writes.
     #[serde(flatten)]
-    pub(crate) commit: StateCommit,
+    pub commit: StateCommit,
 }
 
 /// The stored forms.
@@ -51,12 +51,12 @@ struct WithResult<'a> {
 }
 
 /// The text that stores `outbox` and `result`; empty when there is neither.
-pub(crate) fn encode(outbox: &[Outgoing], result: Option<&str>) -> String {
+pub fn encode(outbox: &[Outgoing], result: Option<&str>) -> String {
     encode_with_state(outbox, result, None)
 }
 
 /// The text that stores `outbox`, `result` and `state`; empty when there is none of them.
-pub(crate) fn encode_with_state(
+pub fn encode_with_state(
     outbox: &[Outgoing],
     result: Option<&str>,
     state: Option<&PendingState>,
@@ -77,15 +77,15 @@ pub(crate) fn encode_with_state(
 }
 
 /// The outbox and result value stored as `text`.
-pub(crate) fn decode(text: &str) -> Result<(Vec<Outgoing>, Option<String>), serde_json::Error> {
+pub fn decode(text: &str) -> Result<(Vec<Outgoing>, Option<String>), serde_json::Error> {
     decode_with_state(text).map(|(outbox, result, _)| (outbox, result))
 }
 
 /// What a record keeps pending: its outbox, result value and state writes.
-pub(crate) type PendingParts = (Vec<Outgoing>, Option<String>, Option<PendingState>);
+pub type PendingParts = (Vec<Outgoing>, Option<String>, Option<PendingState>);
 
 /// The outbox, result value and state writes stored as `text`.
-pub(crate) fn decode_with_state(text: &str) -> Result<PendingParts, serde_json::Error> {
+pub fn decode_with_state(text: &str) -> Result<PendingParts, serde_json::Error> {
     if text.is_empty() {
         return Ok((Vec::new(), None, None));
     }
@@ -130,11 +130,11 @@ mod tests {
         let state = PendingState {
             token: 7,
             commit: StateCommit {
-                buckets: vec![crate::idempotency::commit::BucketCommit {
+                buckets: vec![crate::commit::BucketCommit {
                     bucket: "qhost:kv:{p/b}".into(),
                     ttl_ms: 0,
                     reads: vec![],
-                    writes: vec![("k".into(), crate::idempotency::commit::Op::Add { delta: 1 })],
+                    writes: vec![("k".into(), crate::commit::Op::Add { delta: 1 })],
                 }],
             },
         };

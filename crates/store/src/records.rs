@@ -14,7 +14,7 @@ use super::{IdempotencyError, SharedRecords, StoreResult};
 const ATTEMPTS: usize = 8;
 
 /// The record at `key` (`what` names it in errors).
-pub(crate) async fn read<T: DeserializeOwned>(
+pub async fn read<T: DeserializeOwned>(
     store: &dyn SharedRecords,
     key: &str,
     what: &str,
@@ -35,7 +35,7 @@ fn parsed<T: DeserializeOwned>(
 /// Applies `change` to the record at `key`, kept for `keep` after, by compare-and-set until it
 /// holds. `change` is given the record as stored (`None`: absent) and returns the new one, or
 /// `None` to leave it as it is. The record as it is after, and whether this call replaced it.
-pub(crate) async fn update<T: Serialize + DeserializeOwned>(
+pub async fn update<T: Serialize + DeserializeOwned>(
     store: &dyn SharedRecords,
     key: &str,
     keep: Duration,

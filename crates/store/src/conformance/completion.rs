@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::{Fixture, LONG, cases, eventually};
-use crate::idempotency::{Acquired, Completion, KeyStatus, Lease};
-use crate::message::Outgoing;
+use crate::{Acquired, Completion, KeyStatus, Lease};
+use qhost_message::Outgoing;
 
 cases! {
     "completion: a completed key is remembered with its outbox pending until sent" => outbox_pending_until_sent,
@@ -88,7 +88,7 @@ async fn result_pending(f: Fixture) {
 async fn digest_kept(f: Fixture) {
     let k = f.key("k");
     let lease = f.grant(&k, LONG).await;
-    let digest = crate::digest::sha256_hex(b"the body");
+    let digest = qhost_message::digest::sha256_hex(b"the body");
     let done = Completion {
         digest: Some(digest.clone()),
         ..completion(lease)

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use super::{Fixture, LONG, cases, eventually};
-use crate::idempotency::commit::{BucketCommit, Op, Read, StateCommit, sha1_hex, stored_bucket};
-use crate::idempotency::{Completion, IdempotencyError, KeyStatus, Lease};
+use crate::commit::{BucketCommit, Op, Read, StateCommit, sha1_hex, stored_bucket};
+use crate::{Completion, IdempotencyError, KeyStatus, Lease};
 
 cases! {
     "state: a run's writes are applied with its completion" => writes_applied,

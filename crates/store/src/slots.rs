@@ -46,13 +46,13 @@ pub enum SlotAnswer {
 
 /// The store key holding the slots of `flow` for `plugin`: one hash slot per plugin and flow
 /// key on a Redis Cluster (the braces).
-pub(crate) fn key(namespace: &str, plugin: &str, flow: &str) -> String {
+pub fn key(namespace: &str, plugin: &str, flow: &str) -> String {
     format!("{namespace}:slots:{{{plugin}:{flow}}}")
 }
 
 /// One take at `now_ms` against the holders' expiries (`held`, live or not): whether a slot
 /// is free, or how long until the earliest live one lapses.
-pub(crate) fn decide(limit: u32, now_ms: u64, held: &[u64]) -> Result<(), Duration> {
+pub fn decide(limit: u32, now_ms: u64, held: &[u64]) -> Result<(), Duration> {
     let live = held.iter().filter(|&&until| until > now_ms);
     let earliest = live.clone().min().copied();
     if live.count() < limit as usize {

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use sha1::Digest as _;
 
-use crate::message::as_base64;
+use qhost_message::as_base64;
 
 /// A write's final form: what the store does to the key at commit.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,28 +75,28 @@ impl StateCommit {
     }
 
     /// Only its writes (what a Redis Cluster applies after the completion).
-    pub(crate) fn has_writes(&self) -> bool {
+    pub fn has_writes(&self) -> bool {
         self.writes() > 0
     }
 }
 
 /// The stored name of `plugin`'s bucket `bucket` in namespace `ns`: the braces make it a Redis
 /// Cluster hash tag, so all of a bucket's keys are in one slot.
-pub(crate) fn stored_bucket(ns: &str, plugin: &str, bucket: &str) -> String {
+pub fn stored_bucket(ns: &str, plugin: &str, bucket: &str) -> String {
     format!("{ns}:kv:{{{plugin}/{bucket}}}")
 }
 
 /// The sha1 (hex) of a value, as Redis scripts compute it (`redis.sha1hex`).
-pub(crate) fn sha1_hex(value: &[u8]) -> String {
+pub fn sha1_hex(value: &[u8]) -> String {
     hex::encode(sha1::Sha1::digest(value))
 }
 
 /// The largest counter: a value above it cannot be incremented, so that a sum never leaves
 /// the range every backend counts in (Redis's signed 64 bits).
-pub(crate) const MAX_COUNTER: u64 = 1_000_000_000_000_000_000;
+pub const MAX_COUNTER: u64 = 1_000_000_000_000_000_000;
 
 /// The counter a value holds: decimal digits, at most [`MAX_COUNTER`]; absent is 0.
-pub(crate) fn counter(value: Option<&[u8]>) -> Option<u64> {
+pub fn counter(value: Option<&[u8]>) -> Option<u64> {
     let Some(value) = value else {
         return Some(0);
     };

@@ -4,8 +4,8 @@
 use std::time::{Duration, SystemTime};
 
 use super::{Fixture, LONG, cases};
-use crate::idempotency::Claimed;
-use crate::message::Outgoing;
+use crate::Claimed;
+use qhost_message::Outgoing;
 
 cases! {
     "claims: one of four claims at once wins, and its outbox waits until sent" => claimed_once,

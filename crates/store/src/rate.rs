@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// The longest a message waits in process for its slot; past it, it is put back.
-pub(crate) const MAX_WAIT: Duration = Duration::from_secs(1);
+pub const MAX_WAIT: Duration = Duration::from_secs(1);
 
 /// Calls per period.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,13 +57,13 @@ impl Rate {
     }
 
     /// The time between calls at the rate, in microseconds.
-    pub(crate) fn interval_us(&self) -> u64 {
+    pub fn interval_us(&self) -> u64 {
         (self.per.as_micros() as u64 / u64::from(self.count)).max(1)
     }
 
     /// How far ahead of its slot a call may run: a burst of a tenth of the count (at least
     /// one call, so the first call of an idle period runs at once).
-    pub(crate) fn tolerance_us(&self) -> u64 {
+    pub fn tolerance_us(&self) -> u64 {
         let burst = u64::from((self.count / 10).max(1));
         self.interval_us() * (burst - 1)
     }
@@ -71,7 +71,7 @@ impl Rate {
 
 /// One GCRA step at `now_us` against the stored `tat_us`: the admission, and the TAT to store
 /// if a slot was reserved.
-pub(crate) fn decide(rate: Rate, now_us: u64, tat_us: Option<u64>) -> (Admission, Option<u64>) {
+pub fn decide(rate: Rate, now_us: u64, tat_us: Option<u64>) -> (Admission, Option<u64>) {
     let tat = tat_us.unwrap_or(now_us).max(now_us);
     let allowed_at = tat.saturating_sub(rate.tolerance_us());
     let wait = allowed_at.saturating_sub(now_us);
@@ -109,7 +109,7 @@ impl Serialize for Rate {
 }
 
 /// The store key holding a plugin's TAT.
-pub(crate) fn key(namespace: &str, plugin: &str) -> String {
+pub fn key(namespace: &str, plugin: &str) -> String {
     format!("{namespace}:rate:{{{plugin}}}")
 }
 
