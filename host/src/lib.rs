@@ -54,7 +54,8 @@
 //! | `metrics`       | Prometheus metrics, reading the counters at scrape time               |
 //! | `admin`         | the admin listener: `/metrics`, `/healthz`, `/readyz`; readiness      |
 //! | `traces`        | OpenTelemetry spans per message, OTLP export, W3C context on messages |
-//! | `sqlite`        | the embedded database behind the local backends                       |
+//! | `sqlite`        | the `qhost-sqlite` crate: the embedded database behind the local      |
+//! |                 | backends; `redis_link`, the `qhost-redis-link` crate: the Redis link  |
 //! | `digest`        | `qhost-message`'s: sha256 as hex, the one digest form qhost writes    |
 //! | `testing`       | what the tests and benchmarks reach into (feature `test-support`)     |
 //!
@@ -86,6 +87,8 @@ mod logging;
 // The workspace's leaf crate, under the names the modules have always used.
 pub(crate) use qhost_message as message;
 pub(crate) use qhost_message::digest;
+pub(crate) use qhost_redis_link as redis_link;
+pub(crate) use qhost_sqlite as sqlite;
 mod metrics;
 mod oneshot;
 mod payload;
@@ -94,14 +97,12 @@ mod plugin;
 mod progress;
 mod queues;
 mod recent;
-mod redis_link;
 mod replay;
 mod rollout;
 mod runtime;
 mod scaffold;
 pub mod schedule;
 mod source;
-mod sqlite;
 mod stats;
 mod suite;
 mod traces;

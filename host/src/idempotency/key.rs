@@ -206,6 +206,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_record_is_in_its_business_keys_slot() {
+        use qhost_redis_link::slot;
+        for (plugin, key) in [("mail", "k1"), ("orders", "a/b/0"), ("x", "}{"), ("p", "")] {
+            let record = scoped("qhost", plugin, key);
+            assert_eq!(
+                slot(&record),
+                slot(&format!("{{{plugin}:{key}}}")),
+                "{record}"
+            );
+        }
+    }
+
+    #[test]
     fn only_producer_named_keys_can_name_other_bodies() {
         assert!(KeySource::Attribute("job-id".into()).may_name_other_bodies());
         assert!(KeySource::JsonPointer("/id".into()).may_name_other_bodies());

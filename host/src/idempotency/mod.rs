@@ -1,14 +1,13 @@
 //! The idempotency store as the host uses it. The contract (the capability traits, the values
 //! they exchange, the rate and slot arithmetic, what a completion commits) is the
-//! `qhost-store` crate's, re-exported here under the names the host's modules use; what stays
-//! is the host's side: the keys it derives from messages (`key`), and the two backends it
-//! ships, the embedded store (`local`, on SQLite) and Redis (`redis`, one server or a
-//! cluster), each run against the contract's conformance suite.
+//! `qhost-store` crate's, re-exported here under the names the host's modules use, as are the
+//! two backends the host ships, each a crate that passes the contract's conformance suite: the
+//! embedded store (`local`, `qhost-store-local` on SQLite) and Redis (`redis`,
+//! `qhost-store-redis`, one server or a cluster). What is the host's own is the keys it
+//! derives from messages (`key`).
 
 pub(crate) use qhost_store::*;
 
 pub(crate) mod key;
-pub(crate) mod local;
-mod local_slots;
-mod local_state;
-pub(crate) mod redis;
+pub(crate) use qhost_store_local as local;
+pub(crate) use qhost_store_redis as redis;

@@ -8,9 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::{Script, Value};
 
-use super::{ACQUIRE, RedisStore, acquire_invocation, corrupt, ms};
-use crate::idempotency::slots::{Slot, SlotAnswer, SlotRequest};
-use crate::idempotency::{FlowSlots, LeaseRequest, LeasesAndSlots, StoreResult};
+use crate::{ACQUIRE, RedisStore, acquire_invocation, corrupt, ms};
+use qhost_store::slots::{Slot, SlotAnswer, SlotRequest};
+use qhost_store::{FlowSlots, LeaseRequest, LeasesAndSlots, StoreResult};
 
 static TAKE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/slot_take.lua")));
 static EXTEND: LazyLock<Script> =

@@ -21,7 +21,7 @@ use redis::{ConnectionAddr, ConnectionInfo, RedisResult, TlsCertificates, Value}
 
 /// A primary's address, as the cluster announces it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Node {
+pub struct Node {
     /// Host or IP.
     pub(crate) host: String,
     /// Port.
@@ -69,7 +69,7 @@ impl NodeMap {
 }
 
 /// The primaries of one cluster: the node map and a direct connection to each primary.
-pub(crate) struct Primaries {
+pub struct Primaries {
     /// The map as last read; `None` until read, and after a command met a moved slot.
     map: arc_swap::ArcSwapOption<NodeMap>,
     /// Direct connections, opened on first use (each reconnects by itself).
@@ -80,6 +80,12 @@ pub(crate) struct Primaries {
     certificates: Option<TlsCertificates>,
     /// Timeouts and reconnection, as for a single server.
     config: ConnectionManagerConfig,
+}
+
+impl std::fmt::Debug for Primaries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Primaries").finish_non_exhaustive()
+    }
 }
 
 impl Primaries {

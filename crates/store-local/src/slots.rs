@@ -7,10 +7,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::{Transaction, params};
 
-use super::local::{LocalStore, acquire_one};
-use super::slots::{self, Slot, SlotAnswer, SlotRequest};
-use super::{FlowSlots, LeaseRequest, LeasesAndSlots, StoreResult};
-use crate::message::now_ms;
+use crate::{LocalStore, acquire_one};
+use qhost_message::now_ms;
+use qhost_store::slots::{self, Slot, SlotAnswer, SlotRequest};
+use qhost_store::{FlowSlots, LeaseRequest, LeasesAndSlots, StoreResult};
 
 /// Takes one of `req.limit` slots of its key at `now`, or says how long until one lapses.
 fn take(tx: &Transaction<'_>, req: &SlotRequest, now: i64) -> anyhow::Result<SlotAnswer> {

@@ -3,6 +3,13 @@
 //! Every step runs in one SQLite transaction, which is what makes acquire atomic across the
 //! workers of one host and across host processes sharing the data directory. A lease that has
 //! lapsed counts as absent, exactly as a Redis key whose TTL ran out.
+//!
+//! Layout: the store and its leases, completions, claims and records here; `slots` (flow
+//! slots), `state` (handler state). It passes the store contract's conformance suite, in memory
+//! and on disk.
+
+mod slots;
+mod state;
 
 use std::path::Path;
 use std::time::Duration;
@@ -10,15 +17,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::local_state as kv;
-use super::pending;
-use super::rate::{self, Admission, Rate};
-use super::{
+use crate::state as kv;
+use qhost_message::{Outgoing, now_ms};
+use qhost_sqlite::Db;
+use qhost_store::pending;
+use qhost_store::rate::{self, Admission, Rate};
+use qhost_store::{
     Acquired, Claimed, Claims, Completion, FleetRate, IdempotencyError, IdempotencyStore,
     KeyStatus, Lease, LeaseRequest, Released, SharedRecords, StateReads, StoreResult,
 };
-use crate::message::{Outgoing, now_ms};
-use crate::sqlite::Db;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS idempotency (
@@ -123,7 +130,7 @@ fn read_record(tx: &Transaction<'_>, key: &str) -> anyhow::Result<Option<String>
         .optional()?)
 }
 
-pub(super) fn acquire_one(
+pub(crate) fn acquire_one(
     tx: &Transaction<'_>,
     req: &LeaseRequest,
     now: i64,
@@ -257,7 +264,7 @@ impl LocalStore {
     }
 
     /// Forgets everything it holds: a test's world starts from nothing (`qhost test`).
-    pub(crate) async fn forget_all(&self) -> StoreResult<()> {
+    pub async fn forget_all(&self) -> StoreResult<()> {
         self.write(|tx| {
             tx.execute_batch(
                 "DELETE FROM idempotency; DELETE FROM rate; DELETE FROM records; DELETE FROM kv;",
@@ -269,12 +276,12 @@ impl LocalStore {
 
     /// Writes state as it stood before a test: each bucket's writes, applied as a commit
     /// applies them.
-    pub(crate) async fn seed(&self, buckets: Vec<super::commit::BucketCommit>) -> StoreResult<()> {
+    pub async fn seed(&self, buckets: Vec<qhost_store::commit::BucketCommit>) -> StoreResult<()> {
         self.write(move |tx| kv::apply(tx, &buckets, now_ms() as i64))
             .await
     }
 
-    pub(super) async fn write<T: Send + 'static>(
+    pub(crate) async fn write<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Transaction<'_>) -> anyhow::Result<T> + Send + 'static,
     ) -> StoreResult<T> {

@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use redis::{Script, ScriptInvocation, Value};
 
-use super::{RedisStore, corrupt, failed, ms};
-use crate::idempotency::commit::{BucketCommit, Op};
-use crate::idempotency::pending::{self, PendingState};
-use crate::idempotency::{Completion, IdempotencyError, StoreResult};
-use crate::message::now_ms;
-use crate::redis_link::RedisLink;
+use crate::{RedisStore, corrupt, failed, ms};
+use qhost_message::now_ms;
+use qhost_redis_link::RedisLink;
+use qhost_store::commit::{BucketCommit, Op};
+use qhost_store::pending::{self, PendingState};
+use qhost_store::{Completion, IdempotencyError, StoreResult};
 
 const KV: &str = include_str!("../lua/kv.lua");
 

@@ -16,13 +16,13 @@ use rusqlite::Connection;
 
 /// A shareable SQLite connection whose calls run off the async threads.
 #[derive(Clone, Debug)]
-pub(crate) struct Db {
+pub struct Db {
     conn: Arc<Mutex<Connection>>,
 }
 
 impl Db {
     /// Opens (creating if needed) the database at `path`, or an in-memory one for `None`.
-    pub(crate) fn open(path: Option<&Path>) -> anyhow::Result<Self> {
+    pub fn open(path: Option<&Path>) -> anyhow::Result<Self> {
         let conn = match path {
             Some(path) => {
                 if let Some(dir) = path.parent() {
@@ -44,7 +44,7 @@ impl Db {
     }
 
     /// Runs `f` with the connection on the blocking pool.
-    pub(crate) async fn call<T, F>(&self, f: F) -> anyhow::Result<T>
+    pub async fn call<T, F>(&self, f: F) -> anyhow::Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> anyhow::Result<T> + Send + 'static,
@@ -61,7 +61,7 @@ impl Db {
     }
 
     /// Runs `f` with the connection on the current thread (for set-up).
-    pub(crate) fn call_now<T>(
+    pub fn call_now<T>(
         &self,
         f: impl FnOnce(&mut Connection) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {

@@ -39,7 +39,7 @@
 //! stopped primary holds back the keys it holds and no others.
 //!
 //! A call whose answer does not come within the response deadline
-//! ([`crate::redis_link::RedisDeadlines`]) fails as [`IdempotencyError::TimedOut`], though the
+//! ([`qhost_redis_link::RedisDeadlines`]) fails as [`IdempotencyError::TimedOut`], though the
 //! script may have run. Each call stays correct either way:
 //!
 //! - `acquire`: a lease granted but never heard of is held by nobody; the message goes back,
@@ -64,26 +64,28 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use redis::{Script, ScriptInvocation, Value};
 
-use super::pending;
-use super::rate::{self, Admission, Rate};
-use super::{
+use qhost_message::Outgoing;
+use qhost_redis_link::{Group, RedisLink, RedisTarget};
+use qhost_store::pending;
+use qhost_store::rate::{self, Admission, Rate};
+use qhost_store::{
     Acquired, Claimed, Claims, Completion, FleetRate, IdempotencyError, IdempotencyStore,
     KeyStatus, Lease, LeaseRequest, Released, SharedRecords, StateReads, StoreResult,
 };
-use crate::message::Outgoing;
-use crate::redis_link::{Group, RedisLink, RedisTarget};
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
-static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/acquire.lua")));
+static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/extend.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/release.lua")));
 static OUTBOX_SENT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/outbox_sent.lua")));
-static RATE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/rate.lua")));
-static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/claim.lua")));
+    LazyLock::new(|| Script::new(include_str!("../lua/outbox_sent.lua")));
+static RATE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/rate.lua")));
+static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/claim.lua")));
 static TAKE_OVER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/take_over.lua")));
-static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/status.lua")));
-static SWAP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/swap.lua")));
+    LazyLock::new(|| Script::new(include_str!("../lua/take_over.lua")));
+static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/status.lua")));
+static SWAP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/swap.lua")));
 
 /// The Redis idempotency store.
 #[derive(Clone)]
@@ -475,7 +477,7 @@ impl IdempotencyStore for RedisStore {
             .map(drop)
             .map_err(failed)
     }
-    async fn for_lane(&self) -> StoreResult<Option<Arc<dyn super::Store>>> {
+    async fn for_lane(&self) -> StoreResult<Option<Arc<dyn qhost_store::Store>>> {
         let link = RedisLink::connect(&self.target, self.target.deadlines)
             .await
             .map_err(IdempotencyError::unavailable)?;
@@ -640,23 +642,5 @@ impl StateReads for RedisStore {
     }
     async fn kv_list(&self, bucket: &str, limit: usize) -> StoreResult<Vec<String>> {
         self.list_state(bucket, limit).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::idempotency::key::scoped;
-    use crate::redis_link::slot;
-
-    #[test]
-    fn a_record_is_in_its_business_keys_slot() {
-        for (plugin, key) in [("mail", "k1"), ("orders", "a/b/0"), ("x", "}{"), ("p", "")] {
-            let record = scoped("qhost", plugin, key);
-            assert_eq!(
-                slot(&record),
-                slot(&format!("{{{plugin}:{key}}}")),
-                "{record}"
-            );
-        }
     }
 }

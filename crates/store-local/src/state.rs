@@ -4,7 +4,7 @@
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::commit::{self, BucketCommit, Op};
+use qhost_store::commit::{self, BucketCommit, Op};
 
 /// The table: one row per key, with its expiry (`NULL`: none).
 pub(crate) const SCHEMA: &str = "

@@ -79,7 +79,7 @@ impl RedisTarget {
     }
 
     /// The target without credentials, for messages: the first URL's scheme, host and port.
-    pub(crate) fn display(&self) -> String {
+    pub fn display(&self) -> String {
         let first = self.urls.first().map(String::as_str).unwrap_or_default();
         let shown = redacted(first);
         if self.cluster {
@@ -91,7 +91,7 @@ impl RedisTarget {
 }
 
 /// `url` with any user and password removed.
-pub(crate) fn redacted(url: &str) -> String {
+pub fn redacted(url: &str) -> String {
     match url.split_once("://") {
         Some((scheme, rest)) => {
             let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
@@ -103,7 +103,7 @@ pub(crate) fn redacted(url: &str) -> String {
 
 /// A connection to one server or to a cluster; cheap to clone, and shared by clones.
 #[derive(Clone)]
-pub(crate) enum RedisLink {
+pub enum RedisLink {
     /// One server.
     Single(ConnectionManager),
     /// A Redis Cluster, and its primaries as batches reach them.
@@ -121,23 +121,20 @@ impl std::fmt::Debug for RedisLink {
 
 /// One pipeline's share of a batch: the indices of its keys, and on a cluster where it goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Group {
+pub struct Group {
     /// On a cluster, the primary every key of the group is on, by the node map; `None` on a
     /// single server, or for a slot the map does not place.
-    pub(crate) node: Option<Node>,
+    pub node: Option<Node>,
     /// On a cluster without a node, the one slot of every key of the group.
-    pub(crate) slot: Option<u16>,
+    pub slot: Option<u16>,
     /// Positions in the batch.
-    pub(crate) indices: Vec<usize>,
+    pub indices: Vec<usize>,
 }
 
 impl RedisLink {
     /// Connects to `target`. An unreachable server or cluster is an error here, at start; later
     /// outages are the client's to recover from.
-    pub(crate) async fn connect(
-        target: &RedisTarget,
-        timeouts: RedisDeadlines,
-    ) -> anyhow::Result<Self> {
+    pub async fn connect(target: &RedisTarget, timeouts: RedisDeadlines) -> anyhow::Result<Self> {
         let shown = target.display();
         for url in &target.urls {
             redis::parse_redis_url(url)
@@ -192,7 +189,7 @@ impl RedisLink {
 
     /// The pipelines a batch on `keys` takes: one on a single server; on a cluster one per
     /// primary serving them (one per slot for slots the node map does not place).
-    pub(crate) async fn groups(&self, keys: &[&str]) -> Vec<Group> {
+    pub async fn groups(&self, keys: &[&str]) -> Vec<Group> {
         let RedisLink::Cluster(..) = self else {
             let indices = (0..keys.len()).collect();
             return vec![Group {
@@ -208,7 +205,7 @@ impl RedisLink {
     /// Sends `pipe`, one group's pipeline, where the group goes: the server, the group's
     /// primary (directly), or its slot's node. Returns every reply in order (ignored commands'
     /// too), a command's error as its reply.
-    pub(crate) async fn send(&self, pipe: &Pipeline, group: &Group) -> RedisResult<Vec<Value>> {
+    pub async fn send(&self, pipe: &Pipeline, group: &Group) -> RedisResult<Vec<Value>> {
         let RedisLink::Cluster(conn, primaries) = self else {
             return self.clone().req_packed_commands(pipe, 0, pipe.len()).await;
         };
@@ -235,7 +232,7 @@ impl RedisLink {
 
     /// Forgets the node map (a command met a moved slot, or a primary failed): the next batch
     /// reads it again.
-    pub(crate) fn forget_nodes(&self) {
+    pub fn forget_nodes(&self) {
         if let RedisLink::Cluster(_, primaries) = self {
             primaries.set_map(None);
         }
@@ -316,7 +313,7 @@ impl ConnectionLike for RedisLink {
 
 /// The Redis Cluster slot of `key`: CRC16/XMODEM of its first non-empty `{…}` tag (or of the
 /// whole key), modulo 16,384.
-pub(crate) fn slot(key: &str) -> u16 {
+pub fn slot(key: &str) -> u16 {
     let tagged = key
         .find('{')
         .and_then(|open| {
