@@ -165,7 +165,7 @@ pub(crate) async fn redrive_message(
                 found = Some(msg);
             } else {
                 source
-                    .change_visibility(dead_letter_queue, &msg.receipt, Duration::ZERO)
+                    .put_back(dead_letter_queue, &msg.receipt, Duration::ZERO)
                     .await?;
             }
         }
@@ -209,7 +209,7 @@ async fn redrive_one(
         .await
         .map_err(|e| format!("sending it to `{target}` failed: {e}"))?;
     let deleted = source
-        .ack(dead_letter_queue, std::slice::from_ref(&msg.receipt))
+        .settle(dead_letter_queue, std::slice::from_ref(&msg.receipt))
         .await
         .map_err(|e| e.to_string())
         .and_then(|mut r| r.pop().unwrap_or(Ok(())).map_err(|e| e.to_string()));

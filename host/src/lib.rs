@@ -13,7 +13,8 @@
 //! | `config`        | the TOML file, checked into a `config::Config`                      |
 //! | `message`       | the `qhost-message` crate: the message types; `message::wire`, the   |
 //! |                 | wire contract; `message::rules`, SQS's rules for a message to be sent |
-//! | `source`        | the queue boundary (`source::QueueSource`); `sqs`, `local` (SQLite)  |
+//! | `source`        | the queue boundary: its contract is the `qhost-source` crate's       |
+//! |                 | (`QueueSource`, `Capabilities`); here, `sqs` and `local` (SQLite)    |
 //! | `idempotency`   | the store: its contract is the `qhost-store` crate's (leases and     |
 //! |                 | completed records, shared records, the fleet-wide rate, state reads, |
 //! |                 | claims and the store's clock, flow slots, what a completion commits, |
@@ -140,6 +141,7 @@ pub use payload::local::LocalPayloads;
 pub use payload::redis::RedisPayloads;
 pub use payload::s3::{S3Bucket, S3Payloads};
 pub use payload::store::{PayloadError, PayloadStore};
+pub use qhost_source::{Capabilities, Holds, QueueDepth, QueueSource, SourceError};
 pub use qhost_store::rate::{Admission, Rate};
 pub use qhost_store::slots::{Slot, SlotAnswer, SlotRequest};
 pub use qhost_store::{
@@ -150,7 +152,6 @@ pub use qhost_store::{
 pub use redis_link::{RedisDeadlines, RedisTarget};
 pub use source::local::LocalQueue;
 pub use source::sqs::SqsQueue;
-pub use source::{QueueDepth, QueueSource, SourceError};
 
 // Plugins: loading, the invocation contract, what a host serves.
 pub use handler::{BatchFn, Failure, HandlerMessage, Invocation, Invoke, Outcome};

@@ -91,7 +91,7 @@ async fn bare_loop(sqs: &SqsQueue, filler: &SqsQueue, queue: &str, n: usize) -> 
                 .expect("receive");
             let receipts: Vec<String> = got.iter().map(|m| m.receipt.clone()).collect();
             if !receipts.is_empty() {
-                sqs.ack(queue, &receipts).await.expect("delete");
+                sqs.settle(queue, &receipts).await.expect("delete");
             }
             done += receipts.len();
         }

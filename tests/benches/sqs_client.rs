@@ -188,7 +188,7 @@ async fn client_loop(responder: &Responder, n: usize) -> Row {
         let receipts: Vec<String> = got.into_iter().map(|m| m.receipt).collect();
         done += receipts.len();
         if !receipts.is_empty() {
-            let answers = sqs.ack(QUEUE, &receipts).await.expect("delete");
+            let answers = sqs.settle(QUEUE, &receipts).await.expect("delete");
             assert!(answers.iter().all(Result::is_ok), "every delete succeeded");
         }
     }

@@ -557,14 +557,14 @@ async fn every_sqs_and_s3_call_ends_at_its_deadline_when_no_answer_comes() {
         ),
         (
             "DeleteMessageBatch",
-            fails_in_time("delete", limit, sqs.ack("jobs", &receipts)).await,
+            fails_in_time("delete", limit, sqs.settle("jobs", &receipts)).await,
         ),
         (
             "ChangeMessageVisibility",
             fails_in_time(
                 "visibility",
                 limit,
-                sqs.change_visibility("jobs", "r", Duration::from_secs(1)),
+                sqs.put_back("jobs", "r", Duration::from_secs(1)),
             )
             .await,
         ),

@@ -187,7 +187,7 @@ async fn a_retry_delay_hides_the_message_until_it_is_due() {
         .receive(&jobs, 1, Duration::from_secs(30), Duration::from_secs(1))
         .await
         .unwrap();
-    q.change_visibility(&jobs, &got[0].receipt, Duration::from_secs(3))
+    q.put_back(&jobs, &got[0].receipt, Duration::from_secs(3))
         .await
         .unwrap();
     let early = q
@@ -202,7 +202,7 @@ async fn a_retry_delay_hides_the_message_until_it_is_due() {
     assert_eq!(later.len(), 1, "visible once it is due");
     assert_eq!(later[0].receive_count, 2);
     let acks = q
-        .ack(&jobs, &[got[0].receipt.clone(), later[0].receipt.clone()])
+        .settle(&jobs, &[got[0].receipt.clone(), later[0].receipt.clone()])
         .await
         .unwrap();
     assert!(
@@ -685,7 +685,7 @@ async fn put_backs_together_share_one_visibility_call_and_each_gets_its_own_answ
         .requests()
         .change_visibility
         .load(std::sync::atomic::Ordering::Relaxed);
-    let answers = q.change_visibility_batch(&jobs, &entries).await.unwrap();
+    let answers = q.put_back_batch(&jobs, &entries).await.unwrap();
     let calls = q
         .requests()
         .change_visibility

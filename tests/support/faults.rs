@@ -28,6 +28,10 @@ impl FailingAcks {
 
 #[async_trait]
 impl QueueSource for FailingAcks {
+    fn capabilities(&self) -> qhost::Capabilities {
+        self.inner.capabilities()
+    }
+
     async fn receive(
         &self,
         queue: &str,
@@ -38,7 +42,7 @@ impl QueueSource for FailingAcks {
         self.inner.receive(queue, max, visibility, wait).await
     }
 
-    async fn ack(
+    async fn settle(
         &self,
         queue: &str,
         receipts: &[String],
@@ -50,16 +54,20 @@ impl QueueSource for FailingAcks {
                 "injected delete failure"
             )));
         }
-        self.inner.ack(queue, receipts).await
+        self.inner.settle(queue, receipts).await
     }
 
-    async fn change_visibility(
+    async fn put_back(
         &self,
         queue: &str,
         receipt: &str,
         delay: Duration,
     ) -> Result<(), SourceError> {
-        self.inner.change_visibility(queue, receipt, delay).await
+        self.inner.put_back(queue, receipt, delay).await
+    }
+
+    async fn hold(&self, queue: &str, receipt: &str, hold: Duration) -> Result<(), SourceError> {
+        self.inner.hold(queue, receipt, hold).await
     }
 
     async fn send(&self, messages: &[Outgoing]) -> Result<Vec<String>, SourceError> {

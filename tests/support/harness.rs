@@ -204,7 +204,7 @@ pub async fn take_all(
             return all;
         }
         let receipts: Vec<String> = got.iter().map(|m| m.receipt.clone()).collect();
-        source.ack(queue, &receipts).await.expect("delete");
+        source.settle(queue, &receipts).await.expect("delete");
         all.extend(got);
     }
 }

@@ -178,7 +178,7 @@ impl Flusher {
         let queue = self.queue.as_str();
         let handed = batch.len();
         for attempt in 1..=ATTEMPTS {
-            match self.source.ack(queue, &batch).await {
+            match self.source.settle(queue, &batch).await {
                 Ok(results) => {
                     let tried = batch.len();
                     batch = retryable(queue, batch, results);
@@ -254,6 +254,10 @@ mod tests {
 
     #[async_trait]
     impl QueueSource for FirstDeleteHangs {
+        fn capabilities(&self) -> crate::source::Capabilities {
+            self.inner.capabilities()
+        }
+
         async fn receive(
             &self,
             queue: &str,
@@ -264,7 +268,7 @@ mod tests {
             self.inner.receive(queue, max, visibility, wait).await
         }
 
-        async fn ack(
+        async fn settle(
             &self,
             queue: &str,
             receipts: &[String],
@@ -272,16 +276,25 @@ mod tests {
             if self.deletes.fetch_add(1, Ordering::SeqCst) == 0 {
                 std::future::pending::<()>().await;
             }
-            self.inner.ack(queue, receipts).await
+            self.inner.settle(queue, receipts).await
         }
 
-        async fn change_visibility(
+        async fn put_back(
             &self,
             queue: &str,
             receipt: &str,
             delay: Duration,
         ) -> Result<(), SourceError> {
-            self.inner.change_visibility(queue, receipt, delay).await
+            self.inner.put_back(queue, receipt, delay).await
+        }
+
+        async fn hold(
+            &self,
+            queue: &str,
+            receipt: &str,
+            hold: Duration,
+        ) -> Result<(), SourceError> {
+            self.inner.hold(queue, receipt, hold).await
         }
 
         async fn send(&self, messages: &[Outgoing]) -> Result<Vec<String>, SourceError> {

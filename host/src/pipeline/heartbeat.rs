@@ -155,11 +155,7 @@ async fn extend(queue: &QueueCtx, receipt: &str, lease: &Lease) {
         }
     }
     let queue_name = &queue.config.name;
-    if let Err(e) = shared
-        .source
-        .change_visibility(queue_name, receipt, visibility)
-        .await
-    {
+    if let Err(e) = shared.source.hold(queue_name, receipt, visibility).await {
         let op = Operation::ChangeVisibility;
         if let Some(held_back) = shared.stats.record_failure(op, e.is_timeout()) {
             tracing::warn!(queue = %queue_name, operation = op.name(), error = %e, held_back, "could not extend visibility");
@@ -244,12 +240,7 @@ async fn keep_hidden(
         }
         for receipt in waiting.iter() {
             let name = &queue.config.name;
-            if let Err(e) = queue
-                .shared
-                .source
-                .change_visibility(name, receipt, visibility)
-                .await
-            {
+            if let Err(e) = queue.shared.source.hold(name, receipt, visibility).await {
                 let op = Operation::ChangeVisibility;
                 if let Some(held_back) = queue.shared.stats.record_failure(op, e.is_timeout()) {
                     tracing::warn!(queue = %name, operation = op.name(), error = %e, held_back, "could not keep a waiting message hidden");

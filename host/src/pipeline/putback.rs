@@ -72,7 +72,7 @@ async fn send(source: Arc<dyn QueueSource>, queue: String, batch: Vec<Request>) 
     let (entries, replies): (Vec<_>, Vec<_>) = (batch.into_iter())
         .map(|(receipt, delay, reply)| ((receipt, delay), reply))
         .unzip();
-    match source.change_visibility_batch(&queue, &entries).await {
+    match source.put_back_batch(&queue, &entries).await {
         Ok(results) if results.len() == replies.len() => {
             for (reply, result) in replies.into_iter().zip(results) {
                 let _ = reply.send(result);
@@ -124,6 +124,9 @@ mod tests {
 
     #[async_trait::async_trait]
     impl QueueSource for Counting {
+        fn capabilities(&self) -> crate::source::Capabilities {
+            self.inner.capabilities()
+        }
         async fn receive(
             &self,
             queue: &str,
@@ -133,23 +136,31 @@ mod tests {
         ) -> Result<Vec<crate::message::Received>, SourceError> {
             self.inner.receive(queue, max, visibility, wait).await
         }
-        async fn ack(
+        async fn settle(
             &self,
             queue: &str,
             receipts: &[String],
         ) -> Result<Vec<Result<(), SourceError>>, SourceError> {
-            self.inner.ack(queue, receipts).await
+            self.inner.settle(queue, receipts).await
         }
-        async fn change_visibility(
+        async fn put_back(
             &self,
             queue: &str,
             receipt: &str,
             delay: Duration,
         ) -> Result<(), SourceError> {
             self.singles.fetch_add(1, Ordering::Relaxed);
-            self.inner.change_visibility(queue, receipt, delay).await
+            self.inner.put_back(queue, receipt, delay).await
         }
-        async fn change_visibility_batch(
+        async fn hold(
+            &self,
+            queue: &str,
+            receipt: &str,
+            hold: Duration,
+        ) -> Result<(), SourceError> {
+            self.inner.hold(queue, receipt, hold).await
+        }
+        async fn put_back_batch(
             &self,
             queue: &str,
             entries: &[(String, Duration)],
@@ -157,7 +168,7 @@ mod tests {
             self.batches.fetch_add(1, Ordering::Relaxed);
             let mut results = Vec::new();
             for (receipt, delay) in entries {
-                results.push(self.inner.change_visibility(queue, receipt, *delay).await);
+                results.push(self.inner.put_back(queue, receipt, *delay).await);
             }
             Ok(results)
         }

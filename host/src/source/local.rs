@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, Transaction, params};
 use tokio::sync::Notify;
 
-use super::{QueueDepth, QueueSource, SourceError};
+use super::{Capabilities, Holds, QueueDepth, QueueSource, SourceError};
 use crate::message::{Attribute, Outgoing, Received, now_ms, rules};
 use crate::sqlite::Db;
 
@@ -263,6 +263,16 @@ fn insert(c: &Connection, msg: &Outgoing, id: &str, now: i64) -> anyhow::Result<
 
 #[async_trait]
 impl QueueSource for LocalQueue {
+    /// A visibility timeout hides a delivery until it lapses; a put-back and a hold are both a
+    /// change of it; the receive count is kept per message.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            delay: true,
+            holds: Holds::Expire,
+            delivery_count: true,
+        }
+    }
+
     async fn receive(
         &self,
         queue: &str,
@@ -283,7 +293,7 @@ impl QueueSource for LocalQueue {
         }
     }
 
-    async fn ack(
+    async fn settle(
         &self,
         queue: &str,
         receipts: &[String],
@@ -317,7 +327,7 @@ impl QueueSource for LocalQueue {
             .collect())
     }
 
-    async fn change_visibility(
+    async fn put_back(
         &self,
         queue: &str,
         receipt: &str,
@@ -342,6 +352,10 @@ impl QueueSource for LocalQueue {
         } else {
             Err(SourceError::ReceiptExpired)
         }
+    }
+
+    async fn hold(&self, queue: &str, receipt: &str, hold: Duration) -> Result<(), SourceError> {
+        self.put_back(queue, receipt, hold).await
     }
 
     async fn send(&self, messages: &[Outgoing]) -> Result<Vec<String>, SourceError> {
@@ -400,15 +414,13 @@ mod tests {
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].receive_count, 1);
         assert!(q.receive("q", 10, VIS, NOW).await.unwrap().is_empty());
-        q.change_visibility("q", &got[0].receipt, NOW)
-            .await
-            .unwrap();
+        q.put_back("q", &got[0].receipt, NOW).await.unwrap();
         let again = q.receive("q", 10, VIS, NOW).await.unwrap();
         assert_eq!(again[0].id, got[0].id);
         assert_eq!(again[0].receive_count, 2);
         // The first receipt is stale now; the second deletes.
         let acks = q
-            .ack("q", &[got[0].receipt.clone(), again[0].receipt.clone()])
+            .settle("q", &[got[0].receipt.clone(), again[0].receipt.clone()])
             .await
             .unwrap();
         assert!(matches!(acks[0], Err(SourceError::ReceiptExpired)));
@@ -422,9 +434,7 @@ mod tests {
         q.send(&[Outgoing::new("q", "poison")]).await.unwrap();
         for _ in 0..2 {
             let got = q.receive("q", 1, VIS, NOW).await.unwrap();
-            q.change_visibility("q", &got[0].receipt, NOW)
-                .await
-                .unwrap();
+            q.put_back("q", &got[0].receipt, NOW).await.unwrap();
         }
         assert!(q.receive("q", 1, VIS, NOW).await.unwrap().is_empty());
         let dead = q.receive("q-dlq", 1, VIS, NOW).await.unwrap();
@@ -451,7 +461,9 @@ mod tests {
         let first = q.receive("q.fifo", 10, VIS, NOW).await.unwrap();
         let bodies: Vec<_> = first.iter().map(|m| m.body.clone()).collect();
         assert_eq!(bodies, vec![b"a1".to_vec(), b"b1".to_vec()]);
-        q.ack("q.fifo", &[first[0].receipt.clone()]).await.unwrap();
+        q.settle("q.fifo", &[first[0].receipt.clone()])
+            .await
+            .unwrap();
         let next = q.receive("q.fifo", 10, VIS, NOW).await.unwrap();
         assert_eq!(next.len(), 1);
         assert_eq!(next[0].body, b"a2");

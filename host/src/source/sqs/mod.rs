@@ -32,7 +32,7 @@ use aws_sdk_sqs::types::QueueAttributeName;
 
 use self::json::shapes::{self, BatchAnswer};
 use self::json::{CallError, JsonClient};
-use super::{QueueDepth, QueueSource, SourceError};
+use super::{Capabilities, Holds, QueueDepth, QueueSource, SourceError};
 use crate::aws::{ATTEMPTS, AwsDeadlines, AwsSettings, Failure};
 use crate::message::{Outgoing, Received};
 use crate::message::{rules, wire};
@@ -314,6 +314,16 @@ impl SqsQueue {
 
 #[async_trait]
 impl QueueSource for SqsQueue {
+    /// A visibility timeout hides a delivery until it lapses; a put-back and a hold are both a
+    /// change of it; the receive count is kept per message.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            delay: true,
+            holds: Holds::Expire,
+            delivery_count: true,
+        }
+    }
+
     async fn receive(
         &self,
         queue: &str,
@@ -355,7 +365,7 @@ impl QueueSource for SqsQueue {
             .collect())
     }
 
-    async fn ack(
+    async fn settle(
         &self,
         queue: &str,
         receipts: &[String],
@@ -378,7 +388,7 @@ impl QueueSource for SqsQueue {
         Ok(batch::entry_results(receipts.len(), &out.failed))
     }
 
-    async fn change_visibility(
+    async fn put_back(
         &self,
         queue: &str,
         receipt: &str,
@@ -404,13 +414,13 @@ impl QueueSource for SqsQueue {
             })
     }
 
-    async fn change_visibility_batch(
+    async fn put_back_batch(
         &self,
         queue: &str,
         entries: &[(String, Duration)],
     ) -> Result<Vec<Result<(), SourceError>>, SourceError> {
         if let [(receipt, delay)] = entries {
-            return Ok(vec![self.change_visibility(queue, receipt, *delay).await]);
+            return Ok(vec![self.put_back(queue, receipt, *delay).await]);
         }
         let url = self.url(queue).await?;
         let request = shapes::Batch {
@@ -434,6 +444,10 @@ impl QueueSource for SqsQueue {
             .await
             .map_err(|e| failed(&format!("changing visibility in `{queue}`"), e))?;
         Ok(batch::entry_results(entries.len(), &out.failed))
+    }
+
+    async fn hold(&self, queue: &str, receipt: &str, hold: Duration) -> Result<(), SourceError> {
+        self.put_back(queue, receipt, hold).await
     }
 
     async fn send(&self, messages: &[Outgoing]) -> Result<Vec<String>, SourceError> {
