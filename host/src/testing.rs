@@ -36,6 +36,19 @@ pub async fn assert_store_conforms(store: Arc<dyn Store>, prefix: &str) {
     qhost_store::conformance::assert_conforms(store, prefix).await;
 }
 
+/// Makes a new, empty queue for a case of the source suite (see [`assert_source_conforms`]).
+pub use qhost_source::conformance::NewQueue;
+
+/// Runs the source contract's conformance suite on `source` (every case at once, each on
+/// queues `new_queue` makes for it); panics naming each case that failed.
+pub async fn assert_source_conforms(
+    source: Arc<dyn QueueSource>,
+    new_queue: NewQueue,
+    label: &str,
+) {
+    qhost_source::conformance::assert_conforms(source, new_queue, label).await;
+}
+
 /// How long the plugins directory's watcher waits for a copy to settle.
 pub const WATCH_DEBOUNCE: std::time::Duration = crate::plugin::watch::DEBOUNCE;
 

@@ -746,3 +746,18 @@ async fn busy_copies_of_one_key_go_back_together_and_run_once() {
         sqs_requests()
     );
 }
+
+/// The source contract's conformance suite (the one the embedded queue runs in its unit tests)
+/// on the SQS-compatible server, through qhost's SQS client: every case on queues of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn sqs_conforms_to_the_source_contract() {
+    let source = Arc::new(qhost_e2e::sqs_server::patient_queue(endpoint()));
+    let new_queue: qhost::testing::NewQueue = Arc::new(|name, fifo| {
+        let name = unique(&format!("conf-{name}{}", if fifo { ".fifo" } else { "" }));
+        Box::pin(async move {
+            create_queue(&name, &[]).await;
+            name
+        })
+    });
+    qhost::testing::assert_source_conforms(source, new_queue, "SQS").await;
+}

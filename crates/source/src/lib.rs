@@ -11,6 +11,13 @@
 //! A delivery is named by its receipt (`Received::receipt`): an opaque handle the source gave
 //! it (an SQS receipt handle, a delivery tag, a reply subject, a row id with its read count).
 
+#[cfg(feature = "conformance")]
+#[allow(
+    clippy::unwrap_used,
+    reason = "a test suite: a source call that fails fails its case, with the error"
+)]
+pub mod conformance;
+
 use std::time::Duration;
 
 use async_trait::async_trait;

@@ -392,6 +392,18 @@ impl QueueSource for LocalQueue {
 mod tests {
     use super::*;
 
+    /// The source contract's suite on the embedded queue (its queues need no creating).
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_embedded_queue_conforms() {
+        let queue = Arc::new(LocalQueue::open(None, HashMap::new()).unwrap());
+        let new_queue: qhost_source::conformance::NewQueue = Arc::new(|name, fifo| {
+            let tag = uuid::Uuid::new_v4().simple().to_string();
+            let name = format!("{name}-{}{}", &tag[..8], if fifo { ".fifo" } else { "" });
+            Box::pin(async move { name })
+        });
+        qhost_source::conformance::assert_conforms(queue, new_queue, "embedded queue").await;
+    }
+
     fn queue() -> LocalQueue {
         let redrive = HashMap::from([(
             "q".to_string(),

@@ -1,0 +1,73 @@
+//! Holds: a received delivery is held from other consumers; put back, it comes again after its
+//! delay (or at once, given back); kept, it stays held past its first hold; left, it comes back
+//! when its hold lapses. Each delivery counts.
+
+use std::time::{Duration, Instant};
+
+use super::{Fixture, LONG, cases};
+
+cases! {
+    "holds: a delivery put back comes again after its delay, counted" => put_back_after_a_delay,
+    "holds: a delivery given back comes again at once" => given_back,
+    "holds: a kept hold outlives its first time, and a lapsed one lets the delivery come back" => kept_and_lapsed,
+}
+
+async fn put_back_after_a_delay(f: Fixture) {
+    let q = f.queue().await;
+    f.send(&q, &["retry"], None).await;
+    let got = f.receive_n(&q, 1, LONG, Duration::from_secs(10)).await;
+    let put_back = Instant::now();
+    f.source
+        .put_back(&q, &got[0].receipt, Duration::from_secs(3))
+        .await
+        .unwrap();
+    let early = f.receive(&q, 1, LONG, Duration::from_secs(1)).await;
+    assert!(early.is_empty(), "not before its delay");
+    let again = f.receive_n(&q, 1, LONG, Duration::from_secs(10)).await;
+    let after = put_back.elapsed();
+    assert_eq!(again.len(), 1, "it comes again");
+    assert!(after >= Duration::from_millis(2900), "after {after:?}");
+    assert_eq!(
+        (again[0].id.as_str(), again[0].receive_count),
+        (got[0].id.as_str(), 2)
+    );
+}
+
+async fn given_back(f: Fixture) {
+    let q = f.queue().await;
+    f.send(&q, &["unrun"], None).await;
+    let got = f.receive_n(&q, 1, LONG, Duration::from_secs(10)).await;
+    f.source
+        .put_back(&q, &got[0].receipt, Duration::ZERO)
+        .await
+        .unwrap();
+    let again = f.receive_n(&q, 1, LONG, Duration::from_secs(3)).await;
+    assert_eq!(again.len(), 1, "at once, not after the minute's hold");
+    assert_eq!(again[0].receive_count, 2);
+}
+
+async fn kept_and_lapsed(f: Fixture) {
+    let q = f.queue().await;
+    f.send(&q, &["long run"], None).await;
+    let hold = Duration::from_secs(2);
+    let got = f.receive_n(&q, 1, hold, Duration::from_secs(10)).await;
+    let received = Instant::now();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    f.source
+        .hold(&q, &got[0].receipt, Duration::from_secs(4))
+        .await
+        .unwrap();
+    // Three seconds after the receive, past its first hold, it is still held...
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let held = f.receive(&q, 1, hold, Duration::ZERO).await;
+    assert!(held.is_empty(), "kept past its first hold");
+    // ...and once the kept hold lapses it comes back, its delivery counted.
+    let back = f.receive_n(&q, 1, hold, Duration::from_secs(8)).await;
+    assert_eq!(back.len(), 1, "back once the hold lapsed");
+    assert!(
+        received.elapsed() >= Duration::from_millis(4900),
+        "{:?}",
+        received.elapsed()
+    );
+    assert_eq!(back[0].receive_count, 2);
+}
