@@ -22,7 +22,7 @@ use crate::idempotency::{Claims, StoreResult};
 /// set it).
 static OFFSET_MS: AtomicI64 = AtomicI64::new(0);
 
-/// Sets this process's clock offset (see [`crate::testing`]).
+/// Sets this process's clock offset (for the test-only `offset_schedule_clock`).
 #[cfg(feature = "test-support")]
 pub(crate) fn offset_by(ms: i64) {
     OFFSET_MS.store(ms, Ordering::Relaxed);

@@ -16,7 +16,6 @@ use super::tick::Tick;
 use crate::config::schedule::{ScheduleConfig, ScheduleTarget};
 use crate::config::{Config, SourceKind};
 use crate::host::open::{open_local, open_sqs, open_store};
-use crate::idempotency::Store;
 use crate::message::now_ms;
 use crate::source::QueueSource;
 
@@ -183,7 +182,7 @@ pub async fn backfill(
         })
     };
     let (from, to) = (time(from, "--from")?, time(to, "--to")?);
-    let (store, source) = open(config, s).await?;
+    let store = open_store(config).await?;
     let clock = FleetClock::measure(store.as_ref()).await?;
     let now = clock.now();
     let oldest = now
@@ -202,6 +201,7 @@ pub async fn backfill(
             "backfill from {from} to {to} holds more than {MAX_BACKFILL} ticks: backfill a shorter range at a time"
         );
     }
+    let source = open_target(config, s).await?;
     let mut done = Backfilled {
         fired: Vec::new(),
         already: 0,
@@ -220,7 +220,7 @@ pub async fn backfill(
     record::update(store.as_ref(), &key, |r| {
         r.fired += fired;
         if let Some(t) = last {
-            r.fired(Tick::at(name, t).fired(&host, clock.now_ms(), clock.skew_ms()));
+            r.fired(Tick::at(name, t).fired(&host, &clock));
         }
         fired > 0
     })
@@ -231,13 +231,14 @@ pub async fn backfill(
 /// Fires one extra tick of schedule `name` now, keyed by this moment: its tick label.
 pub async fn fire_now(config: &Config, name: &str) -> anyhow::Result<String> {
     let s = named(config, name)?;
-    let (store, source) = open(config, s).await?;
+    let store = open_store(config).await?;
+    let source = open_target(config, s).await?;
     let clock = FleetClock::measure(store.as_ref()).await?;
     let tick = Tick::by_hand(name, clock.now());
     fire(store.as_ref(), source.as_ref(), &config.namespace, s, &tick).await?;
     let (key, fired) = (
         record::key(&config.namespace, name),
-        tick.fired(&host_name(), clock.now_ms(), clock.skew_ms()),
+        tick.fired(&host_name(), &clock),
     );
     record::update(store.as_ref(), &key, |r| {
         r.fired += 1;
@@ -248,19 +249,14 @@ pub async fn fire_now(config: &Config, name: &str) -> anyhow::Result<String> {
     Ok(tick.label())
 }
 
-/// The store, and the queue backend with `s`'s target queue.
-async fn open(
-    config: &Config,
-    s: &ScheduleConfig,
-) -> anyhow::Result<(Arc<dyn Store>, Arc<dyn QueueSource>)> {
-    let store = open_store(config).await?;
-    let source: Arc<dyn QueueSource> = match &config.source {
+/// The queue backend, with `s`'s target queue.
+async fn open_target(config: &Config, s: &ScheduleConfig) -> anyhow::Result<Arc<dyn QueueSource>> {
+    Ok(match &config.source {
         SourceKind::Local => Arc::new(open_local(config)?),
         SourceKind::Sqs(settings) => {
             Arc::new(open_sqs(config, settings, Some(&[s.target.queue()])).await?)
         }
-    };
-    Ok((store, source))
+    })
 }
 
 /// What `qhost check` says of a schedule: one line, and a problem when there is one.

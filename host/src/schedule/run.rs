@@ -287,7 +287,7 @@ impl Scheduler {
                 // A claimant records its tick after sending it; one that died first left the
                 // watermark behind it, and the host that sent its message counts it instead.
                 let resent = how == Fired::Resent;
-                let fired = tick.fired(pass.host, pass.clock.now_ms(), pass.clock.skew_ms());
+                let fired = tick.fired(pass.host, &pass.clock);
                 let out = record::update(store, key, |r| {
                     if resent && r.through >= Some(t) {
                         return false;
@@ -385,7 +385,7 @@ impl Scheduler {
         if mine {
             self.fired(s, &tick, &how, &pass.clock);
         }
-        let fired = tick.fired(pass.host, pass.clock.now_ms(), pass.clock.skew_ms());
+        let fired = tick.fired(pass.host, &pass.clock);
         let (rec, _) = record::update(self.store.as_ref(), key, |r| {
             r.held == Some(held) && {
                 r.held = None;

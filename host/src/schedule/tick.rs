@@ -10,6 +10,7 @@
 use jiff::Timestamp;
 use serde_json::json;
 
+use super::clock::FleetClock;
 use crate::celery::send::{task_id, task_message};
 use crate::config::schedule::{ScheduleConfig, ScheduleTarget};
 use crate::digest::sha256_hex;
@@ -57,16 +58,15 @@ impl Tick {
         })
     }
 
-    /// What a record keeps of it, fired by `host` at `at_ms` (the fleet's clock) with its clock
-    /// `skew_ms` off the store's.
-    pub(crate) fn fired(&self, host: &str, at_ms: u64, skew_ms: i64) -> super::record::Fired {
+    /// What a record keeps of it, fired by `host` now on the fleet's `clock`.
+    pub(crate) fn fired(&self, host: &str, clock: &FleetClock) -> super::record::Fired {
         super::record::Fired {
             tick: self.at.as_second(),
             label: self.label(),
             by_hand: self.by_hand,
             host: host.to_string(),
-            at_ms,
-            skew_ms,
+            at_ms: clock.now_ms(),
+            skew_ms: clock.skew_ms(),
         }
     }
 
