@@ -87,7 +87,7 @@ impl Host {
     /// A host with the backends and plugins the configuration names.
     pub async fn from_config(config: Config) -> anyhow::Result<Self> {
         let plugins = open_plugins(&config).await?;
-        let source = open_source(&config)
+        let source = open_source(&config, None)
             .await
             .context("opening the queue backend")?;
         Self::with_plugins(config, source, plugins).await

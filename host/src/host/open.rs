@@ -124,13 +124,17 @@ fn redrives(config: &Config) -> HashMap<String, Redrive> {
         .collect()
 }
 
-/// Opens the queue backend the configuration names. For SQS, every consumed queue and its
-/// dead-letter queue must exist: a missing one (or an unreachable endpoint) is one clear error
-/// here, not a stream of failures later.
-pub(crate) async fn open_source(config: &Config) -> anyhow::Result<Arc<dyn QueueSource>> {
+/// Opens the queue backend the configuration names: the one place a source kind becomes a
+/// source. For SQS, the queues must exist: `only` these, or every consumed queue and its
+/// dead-letter queue; a missing one (or an unreachable endpoint) is one clear error here, not
+/// a stream of failures later.
+pub(crate) async fn open_source(
+    config: &Config,
+    only: Option<&[&str]>,
+) -> anyhow::Result<Arc<dyn QueueSource>> {
     match &config.source {
         SourceKind::Local => Ok(Arc::new(open_local(config)?)),
-        SourceKind::Sqs(settings) => Ok(Arc::new(open_sqs(config, settings, None).await?)),
+        SourceKind::Sqs(settings) => Ok(Arc::new(open_sqs(config, settings, only).await?)),
     }
 }
 

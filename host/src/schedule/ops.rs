@@ -13,9 +13,9 @@ use super::fire::{Fired, fire};
 use super::host_name;
 use super::record::{self, Paused, ScheduleRecord};
 use super::tick::Tick;
+use crate::config::Config;
 use crate::config::schedule::{ScheduleConfig, ScheduleTarget};
-use crate::config::{Config, SourceKind};
-use crate::host::open::{open_local, open_sqs, open_store};
+use crate::host::open::{open_source, open_store};
 use crate::message::now_ms;
 use crate::source::QueueSource;
 
@@ -251,12 +251,7 @@ pub async fn fire_now(config: &Config, name: &str) -> anyhow::Result<String> {
 
 /// The queue backend, with `s`'s target queue.
 async fn open_target(config: &Config, s: &ScheduleConfig) -> anyhow::Result<Arc<dyn QueueSource>> {
-    Ok(match &config.source {
-        SourceKind::Local => Arc::new(open_local(config)?),
-        SourceKind::Sqs(settings) => {
-            Arc::new(open_sqs(config, settings, Some(&[s.target.queue()])).await?)
-        }
-    })
+    open_source(config, Some(&[s.target.queue()])).await
 }
 
 /// What `qhost check` says of a schedule: one line, and a problem when there is one.
