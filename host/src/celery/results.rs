@@ -21,7 +21,6 @@ use std::time::{Duration, SystemTime};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde_json::json;
-use time::OffsetDateTime;
 use tokio::sync::OnceCell;
 
 use super::task::iso8601;
@@ -121,7 +120,7 @@ fn meta(id: &str, state: &TaskState, now: SystemTime) -> String {
             json!({"exc_type": "TaskRejected", "exc_message": [reason], "exc_module": null}),
         ),
     };
-    let date_done = iso8601(OffsetDateTime::from(now));
+    let date_done = iso8601(now);
     json!({
         "status": status,
         "result": result,

@@ -18,7 +18,6 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 use sha2::{Digest as _, Sha256};
-use time::OffsetDateTime;
 
 use super::task::iso8601;
 
@@ -176,9 +175,7 @@ fn later(now: SystemTime, secs: &Value, field: &str) -> Result<String, String> {
     let secs = (secs.as_f64())
         .filter(|s| s.is_finite() && *s >= 0.0 && *s <= 365.0 * 86_400.0)
         .ok_or_else(|| format!("a Celery task's `{field}` is seconds from now (0 to a year)"))?;
-    Ok(iso8601(OffsetDateTime::from(
-        now + Duration::from_secs_f64(secs),
-    )))
+    Ok(iso8601(now + Duration::from_secs_f64(secs)))
 }
 
 #[cfg(test)]

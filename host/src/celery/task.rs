@@ -4,9 +4,10 @@
 
 use std::time::{Duration, SystemTime};
 
+use jiff::Timestamp;
+use jiff::civil::DateTime;
+use jiff::tz::TimeZone;
 use serde_json::{Map, Value, json};
-use time::OffsetDateTime;
-use time::format_description::well_known::Iso8601;
 
 use super::DecodeError;
 use crate::message::Attribute;
@@ -81,7 +82,7 @@ pub(crate) struct Stamp {
     /// The ISO 8601 text.
     pub(crate) text: String,
     /// The instant (a time without an offset is UTC, Celery's default).
-    pub(crate) at: OffsetDateTime,
+    pub(crate) at: Timestamp,
 }
 
 impl Task {
@@ -99,15 +100,13 @@ impl Task {
     /// How long until the task is due, if it is not yet.
     pub(crate) fn due_in(&self, now: SystemTime) -> Option<Duration> {
         let eta = self.eta.as_ref()?;
-        let now = OffsetDateTime::from(now);
-        (eta.at > now).then(|| (eta.at - now).unsigned_abs())
+        let now = instant(now);
+        (eta.at > now).then(|| eta.at.duration_since(now).unsigned_abs())
     }
 
     /// Whether the task expired before `now`.
     pub(crate) fn expired(&self, now: SystemTime) -> bool {
-        self.expires
-            .as_ref()
-            .is_some_and(|e| e.at <= OffsetDateTime::from(now))
+        self.expires.as_ref().is_some_and(|e| e.at <= instant(now))
     }
 
     /// The body the handler is given: the task as one JSON object.
@@ -141,19 +140,28 @@ impl Task {
     }
 }
 
-/// `at` as Celery writes times: ISO 8601 with microseconds and the offset (`+00:00`).
-pub(crate) fn iso8601(at: OffsetDateTime) -> String {
-    let at = at.to_offset(time::UtcOffset::UTC);
+/// `at` as Celery writes times: ISO 8601 in UTC with microseconds and the offset (`+00:00`).
+pub(crate) fn iso8601(at: SystemTime) -> String {
+    let at = instant(at).to_zoned(TimeZone::UTC);
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}+00:00",
         at.year(),
-        u8::from(at.month()),
+        at.month(),
         at.day(),
         at.hour(),
         at.minute(),
         at.second(),
-        at.microsecond()
+        at.subsec_nanosecond() / 1000
     )
+}
+
+/// A system time as an instant (one outside jiff's range, years -9999 to 9999, is the
+/// nearest end).
+fn instant(at: SystemTime) -> Timestamp {
+    Timestamp::try_from(at).unwrap_or(match at < SystemTime::UNIX_EPOCH {
+        true => Timestamp::MIN,
+        false => Timestamp::MAX,
+    })
 }
 
 /// Reads a task from kombu's headers and its decoded body.
@@ -261,9 +269,10 @@ fn stamp(from: &Map<String, Value>, field: &str) -> Result<Option<Stamp>, Decode
     let Some(text) = text(from, field)? else {
         return Ok(None);
     };
-    let at = OffsetDateTime::parse(&text, &Iso8601::DEFAULT)
+    let at = (text.parse::<Timestamp>())
         .or_else(|_| {
-            time::PrimitiveDateTime::parse(&text, &Iso8601::DEFAULT).map(|t| t.assume_utc())
+            let civil = text.parse::<DateTime>()?;
+            civil.to_zoned(TimeZone::UTC).map(|t| t.timestamp())
         })
         .map_err(|e| protocol(&format!("`{field}` `{text}` is not an ISO 8601 time: {e}")))?;
     Ok(Some(Stamp { text, at }))

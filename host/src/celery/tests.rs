@@ -206,6 +206,19 @@ fn eta_and_expires_say_when_a_task_is_due_and_when_it_is_too_late() {
     assert!(!task.expired(at(3_599)), "an offset-less time is UTC");
     assert!(task.expired(at(3_600)));
 
+    // The same instant written with another offset, or as Zulu time.
+    for eta in ["2030-01-01T02:00:10.5+02:00", "2030-01-01T00:00:10.500Z"] {
+        let mut headers = v2_headers("t", "e");
+        headers["eta"] = json!(eta);
+        let raw = kombu(headers, "application/json", b"[[], {}, {}]");
+        let task = decode(&raw, JSON).unwrap();
+        assert_eq!(
+            task.due_in(at(0)),
+            Some(Duration::from_millis(10_500)),
+            "{eta}"
+        );
+    }
+
     let mut headers = v2_headers("t", "e");
     headers["eta"] = json!("next tuesday");
     let raw = kombu(headers, "application/json", b"[[], {}, {}]");
