@@ -49,23 +49,26 @@ async fn given_back(f: Fixture) {
 async fn kept_and_lapsed(f: Fixture) {
     let q = f.queue().await;
     f.send(&q, &["long run"], None).await;
-    let hold = Duration::from_secs(2);
-    let got = f.receive_n(&q, 1, hold, Duration::from_secs(10)).await;
+    // Held for 4 s, kept at 1 s for 6 s more: visible again about 7 s after the receive. The
+    // margins (3 s to keep it, 2 s to look) hold on a loaded machine.
+    let got = f
+        .receive_n(&q, 1, Duration::from_secs(4), Duration::from_secs(10))
+        .await;
     let received = Instant::now();
     tokio::time::sleep(Duration::from_secs(1)).await;
     f.source
-        .hold(&q, &got[0].receipt, Duration::from_secs(4))
+        .hold(&q, &got[0].receipt, Duration::from_secs(6))
         .await
         .unwrap();
-    // Three seconds after the receive, past its first hold, it is still held...
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let held = f.receive(&q, 1, hold, Duration::ZERO).await;
+    // Five seconds after the receive, past its first hold, it is still held...
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let held = f.receive(&q, 1, LONG, Duration::ZERO).await;
     assert!(held.is_empty(), "kept past its first hold");
     // ...and once the kept hold lapses it comes back, its delivery counted.
-    let back = f.receive_n(&q, 1, hold, Duration::from_secs(8)).await;
+    let back = f.receive_n(&q, 1, LONG, Duration::from_secs(10)).await;
     assert_eq!(back.len(), 1, "back once the hold lapsed");
     assert!(
-        received.elapsed() >= Duration::from_millis(4900),
+        received.elapsed() >= Duration::from_millis(6900),
         "{:?}",
         received.elapsed()
     );
