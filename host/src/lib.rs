@@ -18,8 +18,8 @@
 //! | `idempotency`   | the store: its contract is the `qhost-store` crate's (leases and     |
 //! |                 | completed records, shared records, the fleet-wide rate, state reads, |
 //! |                 | claims and the store's clock, flow slots, what a completion commits, |
-//! |                 | the conformance suite); here, the keys the host derives and the two  |
-//! |                 | backends it ships (`local`, `redis`)                                 |
+//! |                 | the conformance suite); here, the keys the host derives; `local` and |
+//! |                 | `redis`, the `qhost-store-local` and `qhost-store-redis` crates       |
 //! | `handler`       | the invocation contract: message in, outcome out (`handler::Invoke`) |
 //! | `runtime`       | how one wasm call runs: engine, bindings, guest state, limits,       |
 //! |                 | outbound HTTP by grant (`runtime::http`); imports nothing of `plugin` |
@@ -85,7 +85,7 @@ mod host;
 mod idempotency;
 mod kv;
 mod logging;
-// The workspace's leaf crate, under the names the modules have always used.
+// The workspace's lower crates, under the module names the host's code has always used.
 pub(crate) use qhost_message as message;
 pub(crate) use qhost_message::digest;
 pub(crate) use qhost_redis_link as redis_link;
