@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use futures_util::FutureExt as _;
 use futures_util::future::BoxFuture;
 
-use super::{Admit, Effects, Format, KeyBasis, Route, Run, View};
+use super::{Admit, Effects, Format, KeyBasis, Route, Run, Unreadable, View};
 use crate::celery::follow::{self, FollowUp};
 use crate::celery::results::{ResultBackend, TaskState};
 use crate::celery::{self as decode, ContentType, Task};
@@ -90,8 +90,8 @@ impl Format for Celery {
         _: &Received,
         body: &[u8],
         attributes: &[Attribute],
-    ) -> Result<Vec<Run>, String> {
-        let task = decode::decode(body, &self.accept).map_err(|e| e.to_string())?;
+    ) -> Result<Vec<Run>, Unreadable> {
+        let task = decode::decode(body, &self.accept)?;
         let route = Route::Named {
             names: vec![task.name.clone()],
             noun: "task",

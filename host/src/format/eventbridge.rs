@@ -11,7 +11,7 @@
 
 use serde_json::Value;
 
-use super::{Format, KeyBasis, Route, Run, View, push_text};
+use super::{Format, KeyBasis, Route, Run, Unreadable, View, push_text};
 use crate::message::{Attribute, Received};
 
 /// The EventBridge format.
@@ -35,7 +35,7 @@ impl Format for EventBridge {
         _: &Received,
         body: &[u8],
         attributes: &[Attribute],
-    ) -> Result<Vec<Run>, String> {
+    ) -> Result<Vec<Run>, Unreadable> {
         let refused = |why: String| format!("not an EventBridge event: {why}");
         let event: Value = serde_json::from_slice(body).map_err(|e| refused(e.to_string()))?;
         let text = |field: &str| event.get(field).and_then(Value::as_str);
@@ -156,7 +156,8 @@ mod tests {
         for (body, says) in cases {
             let refused = EventBridge
                 .read(&received(&body), body.as_bytes(), &[])
-                .unwrap_err();
+                .unwrap_err()
+                .to_string();
             assert!(refused.contains(says), "{body}: {refused}");
         }
     }

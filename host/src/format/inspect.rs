@@ -57,7 +57,7 @@ pub fn inspect(
         ..queue.cloned().unwrap_or_else(|| config.queues[0].clone())
     };
     let reader = Formats::open(config).for_queue(&named);
-    let runs = reader.read(msg, &msg.body, &msg.attributes)?;
+    let runs = (reader.read(msg, &msg.body, &msg.attributes)).map_err(|e| e.to_string())?;
     let runs = runs.into_iter().map(|run| {
         let plugin = queue.map(|q| plugin_for(q, &run));
         let manifest = (plugin.as_ref().and_then(|p| p.as_ref().ok()))

@@ -52,6 +52,26 @@ use crate::message::{Attribute, Outgoing, Received};
 use crate::plugin::Plugin;
 use crate::plugin::manifest::Manifest;
 
+/// Why a message is not what its queue's format says it is. It is dead-lettered with this as
+/// its reason: no other delivery of it reads differently.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Unreadable {
+    /// A Celery message kombu's rules do not decode (a pickle, a content type not accepted, a
+    /// body or header that is not a task).
+    #[error(transparent)]
+    Celery(#[from] crate::celery::DecodeError),
+    /// Not the envelope the format reads (SNS, EventBridge, an S3 event notification): what
+    /// it is not, and why.
+    #[error("{0}")]
+    Envelope(String),
+}
+
+impl From<String> for Unreadable {
+    fn from(why: String) -> Self {
+        Unreadable::Envelope(why)
+    }
+}
+
 /// How a queue's messages are read.
 pub(crate) trait Format: Send + Sync + std::fmt::Debug {
     /// Reads `msg`, whose body and attributes are `body` and `attributes` (an offloaded
@@ -62,7 +82,7 @@ pub(crate) trait Format: Send + Sync + std::fmt::Debug {
         msg: &Received,
         body: &[u8],
         attributes: &[Attribute],
-    ) -> Result<Vec<Run>, String>;
+    ) -> Result<Vec<Run>, Unreadable>;
 
     /// Whether reading needs the body: a message that points to its payload then has it
     /// fetched before it is read. qhost's own format reads only attributes, so its payloads
@@ -366,5 +386,38 @@ pub(crate) mod tests {
         crate::message::find_attribute(attributes, name)
             .and_then(Attribute::text)
             .map(str::to_string)
+    }
+
+    /// What a format cannot read comes back as what it is: Celery's decode error as itself (a
+    /// caller can tell a pickle apart), an envelope's as its reason; either is the text a
+    /// dead letter carries.
+    #[test]
+    fn an_unreadable_message_says_what_it_is_not() {
+        use super::{Formats, Unreadable};
+        use crate::celery::DecodeError;
+        use crate::celery::fixtures::{kombu, v2_headers};
+        use crate::config::Config;
+        let config = Config::parse(
+            "[[queue]]\nname = \"c\"\nplugin = \"p\"\nformat = \"celery\"\n[[queue]]\nname = \"s\"\nplugin = \"p\"\nformat = \"sns\"\n",
+        )
+        .unwrap();
+        let formats = Formats::default();
+        let celery = formats.for_queue(&config.queues[0]);
+        let pickled = kombu(
+            v2_headers("t", "id"),
+            "application/x-python-serialize",
+            b"x",
+        );
+        let msg = received(&String::from_utf8_lossy(&pickled));
+        let error = celery.read(&msg, &msg.body, &[]).unwrap_err();
+        assert_eq!(error, Unreadable::Celery(DecodeError::Pickle));
+        assert!(error.to_string().contains("(pickle) is refused"), "{error}");
+        let sns = formats.for_queue(&config.queues[1]);
+        let msg = received("{}");
+        let error = sns.read(&msg, &msg.body, &[]).unwrap_err();
+        assert!(
+            matches!(&error, Unreadable::Envelope(why) if why.starts_with("not an SNS notification")),
+            "{error:?}"
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! the route is the default plugin, or the plugin the queue's route attribute names (one of the
 //! queue's routes, never another: a message cannot choose a plugin the queue does not list).
 
-use super::{Format, KeyBasis, Route, Run};
+use super::{Format, KeyBasis, Route, Run, Unreadable};
 use crate::message::{Attribute, Received, find_attribute};
 
 /// The bare-body format, with the queue's route attribute.
@@ -19,7 +19,12 @@ impl Qhost {
 }
 
 impl Format for Qhost {
-    fn read(&self, _: &Received, _: &[u8], attributes: &[Attribute]) -> Result<Vec<Run>, String> {
+    fn read(
+        &self,
+        _: &Received,
+        _: &[u8],
+        attributes: &[Attribute],
+    ) -> Result<Vec<Run>, Unreadable> {
         let chosen = (self.route_attribute.as_ref()).and_then(|attribute| {
             let value = find_attribute(attributes, attribute).and_then(Attribute::text)?;
             Some(Route::Chosen {

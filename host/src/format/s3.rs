@@ -16,7 +16,7 @@
 use serde_json::Value;
 
 use super::sns::Notification;
-use super::{Format, KeyBasis, Route, Run, View, push_text};
+use super::{Format, KeyBasis, Route, Run, Unreadable, View, push_text};
 use crate::message::{Attribute, Received};
 
 /// The S3 event format.
@@ -29,7 +29,7 @@ impl Format for S3 {
         _: &Received,
         body: &[u8],
         attributes: &[Attribute],
-    ) -> Result<Vec<Run>, String> {
+    ) -> Result<Vec<Run>, Unreadable> {
         let refused = |why: String| format!("not an S3 event notification: {why}");
         let mut value: Value = serde_json::from_slice(body).map_err(|e| refused(e.to_string()))?;
         if Notification::is_one(&value) {
@@ -47,7 +47,8 @@ impl Format for S3 {
             .map(|(i, record)| {
                 run(record, attributes).map_err(|why| refused(format!("record {}: {why}", i + 1)))
             })
-            .collect()
+            .collect::<Result<_, String>>()
+            .map_err(Unreadable::from)
     }
 }
 
@@ -200,7 +201,8 @@ mod tests {
         assert_eq!(keys(&runs), ["uploads/k/etag:d41d8cd9"]);
         r["s3"]["object"].as_object_mut().unwrap().remove("eTag");
         let body = serde_json::json!({"Records": [record("a", "1"), r]}).to_string();
-        let refused = S3.read(&received(&body), body.as_bytes(), &[]).unwrap_err();
+        let refused = S3.read(&received(&body), body.as_bytes(), &[]);
+        let refused = refused.unwrap_err().to_string();
         assert!(
             refused.contains("record 2: neither `s3.object.sequencer`"),
             "{refused}"
@@ -213,7 +215,8 @@ mod tests {
             ),
             ("[]", "no `Records`"),
         ] {
-            let refused = S3.read(&received(body), body.as_bytes(), &[]).unwrap_err();
+            let refused = S3.read(&received(body), body.as_bytes(), &[]);
+            let refused = refused.unwrap_err().to_string();
             assert!(refused.contains(says), "{body}: {refused}");
         }
     }

@@ -15,7 +15,7 @@ use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Format, KeyBasis, Route, Run, View, push_text};
+use super::{Format, KeyBasis, Route, Run, Unreadable, View, push_text};
 use crate::message::{Attribute, AttributeValue, Received};
 
 /// The SNS format.
@@ -28,7 +28,7 @@ impl Format for Sns {
         _: &Received,
         body: &[u8],
         attributes: &[Attribute],
-    ) -> Result<Vec<Run>, String> {
+    ) -> Result<Vec<Run>, Unreadable> {
         let note = Notification::parse(body)?;
         let route = Route::Named {
             names: vec![note.topic_arn.clone(), note.topic_name().to_string()],
@@ -234,7 +234,8 @@ mod tests {
         for (body, says) in cases {
             let refused = Sns
                 .read(&received(&body), body.as_bytes(), &[])
-                .unwrap_err();
+                .unwrap_err()
+                .to_string();
             assert!(refused.contains(says), "{body}: {refused}");
         }
     }

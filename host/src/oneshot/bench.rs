@@ -180,7 +180,7 @@ impl Bench {
         format: &dyn Format,
         ledger: Option<&Arc<Ledger>>,
     ) -> Result<Vec<Ran>, String> {
-        let runs = format.read(msg, &msg.body, &msg.attributes)?;
+        let runs = (format.read(msg, &msg.body, &msg.attributes)).map_err(|e| e.to_string())?;
         let mut ran = Vec::with_capacity(runs.len());
         for run in runs {
             let mut one = self.run_one(msg, run, ledger).await;
@@ -206,7 +206,7 @@ impl Bench {
         let mut ran: Vec<Option<Ran>> = Vec::with_capacity(msgs.len());
         let (mut called, mut inputs) = (Vec::new(), Vec::new());
         for msg in msgs {
-            let runs = format.read(msg, &msg.body, &msg.attributes)?;
+            let runs = (format.read(msg, &msg.body, &msg.attributes)).map_err(|e| e.to_string())?;
             let run = runs
                 .into_iter()
                 .next()

@@ -181,7 +181,7 @@ pub(crate) fn read(
         Ok(runs) => runs,
         Err(why) => {
             let delivery = Delivery::received(Arc::clone(queue), msg, body, default());
-            let error = RouteError::Refused(why);
+            let error = RouteError::Refused(why.to_string());
             return Read::One(Err(Box::new(Unroutable { delivery, error })));
         }
     };
