@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use futures_util::FutureExt as _;
 use futures_util::future::BoxFuture;
 
-use super::{Admit, Effects, Format, KeyBasis, Route, Run, Unreadable, View};
+use super::{Admit, EffectError, Effects, Format, KeyBasis, Route, Run, Unreadable, View};
 use crate::celery::follow::{self, FollowUp};
 use crate::celery::results::{ResultBackend, TaskState};
 use crate::celery::{self as decode, ContentType, Task};
@@ -160,17 +160,17 @@ struct TaskEffects {
 
 #[async_trait]
 impl Effects for TaskEffects {
-    fn check(&self, plugin: &Plugin) -> Result<(), String> {
+    fn check(&self, plugin: &Plugin) -> Result<(), EffectError> {
         let Some(f) =
             (self.follow_ups.iter()).find(|f| !plugin.manifest.outbox.is_celery(&f.queue))
         else {
             return Ok(());
         };
-        Err(format!(
+        Err(EffectError::NotGranted(format!(
             "task `{}` sends a callback or its chain's next task to queue `{}`, and plugin `{}` \
              may not send Celery tasks there (its manifest's [outbox] celery must name it)",
             self.task, f.queue, plugin.name
-        ))
+        )))
     }
 
     /// The follow-ups after the handler's outbox, each named by its place in the outbox as the
@@ -203,12 +203,14 @@ impl Effects for TaskEffects {
 
     /// Writes the task's `SUCCESS` record, when the host has a result backend (it may have been
     /// dropped from the configuration since the run: nothing to write to then).
-    async fn write_result(&self, value: &str) -> Result<(), String> {
+    async fn write_result(&self, value: &str) -> Result<(), EffectError> {
         let (Some(id), Some(backend)) = (&self.result_for, &self.results) else {
             return Ok(());
         };
         let state = TaskState::Success(value.to_string());
-        backend.record(id, &state).await.map(drop)
+        (backend.record(id, &state).await)
+            .map(drop)
+            .map_err(EffectError::Unwritten)
     }
 
     fn gave_up(&self, reason: &str) -> Option<BoxFuture<'static, ()>> {

@@ -289,6 +289,19 @@ pub(crate) enum Admit {
     Refused(String),
 }
 
+/// Why a format's effects did not go ahead.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum EffectError {
+    /// The plugin may not carry them out (a follow-up to a queue it may not send to): the run
+    /// is refused before it starts, for good.
+    #[error("{0}")]
+    NotGranted(String),
+    /// The result could not be written where a caller waits on it: the delivery backs off,
+    /// and its next delivery finds the result pending and writes it again.
+    #[error("{0}")]
+    Unwritten(String),
+}
+
 /// A format's effects of one run: what commits with its completion besides the handler's own
 /// outbox, carried out once the completion is committed, and again by a delivery that finds
 /// them still pending.
@@ -296,7 +309,7 @@ pub(crate) enum Admit {
 pub(crate) trait Effects: Send + Sync + std::fmt::Debug {
     /// Why `plugin` may not carry these effects out (a follow-up to a queue it may not send
     /// to): the run is then refused before it starts.
-    fn check(&self, plugin: &Plugin) -> Result<(), String> {
+    fn check(&self, plugin: &Plugin) -> Result<(), EffectError> {
         let _ = plugin;
         Ok(())
     }
@@ -313,7 +326,7 @@ pub(crate) trait Effects: Send + Sync + std::fmt::Debug {
     ) -> (Vec<Outgoing>, Option<String>);
 
     /// Writes a committed result `value` where a caller waits on it, before the outbox is sent.
-    async fn write_result(&self, value: &str) -> Result<(), String>;
+    async fn write_result(&self, value: &str) -> Result<(), EffectError>;
 
     /// The message was given up after running, with `reason`: what to write where a caller
     /// waits (best effort, run in the background), if anything.

@@ -260,7 +260,7 @@ impl Bench {
         if let Some(effects) = &run.effects
             && let Err(why) = effects.check(plugin)
         {
-            return Ran::ended(None, Ended::Refused(why));
+            return Ran::ended(None, Ended::Refused(why.to_string()));
         }
         let key = match run.key_of(msg, Some(&plugin.manifest)) {
             Ok(key) => key,

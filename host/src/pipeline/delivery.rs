@@ -223,7 +223,7 @@ impl Delivery {
     }
 
     /// Writes a committed result value where a caller waits on it, before the outbox goes out.
-    async fn write_result(&self, value: String) -> Result<(), String> {
+    async fn write_result(&self, value: String) -> Result<(), crate::format::EffectError> {
         let Some(effects) = &self.effects else {
             return Ok(());
         };

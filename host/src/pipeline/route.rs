@@ -270,7 +270,10 @@ fn admitted(queue: &QueueCtx, run: &Run) -> Result<Arc<Plugin>, (PluginRef, Rout
     }
     let plugin = loaded(queue, name)?;
     match run.effects.as_ref().map(|e| e.check(&plugin)) {
-        Some(Err(why)) => Err((PluginRef::Loaded(plugin), RouteError::Refused(why))),
+        Some(Err(why)) => Err((
+            PluginRef::Loaded(plugin),
+            RouteError::Refused(why.to_string()),
+        )),
         _ => Ok(plugin),
     }
 }
