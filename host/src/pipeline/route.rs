@@ -189,27 +189,46 @@ pub(crate) fn read(
         let parts = Parts::new(runs.len());
         let runs = (runs.into_iter().enumerate())
             .map(|(i, run)| {
-                let part = Some(parts.part(i));
-                route(queue, msg.clone(), body.clone(), fetched.clone(), run, part)
+                let arrived = Arrived {
+                    msg: msg.clone(),
+                    body: body.clone(),
+                    fetched: fetched.clone(),
+                };
+                route(queue, arrived, run, Some(parts.part(i)))
             })
             .collect();
         return Read::Parts { msg, body, runs };
     }
     match runs.pop() {
-        Some(run) => Read::One(route(queue, msg, body, fetched, run, None)),
+        Some(run) => Read::One(route(queue, Arrived { msg, body, fetched }, run, None)),
         None => Read::Nothing(Delivery::received(Arc::clone(queue), msg, body, default())),
     }
 }
 
-/// Routes and keys one run of `msg`.
-fn route(
-    queue: &Arc<QueueCtx>,
+/// A message as it arrived: what was received, its body as classified, and its payload when it
+/// pointed to one that was fetched before it was read.
+struct Arrived {
     msg: Received,
     body: Body,
     fetched: Option<Resolved>,
+}
+
+/// What a run's key is derived from: the message, its body, and what the handler is given
+/// when that is not the message as it came (a format's view, or a fetched payload).
+struct KeyFrom<'a> {
+    msg: &'a Received,
+    body: &'a Body,
+    resolved: Option<&'a Resolved>,
+}
+
+/// Routes and keys one run of a message.
+fn route(
+    queue: &Arc<QueueCtx>,
+    arrived: Arrived,
     run: Run,
     part: Option<Part>,
 ) -> Result<Routed, Box<Unroutable>> {
+    let Arrived { msg, body, fetched } = arrived;
     let ended = |plugin: PluginRef, error: RouteError, msg, body, part| {
         let mut delivery = Delivery::received(Arc::clone(queue), msg, body, plugin);
         delivery.as_part(part);
@@ -227,12 +246,19 @@ fn route(
         }),
         None => fetched,
     };
-    let key = match key_of(&plugin, &run.key, &msg, &body, resolved.as_ref()) {
+    let from = KeyFrom {
+        msg: &msg,
+        body: &body,
+        resolved: resolved.as_ref(),
+    };
+    let key = match key_of(&plugin, &run.key, from) {
         Ok(key) => key,
         Err(e) => return ended(PluginRef::Loaded(plugin), e, msg, body, part),
     };
     let verified = body.is_pointer() && resolved.is_some();
-    let mut routed = routed(queue, msg, body, plugin, key);
+    let loaded = PluginRef::Loaded(Arc::clone(&plugin));
+    let delivery = Delivery::received(Arc::clone(queue), msg, body, loaded);
+    let mut routed = routed(queue, delivery, plugin, key);
     routed.delivery.as_part(part);
     routed.delivery.carries(run.effects);
     if verified {
@@ -279,13 +305,12 @@ fn admitted(queue: &QueueCtx, run: &Run) -> Result<Arc<Plugin>, (PluginRef, Rout
 }
 
 /// The key of a run for `plugin`, derived from what `basis` says.
-fn key_of(
-    plugin: &Plugin,
-    basis: &KeyBasis,
-    msg: &Received,
-    body: &Body,
-    resolved: Option<&Resolved>,
-) -> Result<String, RouteError> {
+fn key_of(plugin: &Plugin, basis: &KeyBasis, from: KeyFrom<'_>) -> Result<String, RouteError> {
+    let KeyFrom {
+        msg,
+        body,
+        resolved,
+    } = from;
     let policy = &plugin.manifest.idempotency;
     let id = match basis {
         KeyBasis::Fixed(key) => return Ok(key.clone()),
@@ -350,14 +375,8 @@ pub(crate) fn needs_payload(queue: &QueueCtx, msg: &Received, body: &Body) -> bo
     }
 }
 
-/// A keyed delivery for `plugin`, with the lease request for its key.
-fn routed(
-    queue: &Arc<QueueCtx>,
-    msg: Received,
-    body: Body,
-    plugin: Arc<Plugin>,
-    key: String,
-) -> Routed {
+/// `delivery` keyed for `plugin`, with the lease request for its key.
+fn routed(queue: &QueueCtx, delivery: Delivery, plugin: Arc<Plugin>, key: String) -> Routed {
     let key = Key {
         scoped: scoped(&queue.shared.config.namespace, &plugin.name, &key),
         handler: key,
@@ -367,8 +386,6 @@ fn routed(
         ttl: queue.config.visibility,
         window: plugin.manifest.dedup_window(),
     };
-    let loaded = PluginRef::Loaded(Arc::clone(&plugin));
-    let delivery = Delivery::received(Arc::clone(queue), msg, body, loaded);
     let handler_key = &key.handler;
     (delivery.span()).set(|| vec![KeyValue::new("qhost.idempotency_key", handler_key.clone())]);
     Routed {
