@@ -33,16 +33,22 @@ pub(super) fn versions(
     (serving, canary)
 }
 
+/// The two versions a message may run on: the one serving, and a canary beside it.
+pub(super) struct Versions<'a> {
+    pub(super) serving: &'a Arc<Plugin>,
+    pub(super) canary: &'a CanarySlot,
+}
+
 /// Runs `input` on the canary when its key falls in the canary's share, else (or when the
-/// canary fails) on `serving`; the answer and the version that gave it (whose name and version
-/// its outbox carries).
+/// canary fails) on the serving version; the answer and the version that gave it (whose name
+/// and version its outbox carries).
 pub(super) async fn invoke_either(
     delivery: &Delivery,
-    serving: &Arc<Plugin>,
-    canary: &CanarySlot,
+    versions: Versions<'_>,
     input: HandlerMessage,
     gathering: Gathering,
 ) -> (Result<Invocation, Failure>, Arc<Plugin>) {
+    let Versions { serving, canary } = versions;
     if canary.takes(&input.idempotency_key) {
         let result = invoke(delivery, &canary.plugin, input.clone(), gathering).await;
         let failed = failure_kind(&result);

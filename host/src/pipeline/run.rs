@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::batches::Gathering;
-use super::canary::{invoke_either, versions};
+use super::canary::{Versions, invoke_either, versions};
 use super::delivery::{Delivery, Fate};
 use super::invoke::invoke;
 use super::leased::Leased;
@@ -212,7 +212,11 @@ async fn run(mut leased: Leased, resolved: Option<Resolved>) -> Fate {
         match &canary {
             Some(slot) => {
                 let delivery = leased.delivery();
-                Box::pin(invoke_either(delivery, &plugin, slot, input, gathering)).await
+                let both = Versions {
+                    serving: &plugin,
+                    canary: slot,
+                };
+                Box::pin(invoke_either(delivery, both, input, gathering)).await
             }
             None => (
                 invoke(leased.delivery(), &plugin, input, gathering).await,
