@@ -60,6 +60,8 @@ pub(crate) enum Refused {
 #[derive(Debug)]
 struct Running {
     count: usize,
+    /// Its messages kept waiting for the key's turn (`pipeline::waiting`).
+    waiting: usize,
     weight: u32,
     /// A moving average of its runs' time, from admission to the end of the delivery.
     run_time: Duration,
@@ -78,6 +80,10 @@ pub(crate) struct KeyCounts {
     pub(crate) fair_share: u64,
     /// Put back over its fleet-wide concurrency or rate (`flow_limited`).
     pub(crate) flow_limited: u64,
+    /// Kept waiting on this host for the key's turn (a slot or the rate) instead of put back.
+    pub(crate) waited: u64,
+    /// Store calls made for messages kept waiting (a slot asked for, the rate asked).
+    pub(crate) wait_asks: u64,
 }
 
 /// One flow key as the console shows it.
@@ -89,6 +95,8 @@ pub(crate) struct KeyStatus {
     pub(crate) key: String,
     /// Its runs on this host now.
     pub(crate) running: usize,
+    /// Its messages kept waiting on this host now for the key's turn.
+    pub(crate) waiting: usize,
     /// Its runs' average time, in milliseconds.
     pub(crate) run_ms: u64,
     /// What happened to its messages on this host.
@@ -100,6 +108,7 @@ impl Default for Running {
     fn default() -> Self {
         Running {
             count: 0,
+            waiting: 0,
             weight: 1,
             run_time: FIRST_RUN_TIME,
             next_back: None,
@@ -111,7 +120,7 @@ impl Default for Running {
 impl Running {
     /// Whether it can be forgotten: nothing running, nothing scheduled to come back.
     fn is_idle(&self, now: Instant) -> bool {
-        self.count == 0 && self.next_back.is_none_or(|t| t <= now)
+        self.count == 0 && self.waiting == 0 && self.next_back.is_none_or(|t| t <= now)
     }
 }
 
@@ -124,13 +133,29 @@ pub(crate) struct FairShares {
     named: Mutex<Vec<String>>,
 }
 
-/// One admitted run of a key, counted until dropped.
+/// One admitted run of a key, counted until dropped (or given back unrun: [`Ticket::unrun`]).
 #[derive(Debug)]
 #[must_use = "the run counts against its key's share while the ticket is held"]
 pub(crate) struct Ticket {
     shares: Arc<FairShares>,
     id: String,
     since: Instant,
+    /// Whether its time counts as a run's (not when its message went to wait instead).
+    ran: bool,
+}
+
+/// How a message comes to the shares.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Arrival {
+    /// It was received before (it may have waited its turn): it may run a little over its
+    /// key's share.
+    pub(crate) returning: bool,
+    /// Over its key's fleet-wide limit, it would wait on this host for a slot: the host's
+    /// own count of the key's runs does not refuse it, the store decides.
+    pub(crate) may_wait: bool,
+    /// It waits on this host already and asks again: a refusal holds nothing new back and
+    /// is not counted.
+    pub(crate) waiting: bool,
 }
 
 impl FairShares {
@@ -143,32 +168,36 @@ impl FairShares {
         })
     }
 
-    /// Admits a run of `plugin`'s flow key `key` under `policy`, or says why not;
-    /// `returning`: whether the message was received before (it may have waited its turn).
+    /// Admits a run of `plugin`'s flow key `key` under `policy`, or says why not.
     pub(crate) fn admit(
         self: &Arc<Self>,
         plugin: &str,
         key: &str,
         policy: &FlowPolicy,
-        returning: bool,
+        arrival: Arrival,
     ) -> Result<Ticket, Refused> {
         let id = format!("{plugin}\u{0}{key}");
         let weight = policy.weight(key);
         let now = Instant::now();
         let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         let mine = running.get(&id).map_or(0, |r| r.count);
-        if policy.max_concurrency.is_some_and(|n| mine >= n as usize) {
-            running.entry(id.clone()).or_default().counts.flow_limited += 1;
-            self.name(&id);
+        if !arrival.may_wait && policy.max_concurrency.is_some_and(|n| mine >= n as usize) {
+            if !arrival.waiting {
+                running.entry(id.clone()).or_default().counts.flow_limited += 1;
+                self.name(&id);
+            }
             return Err(Refused::AtLimit);
         }
         let mut share = self.share(&running, &id, weight);
-        if returning {
+        if arrival.returning {
             share += share.div_ceil(RETURNING_SLACK);
         }
         let entry = running.entry(id.clone()).or_default();
         entry.weight = weight;
         if policy.is_fair() && mine >= share {
+            if arrival.waiting {
+                return Err(Refused::OverShare(Duration::ZERO));
+            }
             entry.counts.fair_share += 1;
             let delay = schedule_back(entry, share, now);
             self.name(&id);
@@ -179,7 +208,37 @@ impl FairShares {
             shares: Arc::clone(self),
             id,
             since: now,
+            ran: true,
         })
+    }
+
+    /// What a run of `plugin`'s key `key` takes on this host: a moving average of its last
+    /// runs (a second before any has ended).
+    pub(crate) fn run_time(&self, plugin: &str, key: &str) -> Duration {
+        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let id = format!("{plugin}\u{0}{key}");
+        running.get(&id).map_or(FIRST_RUN_TIME, |r| r.run_time)
+    }
+
+    /// Counts a message of `plugin`'s key `key` that starts (`1`) or ends (`-1`) waiting on
+    /// this host for the key's turn.
+    pub(crate) fn waiting(&self, plugin: &str, key: &str, change: isize) {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let id = format!("{plugin}\u{0}{key}");
+        let entry = running.entry(id.clone()).or_default();
+        entry.waiting = entry.waiting.saturating_add_signed(change);
+        if change > 0 {
+            entry.counts.waited += 1;
+            drop(running);
+            self.name(&id);
+        }
+    }
+
+    /// Counts a store call made for `plugin`'s key `key`'s waiting messages.
+    pub(crate) fn asked(&self, plugin: &str, key: &str) {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let id = format!("{plugin}\u{0}{key}");
+        running.entry(id).or_default().counts.wait_asks += 1;
     }
 
     /// Counts a handler run of `plugin`'s key `key`.
@@ -214,7 +273,7 @@ impl FairShares {
         let mut rows: std::collections::BTreeMap<(String, String), KeyCounts> = Default::default();
         for (id, r) in running.iter() {
             let (c, (plugin, key)) = (r.counts, id.split_once('\u{0}').unwrap_or((id, "")));
-            if c.fair_share + c.flow_limited == 0 {
+            if c.fair_share + c.flow_limited + c.waited == 0 {
                 continue;
             }
             let key = if named.contains(id) { key } else { "other" };
@@ -223,6 +282,8 @@ impl FairShares {
                 .or_default();
             row.fair_share += c.fair_share;
             row.flow_limited += c.flow_limited;
+            row.waited += c.waited;
+            row.wait_asks += c.wait_asks;
             row.runs += c.runs;
         }
         rows.into_iter().map(|((p, k), c)| (p, k, c)).collect()
@@ -238,12 +299,14 @@ impl FairShares {
                     plugin: plugin.to_string(),
                     key: key.to_string(),
                     running: r.count,
+                    waiting: r.waiting,
                     run_ms: r.run_time.as_millis() as u64,
                     counts: r.counts,
                 }
             })
             .collect();
-        let put_back = |k: &KeyStatus| k.counts.fair_share + k.counts.flow_limited;
+        let put_back =
+            |k: &KeyStatus| k.counts.fair_share + k.counts.flow_limited + k.waiting as u64;
         keys.sort_by(|a, b| {
             (b.running, put_back(b), &a.key).cmp(&(a.running, put_back(a), &b.key))
         });
@@ -283,15 +346,25 @@ fn schedule_back(key: &mut Running, share: usize, now: Instant) -> Duration {
     delay.clamp(MIN_DELAY, MAX_DELAY)
 }
 
+impl Ticket {
+    /// Gives the ticket back for a message that went to wait for its key's turn instead of
+    /// running: it no longer counts, and its time is no run's.
+    pub(crate) fn unrun(mut self) {
+        self.ran = false;
+    }
+}
+
 impl Drop for Ticket {
     fn drop(&mut self) {
         let now = Instant::now();
         let mut running = (self.shares.running.lock()).unwrap_or_else(|e| e.into_inner());
         if let Some(r) = running.get_mut(&self.id) {
             r.count -= 1;
-            // A moving average over about the last eight runs.
-            let took = now - self.since;
-            r.run_time = (r.run_time * 7 + took) / 8;
+            if self.ran {
+                // A moving average over about the last eight runs.
+                let took = now - self.since;
+                r.run_time = (r.run_time * 7 + took) / 8;
+            }
         }
         // Idle keys are kept for their run time until there are many.
         if running.len() > MAX_KEYS {
@@ -304,12 +377,19 @@ impl Drop for Ticket {
 mod tests {
     use super::*;
 
+    /// A message received before.
+    const RETURNING: Arrival = Arrival {
+        returning: true,
+        may_wait: false,
+        waiting: false,
+    };
+
     fn fair(weights: &str) -> FlowPolicy {
         toml::from_str(&format!("key = \"attribute:tenant\"\nweights = {weights}")).unwrap()
     }
 
     fn admit_all(shares: &Arc<FairShares>, key: &str, policy: &FlowPolicy) -> Vec<Ticket> {
-        std::iter::from_fn(|| shares.admit("p", key, policy, false).ok()).collect()
+        std::iter::from_fn(|| shares.admit("p", key, policy, Arrival::default()).ok()).collect()
     }
 
     #[test]
@@ -319,7 +399,7 @@ mod tests {
         let a = admit_all(&shares, "a", &policy);
         assert_eq!(a.len(), 16, "32 x 1 / (1 + 1)");
         assert!(matches!(
-            shares.admit("p", "a", &policy, false),
+            shares.admit("p", "a", &policy, Arrival::default()),
             Err(Refused::OverShare(_))
         ));
         // B's share with A running: 32 x 1 / (1 + 1 + 1) = 10, and it starts at once.
@@ -327,7 +407,7 @@ mod tests {
         assert_eq!(b.len(), 10);
         drop(a);
         assert_eq!(shares.running("p", "a"), 0);
-        assert!(shares.admit("p", "a", &policy, false).is_ok());
+        assert!(shares.admit("p", "a", &policy, Arrival::default()).is_ok());
     }
 
     #[test]
@@ -336,7 +416,7 @@ mod tests {
         let policy = fair("{}");
         let _a = admit_all(&shares, "a", &policy);
         let back: Vec<Ticket> =
-            std::iter::from_fn(|| shares.admit("p", "a", &policy, true).ok()).collect();
+            std::iter::from_fn(|| shares.admit("p", "a", &policy, RETURNING).ok()).collect();
         assert_eq!(back.len(), 4, "16 and a quarter");
     }
 
@@ -346,8 +426,8 @@ mod tests {
         let policy = fair("{}");
         // Four runs of `a`, its share; the fifth (as `admit_all` stops) and sixth put back.
         let a = admit_all(&shares, "a", &policy);
-        assert!(shares.admit("p", "a", &policy, false).is_err());
-        let _b = shares.admit("p", "b", &policy, false).unwrap();
+        assert!(shares.admit("p", "a", &policy, Arrival::default()).is_err());
+        let _b = shares.admit("p", "b", &policy, Arrival::default()).unwrap();
         shares.limited("p", "c");
         (0..4).for_each(|_| shares.ran("p", "a"));
         let busiest = shares.busiest(10);
@@ -361,7 +441,7 @@ mod tests {
             KeyCounts {
                 runs: 4,
                 fair_share: 2,
-                flow_limited: 0
+                ..KeyCounts::default()
             }
         );
         assert_eq!(busiest[2].counts.flow_limited, 1);
@@ -375,7 +455,9 @@ mod tests {
         for i in 0..NAMED_KEYS + 5 {
             shares.limited("p", &format!("k{i:02}"));
         }
-        let _quiet = shares.admit("p", "quiet", &fair("{}"), false).unwrap();
+        let _quiet = shares
+            .admit("p", "quiet", &fair("{}"), Arrival::default())
+            .unwrap();
         let rows = shares.put_backs();
         assert_eq!(
             rows.len(),
@@ -413,9 +495,29 @@ mod tests {
         let held = admit_all(&shares, "partner", &policy);
         assert_eq!(held.len(), 3);
         assert_eq!(
-            shares.admit("p", "partner", &policy, false).unwrap_err(),
+            shares
+                .admit("p", "partner", &policy, Arrival::default())
+                .unwrap_err(),
             Refused::AtLimit
         );
+        // A message that may wait for a slot goes on to the store, which decides; given back
+        // unrun (it went to wait), its ticket leaves the key's run time as it was.
+        let may_wait = Arrival {
+            may_wait: true,
+            ..Arrival::default()
+        };
+        let waiting = shares
+            .admit("p", "partner", &policy, may_wait)
+            .expect("to the store");
+        assert_eq!(shares.running("p", "partner"), 4);
+        waiting.unrun();
+        assert_eq!(shares.running("p", "partner"), 3);
+        assert_eq!(shares.run_time("p", "partner"), FIRST_RUN_TIME);
+        shares.waiting("p", "partner", 1);
+        let status = &shares.busiest(1)[0];
+        assert_eq!((status.waiting, status.counts.waited), (1, 1));
+        shares.waiting("p", "partner", -1);
+        assert_eq!(shares.busiest(1)[0].waiting, 0);
     }
 
     #[test]
@@ -424,7 +526,7 @@ mod tests {
         let policy: FlowPolicy = toml::from_str("key = \"group\"\nfair = false").unwrap();
         assert_eq!(
             (0..10)
-                .filter_map(|_| shares.admit("p", "g", &policy, false).ok())
+                .filter_map(|_| shares.admit("p", "g", &policy, Arrival::default()).ok())
                 .count(),
             10
         );
@@ -456,12 +558,13 @@ mod tests {
     fn a_keys_run_time_is_learnt_from_its_runs() {
         let shares = FairShares::new(8);
         let policy = fair("{}");
-        let ticket = shares.admit("p", "a", &policy, false).unwrap();
+        let ticket = shares.admit("p", "a", &policy, Arrival::default()).unwrap();
         std::thread::sleep(Duration::from_millis(20));
         drop(ticket);
         let tickets = admit_all(&shares, "a", &policy);
         assert_eq!(tickets.len(), 4);
-        let Err(Refused::OverShare(first)) = shares.admit("p", "a", &policy, false) else {
+        let Err(Refused::OverShare(first)) = shares.admit("p", "a", &policy, Arrival::default())
+        else {
             panic!("not over its share");
         };
         assert_eq!(first, MIN_DELAY);

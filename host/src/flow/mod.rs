@@ -13,8 +13,11 @@
 //!   in-flight slots (weighted by `weights`), with one share kept for keys not seen yet, so a
 //!   key with a backlog cannot hold every slot while others wait.
 //!
-//! A message over a limit is put back for as long as the limit implies: no attempt is used, it
-//! is never dead-lettered for it, and it is counted (`flow_limited`, `fair_share`). The gate
+//! A message over its key's fleet-wide limit waits on the host that received it for its turn
+//! (`pipeline::waiting`), holding its lease but none of the host's slots; what the host cannot
+//! keep, and a message beyond its key's fair share, is put back for as long as the limit
+//! implies. No attempt is used, it is never dead-lettered for it, and it is counted
+//! (`flow_limited`, `fair_share`, waits). The gate
 //! sits between routing and the lease: it runs on what routing decided (the plugin, the body
 //! its handler sees) and before anything is held. A message with no flow key is in the
 //! default flow (the empty key), so a limit without a key is a limit on the whole plugin.

@@ -14,8 +14,8 @@ use crate::fleet::HostEntry;
 use crate::fleet::follow::Follower;
 use crate::format::Formats;
 use crate::pipeline::{
-    AckTask, Acker, Batches, Completer, Heartbeats, OutboxMarks, PutBacks, QueueCtx, Shared,
-    SlotReleases, run_poller,
+    AckTask, Acker, Batches, Completer, Heartbeats, LineParts, OutboxMarks, PutBacks, QueueCtx,
+    Shared, SlotReleases, WaitLines, run_poller,
 };
 use crate::plugin::registry::Registry;
 use crate::plugin::{status, watch};
@@ -248,6 +248,16 @@ impl Host {
 
     fn shared(&self, common: &Common) -> Shared {
         let abandon = self.abandon.child_token();
+        let tasks = TaskTracker::new();
+        let lines = WaitLines::new(LineParts {
+            capacity: self.config.max_in_flight,
+            store: self.store.clone(),
+            fair: Arc::clone(&self.fair),
+            in_flight: Arc::clone(&common.in_flight),
+            abandon: abandon.clone(),
+            tasks: tasks.clone(),
+        });
+        let stats = Arc::clone(&self.stats);
         Shared {
             config: Arc::clone(&self.config),
             source: Arc::clone(&self.source),
@@ -258,8 +268,9 @@ impl Host {
             in_flight: Arc::clone(&common.in_flight),
             fair: Arc::clone(&self.fair),
             priorities: Arc::clone(&common.priorities),
-            slot_releases: SlotReleases::spawn(self.store.clone(), Arc::clone(&self.stats)),
-            tasks: TaskTracker::new(),
+            slot_releases: SlotReleases::spawn(self.store.clone(), stats, Arc::clone(&lines)),
+            lines,
+            tasks,
             abandon: abandon.clone(),
             completer: Completer::spawn(self.store.clone()),
             payloads: Arc::clone(&self.payloads),

@@ -139,7 +139,7 @@ impl Collector for HostCollector {
 }
 
 impl HostCollector {
-    /// Put-backs by flow key: the keys the shares name, the rest as `other`.
+    /// Put-backs and waits by flow key: the keys the shares name, the rest as `other`.
     fn flow(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
         let rows = self.fair.put_backs();
         let rows = rows.iter().flat_map(|(plugin, key, c)| {
@@ -158,9 +158,19 @@ impl HostCollector {
         });
         counter(
             "qhost_flow_put_backs",
-            "Messages put back by flow key (docs/flow.md): fair_share (beyond the key's share of this host's slots) or flow_limited (over its fleet-wide concurrency or rate); the first 20 keys put back are named, the rest summed as key=\"other\"",
+            "Messages put back by flow key (docs/flow.md): fair_share (beyond the key's share of this host's slots) or flow_limited (over its fleet-wide concurrency or rate); the first 20 keys held back are named, the rest summed as key=\"other\"",
         )
-        .write(encoder, rows)
+        .write(encoder, rows)?;
+        let waits = self.fair.put_backs();
+        let waits = waits.iter().map(|(plugin, key, c)| {
+            let labels = [("plugin", plugin.clone()), ("key", key.clone())];
+            (labels, c.waited)
+        });
+        counter(
+            "qhost_flow_waits",
+            "Messages kept waiting on this host for their flow key's turn (a slot of its fleet-wide concurrency, or its run under its rate) instead of put back (docs/flow.md); keys named as in qhost_flow_put_backs_total",
+        )
+        .write(encoder, waits)
     }
 
     fn messages(

@@ -133,7 +133,7 @@ async fn lease_and_spawn(queue: &Arc<QueueCtx>, ready: Vec<(Routed, Permit, Span
     {
         let task = async move {
             let fate = leased(routed, answer, step).await;
-            drop(ticket);
+            fate.end_ticket(ticket);
             fate
         };
         spawn(queue, Box::pin(task).instrument(span), permit);
@@ -150,7 +150,7 @@ async fn leased(routed: Routed, answer: gate::Answer, mut step: StepSpan) -> Fat
             drop(step);
             match gate::slotted(&routed, &acquired, slot) {
                 Slotted::Go(slot) => run::leased(routed, acquired, slot).await,
-                Slotted::Stop(lease, why) => gate::over_limit(routed, lease, why).await,
+                Slotted::Stop(lease, why) => Box::pin(gate::over_limit(routed, lease, why)).await,
             }
         }
         Err(e) => {
@@ -254,7 +254,7 @@ async fn lease_one(routed: Routed) -> Fate {
     let step = lease_step(&routed, 1);
     let answer = gate::lease(&[&routed]).await.remove(0);
     let fate = leased(routed, answer, step).await;
-    drop(ticket);
+    fate.end_ticket(ticket);
     fate
 }
 

@@ -16,6 +16,7 @@ use super::outbox_mark::OutboxMarks;
 use super::priority::Priorities;
 use super::putback::PutBacks;
 use super::slot_releases::SlotReleases;
+use super::turns::WaitLines;
 use crate::config::{Config, QueueConfig};
 use crate::flow::FairShares;
 use crate::format::Format;
@@ -50,6 +51,8 @@ pub(crate) struct Shared {
     pub(crate) priorities: Arc<Priorities>,
     /// Gives ended deliveries' flow slots back in batches.
     pub(crate) slot_releases: SlotReleases,
+    /// Messages kept while their flow keys wait for their turn.
+    pub(crate) lines: Arc<WaitLines>,
     /// Tracks message tasks, so shutdown can wait for them.
     pub(crate) tasks: TaskTracker,
     /// Cancelled when shutdown's grace period is over: unfinished work is released.

@@ -37,6 +37,7 @@ use super::context::{QueueCtx, Shared};
 use super::deadletter::{self, Verdict};
 use super::part::{Part, PartFate};
 use crate::faults::Operation;
+use crate::flow::fair::Ticket;
 use crate::format::Effects;
 use crate::idempotency::{IdempotencyError, Lease, Released};
 use crate::message::{Outgoing, Received};
@@ -64,9 +65,22 @@ pub(crate) enum Fate {
     Gone,
     /// Still in the queue: it comes back after a delay or when its visibility lapses.
     Back,
+    /// Kept by this host, hidden, waiting for its flow key's turn (`waiting`): its delivery
+    /// goes on in another task when the turn comes.
+    Waiting,
 }
 
 impl Fate {
+    /// Ends the run's `ticket` (its count in its key's share of this host's slots) as the
+    /// delivery ended: one that went to wait gives it back unrun.
+    pub(crate) fn end_ticket(self, ticket: Option<Ticket>) {
+        if let Some(ticket) = ticket
+            && self == Fate::Waiting
+        {
+            ticket.unrun();
+        }
+    }
+
     /// `Back` when `back`, else `Gone`.
     fn of(back: bool) -> Fate {
         if back { Fate::Back } else { Fate::Gone }
@@ -192,6 +206,15 @@ impl Delivery {
     /// The part of a message this delivery is, if it is one.
     pub(crate) fn part(&self) -> Option<&Part> {
         self.part.as_ref()
+    }
+
+    /// Whether it may wait on this host for its flow key's turn (`waiting`) rather than be put
+    /// back: not a part of a message (its message's parts end one after another), nor one of a
+    /// FIFO group's (the group's later messages wait behind it), and only where a heartbeat
+    /// keeps it hidden while it waits.
+    pub(crate) fn may_wait(&self) -> bool {
+        let in_group = self.msg.group_id.is_some() && self.queue.config.name.ends_with(".fifo");
+        self.part.is_none() && !in_group && self.queue.config.heartbeat
     }
 
     /// Notes what its format commits with its completion.

@@ -1,16 +1,20 @@
 //! The flow gate between routing and the lease (`crate::flow`): a routed delivery is admitted
 //! to its key's fair share of this host's slots, then its lease and its flow slot are asked
-//! for in one store call, and a run over its key's limit is put back without using an attempt.
+//! for in one store call, and a run over its key's limit waits on this host for a slot
+//! (`waiting`) or is put back, without using an attempt.
 
 use std::time::Duration;
 
 use super::delivery::Fate;
 use super::leased::Leased;
 use super::route::Routed;
+use super::run::after_slot;
 use super::run::busy_delay;
+use super::turns::Turn;
+use super::waiting;
 use crate::faults::Operation;
 use crate::flow::HeldSlot;
-use crate::flow::fair::{Refused, Ticket};
+use crate::flow::fair::{Arrival, Refused, Ticket};
 use crate::idempotency::slots::{self, SlotAnswer, SlotRequest};
 use crate::idempotency::{Acquired, IdempotencyError, Lease, LeaseRequest, StoreResult};
 use crate::stats::Event;
@@ -25,9 +29,17 @@ pub(super) fn admit(routed: &Routed) -> Result<Option<Ticket>, Refused> {
         return Ok(None);
     };
     let policy = &routed.plugin.manifest.flow;
-    let fair = &routed.delivery.shared().fair;
-    let returning = routed.delivery.msg().receive_count > 1;
-    (fair.admit(&routed.plugin.name, flow, policy, returning)).map(Some)
+    let shared = routed.delivery.shared();
+    let arrival = Arrival {
+        returning: routed.delivery.msg().receive_count > 1,
+        // Over the key's limit it would wait on this host (`waiting`), so the store decides.
+        may_wait: routed.delivery.may_wait() && !shared.lines.is_full(),
+        waiting: false,
+    };
+    (shared
+        .fair
+        .admit(&routed.plugin.name, flow, policy, arrival))
+    .map(Some)
 }
 
 /// Ends a delivery the host would not admit: put back for a while, using no attempt.
@@ -35,13 +47,14 @@ pub(super) async fn refused(routed: Routed, why: Refused) -> Fate {
     let delivery = routed.delivery;
     let flow = routed.flow.as_deref().unwrap_or_default();
     match why {
-        // Counted by the shares as they refused it.
+        // Counted by the shares as they refused it. It could not wait on this host: back
+        // for the time a slot is likely to take to free.
         Refused::AtLimit => {
             tracing::debug!(
                 flow,
                 "this host runs the flow key's limit; putting the message back"
             );
-            let delay = busy_delay(&delivery, delivery.queue().config.visibility);
+            let delay = delivery.shared().fair.run_time(&routed.plugin.name, flow);
             delivery.put_back(delay, Event::FlowLimited).await
         }
         Refused::OverShare(delay) => {
@@ -147,28 +160,31 @@ pub(super) fn slotted(
     }
 }
 
-/// Ends a delivery granted its lease whose flow key is at its limit: the lease is given back
-/// unrun and the message put back until a slot is likely free (or, when the slot went
-/// unanswered, on the retry schedule), using no attempt.
+/// Carries on a delivery granted its lease whose flow key is at its limit: it waits on this
+/// host for one of the key's slots (`waiting`), or, when it cannot, the lease is given back
+/// unrun and the message put back for the time a slot is likely to take to free (the key's
+/// run time); when the slot went unanswered, on the retry schedule. It uses no attempt.
 pub(super) async fn over_limit(
-    routed: Routed,
+    mut routed: Routed,
     lease: Lease,
     slot: Result<Duration, IdempotencyError>,
 ) -> Fate {
+    let request = slot_request(&routed);
+    let resolved = routed.resolved.take();
     let leased = Leased::new(routed, lease, None);
-    match slot {
-        Ok(retry_after) => {
+    match (slot, request) {
+        (Ok(_), Some(request)) => {
             let flow = leased.flow().unwrap_or_default();
             let shared = leased.delivery().shared();
-            shared.fair.limited(&leased.plugin().name, flow);
-            tracing::debug!(
-                flow,
-                "the flow key is at its limit across the fleet; putting the message back"
-            );
+            let otherwise = shared.fair.run_time(&leased.plugin().name, flow);
+            let go_on = (otherwise, after_slot as waiting::GoOn);
+            waiting::keep(leased, resolved, Turn::Slot(request), go_on).await
+        }
+        (Ok(retry_after), None) => {
             let delay = busy_delay(leased.delivery(), retry_after);
             leased.put_back(delay, Event::FlowLimited).await
         }
-        Err(e) => {
+        (Err(e), _) => {
             let delivery = leased.delivery();
             if let Some(held_back) = delivery.backend_error(Operation::Acquire, e.is_timeout()) {
                 tracing::warn!(error = %e, held_back, "could not take a flow slot; putting the message back");

@@ -46,9 +46,9 @@ pub(crate) struct Leased {
     heartbeat: Option<Heartbeat>,
     /// Its flow key, when its plugin controls flow.
     flow: Option<String>,
-    /// The flow slot it holds (`[flow] max-concurrency`): held, never read, and given back
-    /// when it drops as the delivery ends.
-    _slot: Option<HeldSlot>,
+    /// The flow slot it holds (`[flow] max-concurrency`), given back
+    /// when it drops, as the handler's call ends (or the delivery, unrun).
+    slot_held: Option<HeldSlot>,
     /// The sha256 of the body its handler ran on, recorded with the completed key.
     ran_on: Option<String>,
     /// A deadline lower than the plugin's, from the message.
@@ -80,9 +80,29 @@ impl Leased {
             lease,
             heartbeat,
             flow,
-            _slot: slot,
+            slot_held: slot,
             ran_on: None,
             time_limit,
+        }
+    }
+
+    /// Holds `slot`, a flow slot taken after the lease (its key's turn came while it waited):
+    /// the heartbeat extends it from now on with the lease.
+    pub(crate) fn hold_slot(&mut self, slot: HeldSlot) {
+        let receipt = &self.delivery.msg().receipt;
+        let queue = self.delivery.queue();
+        self.heartbeat = Heartbeat::start(queue, receipt, &self.lease, slot.slot());
+        self.slot_held = Some(slot);
+    }
+
+    /// Gives its flow slot back as the handler's call ends: what a key's limit bounds is its
+    /// handler's runs (a partner's concurrent calls), and what remains (the commit, the
+    /// outbox, the delete's batch) need not keep the next run of the key waiting.
+    pub(crate) fn call_ended(&mut self) {
+        if self.slot_held.take().is_some() {
+            let receipt = &self.delivery.msg().receipt;
+            let queue = self.delivery.queue();
+            self.heartbeat = Heartbeat::start(queue, receipt, &self.lease, None);
         }
     }
 

@@ -39,6 +39,9 @@
 //! | `acker`      | batched deletes, flushed concurrently (a stuck one holds only its own)|
 //! | `putback`    | batched put-backs (visibility changes that end a delivery)          |
 //! | `slot_releases` | flow slots given back in batches as their deliveries end         |
+//! | `waiting`    | a run over its flow key's limit waits on the host for its turn       |
+//! | `turns`      | each key's line of waiting messages, driven: when each one's turn comes |
+//! | `lines`      | the lines themselves: one per key, bounded per key and per host      |
 //! | `completer`  | batched completions                                                 |
 //! | `gather`     | a batch from a channel: what is queued and what comes in a linger   |
 //! | `context`    | what the stages share                                               |
@@ -64,6 +67,7 @@ mod heartbeat;
 mod heartbeats;
 mod invoke;
 mod leased;
+mod lines;
 mod outbox;
 mod outbox_mark;
 mod part;
@@ -76,6 +80,8 @@ mod run;
 mod slot_releases;
 #[cfg(test)]
 pub(crate) mod test_bed;
+mod turns;
+mod waiting;
 
 pub(crate) use acker::{AckTask, Acker};
 pub(crate) use batches::Batches;
@@ -86,3 +92,4 @@ pub(crate) use outbox_mark::OutboxMarks;
 pub(crate) use putback::PutBacks;
 pub(crate) use receive::run_poller;
 pub(crate) use slot_releases::SlotReleases;
+pub(crate) use turns::{LineParts, WaitLines};

@@ -12,6 +12,8 @@ use super::delivery::{Delivery, Fate};
 use super::invoke::invoke;
 use super::leased::Leased;
 use super::route::Routed;
+use super::turns::Turn;
+use super::waiting::{self, BoxedFate};
 use crate::digest::sha256_hex;
 use crate::faults::Operation;
 use crate::flow::HeldSlot;
@@ -48,16 +50,14 @@ pub(crate) async fn leased(mut routed: Routed, acquired: Acquired, slot: Option<
         return Box::pin(routed.delivery.dead_letter(reason)).await;
     }
     match acquired {
+        // As `go_on`, written out: a call between would hold the delivery twice in every
+        // message's task (see `batch::tests`).
         Acquired::Granted(lease) => {
             let resolved = routed.resolved.take();
             let leased = Leased::new(routed, lease, slot);
             match within_rates(&leased).await {
                 RateSlot::Now => run(leased, resolved).await,
-                RateSlot::Later(later, why) => {
-                    let delay = later.max(MIN_BUSY_DELAY);
-                    Box::pin(leased.put_back(delay, why)).await
-                }
-                RateSlot::Unanswered => Box::pin(leased.back_off()).await,
+                held => Box::pin(held_back(leased, resolved, held)).await,
             }
         }
         Acquired::Completed {
@@ -90,40 +90,111 @@ pub(crate) async fn leased(mut routed: Routed, acquired: Acquired, slot: Option<
     }
 }
 
-/// Where a run stands under its plugin's rate limit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum RateSlot {
-    /// It may run (its slot, if it has a limit, reached and reserved).
-    Now,
-    /// Its slot is too far off: the message comes back after this long, counted as this.
-    Later(Duration, Event),
-    /// The store did not answer: the message goes back on the retry schedule.
-    Unanswered,
+/// A delivery whose key's slot came while it waited (`waiting::GoOn`): on through its rates.
+pub(super) fn after_slot(leased: Leased, resolved: Option<Resolved>, _: Duration) -> BoxedFate {
+    Box::pin(go_on(leased, resolved))
+}
+
+/// A delivery whose run under its key's rate came while it waited, `wait` from now
+/// (`waiting::GoOn`): on through its plugin's rate.
+fn after_rate(leased: Leased, resolved: Option<Resolved>, wait: Duration) -> BoxedFate {
+    Box::pin(after_flow_rate(leased, resolved, wait))
+}
+
+/// Goes on with a leased delivery holding the flow slot it needs (its key's turn came while
+/// it waited): within its flow key's rate and its plugin's, then its run.
+async fn go_on(leased: Leased, resolved: Option<Resolved>) -> Fate {
+    match within_rates(&leased).await {
+        RateSlot::Now => run(leased, resolved).await,
+        held => Box::pin(held_back(leased, resolved, held)).await,
+    }
+}
+
+/// Goes on with a delivery whose run under its flow key's rate is reserved `wait` from now
+/// (it waited on this host for it): within its plugin's rate, then its run.
+async fn after_flow_rate(leased: Leased, resolved: Option<Resolved>, wait: Duration) -> Fate {
+    tokio::time::sleep(wait).await;
+    match within_plugin_rate(&leased).await {
+        RateSlot::Now => run(leased, resolved).await,
+        held => Box::pin(held_back(leased, resolved, held)).await,
+    }
+}
+
+/// A run its rates hold back: under its flow key's rate it waits on this host for its run
+/// (`waiting`); under its plugin's it is put back until its slot; with the store silent, on
+/// the retry schedule.
+async fn held_back(leased: Leased, resolved: Option<Resolved>, held: RateSlot) -> Fate {
+    match held {
+        RateSlot::Later(later, Event::FlowLimited) => wait_for_rate(leased, resolved, later).await,
+        RateSlot::Later(later, why) => leased.put_back(later.max(MIN_BUSY_DELAY), why).await,
+        RateSlot::Now | RateSlot::Unanswered => leased.back_off().await,
+    }
 }
 
 /// Waits for the run's slots under its flow key's rate and its plugin's, when they have one
 /// (see `idempotency::rate`): the flow key's first, so a run its key holds back does not
 /// spend the plugin's.
 async fn within_rates(leased: &Leased) -> RateSlot {
-    let (delivery, plugin) = (leased.delivery(), leased.plugin());
-    let namespace = &delivery.shared().config.namespace;
-    if let (Some(limit), Some(flow)) = (plugin.manifest.flow.rate, leased.flow()) {
-        let key = rate::key(namespace, &format!("{}:flow:{flow}", plugin.name));
-        let slot = within_rate(leased, &key, limit, Event::FlowLimited).await;
-        if let RateSlot::Later(..) = slot {
-            delivery.shared().fair.limited(&plugin.name, flow);
-        }
-        if slot != RateSlot::Now {
-            return slot;
-        }
+    match within_flow_rate(leased).await {
+        RateSlot::Now => within_plugin_rate(leased).await,
+        held => held,
     }
-    match plugin.manifest.limits.rate {
-        Some(limit) => {
-            let key = rate::key(namespace, &plugin.name);
-            within_rate(leased, &key, limit, Event::RateLimited).await
-        }
+}
+
+/// Waits on this host for the delivery's run under its flow key's rate, due `later` from now
+/// (or, when the host cannot keep it, puts it back until then).
+async fn wait_for_rate(leased: Leased, resolved: Option<Resolved>, later: Duration) -> Fate {
+    let Some((key, limit)) = flow_rate(&leased) else {
+        return leased.back_off().await;
+    };
+    let turn = Turn::Rate { key, limit };
+    waiting::keep(
+        leased,
+        resolved,
+        turn,
+        (later.max(MIN_BUSY_DELAY), after_rate),
+    )
+    .await
+}
+
+/// Where a run stands under its plugin's rate limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RateSlot {
+    /// It may run (its slot, if it has a limit, reached and reserved).
+    Now,
+    /// Its slot is too far off: it comes back (or waits) this long, counted as this.
+    Later(Duration, Event),
+    /// The store did not answer: the message goes back on the retry schedule.
+    Unanswered,
+}
+
+/// Waits for the run's slot under its flow key's rate, when it has one (see
+/// `idempotency::rate`).
+async fn within_flow_rate(leased: &Leased) -> RateSlot {
+    match flow_rate(leased) {
+        Some((key, limit)) => within_rate(leased, &key, limit, Event::FlowLimited).await,
         None => RateSlot::Now,
     }
+}
+
+/// The store key and the limit of the delivery's flow key's rate, when its plugin has one.
+fn flow_rate(leased: &Leased) -> Option<(String, rate::Rate)> {
+    let plugin = leased.plugin();
+    let limit = plugin.manifest.flow.rate?;
+    let flow = leased.flow()?;
+    let namespace = &leased.delivery().shared().config.namespace;
+    let key = rate::key(namespace, &format!("{}:flow:{flow}", plugin.name));
+    Some((key, limit))
+}
+
+/// Waits for the run's slot under its plugin's rate, when it has one.
+async fn within_plugin_rate(leased: &Leased) -> RateSlot {
+    let plugin = leased.plugin();
+    let Some(limit) = plugin.manifest.limits.rate else {
+        return RateSlot::Now;
+    };
+    let key = rate::key(&leased.delivery().shared().config.namespace, &plugin.name);
+    within_rate(leased, &key, limit, Event::RateLimited).await
 }
 
 /// Waits for the slot under the rate kept at `key`; a put-back counts as `why`.
@@ -138,7 +209,7 @@ async fn within_rate(leased: &Leased, key: &str, limit: rate::Rate, why: Event) 
             RateSlot::Now
         }
         Ok(Admission::Later(when)) => {
-            tracing::debug!(plugin = %plugin.name, %limit, key, "over the rate limit; putting the message back");
+            tracing::debug!(plugin = %plugin.name, %limit, key, "over the rate limit: its run is not due yet");
             RateSlot::Later(when, why)
         }
         Err(e) => {
@@ -236,6 +307,7 @@ async fn run(mut leased: Leased, resolved: Option<Resolved>) -> Fate {
         return Box::pin(leased.put_back(Duration::ZERO, Event::Released)).await;
     };
     leased.ran_with(ran);
+    leased.call_ended();
     match result {
         Ok(Invocation {
             outcome: Outcome::Ack,

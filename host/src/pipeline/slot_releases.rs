@@ -1,5 +1,7 @@
 //! Giving flow slots back in batches: each ended delivery's slot (`flow::HeldSlot`) comes here
-//! and is released with the others that came within a short linger, in one store call.
+//! and is released with the others that came within a short linger, in one store call. Once
+//! it is back, the key's line of waiting messages on this host is woken (`waiting`): its
+//! turn has come.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::gather::gather;
+use super::turns::WaitLines;
 use crate::faults::Operation;
 use crate::idempotency::FlowSlots;
 use crate::idempotency::slots::Slot;
@@ -24,14 +27,22 @@ pub(crate) struct SlotReleases {
 }
 
 impl SlotReleases {
-    /// Starts releasing into `store`, counting failures in `stats`; the task ends when every
-    /// sender has gone.
-    pub(crate) fn spawn(store: Arc<dyn FlowSlots>, stats: Arc<Stats>) -> Self {
+    /// Starts releasing into `store`, counting failures in `stats` and waking the `lines` of
+    /// the keys given slots back; the task ends when every sender has gone.
+    pub(crate) fn spawn(
+        store: Arc<dyn FlowSlots>,
+        stats: Arc<Stats>,
+        lines: Arc<WaitLines>,
+    ) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
                 let batch = gather(first, &mut rx, MAX_BATCH, LINGER).await;
                 release(store.as_ref(), &stats, &batch).await;
+                // Even after a failed call: a line asks the store, which knows.
+                for slot in &batch {
+                    lines.wake(&slot.key);
+                }
             }
         });
         SlotReleases { tx }
@@ -71,7 +82,15 @@ mod tests {
             .acquire_with_slots(&[], &vec![request; 4])
             .await
             .unwrap();
-        let releases = SlotReleases::spawn(store.clone(), Arc::default());
+        let lines = WaitLines::new(crate::pipeline::LineParts {
+            capacity: 1,
+            store: store.clone(),
+            fair: crate::flow::FairShares::new(1),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(1)),
+            abandon: Default::default(),
+            tasks: Default::default(),
+        });
+        let releases = SlotReleases::spawn(store.clone(), Arc::default(), lines);
         let held: Vec<HeldSlot> = (taken.into_iter())
             .map(|t| match t.unwrap() {
                 SlotAnswer::Held(slot) => HeldSlot::new(releases.sender(), slot),

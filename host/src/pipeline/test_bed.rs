@@ -60,6 +60,16 @@ impl Shared {
         let stats = Arc::new(Stats::default());
         let registry = Arc::new(Registry::new([plugin]));
         let fair = crate::flow::FairShares::new(config.max_in_flight);
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(config.max_in_flight));
+        let (tasks, abandon) = (TaskTracker::new(), CancellationToken::new());
+        let lines = super::WaitLines::new(super::LineParts {
+            capacity: config.max_in_flight,
+            store: store.clone(),
+            fair: Arc::clone(&fair),
+            in_flight: Arc::clone(&in_flight),
+            abandon: abandon.clone(),
+            tasks: tasks.clone(),
+        });
         let metrics = Arc::new(Metrics::new(
             &config,
             Arc::clone(&stats),
@@ -69,18 +79,23 @@ impl Shared {
         Shared {
             batches: super::batches::Batches::new(Arc::clone(&metrics), CancellationToken::new()),
             metrics,
-            in_flight: Arc::new(tokio::sync::Semaphore::new(config.max_in_flight)),
+            in_flight,
             fair,
             priorities: Default::default(),
-            slot_releases: super::SlotReleases::spawn(store.clone(), Arc::clone(&stats)),
+            slot_releases: super::SlotReleases::spawn(
+                store.clone(),
+                Arc::clone(&stats),
+                Arc::clone(&lines),
+            ),
+            lines,
             config,
             source,
             completer: Completer::spawn(store.clone()),
             store,
             registry,
             stats,
-            tasks: TaskTracker::new(),
-            abandon: CancellationToken::new(),
+            tasks,
+            abandon,
             payloads: Arc::new(Payloads::disabled()),
             tracer: None,
             outbox_marks: OutboxMarks::default(),

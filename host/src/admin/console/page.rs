@@ -103,8 +103,9 @@ fn flow_table(page: &mut String, keys: &[KeyStatus]) {
     }
     page.push_str(
         "<h2>Flow keys on this host</h2><table id=\"flow\"><tr><th>plugin</th>\
-         <th class=\"text\">key</th><th>running</th><th>ms per run</th><th>runs</th>\
-         <th>fair-share put-backs</th><th>over its limits</th></tr>",
+         <th class=\"text\">key</th><th>running</th><th>waiting</th><th>ms per run</th>\
+         <th>runs</th><th>waited for its turn</th><th>fair-share put-backs</th>\
+         <th>put back over its limits</th></tr>",
     );
     for k in keys {
         let key = if k.key.is_empty() {
@@ -115,11 +116,13 @@ fn flow_table(page: &mut String, keys: &[KeyStatus]) {
         let _ = write!(
             page,
             "<tr><td>{}</td><td class=\"text\">{key}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td></tr>",
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(&k.plugin),
             k.running,
+            k.waiting,
             k.run_ms,
             k.counts.runs,
+            k.counts.waited,
             k.counts.fair_share,
             k.counts.flow_limited,
         );
@@ -395,6 +398,7 @@ mod tests {
             plugin: "sync".into(),
             key: key.into(),
             running: 3,
+            waiting: 2,
             run_ms: 120,
             counts: Default::default(),
         };

@@ -1,0 +1,221 @@
+//! How much of a flow limit its key uses (docs/flow.md), with real hosts (release binaries) on
+//! one queue of the SQS-compatible server sharing the machine's Redis, each run a request to an
+//! API on loopback:
+//!
+//! - **held to two**: tenants A and B with 20 messages each, `max-concurrency = 2`, each run
+//!   300 ms at its tenant's own API, two hosts: each tenant's use of its limit (run time over
+//!   span × limit; the ideal, 1.0, is every slot busy from the first run to the last), the
+//!   most runs at once its API saw, and how many messages waited on a host, were put back,
+//!   and the store calls made for waiting ones;
+//! - **held to two, a host killed**: the same with one host SIGKILLed once six of A's runs
+//!   have started (its slots lapse with its leases, 3 s, which the use counts);
+//! - **a rate per key**: `rate = "20/s"`, keys k1 and k2 with a backlog of 60 each, two hosts:
+//!   each key's rate end to end against its limit.
+//!
+//! Each scenario runs three times; every run's figures are printed.
+//!
+//! `cargo bench -p qhost-e2e --bench flow` (run `scripts/install-test-tools` and build the
+//! plugins as `scripts/test` does first).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use qhost::{Attribute, Outgoing, QueueSource as _, SqsQueue};
+use qhost_e2e::admin::get;
+use qhost_e2e::api_server::{ApiServer, Recorded, Reply};
+use qhost_e2e::harness::{TestEnv, eventually};
+use qhost_e2e::processes::HostProcess;
+use qhost_e2e::redis_server::{shared_url, unique_namespace};
+use qhost_e2e::sqs_server::{endpoint, fleet_host_config, sdk_config_for, unique};
+
+const RUN: Duration = Duration::from_millis(300);
+const HELD_TO: usize = 2;
+const PER_TENANT: usize = 20;
+const ROUNDS: usize = 3;
+
+/// A queue on the shared SQS-compatible server, a namespace in Redis, and a plugin `flow` of
+/// the fixture with `manifest`.
+struct Fleet {
+    queue: String,
+    ns: String,
+    env: TestEnv,
+}
+
+impl Fleet {
+    async fn new(name: &str, manifest: &str) -> Fleet {
+        let env = TestEnv::new();
+        env.install("flow", "fixture", manifest);
+        std::fs::create_dir_all(env.data_dir()).expect("data directory");
+        let fleet = Fleet {
+            queue: unique(name),
+            ns: unique_namespace(name),
+            env,
+        };
+        let admin = aws_sdk_sqs::Client::new(&sdk_config_for(endpoint()));
+        for queue in [fleet.queue.clone(), format!("{}-dlq", fleet.queue)] {
+            (admin.create_queue().queue_name(queue).send().await).expect("create queue");
+        }
+        fleet
+    }
+
+    fn start(&self, names: &[&str]) -> Vec<HostProcess> {
+        let redis = format!(
+            "[idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{}\"",
+            shared_url(),
+            self.ns
+        );
+        let configs: Vec<PathBuf> = (names.iter())
+            .map(|n| fleet_host_config(&self.env, n, 32, &redis, (&self.queue, "flow")))
+            .collect();
+        configs
+            .iter()
+            .map(|c| HostProcess::start_consuming(c))
+            .collect()
+    }
+
+    /// Sends `post:URL` messages, one per `(url, tenant)`.
+    async fn send(&self, messages: impl IntoIterator<Item = (String, String)>) {
+        let sqs = SqsQueue::from_sdk_config(&sdk_config_for(endpoint()));
+        let all: Vec<Outgoing> = (messages.into_iter())
+            .map(|(url, tenant)| {
+                Outgoing::new(&self.queue, format!("post:{url}"))
+                    .with_attribute(Attribute::string("tenant", tenant))
+            })
+            .collect();
+        for chunk in all.chunks(10) {
+            sqs.send(chunk).await.expect("send");
+        }
+    }
+}
+
+/// `requests`' use of a concurrency limit: their run time over the span from the first's
+/// start to the last's end, times the limit.
+fn limit_used(requests: &[Recorded], limit: usize) -> f64 {
+    let (Some(first), Some(last)) = (requests.first(), requests.last()) else {
+        return 0.0;
+    };
+    let span = (last.at + RUN).duration_since(first.at).as_secs_f64();
+    requests.len() as f64 * RUN.as_secs_f64() / (span * limit as f64)
+}
+
+/// Messages that waited on the hosts, put back, and store calls for waiting ones.
+fn waits(hosts: &[HostProcess]) -> (u64, u64, u64) {
+    let (mut waited, mut put_back, mut asks) = (0, 0, 0);
+    for host in hosts {
+        let (_, body) = get(host.admin_addr(), "/api/flow");
+        let keys: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        for key in keys.as_array().expect("a list") {
+            waited += key["waited"].as_u64().unwrap_or(0);
+            put_back += key["flow_limited"].as_u64().unwrap_or(0);
+            asks += key["wait_asks"].as_u64().unwrap_or(0);
+        }
+    }
+    (waited, put_back, asks)
+}
+
+/// Two tenants held to two runs at once; `kill`: SIGKILL one host once six of A's runs began.
+async fn held_to_two(kill: bool) {
+    let apis = [(); 2].map(|_| ApiServer::answering("127.0.0.1", |_, _| Reply::After(RUN)));
+    let manifest = format!(
+        "[flow]\nkey = \"attribute:tenant\"\nmax-concurrency = {HELD_TO}\n\
+         [capabilities]\nhttp = [\"http://{}\", \"http://{}\"]\n[limits]\nmax-attempts = 1\n",
+        apis[0].addr(),
+        apis[1].addr()
+    );
+    let fleet = Fleet::new("bench-flow", &manifest).await;
+    let mut hosts = fleet.start(&["a", "b"]);
+    let messages = (0..PER_TENANT).flat_map(|_| {
+        (apis.iter().zip(["A", "B"])).map(|(api, t)| (api.url("/run"), t.to_string()))
+    });
+    fleet.send(messages).await;
+    if kill {
+        eventually(Duration::from_secs(60), "six runs", async || {
+            apis[0].requests().len() >= 6
+        })
+        .await;
+        hosts.remove(0).kill();
+    }
+    for api in &apis {
+        eventually(Duration::from_secs(120), "every run", async || {
+            let ids: std::collections::BTreeSet<Vec<u8>> =
+                api.requests().into_iter().map(|r| r.body).collect();
+            ids.len() >= PER_TENANT
+        })
+        .await;
+    }
+    let used: Vec<String> = (apis.iter())
+        .map(|api| {
+            let requests = api.requests();
+            format!(
+                "{:.0}% ({} runs, at most {} at once)",
+                limit_used(&requests, HELD_TO) * 100.0,
+                requests.len(),
+                api.most_at_once()
+            )
+        })
+        .collect();
+    let (waited, put_back, asks) = waits(&hosts);
+    println!(
+        "  A {}, B {}; waited {waited}, put back {put_back}, store calls for waiting ones \
+         {asks} ({:.2} per message that waited)",
+        used[0],
+        used[1],
+        asks as f64 / waited.max(1) as f64
+    );
+}
+
+/// Keys k1 and k2 at 20/s each, a backlog of 60 each.
+async fn rate_per_key() {
+    const PER_KEY: usize = 60;
+    let api = ApiServer::start();
+    let manifest = format!(
+        "[flow]\nkey = \"attribute:tenant\"\nrate = \"20/s\"\nfair = false\n\
+         [capabilities]\nhttp = [\"http://{}\"]\n[limits]\nmax-attempts = 1\n",
+        api.addr()
+    );
+    let fleet = Fleet::new("bench-flow-rate", &manifest).await;
+    let messages =
+        (0..PER_KEY).flat_map(|_| ["k1", "k2"].map(|k| (api.url(&format!("/{k}")), k.to_string())));
+    fleet.send(messages).await;
+    let hosts = fleet.start(&["a", "b"]);
+    eventually(Duration::from_secs(120), "every run", async || {
+        api.requests().len() >= 2 * PER_KEY
+    })
+    .await;
+    let requests = api.requests();
+    let rates: Vec<String> = ["k1", "k2"]
+        .iter()
+        .map(|key| {
+            let at: Vec<Instant> = (requests.iter())
+                .filter(|r| r.path == format!("/{key}"))
+                .map(|r| r.at)
+                .collect();
+            let seconds = at[at.len() - 1].duration_since(at[0]).as_secs_f64();
+            let rate = (at.len() - 1) as f64 / seconds;
+            format!("{key} {rate:.1}/s ({:.2} of 20/s)", rate / 20.0)
+        })
+        .collect();
+    let (waited, put_back, asks) = waits(&hosts);
+    println!(
+        "  {}; waited {waited}, put back {put_back}, store calls for waiting ones {asks}",
+        rates.join(", ")
+    );
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    println!(
+        "held to two (2 hosts, max-concurrency = 2, 300 ms runs, 20 per tenant): use of the limit"
+    );
+    for _ in 0..ROUNDS {
+        held_to_two(false).await;
+    }
+    println!("the same, one host SIGKILLed after six of A's runs began (its slots lapse in 3 s)");
+    for _ in 0..ROUNDS {
+        held_to_two(true).await;
+    }
+    println!("a rate per key (2 hosts, rate = \"20/s\", a backlog of 60 per key)");
+    for _ in 0..ROUNDS {
+        rate_per_key().await;
+    }
+}
