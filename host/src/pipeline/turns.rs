@@ -184,6 +184,7 @@ impl WaitLines {
     pub(crate) fn keep(self: &Arc<Self>, parked: Box<dyn Parked>) -> Result<(), Box<dyn Parked>> {
         let room = self.room(parked.as_ref());
         let id = parked.turn().line().to_string();
+        let first_look = self.poll(parked.as_ref());
         let (plugin, flow) = (parked.plugin().to_string(), parked.flow().to_string());
         let since = Instant::now();
         let driver = match self.lines.keep(&id, room, Entry { parked, since }) {
@@ -192,7 +193,6 @@ impl WaitLines {
         };
         self.fair.waiting(&plugin, &flow, 1);
         if let Some(line) = driver {
-            let first_look = self.poll(&plugin, &flow, None);
             let lines = Arc::clone(self);
             self.tasks
                 .spawn(async move { lines.drive(line, first_look).await });
@@ -219,9 +219,12 @@ impl WaitLines {
 
     /// How long a line waits before asking the store again, unless a run of its key ending on
     /// this host wakes it first: a run's time over the key's limit.
-    fn poll(&self, plugin: &str, flow: &str, request: Option<&SlotRequest>) -> Duration {
-        let run = self.fair.run_time(plugin, flow);
-        let limit = request.map_or(1, |r| r.limit.max(1));
+    fn poll(&self, parked: &dyn Parked) -> Duration {
+        let run = self.fair.run_time(parked.plugin(), parked.flow());
+        let limit = match parked.turn() {
+            Turn::Slot(request) => request.limit.max(1),
+            Turn::Rate { .. } => 1,
+        };
         (run / limit).clamp(MIN_POLL, MAX_POLL)
     }
 
@@ -260,11 +263,7 @@ impl WaitLines {
     /// then the store; starts it when all three say yes.
     async fn ask(&self, first: Entry) -> Asked {
         let parked = first.parked.as_ref();
-        let request = match parked.turn() {
-            Turn::Slot(request) => Some(request),
-            Turn::Rate { .. } => None,
-        };
-        let poll = self.poll(parked.plugin(), parked.flow(), request);
+        let poll = self.poll(parked);
         let permit = tokio::select! {
             biased;
             () = self.abandon.cancelled() => return Asked::NotYet(first, Duration::ZERO),
