@@ -63,8 +63,11 @@ struct Running {
     /// Its messages kept waiting for the key's turn (`pipeline::waiting`).
     waiting: usize,
     weight: u32,
-    /// A moving average of its runs' time, from admission to the end of the delivery.
+    /// A moving average of its runs' time, from admission to the end of the delivery: the
+    /// first run's own time once one has ended (a guess of [`FIRST_RUN_TIME`] before).
     run_time: Duration,
+    /// Whether a run of it has ended here, so `run_time` is measured.
+    measured: bool,
     /// When its next put-back message is due back.
     next_back: Option<Instant>,
     /// Runs admitted, and messages put back beyond its share or over its limits, so far.
@@ -111,6 +114,7 @@ impl Default for Running {
             waiting: 0,
             weight: 1,
             run_time: FIRST_RUN_TIME,
+            measured: false,
             next_back: None,
             counts: KeyCounts::default(),
         }
@@ -361,9 +365,14 @@ impl Drop for Ticket {
         if let Some(r) = running.get_mut(&self.id) {
             r.count -= 1;
             if self.ran {
-                // A moving average over about the last eight runs.
+                // A moving average over about the last eight runs, from the first one's time.
                 let took = now - self.since;
-                r.run_time = (r.run_time * 7 + took) / 8;
+                r.run_time = if r.measured {
+                    (r.run_time * 7 + took) / 8
+                } else {
+                    took
+                };
+                r.measured = true;
             }
         }
         // Idle keys are kept for their run time until there are many.
@@ -570,7 +579,11 @@ mod tests {
         assert_eq!(first, MIN_DELAY);
         let running = shares.running.lock().unwrap();
         let a = running.values().next().unwrap();
-        assert!(a.run_time < FIRST_RUN_TIME, "{:?}", a.run_time);
+        assert!(
+            a.run_time < FIRST_RUN_TIME / 10,
+            "the first run's own: {:?}",
+            a.run_time
+        );
         assert!(a.next_back.is_some());
     }
 }

@@ -95,11 +95,18 @@ impl Leased {
         self.slot_held = Some(slot);
     }
 
-    /// Gives its flow slot back as the handler's call ends: what a key's limit bounds is its
-    /// handler's runs (a partner's concurrent calls), and what remains (the commit, the
-    /// outbox, the delete's batch) need not keep the next run of the key waiting.
+    /// Gives its flow slot back as the handler's call ends when messages of its key wait on
+    /// this host for one: what a key's limit bounds is its handler's runs (a partner's
+    /// concurrent calls), and what remains (the commit, the outbox, the delete's batch) need
+    /// not keep them waiting. With none waiting, the slot goes back as the delivery ends, in a
+    /// batch with the others ending then (fewer store calls).
     pub(crate) fn call_ended(&mut self) {
-        if self.slot_held.take().is_some() {
+        let shared = self.delivery.shared();
+        let waited_for = (self.slot_held.as_ref())
+            .and_then(HeldSlot::slot)
+            .is_some_and(|slot| shared.lines.waits_for(&slot.key));
+        if waited_for {
+            self.slot_held = None;
             let receipt = &self.delivery.msg().receipt;
             let queue = self.delivery.queue();
             self.heartbeat = Heartbeat::start(queue, receipt, &self.lease, None);

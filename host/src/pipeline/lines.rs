@@ -113,6 +113,11 @@ impl<T> Lines<T> {
         inner.held += 1;
     }
 
+    /// Whether line `id` holds anyone.
+    pub(crate) fn holds(&self, id: &str) -> bool {
+        self.inner().by_id.contains_key(id)
+    }
+
     /// Wakes line `id`'s driver, if it has one: its key's turn may have come.
     pub(crate) fn wake(&self, id: &str) {
         let line = self.inner().by_id.get(id).map(Arc::clone);

@@ -170,6 +170,11 @@ impl WaitLines {
         self.lines.is_full()
     }
 
+    /// Whether messages wait on this host for a slot kept at `key`.
+    pub(crate) fn waits_for(&self, key: &str) -> bool {
+        self.lines.holds(key)
+    }
+
     /// Wakes the line of the slots kept at `key`: one of them was given back on this host.
     pub(crate) fn wake(&self, key: &str) {
         self.lines.wake(key);
