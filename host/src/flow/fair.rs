@@ -224,6 +224,13 @@ impl FairShares {
         running.get(&id).map_or(FIRST_RUN_TIME, |r| r.run_time)
     }
 
+    /// What a run of `plugin`'s key `key` takes on this host, once one has ended here.
+    pub(crate) fn measured_run_time(&self, plugin: &str, key: &str) -> Option<Duration> {
+        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let id = format!("{plugin}\u{0}{key}");
+        running.get(&id).filter(|r| r.measured).map(|r| r.run_time)
+    }
+
     /// Counts a message of `plugin`'s key `key` that starts (`1`) or ends (`-1`) waiting on
     /// this host for the key's turn.
     pub(crate) fn waiting(&self, plugin: &str, key: &str, change: isize) {

@@ -39,6 +39,8 @@ pub(crate) const MAX_WAIT: Duration = Duration::from_secs(30);
 /// How often a line asks the store for a slot at most, and at least.
 const MIN_POLL: Duration = Duration::from_millis(25);
 const MAX_POLL: Duration = Duration::from_secs(1);
+/// How often a line asks before its key's run time is known on the host.
+const UNMEASURED_POLL: Duration = Duration::from_millis(100);
 /// How long a line waits after the store did not answer.
 const AFTER_FAILURE: Duration = Duration::from_secs(1);
 
@@ -223,14 +225,16 @@ impl WaitLines {
     }
 
     /// How long a line waits before asking the store again, unless a run of its key ending on
-    /// this host wakes it first: a run's time over the key's limit.
+    /// this host wakes it first: a run's time over the key's limit, or [`UNMEASURED_POLL`]
+    /// before a run of the key has ended on this host (another host may be running them all).
     fn poll(&self, parked: &dyn Parked) -> Duration {
-        let run = self.fair.run_time(parked.plugin(), parked.flow());
         let limit = match parked.turn() {
             Turn::Slot(request) => request.limit.max(1),
             Turn::Rate { .. } => 1,
         };
-        (run / limit).clamp(MIN_POLL, MAX_POLL)
+        let run = self.fair.measured_run_time(parked.plugin(), parked.flow());
+        run.map_or(UNMEASURED_POLL, |run| run / limit)
+            .clamp(MIN_POLL, MAX_POLL)
     }
 
     /// Drives `line` until it is empty, its first message asking for its turn whenever the
