@@ -232,17 +232,22 @@ impl FairShares {
     }
 
     /// Counts a message of `plugin`'s key `key` that starts (`1`) or ends (`-1`) waiting on
-    /// this host for the key's turn.
+    /// this host for the key's turn: the key's messages waiting now.
     pub(crate) fn waiting(&self, plugin: &str, key: &str, change: isize) {
         let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         let id = format!("{plugin}\u{0}{key}");
-        let entry = running.entry(id.clone()).or_default();
+        let entry = running.entry(id).or_default();
         entry.waiting = entry.waiting.saturating_add_signed(change);
-        if change > 0 {
-            entry.counts.waited += 1;
-            drop(running);
-            self.name(&id);
-        }
+    }
+
+    /// Counts a message of `plugin`'s key `key` kept waiting for its turn (since the host
+    /// started).
+    pub(crate) fn waited(&self, plugin: &str, key: &str) {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let id = format!("{plugin}\u{0}{key}");
+        running.entry(id.clone()).or_default().counts.waited += 1;
+        drop(running);
+        self.name(&id);
     }
 
     /// Counts a store call made for `plugin`'s key `key`'s waiting messages.
@@ -530,6 +535,7 @@ mod tests {
         assert_eq!(shares.running("p", "partner"), 3);
         assert_eq!(shares.run_time("p", "partner"), FIRST_RUN_TIME);
         shares.waiting("p", "partner", 1);
+        shares.waited("p", "partner");
         let status = &shares.busiest(1)[0];
         assert_eq!((status.waiting, status.counts.waited), (1, 1));
         shares.waiting("p", "partner", -1);

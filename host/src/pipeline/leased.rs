@@ -46,8 +46,8 @@ pub(crate) struct Leased {
     heartbeat: Option<Heartbeat>,
     /// Its flow key, when its plugin controls flow.
     flow: Option<String>,
-    /// The flow slot it holds (`[flow] max-concurrency`), given back
-    /// when it drops, as the handler's call ends (or the delivery, unrun).
+    /// The flow slot it holds (`[flow] max-concurrency`), given back when it drops: as the
+    /// delivery ends, or as the handler's call ends when messages of its key wait here.
     slot_held: Option<HeldSlot>,
     /// The sha256 of the body its handler ran on, recorded with the completed key.
     ran_on: Option<String>,

@@ -194,11 +194,16 @@ impl WaitLines {
         let first_look = self.poll(parked.as_ref());
         let (plugin, flow) = (parked.plugin().to_string(), parked.flow().to_string());
         let since = Instant::now();
+        // Counted first: once in its line, its driver may start it (and count it out) at once.
+        self.fair.waiting(&plugin, &flow, 1);
         let driver = match self.lines.keep(&id, room, Entry { parked, since }) {
             Ok(driver) => driver,
-            Err(entry) => return Err(entry.parked),
+            Err(entry) => {
+                self.fair.waiting(&plugin, &flow, -1);
+                return Err(entry.parked);
+            }
         };
-        self.fair.waiting(&plugin, &flow, 1);
+        self.fair.waited(&plugin, &flow);
         if let Some(line) = driver {
             let lines = Arc::clone(self);
             self.tasks
