@@ -63,11 +63,13 @@ struct Running {
     /// Its messages kept waiting for the key's turn (`pipeline::waiting`).
     waiting: usize,
     weight: u32,
-    /// A moving average of its runs' time, from admission to the end of the delivery: the
-    /// first run's own time once one has ended (a guess of [`FIRST_RUN_TIME`] before).
+    /// A moving average of its runs' time, from admission to the end of the delivery, from a
+    /// guess of [`FIRST_RUN_TIME`]: what the put-back schedule spaces by (its slow start
+    /// spreads a flooding key's first put-backs wide, so the receives reach past it).
     run_time: Duration,
-    /// Whether a run of it has ended here, so `run_time` is measured.
-    measured: bool,
+    /// The same average from the first run's own time, once one has ended here: when a
+    /// waiting line asks again (`pipeline::turns`).
+    measured: Option<Duration>,
     /// When its next put-back message is due back.
     next_back: Option<Instant>,
     /// Runs admitted, and messages put back beyond its share or over its limits, so far.
@@ -114,7 +116,7 @@ impl Default for Running {
             waiting: 0,
             weight: 1,
             run_time: FIRST_RUN_TIME,
-            measured: false,
+            measured: None,
             next_back: None,
             counts: KeyCounts::default(),
         }
@@ -228,7 +230,7 @@ impl FairShares {
     pub(crate) fn measured_run_time(&self, plugin: &str, key: &str) -> Option<Duration> {
         let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         let id = format!("{plugin}\u{0}{key}");
-        running.get(&id).filter(|r| r.measured).map(|r| r.run_time)
+        running.get(&id).and_then(|r| r.measured)
     }
 
     /// Counts a message of `plugin`'s key `key` that starts (`1`) or ends (`-1`) waiting on
@@ -377,14 +379,10 @@ impl Drop for Ticket {
         if let Some(r) = running.get_mut(&self.id) {
             r.count -= 1;
             if self.ran {
-                // A moving average over about the last eight runs, from the first one's time.
+                // Moving averages over about the last eight runs.
                 let took = now - self.since;
-                r.run_time = if r.measured {
-                    (r.run_time * 7 + took) / 8
-                } else {
-                    took
-                };
-                r.measured = true;
+                r.run_time = (r.run_time * 7 + took) / 8;
+                r.measured = Some(r.measured.map_or(took, |m| (m * 7 + took) / 8));
             }
         }
         // Idle keys are kept for their run time until there are many.
@@ -592,10 +590,11 @@ mod tests {
         assert_eq!(first, MIN_DELAY);
         let running = shares.running.lock().unwrap();
         let a = running.values().next().unwrap();
+        assert!(a.run_time < FIRST_RUN_TIME, "{:?}", a.run_time);
+        let measured = a.measured.expect("a run ended");
         assert!(
-            a.run_time < FIRST_RUN_TIME / 10,
-            "the first run's own: {:?}",
-            a.run_time
+            measured < FIRST_RUN_TIME / 10,
+            "the first run's own: {measured:?}"
         );
         assert!(a.next_back.is_some());
     }
