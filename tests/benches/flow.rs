@@ -21,8 +21,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use qhost::{Attribute, Outgoing, QueueSource as _, SqsQueue};
-use qhost_e2e::admin::get;
-use qhost_e2e::api_server::{ApiServer, Recorded, Reply};
+use qhost_e2e::api_server::{ApiServer, Reply};
+use qhost_e2e::flow_use::{limit_used, waits};
 use qhost_e2e::harness::{TestEnv, eventually};
 use qhost_e2e::processes::HostProcess;
 use qhost_e2e::redis_server::{shared_url, unique_namespace};
@@ -88,31 +88,6 @@ impl Fleet {
     }
 }
 
-/// `requests`' use of a concurrency limit: their run time over the span from the first's
-/// start to the last's end, times the limit.
-fn limit_used(requests: &[Recorded], limit: usize) -> f64 {
-    let (Some(first), Some(last)) = (requests.first(), requests.last()) else {
-        return 0.0;
-    };
-    let span = (last.at + RUN).duration_since(first.at).as_secs_f64();
-    requests.len() as f64 * RUN.as_secs_f64() / (span * limit as f64)
-}
-
-/// Messages that waited on the hosts, put back, and store calls for waiting ones.
-fn waits(hosts: &[HostProcess]) -> (u64, u64, u64) {
-    let (mut waited, mut put_back, mut asks) = (0, 0, 0);
-    for host in hosts {
-        let (_, body) = get(host.admin_addr(), "/api/flow");
-        let keys: serde_json::Value = serde_json::from_str(&body).expect("JSON");
-        for key in keys.as_array().expect("a list") {
-            waited += key["waited"].as_u64().unwrap_or(0);
-            put_back += key["flow_limited"].as_u64().unwrap_or(0);
-            asks += key["wait_asks"].as_u64().unwrap_or(0);
-        }
-    }
-    (waited, put_back, asks)
-}
-
 /// Two tenants held to two runs at once; `kill`: SIGKILL one host once six of A's runs began.
 async fn held_to_two(kill: bool) {
     let apis = [(); 2].map(|_| ApiServer::answering("127.0.0.1", |_, _| Reply::After(RUN)));
@@ -148,7 +123,7 @@ async fn held_to_two(kill: bool) {
             let requests = api.requests();
             format!(
                 "{:.0}% ({} runs, at most {} at once)",
-                limit_used(&requests, HELD_TO) * 100.0,
+                limit_used(&requests, RUN, HELD_TO) * 100.0,
                 requests.len(),
                 api.most_at_once()
             )

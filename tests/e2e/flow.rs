@@ -15,6 +15,7 @@ use qhost::{
 };
 use qhost_e2e::admin::{get, sample};
 use qhost_e2e::api_server::{ApiServer, Recorded, Reply};
+use qhost_e2e::flow_use::{limit_used, waits};
 use qhost_e2e::harness::{TestEnv, eventually};
 use qhost_e2e::processes::HostProcess;
 use qhost_e2e::redis_cluster::RedisCluster;
@@ -247,7 +248,7 @@ async fn a_partners_concurrency_holds_across_two_hosts_and_a_killed_hosts_slots_
     fleet.assert_each_once(&hosts, JOBS + LIMIT).await;
     let limited = fleet.outcomes(&hosts)["flow_limited"];
     // Held back over the limit: kept waiting on a host for a slot, or put back.
-    let (waited, ..) = waits(&hosts);
+    let (waited, ..) = waits(hosts.iter().copied());
     assert!(
         limited + waited as f64 > 0.0,
         "nothing was held back: {limited} put back, {waited} waited"
@@ -286,16 +287,6 @@ async fn a_partners_concurrency_holds_across_two_hosts_and_a_killed_hosts_slots_
         0,
         "slots given back"
     );
-}
-
-/// How much of a concurrency limit `requests` used: their run time (each took `run` at the
-/// API) over the span from the first's start to the last's end, times the limit.
-fn limit_used(requests: &[Recorded], run: Duration, limit: usize) -> f64 {
-    let (Some(first), Some(last)) = (requests.first(), requests.last()) else {
-        return 0.0;
-    };
-    let span = (last.at + run).duration_since(first.at).as_secs_f64();
-    requests.len() as f64 * run.as_secs_f64() / (span * limit as f64)
 }
 
 /// A tenant held to two runs at once, each 300 ms at the API, on two hosts: its own API
@@ -361,23 +352,6 @@ impl HeldToTwo {
     }
 }
 
-/// Each host's flow keys as its console lists them: (messages that waited, put back over
-/// the limit, store calls made for waiting messages), added up across hosts.
-fn waits(hosts: &[&HostProcess]) -> (u64, u64, u64) {
-    let (mut waited, mut put_back, mut asks) = (0, 0, 0);
-    for host in hosts {
-        let (status, body) = get(host.admin_addr(), "/api/flow");
-        assert_eq!(status, 200, "{body}");
-        let keys: serde_json::Value = serde_json::from_str(&body).expect("JSON");
-        for key in keys.as_array().expect("a list") {
-            waited += key["waited"].as_u64().expect("waited");
-            put_back += key["flow_limited"].as_u64().expect("flow_limited");
-            asks += key["wait_asks"].as_u64().expect("wait_asks");
-        }
-    }
-    (waited, put_back, asks)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tenant_held_to_two_runs_at_once_waits_on_the_hosts_for_its_slots() {
     let test = HeldToTwo::new("flow-use").await;
@@ -391,7 +365,7 @@ async fn a_tenant_held_to_two_runs_at_once_waits_on_the_hosts_for_its_slots() {
     // How much of the limit the tenants used is a figure of the machine's load: printed here
     // (with the limit asserted), measured by `cargo bench -p qhost-e2e --bench flow`.
     test.used();
-    let (waited, put_back, asks) = waits(&hosts);
+    let (waited, put_back, asks) = waits(hosts.iter().copied());
     println!(
         "waited on a host for a slot: {waited}; put back: {put_back}; store calls for waiting \
          messages: {asks} ({:.2} per message that waited)",
@@ -476,7 +450,7 @@ async fn two_flow_keys_each_get_their_own_rate_across_two_hosts() {
     fleet.assert_each_once(&hosts, 2 * PER_KEY).await;
     // How many waited on the hosts for their runs under the rate depends on how fast the
     // hosts received: printed (the flow bench measures the rate end to end).
-    let (waited, put_back, asks) = waits(&hosts);
+    let (waited, put_back, asks) = waits(hosts.iter().copied());
     println!("waited on a host for its run: {waited}; put back: {put_back}; rate asks: {asks}");
 }
 
