@@ -17,76 +17,17 @@
 //! `cargo bench -p qhost-e2e --bench flow` (run `scripts/install-test-tools` and build the
 //! plugins as `scripts/test` does first).
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use qhost::{Attribute, Outgoing, QueueSource as _, SqsQueue};
 use qhost_e2e::api_server::{ApiServer, Reply};
+use qhost_e2e::flow_fleet::Fleet;
 use qhost_e2e::flow_use::{limit_used, waits};
-use qhost_e2e::harness::{TestEnv, eventually};
-use qhost_e2e::processes::HostProcess;
-use qhost_e2e::redis_server::{shared_url, unique_namespace};
-use qhost_e2e::sqs_server::{endpoint, fleet_host_config, sdk_config_for, unique};
+use qhost_e2e::harness::eventually;
 
 const RUN: Duration = Duration::from_millis(300);
 const HELD_TO: usize = 2;
 const PER_TENANT: usize = 20;
 const ROUNDS: usize = 3;
-
-/// A queue on the shared SQS-compatible server, a namespace in Redis, and a plugin `flow` of
-/// the fixture with `manifest`.
-struct Fleet {
-    queue: String,
-    ns: String,
-    env: TestEnv,
-}
-
-impl Fleet {
-    async fn new(name: &str, manifest: &str) -> Fleet {
-        let env = TestEnv::new();
-        env.install("flow", "fixture", manifest);
-        std::fs::create_dir_all(env.data_dir()).expect("data directory");
-        let fleet = Fleet {
-            queue: unique(name),
-            ns: unique_namespace(name),
-            env,
-        };
-        let admin = aws_sdk_sqs::Client::new(&sdk_config_for(endpoint()));
-        for queue in [fleet.queue.clone(), format!("{}-dlq", fleet.queue)] {
-            (admin.create_queue().queue_name(queue).send().await).expect("create queue");
-        }
-        fleet
-    }
-
-    fn start(&self, names: &[&str]) -> Vec<HostProcess> {
-        let redis = format!(
-            "[idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{}\"",
-            shared_url(),
-            self.ns
-        );
-        let configs: Vec<PathBuf> = (names.iter())
-            .map(|n| fleet_host_config(&self.env, n, 32, &redis, (&self.queue, "flow")))
-            .collect();
-        configs
-            .iter()
-            .map(|c| HostProcess::start_consuming(c))
-            .collect()
-    }
-
-    /// Sends `post:URL` messages, one per `(url, tenant)`.
-    async fn send(&self, messages: impl IntoIterator<Item = (String, String)>) {
-        let sqs = SqsQueue::from_sdk_config(&sdk_config_for(endpoint()));
-        let all: Vec<Outgoing> = (messages.into_iter())
-            .map(|(url, tenant)| {
-                Outgoing::new(&self.queue, format!("post:{url}"))
-                    .with_attribute(Attribute::string("tenant", tenant))
-            })
-            .collect();
-        for chunk in all.chunks(10) {
-            sqs.send(chunk).await.expect("send");
-        }
-    }
-}
 
 /// Two tenants held to two runs at once; `kill`: SIGKILL one host once six of A's runs began.
 async fn held_to_two(kill: bool) {
@@ -98,7 +39,7 @@ async fn held_to_two(kill: bool) {
         apis[1].addr()
     );
     let fleet = Fleet::new("bench-flow", &manifest).await;
-    let mut hosts = fleet.start(&["a", "b"]);
+    let mut hosts = fleet.start(&["a", "b"], 32).await;
     let messages = (0..PER_TENANT).flat_map(|_| {
         (apis.iter().zip(["A", "B"])).map(|(api, t)| (api.url("/run"), t.to_string()))
     });
@@ -152,7 +93,7 @@ async fn rate_per_key() {
     let messages =
         (0..PER_KEY).flat_map(|_| ["k1", "k2"].map(|k| (api.url(&format!("/{k}")), k.to_string())));
     fleet.send(messages).await;
-    let hosts = fleet.start(&["a", "b"]);
+    let hosts = fleet.start(&["a", "b"], 32).await;
     eventually(Duration::from_secs(120), "every run", async || {
         api.requests().len() >= 2 * PER_KEY
     })

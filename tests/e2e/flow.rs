@@ -5,147 +5,22 @@
 //! that used an attempt would dead-letter its message, so an empty dead-letter queue proves
 //! none did.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use qhost::{
-    Acquired, Attribute, FlowSlots, LeaseRequest, Outgoing, QueueSource as _, RedisStore, Slot,
-    SlotAnswer, SlotRequest, SqsQueue,
+    Acquired, FlowSlots, LeaseRequest, Outgoing, QueueSource as _, RedisStore, Slot, SlotAnswer,
+    SlotRequest, SqsQueue,
 };
 use qhost_e2e::admin::{get, sample};
 use qhost_e2e::api_server::{ApiServer, Recorded, Reply};
+use qhost_e2e::flow_fleet::Fleet;
 use qhost_e2e::flow_use::{limit_used, waits};
-use qhost_e2e::harness::{TestEnv, eventually};
+use qhost_e2e::harness::eventually;
 use qhost_e2e::processes::HostProcess;
 use qhost_e2e::redis_cluster::RedisCluster;
 use qhost_e2e::redis_server::{shared_url, unique_namespace};
-use qhost_e2e::sqs_server::{
-    Server, drain_at, endpoint, fleet_host_config, sdk_config_for, unique,
-};
-
-/// A fleet's queue and the configurations of its hosts.
-struct Fleet {
-    queue: String,
-    ns: String,
-    env: TestEnv,
-    /// The SQS-compatible server it uses.
-    endpoint: String,
-}
-
-impl Fleet {
-    /// A queue (and its dead-letter queue) on the shared SQS-compatible server and a plugin
-    /// `flow` of the fixture with `manifest` (its `[flow]` and grants).
-    async fn new(test: &str, manifest: &str) -> Fleet {
-        Fleet::on(endpoint(), test, manifest).await
-    }
-
-    /// As [`Fleet::new`], on the server at `endpoint`.
-    async fn on(endpoint: &str, test: &str, manifest: &str) -> Fleet {
-        let env = TestEnv::new();
-        env.install("flow", "fixture", manifest);
-        std::fs::create_dir_all(env.data_dir()).expect("data directory");
-        let fleet = Fleet {
-            queue: unique(test),
-            ns: unique_namespace(test),
-            env,
-            endpoint: endpoint.to_string(),
-        };
-        fleet.create_queue(&fleet.queue).await;
-        fleet
-    }
-
-    /// Creates `queue` and its dead-letter queue on the fleet's server.
-    async fn create_queue(&self, queue: &str) {
-        let admin = aws_sdk_sqs::Client::new(&sdk_config_for(&self.endpoint));
-        for name in [queue.to_string(), format!("{queue}-dlq")] {
-            let created = admin.create_queue().queue_name(name).send().await;
-            created.expect("create queue");
-        }
-    }
-
-    /// The configuration of host `name` with `slots` in flight.
-    fn host(&self, name: &str, slots: usize) -> PathBuf {
-        let redis = format!(
-            "[idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{}\"",
-            shared_url(),
-            self.ns
-        );
-        let path = fleet_host_config(&self.env, name, slots, &redis, (&self.queue, "flow"));
-        let text = std::fs::read_to_string(&path).expect("config file");
-        std::fs::write(&path, text.replace(endpoint(), &self.endpoint)).expect("config file");
-        path
-    }
-
-    /// Starts hosts `names`, each with `slots` in flight.
-    async fn start(&self, names: &[&str], slots: usize) -> Vec<HostProcess> {
-        let configs: Vec<PathBuf> = names.iter().map(|n| self.host(n, slots)).collect();
-        tokio::task::spawn_blocking(move || {
-            configs
-                .iter()
-                .map(|c| HostProcess::start_consuming(c))
-                .collect()
-        })
-        .await
-        .expect("hosts started")
-    }
-
-    /// Sends `post:URL` messages, one per `(url, tenant)`.
-    async fn send(&self, messages: impl IntoIterator<Item = (String, String)>) {
-        let sqs = SqsQueue::from_sdk_config(&sdk_config_for(&self.endpoint));
-        let all: Vec<Outgoing> = (messages.into_iter())
-            .map(|(url, tenant)| {
-                Outgoing::new(&self.queue, format!("post:{url}"))
-                    .with_attribute(Attribute::string("tenant", tenant))
-            })
-            .collect();
-        for chunk in all.chunks(10) {
-            sqs.send(chunk).await.expect("send");
-        }
-    }
-
-    /// The hosts' counts of each outcome, added up.
-    fn outcomes(&self, hosts: &[&HostProcess]) -> BTreeMap<&'static str, f64> {
-        let mut outcomes = BTreeMap::new();
-        for host in hosts {
-            let (status, metrics) = get(host.admin_addr(), "/metrics");
-            assert_eq!(status, 200);
-            for outcome in [
-                "acked",
-                "dead_lettered",
-                "retried",
-                "flow_limited",
-                "fair_share",
-            ] {
-                let labels = [
-                    ("queue", self.queue.as_str()),
-                    ("plugin", "flow"),
-                    ("outcome", outcome),
-                ];
-                let n = sample(&metrics, "qhost_messages_handled_total", &labels);
-                *outcomes.entry(outcome).or_default() += n.unwrap_or(0.0);
-            }
-        }
-        outcomes
-    }
-
-    /// Asserts that nothing was dead-lettered or retried and `acked` runs were acked.
-    async fn assert_each_once(&self, hosts: &[&HostProcess], acked: usize) {
-        eventually(
-            Duration::from_secs(20),
-            "every run's ack counted",
-            async || self.outcomes(hosts)["acked"] >= acked as f64,
-        )
-        .await;
-        let outcomes = self.outcomes(hosts);
-        println!("outcomes: {outcomes:?}");
-        assert_eq!(outcomes["acked"], acked as f64, "{outcomes:?}");
-        assert_eq!(outcomes["dead_lettered"], 0.0, "{outcomes:?}");
-        assert_eq!(outcomes["retried"], 0.0, "{outcomes:?}");
-        let dlq = drain_at(&self.endpoint, &format!("{}-dlq", self.queue)).await;
-        assert!(dlq.is_empty(), "{} dead-lettered", dlq.len());
-    }
-}
+use qhost_e2e::sqs_server::{Server, drain_at, sdk_config_for, unique};
 
 /// The message ids an API was sent, each once: the fixture posts its message's id.
 fn ids(requests: &[Recorded]) -> BTreeSet<String> {

@@ -17,6 +17,7 @@ pub mod cpu;
 pub mod deploy;
 pub mod fault_proxy;
 pub mod faults;
+pub mod flow_fleet;
 pub mod flow_use;
 pub mod harness;
 pub mod otlp;
