@@ -165,7 +165,7 @@ pub(crate) async fn redrive_message(
                 found = Some(msg);
             } else {
                 source
-                    .put_back(dead_letter_queue, &msg.receipt, Duration::ZERO)
+                    .put_back(dead_letter_queue, &msg.handle, Duration::ZERO)
                     .await?;
             }
         }
@@ -209,7 +209,7 @@ async fn redrive_one(
         .await
         .map_err(|e| format!("sending it to `{target}` failed: {e}"))?;
     let deleted = source
-        .settle(dead_letter_queue, std::slice::from_ref(&msg.receipt))
+        .settle(dead_letter_queue, std::slice::from_ref(&msg.handle))
         .await
         .map_err(|e| e.to_string())
         .and_then(|mut r| r.pop().unwrap_or(Ok(())).map_err(|e| e.to_string()));
@@ -226,11 +226,11 @@ mod tests {
     fn letter(attributes: Vec<Attribute>) -> Received {
         Received {
             id: "m".into(),
-            receipt: "r".into(),
+            handle: "r".into(),
             queue: "jobs-dlq".into(),
             body: b"x".to_vec(),
             attributes,
-            receive_count: 1,
+            delivery_count: 1,
             sent_at_ms: 0,
             group_id: None,
             malformed: None,

@@ -170,7 +170,7 @@ mod tests {
     fn received(id: &str, body: &[u8]) -> Received {
         Received {
             id: id.into(),
-            receipt: "r".into(),
+            handle: "r".into(),
             queue: "jobs".into(),
             body: body.to_vec(),
             attributes: vec![
@@ -180,7 +180,7 @@ mod tests {
                     value: AttributeValue::Binary(vec![0; 3]),
                 },
             ],
-            receive_count: 1,
+            delivery_count: 1,
             sent_at_ms: 0,
             group_id: None,
             malformed: None,

@@ -89,7 +89,7 @@ async fn bare_loop(sqs: &SqsQueue, filler: &SqsQueue, queue: &str, n: usize) -> 
                 .receive(queue, 10, Duration::from_secs(30), Duration::from_secs(1))
                 .await
                 .expect("receive");
-            let receipts: Vec<String> = got.iter().map(|m| m.receipt.clone()).collect();
+            let receipts: Vec<String> = got.iter().map(|m| m.handle.clone()).collect();
             if !receipts.is_empty() {
                 sqs.settle(queue, &receipts).await.expect("delete");
             }

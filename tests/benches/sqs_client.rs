@@ -185,7 +185,7 @@ async fn client_loop(responder: &Responder, n: usize) -> Row {
             .expect("receive");
         // What a consumer reads of each message: its id and body.
         read += got.iter().map(|m| m.id.len() + m.body.len()).sum::<usize>();
-        let receipts: Vec<String> = got.into_iter().map(|m| m.receipt).collect();
+        let receipts: Vec<String> = got.into_iter().map(|m| m.handle).collect();
         done += receipts.len();
         if !receipts.is_empty() {
             let answers = sqs.settle(QUEUE, &receipts).await.expect("delete");

@@ -263,7 +263,7 @@ async fn a_plugin_that_fails_to_load_stops_the_start_and_its_messages_wait() {
     assert_eq!((c.received, c.invoked, c.dead_lettered), (0, 0, 0), "{c:?}");
     let waiting = contents(&env.queue(), "jobs").await;
     assert_eq!(waiting.len(), 1, "the message waits");
-    assert_eq!(waiting[0].receive_count, 0, "never delivered");
+    assert_eq!(waiting[0].delivery_count, 0, "never delivered");
     assert!(contents(&env.queue(), "jobs-dlq").await.is_empty());
 }
 

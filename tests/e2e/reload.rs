@@ -304,7 +304,7 @@ async fn a_removed_plugin_keeps_its_messages_until_it_is_added_again() {
     );
     let waiting = contents(&env.queue(), "jobs").await;
     assert_eq!(waiting.len(), 1);
-    assert_eq!(waiting[0].receive_count, 0, "never delivered");
+    assert_eq!(waiting[0].delivery_count, 0, "never delivered");
     let reasons = host.admin_view().readiness();
     assert!(
         reasons.is_err_and(|r| r

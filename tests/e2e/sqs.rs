@@ -187,7 +187,7 @@ async fn a_retry_delay_hides_the_message_until_it_is_due() {
         .receive(&jobs, 1, Duration::from_secs(30), Duration::from_secs(1))
         .await
         .unwrap();
-    q.put_back(&jobs, &got[0].receipt, Duration::from_secs(3))
+    q.put_back(&jobs, &got[0].handle, Duration::from_secs(3))
         .await
         .unwrap();
     let early = q
@@ -200,9 +200,9 @@ async fn a_retry_delay_hides_the_message_until_it_is_due() {
         .await
         .unwrap();
     assert_eq!(later.len(), 1, "visible once it is due");
-    assert_eq!(later[0].receive_count, 2);
+    assert_eq!(later[0].delivery_count, 2);
     let acks = q
-        .settle(&jobs, &[got[0].receipt.clone(), later[0].receipt.clone()])
+        .settle(&jobs, &[got[0].handle.clone(), later[0].handle.clone()])
         .await
         .unwrap();
     assert!(
@@ -211,7 +211,7 @@ async fn a_retry_delay_hides_the_message_until_it_is_due() {
         acks[1]
     );
     assert!(
-        matches!(acks[0], Ok(()) | Err(SourceError::ReceiptExpired)),
+        matches!(acks[0], Ok(()) | Err(SourceError::HandleExpired)),
         "a superseded receipt is at worst expired, never a backend failure: {:?}",
         acks[0]
     );
@@ -678,9 +678,9 @@ async fn put_backs_together_share_one_visibility_call_and_each_gets_its_own_answ
         );
     }
     let mut entries: Vec<(String, Duration)> = (got.iter())
-        .map(|m| (m.receipt.clone(), Duration::ZERO))
+        .map(|m| (m.handle.clone(), Duration::ZERO))
         .collect();
-    entries.push((format!("{}-stale", got[0].receipt), Duration::ZERO));
+    entries.push((format!("{}-stale", got[0].handle), Duration::ZERO));
     let before = q
         .requests()
         .change_visibility
@@ -694,7 +694,7 @@ async fn put_backs_together_share_one_visibility_call_and_each_gets_its_own_answ
     assert_eq!(calls, 1, "four changes, one call");
     assert!(answers[..3].iter().all(Result::is_ok), "{answers:?}");
     assert!(
-        matches!(answers[3], Err(SourceError::ReceiptExpired)),
+        matches!(answers[3], Err(SourceError::HandleExpired)),
         "a receipt SQS does not know is expired, not a failed call: {answers:?}"
     );
     let mut again = Vec::new();
@@ -706,7 +706,7 @@ async fn put_backs_together_share_one_visibility_call_and_each_gets_its_own_answ
         assert!(!more.is_empty(), "the three put back are visible again");
         again.extend(more);
     }
-    assert!(again.iter().all(|m| m.receive_count == 2), "{again:?}");
+    assert!(again.iter().all(|m| m.delivery_count == 2), "{again:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

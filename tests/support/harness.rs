@@ -203,7 +203,7 @@ pub async fn take_all(
         if got.is_empty() {
             return all;
         }
-        let receipts: Vec<String> = got.iter().map(|m| m.receipt.clone()).collect();
+        let receipts: Vec<String> = got.iter().map(|m| m.handle.clone()).collect();
         source.settle(queue, &receipts).await.expect("delete");
         all.extend(got);
     }

@@ -49,11 +49,11 @@ pub(crate) async fn inspect(
 fn from_file(body: Vec<u8>) -> Received {
     Received {
         id: "-".into(),
-        receipt: String::new(),
+        handle: String::new(),
         queue: String::new(),
         body,
         attributes: Vec::new(),
-        receive_count: 1,
+        delivery_count: 1,
         sent_at_ms: 0,
         group_id: None,
         malformed: None,

@@ -71,21 +71,24 @@ pub fn find_attribute<'a>(attributes: &'a [Attribute], name: &str) -> Option<&'a
     attributes.iter().find(|a| a.name == name)
 }
 
-/// A message as received from a queue, with the handle needed to delete or delay it.
+/// A message as delivered by its source, with the handle that settles, delays or holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Received {
     /// The queue's id for the message; every delivery of one message shares it.
     pub id: String,
-    /// Names this delivery: deleting or delaying the message needs it.
-    pub receipt: String,
+    /// Names this delivery to its source, opaque to everyone else: settling it, putting it
+    /// back or holding it needs it (an SQS receipt handle, an AMQP delivery tag, a JetStream
+    /// reply subject).
+    pub handle: String,
     /// The queue name.
     pub queue: String,
     /// The body bytes.
     pub body: Vec<u8>,
     /// Message attributes.
     pub attributes: Vec<Attribute>,
-    /// 1 on the first delivery.
-    pub receive_count: u32,
+    /// How many times the source has delivered the message, this delivery included: 1 on the
+    /// first (SQS's `ApproximateReceiveCount`, JetStream's `num_delivered`).
+    pub delivery_count: u32,
     /// When it was first sent, in milliseconds since the Unix epoch.
     pub sent_at_ms: u64,
     /// FIFO message group.

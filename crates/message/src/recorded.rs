@@ -93,7 +93,7 @@ impl RecordedMessage {
             queue: msg.queue.clone(),
             key,
             attributes,
-            receive_count: msg.receive_count,
+            receive_count: msg.delivery_count,
             sent_at_ms: msg.sent_at_ms,
             group_id: msg.group_id.clone(),
             ..RecordedMessage::new(msg.id.clone(), &msg.body)
@@ -121,11 +121,11 @@ impl RecordedMessage {
         };
         super::Received {
             id: self.id.clone(),
-            receipt: String::new(),
+            handle: String::new(),
             queue,
             body: self.body().unwrap_or_default(),
             attributes: self.attributes.clone(),
-            receive_count: self.receive_count,
+            delivery_count: self.receive_count,
             sent_at_ms: self.sent_at_ms,
             group_id: self.group_id.clone(),
             malformed: None,
@@ -161,11 +161,11 @@ mod tests {
     fn received(body: &[u8]) -> Received {
         Received {
             id: "m-1".into(),
-            receipt: "r".into(),
+            handle: "r".into(),
             queue: "orders".into(),
             body: body.to_vec(),
             attributes: vec![],
-            receive_count: 2,
+            delivery_count: 2,
             sent_at_ms: 7,
             group_id: None,
             malformed: None,

@@ -8,8 +8,9 @@
 //! host makes up for it. `docs/design.md` maps every operation and capability onto SQS, the
 //! embedded queue, RabbitMQ, NATS JetStream, a PostgreSQL queue table, Redis Streams and Kafka.
 //!
-//! A delivery is named by its receipt (`Received::receipt`): an opaque handle the source gave
-//! it (an SQS receipt handle, a delivery tag, a reply subject, a row id with its read count).
+//! A delivery is named by its handle (`Received::handle`), opaque to all but the source that
+//! gave it (an SQS receipt handle, a delivery tag, a reply subject, a row id with its read
+//! count), and counted by `Received::delivery_count`.
 
 #[cfg(feature = "conformance")]
 #[allow(
@@ -27,10 +28,10 @@ use qhost_message::{Outgoing, Received};
 /// Why a queue operation failed. The pipeline branches on these.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
-    /// The receipt no longer names a live delivery (the visibility timeout lapsed and the
-    /// message was received again, or it was already deleted). Logged, never fatal.
-    #[error("receipt handle has expired")]
-    ReceiptExpired,
+    /// The handle no longer names a live delivery (its hold lapsed and the message was
+    /// delivered again, or it was already settled). Logged, never fatal.
+    #[error("the delivery's handle has expired")]
+    HandleExpired,
     /// The queue does not exist.
     #[error("queue `{0}` does not exist")]
     UnknownQueue(String),
@@ -95,7 +96,7 @@ pub struct Capabilities {
     pub delay: bool,
     /// How its holds end.
     pub holds: Holds,
-    /// It counts the deliveries of a message (`Received::receive_count`); where it does not,
+    /// It counts the deliveries of a message (`Received::delivery_count`); where it does not,
     /// the store counts.
     pub delivery_count: bool,
 }
@@ -116,22 +117,18 @@ pub trait QueueSource: Send + Sync + std::fmt::Debug + 'static {
         wait: Duration,
     ) -> Result<Vec<Received>, SourceError>;
 
-    /// Settles a batch of deliveries (done: the source forgets them); for each receipt, its own
+    /// Settles a batch of deliveries (done: the source forgets them); for each handle, its own
     /// result.
     async fn settle(
         &self,
         queue: &str,
-        receipts: &[String],
+        handles: &[String],
     ) -> Result<Vec<Result<(), SourceError>>, SourceError>;
 
     /// Puts a delivery back, to come again after `after` (zero: at once, a delivery given back
     /// unrun).
-    async fn put_back(
-        &self,
-        queue: &str,
-        receipt: &str,
-        after: Duration,
-    ) -> Result<(), SourceError>;
+    async fn put_back(&self, queue: &str, handle: &str, after: Duration)
+    -> Result<(), SourceError>;
 
     /// Puts several deliveries of one queue back (ten at most), each after its own delay; for
     /// each, its own result. By default, one call per delivery.
@@ -141,15 +138,15 @@ pub trait QueueSource: Send + Sync + std::fmt::Debug + 'static {
         entries: &[(String, Duration)],
     ) -> Result<Vec<Result<(), SourceError>>, SourceError> {
         let mut results = Vec::with_capacity(entries.len());
-        for (receipt, after) in entries {
-            results.push(self.put_back(queue, receipt, *after).await);
+        for (handle, after) in entries {
+            results.push(self.put_back(queue, handle, *after).await);
         }
         Ok(results)
     }
 
     /// Keeps holding a delivery for `hold` from now, while its handler runs (a source whose
     /// holds end with the connection has nothing to do).
-    async fn hold(&self, queue: &str, receipt: &str, hold: Duration) -> Result<(), SourceError>;
+    async fn hold(&self, queue: &str, handle: &str, hold: Duration) -> Result<(), SourceError>;
 
     /// Sends messages (to one or several queues); returns their ids in order. A message that
     /// breaks the queue's rules (SQS's: `qhost_message::rules`) is [`SourceError::Refused`].

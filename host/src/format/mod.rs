@@ -383,11 +383,11 @@ pub(crate) mod tests {
     pub(crate) fn received(body: &str) -> Received {
         Received {
             id: "sqs-id".into(),
-            receipt: "r".into(),
+            handle: "r".into(),
             queue: "q".into(),
             body: body.as_bytes().to_vec(),
             attributes: Vec::new(),
-            receive_count: 1,
+            delivery_count: 1,
             sent_at_ms: 0,
             group_id: None,
             malformed: None,

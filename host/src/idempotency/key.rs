@@ -229,11 +229,11 @@ mod tests {
     fn msg(body: &str, attributes: Vec<Attribute>) -> Received {
         Received {
             id: "m-1".into(),
-            receipt: "r".into(),
+            handle: "r".into(),
             queue: "q".into(),
             body: body.as_bytes().to_vec(),
             attributes,
-            receive_count: 1,
+            delivery_count: 1,
             sent_at_ms: 0,
             group_id: None,
             malformed: None,

@@ -240,7 +240,7 @@ impl Bench {
             queue: msg.queue.clone(),
             body,
             attributes,
-            receive_count: msg.receive_count,
+            receive_count: msg.delivery_count,
             sent_at_ms: msg.sent_at_ms,
             group_id: msg.group_id.clone(),
             time_limit: run.time_limit,

@@ -124,11 +124,11 @@ pub async fn invoke_batch_file(
 fn message(body: Vec<u8>, attributes: Vec<Attribute>) -> Received {
     Received {
         id: uuid::Uuid::new_v4().to_string(),
-        receipt: String::new(),
+        handle: String::new(),
         queue: QUEUE.into(),
         body,
         attributes,
-        receive_count: 1,
+        delivery_count: 1,
         sent_at_ms: now_ms(),
         group_id: None,
         malformed: None,

@@ -222,7 +222,7 @@ fn retryable(
         .zip(results)
         .filter_map(|(receipt, result)| match result {
             Ok(()) => None,
-            Err(SourceError::ReceiptExpired) => {
+            Err(SourceError::HandleExpired) => {
                 tracing::warn!(queue, "receipt expired before delete; the message may run as a duplicate and be suppressed");
                 None
             }
@@ -322,7 +322,7 @@ mod tests {
                 .receive("q", 10, Duration::from_secs(60), Duration::ZERO)
                 .await
                 .unwrap();
-            receipts.extend(got.into_iter().map(|m| m.receipt));
+            receipts.extend(got.into_iter().map(|m| m.handle));
         }
         let progress = Arc::new(Progress::new());
         let stats = Arc::new(Stats::default());

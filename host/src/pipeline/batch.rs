@@ -265,12 +265,12 @@ async fn run_group(queue: Arc<QueueCtx>, chain: Vec<(Received, Permit)>) -> Fate
     let waiting = chain
         .iter()
         .skip(1)
-        .map(|(m, _)| m.receipt.clone())
+        .map(|(m, _)| m.handle.clone())
         .collect();
     let hold = Hold::start(&queue, waiting);
     let mut messages = chain.into_iter();
     for (msg, _permit) in messages.by_ref() {
-        hold.let_go(&msg.receipt).await;
+        hold.let_go(&msg.handle).await;
         let span = log_span(&msg);
         let body = Body::of(&msg.body, &msg.attributes);
         let fetch = needs_payload(&queue, &msg, &body);
@@ -280,7 +280,7 @@ async fn run_group(queue: Arc<QueueCtx>, chain: Vec<(Received, Permit)>) -> Fate
             == Fate::Back
         {
             for (later, _permit) in messages {
-                hold.let_go(&later.receipt).await;
+                hold.let_go(&later.handle).await;
                 let span = log_span(&later);
                 let plugin = PluginRef::Named(queue.config.plugin.clone());
                 let body = Body::Inline;

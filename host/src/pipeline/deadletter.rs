@@ -112,13 +112,13 @@ mod tests {
     fn received(body: &[u8], attributes: usize) -> Received {
         Received {
             id: "m-1".into(),
-            receipt: "r".into(),
+            handle: "r".into(),
             queue: "jobs".into(),
             body: body.to_vec(),
             attributes: (0..attributes)
                 .map(|i| Attribute::string(format!("a{i}"), "v"))
                 .collect(),
-            receive_count: 3,
+            delivery_count: 3,
             sent_at_ms: 0,
             group_id: None,
             malformed: None,

@@ -318,7 +318,7 @@ impl Delivery {
     /// The retry schedule's delay for this delivery, never less than `asked_secs`.
     pub(crate) fn backoff_delay(&self, asked_secs: u32) -> Duration {
         let policy = &self.shared().config.retry;
-        backoff::delay(policy, self.msg.receive_count, asked_secs)
+        backoff::delay(policy, self.msg.delivery_count, asked_secs)
     }
 
     /// Writes a completed key's result value (where a caller waits on it), sends its outbox,
@@ -402,7 +402,7 @@ impl Delivery {
             payload_verified,
             ..
         } = self;
-        queue.acker.ack(msg.receipt);
+        queue.acker.ack(msg.handle);
         if let (true, Body::Pointer(pointer)) = (payload_verified, body) {
             let payloads = Arc::clone(&queue.shared.payloads);
             let attributes = msg.attributes;
@@ -416,7 +416,7 @@ impl Delivery {
         if let Some(part) = &self.part {
             return Fate::of(part.end(PartFate::Done));
         }
-        self.queue.acker.ack(self.msg.receipt);
+        self.queue.acker.ack(self.msg.handle);
         Fate::Gone
     }
 
@@ -433,12 +433,7 @@ impl Delivery {
         if let Some(part) = &self.part {
             return Fate::of(part.end(PartFate::Back(delay)));
         }
-        if let Err(e) = self
-            .queue
-            .put_backs
-            .put_back(&self.msg.receipt, delay)
-            .await
-        {
+        if let Err(e) = self.queue.put_backs.put_back(&self.msg.handle, delay).await {
             // It comes back anyway when its visibility timeout lapses.
             if let Some(held_back) = self.backend_error(Operation::ChangeVisibility, e.is_timeout())
             {
@@ -458,7 +453,7 @@ impl Delivery {
     /// Sends the message to the dead-letter queue with `reason`, then deletes it; if the send
     /// fails, puts it back.
     pub(crate) async fn dead_letter(self, reason: String) -> Fate {
-        let attempts = self.msg.receive_count;
+        let attempts = self.msg.delivery_count;
         match self.send_dead_letter(&reason, attempts).await {
             Lettered::Sent => {
                 self.record(Event::DeadLettered);

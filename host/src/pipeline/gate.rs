@@ -31,7 +31,7 @@ pub(super) fn admit(routed: &Routed) -> Result<Option<Ticket>, Refused> {
     let policy = &routed.plugin.manifest.flow;
     let shared = routed.delivery.shared();
     let arrival = Arrival {
-        returning: routed.delivery.msg().receive_count > 1,
+        returning: routed.delivery.msg().delivery_count > 1,
         // Over the key's limit it would wait on this host (`waiting`), so the store decides.
         may_wait: routed.delivery.may_wait() && !shared.lines.is_full(),
         waiting: false,

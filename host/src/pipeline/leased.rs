@@ -68,7 +68,7 @@ impl Leased {
             ..
         } = routed;
         let held = slot.as_ref().and_then(HeldSlot::slot);
-        let receipt = &delivery.msg().receipt;
+        let receipt = &delivery.msg().handle;
         let heartbeat = Heartbeat::start(delivery.queue(), receipt, &lease, held);
         let token = lease.fencing_token;
         let span = delivery.span();
@@ -89,7 +89,7 @@ impl Leased {
     /// Holds `slot`, a flow slot taken after the lease (its key's turn came while it waited):
     /// the heartbeat extends it from now on with the lease.
     pub(crate) fn hold_slot(&mut self, slot: HeldSlot) {
-        let receipt = &self.delivery.msg().receipt;
+        let receipt = &self.delivery.msg().handle;
         let queue = self.delivery.queue();
         self.heartbeat = Heartbeat::start(queue, receipt, &self.lease, slot.slot());
         self.slot_held = Some(slot);
@@ -107,7 +107,7 @@ impl Leased {
             .is_some_and(|slot| shared.lines.waits_for(&slot.key));
         if waited_for {
             self.slot_held = None;
-            let receipt = &self.delivery.msg().receipt;
+            let receipt = &self.delivery.msg().handle;
             let queue = self.delivery.queue();
             self.heartbeat = Heartbeat::start(queue, receipt, &self.lease, None);
         }

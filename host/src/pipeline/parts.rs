@@ -27,7 +27,7 @@ pub(crate) async fn settle(whole: Delivery, fates: &[Option<PartFate>]) -> Fate 
         })
         .collect();
     if !dead.is_empty() {
-        let attempts = whole.msg().receive_count;
+        let attempts = whole.msg().delivery_count;
         return match whole.send_dead_letter(&dead.join("; "), attempts).await {
             Lettered::Sent => whole.delete(),
             Lettered::Kept(delay) => whole.hide(delay).await,

@@ -99,7 +99,7 @@ async fn send(source: Arc<dyn QueueSource>, queue: String, batch: Vec<Request>) 
 /// A failed call's error, once for each of its entries.
 fn each(e: &SourceError) -> SourceError {
     match e {
-        SourceError::ReceiptExpired => SourceError::ReceiptExpired,
+        SourceError::HandleExpired => SourceError::HandleExpired,
         SourceError::UnknownQueue(q) => SourceError::UnknownQueue(q.clone()),
         SourceError::Refused(r) => SourceError::Refused(r.clone()),
         SourceError::TimedOut(what) => SourceError::TimedOut(what.clone()),
@@ -197,7 +197,7 @@ mod tests {
                 .receive("q", 10, Duration::from_secs(30), Duration::ZERO)
                 .await)
                 .unwrap();
-            receipts.extend(got.into_iter().map(|m| m.receipt));
+            receipts.extend(got.into_iter().map(|m| m.handle));
         }
         receipts.push("no-such-receipt".to_string());
         let put_backs = PutBacks::spawn(Arc::clone(&source) as Arc<dyn QueueSource>, "q".into());
@@ -209,7 +209,7 @@ mod tests {
         .await;
         let expired = answers
             .iter()
-            .filter(|a| matches!(a, Err(SourceError::ReceiptExpired)))
+            .filter(|a| matches!(a, Err(SourceError::HandleExpired)))
             .count();
         assert_eq!(expired, 1, "{answers:?}");
         assert_eq!(answers.iter().filter(|a| a.is_ok()).count(), 25);

@@ -79,7 +79,7 @@ pub(crate) async fn run_poller(queue: Arc<QueueCtx>, shutdown: CancellationToken
 /// work from the moment a host reads it, not after its long polls end. One whose put-back
 /// fails comes back when its visibility timeout lapses.
 async fn give_back(queue: &QueueCtx, received: Vec<crate::message::Received>) {
-    let put_backs = (received.iter()).map(|m| queue.put_backs.put_back(&m.receipt, Duration::ZERO));
+    let put_backs = (received.iter()).map(|m| queue.put_backs.put_back(&m.handle, Duration::ZERO));
     let failed = (futures_util::future::join_all(put_backs).await.into_iter())
         .filter(Result::is_err)
         .count();

@@ -412,7 +412,7 @@ fn handler_message(leased: &Leased, resolved: Option<Resolved>) -> HandlerMessag
         queue: m.queue.clone(),
         body,
         attributes,
-        receive_count: m.receive_count,
+        receive_count: m.delivery_count,
         sent_at_ms: m.sent_at_ms,
         group_id: m.group_id.clone(),
         time_limit: leased.time_limit(),

@@ -41,11 +41,11 @@ pub(crate) fn of(config: &Config, schedule: &ScheduleConfig, tick: &Tick) -> Con
     };
     let received = Received {
         id: format!("schedule-{}", tick.key()),
-        receipt: String::new(),
+        handle: String::new(),
         queue: sent.queue.clone(),
         body: sent.body,
         attributes: sent.attributes,
-        receive_count: 1,
+        delivery_count: 1,
         sent_at_ms: tick.time().as_millisecond().max(0) as u64,
         group_id: sent.group_id,
         malformed: None,

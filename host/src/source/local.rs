@@ -232,11 +232,11 @@ fn row_to_received(r: &rusqlite::Row<'_>) -> rusqlite::Result<Received> {
     };
     Ok(Received {
         id: r.get(0)?,
-        receipt: r.get(1)?,
+        handle: r.get(1)?,
         queue: r.get(2)?,
         body: r.get(3)?,
         attributes,
-        receive_count: r.get(5)?,
+        delivery_count: r.get(5)?,
         sent_at_ms: r.get::<_, i64>(6)? as u64,
         group_id: r.get(7)?,
         malformed,
@@ -321,7 +321,7 @@ impl QueueSource for LocalQueue {
                 if ok {
                     Ok(())
                 } else {
-                    Err(SourceError::ReceiptExpired)
+                    Err(SourceError::HandleExpired)
                 }
             })
             .collect())
@@ -350,7 +350,7 @@ impl QueueSource for LocalQueue {
         if n == 1 {
             Ok(())
         } else {
-            Err(SourceError::ReceiptExpired)
+            Err(SourceError::HandleExpired)
         }
     }
 
@@ -424,18 +424,18 @@ mod tests {
         q.send(&[Outgoing::new("q", "a")]).await.unwrap();
         let got = q.receive("q", 10, VIS, NOW).await.unwrap();
         assert_eq!(got.len(), 1);
-        assert_eq!(got[0].receive_count, 1);
+        assert_eq!(got[0].delivery_count, 1);
         assert!(q.receive("q", 10, VIS, NOW).await.unwrap().is_empty());
-        q.put_back("q", &got[0].receipt, NOW).await.unwrap();
+        q.put_back("q", &got[0].handle, NOW).await.unwrap();
         let again = q.receive("q", 10, VIS, NOW).await.unwrap();
         assert_eq!(again[0].id, got[0].id);
-        assert_eq!(again[0].receive_count, 2);
+        assert_eq!(again[0].delivery_count, 2);
         // The first receipt is stale now; the second deletes.
         let acks = q
-            .settle("q", &[got[0].receipt.clone(), again[0].receipt.clone()])
+            .settle("q", &[got[0].handle.clone(), again[0].handle.clone()])
             .await
             .unwrap();
-        assert!(matches!(acks[0], Err(SourceError::ReceiptExpired)));
+        assert!(matches!(acks[0], Err(SourceError::HandleExpired)));
         assert!(acks[1].is_ok());
         assert_eq!(q.depth("q").await.unwrap().total(), 0);
     }
@@ -446,12 +446,12 @@ mod tests {
         q.send(&[Outgoing::new("q", "poison")]).await.unwrap();
         for _ in 0..2 {
             let got = q.receive("q", 1, VIS, NOW).await.unwrap();
-            q.put_back("q", &got[0].receipt, NOW).await.unwrap();
+            q.put_back("q", &got[0].handle, NOW).await.unwrap();
         }
         assert!(q.receive("q", 1, VIS, NOW).await.unwrap().is_empty());
         let dead = q.receive("q-dlq", 1, VIS, NOW).await.unwrap();
         assert_eq!(dead[0].body, b"poison");
-        assert_eq!(dead[0].receive_count, 1);
+        assert_eq!(dead[0].delivery_count, 1);
     }
 
     /// Messages of groups `g1`, `g2`, `g1` sent to `queue`.
@@ -473,7 +473,7 @@ mod tests {
         let first = q.receive("q.fifo", 10, VIS, NOW).await.unwrap();
         let bodies: Vec<_> = first.iter().map(|m| m.body.clone()).collect();
         assert_eq!(bodies, vec![b"a1".to_vec(), b"b1".to_vec()]);
-        q.settle("q.fifo", &[first[0].receipt.clone()])
+        q.settle("q.fifo", &[first[0].handle.clone()])
             .await
             .unwrap();
         let next = q.receive("q.fifo", 10, VIS, NOW).await.unwrap();
@@ -501,7 +501,7 @@ mod tests {
         let got = q.receive("q", 10, VIS, NOW).await.unwrap();
         assert_eq!(got.len(), 2);
         assert!(got.iter().all(|m| m.id == ids[0]));
-        assert_ne!(got[0].receipt, got[1].receipt);
+        assert_ne!(got[0].handle, got[1].handle);
     }
 
     #[tokio::test]

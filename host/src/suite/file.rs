@@ -459,11 +459,11 @@ fn message(
     };
     Ok(Received {
         id,
-        receipt: String::new(),
+        handle: String::new(),
         queue: queue.name.clone(),
         body,
         attributes,
-        receive_count: raw.receive_count.unwrap_or(1),
+        delivery_count: raw.receive_count.unwrap_or(1),
         sent_at_ms,
         group_id: raw.group.clone(),
         malformed: None,
@@ -617,7 +617,7 @@ outcome = "ack"
         );
         let step = &case.steps[0];
         assert_eq!(step.now, Some(timestamp("2026-12-01T09:00:00Z").unwrap()));
-        assert_eq!(step.message.receive_count, 2);
+        assert_eq!(step.message.delivery_count, 2);
         assert_eq!(step.message.id, "11111111-2222-3333-4444-555555555555");
         assert!(
             !step.message.body.starts_with(b"{"),

@@ -98,8 +98,8 @@ fn case(
         }
         case.insert("attributes".into(), attributes.into());
     }
-    if msg.receive_count != 1 {
-        case.insert("receive-count".into(), i64::from(msg.receive_count).into());
+    if msg.delivery_count != 1 {
+        case.insert("receive-count".into(), i64::from(msg.delivery_count).into());
     }
     if let Some(group) = &msg.group_id {
         case.insert("group".into(), group.clone().into());

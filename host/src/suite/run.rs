@@ -186,7 +186,7 @@ impl Runner {
         if step.twice {
             // Delivered again at once: the clock goes on from the first delivery.
             let mut again = step.message.clone();
-            again.receive_count += 1;
+            again.delivery_count += 1;
             let second = self.deliver(bench, format, case, None, &again).await;
             diffs.extend(duplicate_differences(&second));
         }

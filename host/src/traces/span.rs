@@ -41,7 +41,7 @@ impl MessageSpan {
             KeyValue::new("messaging.destination.name", msg.queue.clone()),
             KeyValue::new("messaging.message.id", msg.id.clone()),
             KeyValue::new("messaging.message.body.size", msg.body.len() as i64),
-            KeyValue::new("qhost.receive_count", i64::from(msg.receive_count)),
+            KeyValue::new("qhost.receive_count", i64::from(msg.delivery_count)),
         ];
         if let Some(group) = &msg.group_id {
             attributes.push(KeyValue::new("qhost.message.group_id", group.clone()));

@@ -21,7 +21,7 @@ async fn in_order_per_group(f: Fixture) {
     assert_eq!(bodies(&others), ["b1"], "group a waits for a1");
     let settled = f
         .source
-        .settle(&q, &[first[0].receipt.clone()])
+        .settle(&q, &[first[0].handle.clone()])
         .await
         .unwrap();
     assert!(settled[0].is_ok(), "{settled:?}");

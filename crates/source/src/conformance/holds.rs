@@ -18,7 +18,7 @@ async fn put_back_after_a_delay(f: Fixture) {
     let got = f.receive_n(&q, 1, LONG, Duration::from_secs(10)).await;
     let put_back = Instant::now();
     f.source
-        .put_back(&q, &got[0].receipt, Duration::from_secs(3))
+        .put_back(&q, &got[0].handle, Duration::from_secs(3))
         .await
         .unwrap();
     let early = f.receive(&q, 1, LONG, Duration::from_secs(1)).await;
@@ -28,7 +28,7 @@ async fn put_back_after_a_delay(f: Fixture) {
     assert_eq!(again.len(), 1, "it comes again");
     assert!(after >= Duration::from_millis(2900), "after {after:?}");
     assert_eq!(
-        (again[0].id.as_str(), again[0].receive_count),
+        (again[0].id.as_str(), again[0].delivery_count),
         (got[0].id.as_str(), 2)
     );
 }
@@ -38,12 +38,12 @@ async fn given_back(f: Fixture) {
     f.send(&q, &["unrun"], None).await;
     let got = f.receive_n(&q, 1, LONG, Duration::from_secs(10)).await;
     f.source
-        .put_back(&q, &got[0].receipt, Duration::ZERO)
+        .put_back(&q, &got[0].handle, Duration::ZERO)
         .await
         .unwrap();
     let again = f.receive_n(&q, 1, LONG, Duration::from_secs(3)).await;
     assert_eq!(again.len(), 1, "at once, not after the minute's hold");
-    assert_eq!(again[0].receive_count, 2);
+    assert_eq!(again[0].delivery_count, 2);
 }
 
 async fn kept_and_lapsed(f: Fixture) {
@@ -57,7 +57,7 @@ async fn kept_and_lapsed(f: Fixture) {
     let received = Instant::now();
     tokio::time::sleep(Duration::from_secs(1)).await;
     f.source
-        .hold(&q, &got[0].receipt, Duration::from_secs(6))
+        .hold(&q, &got[0].handle, Duration::from_secs(6))
         .await
         .unwrap();
     // Five seconds after the receive, past its first hold, it is still held...
@@ -72,5 +72,5 @@ async fn kept_and_lapsed(f: Fixture) {
         "{:?}",
         received.elapsed()
     );
-    assert_eq!(back[0].receive_count, 2);
+    assert_eq!(back[0].delivery_count, 2);
 }

@@ -22,9 +22,12 @@ async fn settled_are_gone(f: Fixture) {
     let mut seen = bodies(&got);
     seen.sort();
     assert_eq!(seen, ["a", "b", "c"]);
-    assert!(got.iter().all(|m| m.receive_count == 1), "first deliveries");
+    assert!(
+        got.iter().all(|m| m.delivery_count == 1),
+        "first deliveries"
+    );
     let (settled, kept) = got.split_at(2);
-    let receipts: Vec<String> = settled.iter().map(|m| m.receipt.clone()).collect();
+    let receipts: Vec<String> = settled.iter().map(|m| m.handle.clone()).collect();
     let answers = f.source.settle(&q, &receipts).await.unwrap();
     assert_eq!(answers.len(), 2);
     assert!(answers.iter().all(Result::is_ok), "{answers:?}");
@@ -35,7 +38,7 @@ async fn settled_are_gone(f: Fixture) {
         bodies(kept),
         "only the unsettled one comes back"
     );
-    assert_eq!(again[0].receive_count, 2);
+    assert_eq!(again[0].delivery_count, 2);
     let nothing = f.receive(&q, 10, LONG, Duration::from_secs(3)).await;
     assert!(nothing.is_empty(), "{:?}", bodies(&nothing));
 }

@@ -7,7 +7,7 @@ use crate::source::SourceError;
 
 /// Each of `n` entries' result, entry `i` having been sent with the id `i`: the entries SQS
 /// lists as failed failed, with a receipt SQS no longer knows (or a message no longer in flight)
-/// as [`SourceError::ReceiptExpired`]; the rest succeeded.
+/// as [`SourceError::HandleExpired`]; the rest succeeded.
 pub(crate) fn entry_results(n: usize, failed: &[EntryFailure]) -> Vec<Result<(), SourceError>> {
     let mut results: Vec<Result<(), SourceError>> = (0..n).map(|_| Ok(())).collect();
     for f in failed {
@@ -16,7 +16,7 @@ pub(crate) fn entry_results(n: usize, failed: &[EntryFailure]) -> Vec<Result<(),
         };
         let code = &f.code;
         *result = Err(if super::refusal::receipt_expired(code) {
-            SourceError::ReceiptExpired
+            SourceError::HandleExpired
         } else {
             SourceError::Backend(anyhow::anyhow!(
                 "{code} {}",
@@ -83,8 +83,8 @@ mod tests {
             ],
         );
         assert!(answers[0].is_ok());
-        assert!(matches!(answers[1], Err(SourceError::ReceiptExpired)));
-        assert!(matches!(answers[2], Err(SourceError::ReceiptExpired)));
+        assert!(matches!(answers[1], Err(SourceError::HandleExpired)));
+        assert!(matches!(answers[2], Err(SourceError::HandleExpired)));
         let other = answers[3].as_ref().unwrap_err().to_string();
         assert_eq!(other, "InvalidParameterValue why");
         assert_eq!(answers.len(), 4, "ids it did not send are ignored");

@@ -103,11 +103,11 @@ pub(crate) fn received(queue: &str, m: Message) -> Option<Received> {
     attributes.sort_by(|a, b| a.name.cmp(&b.name));
     Some(Received {
         id,
-        receipt,
+        handle: receipt,
         queue: queue.to_string(),
         body,
         attributes,
-        receive_count,
+        delivery_count: receive_count,
         sent_at_ms,
         group_id,
         malformed: (!defects.is_empty()).then(|| defects.join("; ")),
@@ -207,7 +207,7 @@ mod tests {
         );
         let r = received("q", m).unwrap();
         assert_eq!(r.body, vec![0x63, 0x61, 0x66, 0xE9]);
-        assert_eq!((r.receive_count, r.sent_at_ms), (3, 17));
+        assert_eq!((r.delivery_count, r.sent_at_ms), (3, 17));
         assert_eq!(r.group_id.as_deref(), Some("g"));
         assert_eq!(
             r.attributes.len(),

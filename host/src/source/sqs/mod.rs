@@ -6,7 +6,7 @@
 //! - Receives ask for every message attribute and for the system attributes the host needs
 //!   (receive count, send time, FIFO group), with long polling.
 //! - Deletes and sends go in batches (`DeleteMessageBatch`, `SendMessageBatch`); each entry's
-//!   failure is reported on its own, and an invalid receipt is [`SourceError::ReceiptExpired`].
+//!   failure is reported on its own, and an invalid receipt is [`SourceError::HandleExpired`].
 //! - Queue URLs are resolved by name once and cached; a missing queue is
 //!   [`SourceError::UnknownQueue`].
 //! - A message is checked against SQS's rules ([`crate::message::rules`]) before it is sent;
@@ -407,7 +407,7 @@ impl QueueSource for SqsQueue {
             .map(drop)
             .map_err(|e| {
                 if e.code().is_some_and(refusal::receipt_expired) {
-                    SourceError::ReceiptExpired
+                    SourceError::HandleExpired
                 } else {
                     failed(&format!("changing visibility in `{queue}`"), e)
                 }
