@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::message::Attribute;
 
 /// The kinds `qhost fixture` makes.
-pub const FIXTURE_KINDS: [&str; 6] = [
+pub(crate) const FIXTURE_KINDS: [&str; 6] = [
     "sqs",
     "sns",
     "eventbridge",

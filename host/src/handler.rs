@@ -158,15 +158,19 @@ where
 }
 
 /// A native batch handler: a function from a batch of messages to one invocation each, in
-/// order, which returns promptly (see the function impl of [`Invoke`]).
-pub struct BatchFn<F>(pub F);
+/// order, which returns promptly (see the function impl of [`Invoke`]). The pipeline's batch
+/// tests run it.
+#[cfg(test)]
+pub(crate) struct BatchFn<F>(pub F);
 
+#[cfg(test)]
 impl<F> std::fmt::Debug for BatchFn<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("BatchFn")
     }
 }
 
+#[cfg(test)]
 #[async_trait::async_trait]
 impl<F> Invoke for BatchFn<F>
 where

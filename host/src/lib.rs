@@ -112,18 +112,13 @@ mod traces;
 // internals, the counters' writers.
 
 // The host and its configuration.
-pub use celery::ContentType as CeleryContentType;
+
 pub use celery::inspect::{CeleryReport, inspect as inspect_celery};
-pub use config::celery::CeleryResults;
+
 pub use config::deadlines::Deadlines;
 pub use config::load::Overrides;
-pub use config::payload::{PayloadConfig, PayloadPlace};
-pub use config::schedule::{CatchUpPolicy, Overlap, ScheduleConfig, ScheduleTarget};
-pub use config::secrets::SecretsGrant;
-pub use config::{
-    Config, DEFAULT_ADMIN_LISTEN, MessageFormat, QueueConfig, RetryPolicy, Routes, SourceKind,
-    StoreKind,
-};
+
+pub use config::{Config, DEFAULT_ADMIN_LISTEN, MessageFormat, RetryPolicy};
 pub use host::Host;
 pub use host::open::{StartError, load_plugins, runtime_for};
 
@@ -131,15 +126,15 @@ pub use host::open::{StartError, load_plugins, runtime_for};
 pub use message::{Attribute, AttributeValue, Outgoing, Received};
 
 // The three boundaries, with their implementations.
-pub use aws::{AwsDeadlines, AwsSettings};
+pub use aws::AwsDeadlines;
 pub use idempotency::local::LocalStore;
 pub use idempotency::redis::RedisStore;
 pub use kv::inspect::{kv_get, kv_list};
 pub use kv::{BucketCommit, Op as StateOp, StateCommit};
 pub use payload::Payloads;
-pub use payload::local::LocalPayloads;
+
 pub use payload::redis::RedisPayloads;
-pub use payload::s3::{S3Bucket, S3Payloads};
+pub use payload::s3::S3Payloads;
 pub use payload::store::{PayloadError, PayloadStore};
 pub use qhost_source::{Capabilities, Holds, QueueDepth, QueueSource, SourceError};
 pub use qhost_store::rate::{Admission, Rate};
@@ -154,44 +149,42 @@ pub use source::local::LocalQueue;
 pub use source::sqs::SqsQueue;
 
 // Plugins: loading, the invocation contract, what a host serves.
-pub use handler::{BatchFn, Failure, HandlerMessage, Invocation, Invoke, Outcome};
+pub use handler::{Failure, HandlerMessage, Invocation, Invoke, Outcome};
 pub use plugin::Plugin;
-pub use plugin::inspect::{CheckReport, check_file as check_plugin_file};
-pub use plugin::loader::{LoadError, load_file as load_plugin, version_of as plugin_version};
-pub use plugin::manifest::{Limits, Manifest};
+pub use plugin::inspect::check_file as check_plugin_file;
+pub use plugin::loader::{load_file as load_plugin, version_of as plugin_version};
+pub use plugin::manifest::Manifest;
 pub use plugin::registry::Registry;
-pub use plugin::status::{HostPlugins, PluginRow};
+pub use plugin::status::HostPlugins;
 pub use runtime::costs::Costs;
 pub use runtime::engine::Runtime;
 pub use runtime::{WASMTIME_VERSION, WIT_PACKAGE};
 
 // What an operator runs against a configuration: the queue verbs, one message through one
 // plugin file, a new handler project.
-pub use dlq::{Redriven, Verdict};
-pub use fixture::{FIXTURE_KINDS, Fixture, fixture};
-pub use format::inspect::{Inspected, InspectedRun, inspect as inspect_message};
-pub use message::recorded::{LineError, RecordedMessage, read_lines as read_recorded};
-pub use oneshot::{
-    BatchReport, Ended, InvokeReport, InvokeRequest, Ran, invoke_batch_file, invoke_file,
-};
+
+pub use fixture::{Fixture, fixture};
+pub use format::inspect::{Inspected, inspect as inspect_message};
+pub use message::recorded::{LineError, RecordedMessage};
+pub use oneshot::{InvokeRequest, Ran, invoke_batch_file, invoke_file};
 pub use queues::{DeadLetter, Purged, Queues};
 pub use replay::{Compared, Finding, Replay, Run, Side, replay_files};
-pub use rollout::by_hand::{decide_by_hand as decide_rollout, rollout_of};
-pub use rollout::record::{DecidedBy, RolloutRecord, RolloutState, Tally};
-pub use runtime::http::record::RecordedRequest;
+pub use rollout::by_hand::decide_by_hand as decide_rollout;
+pub use rollout::record::{RolloutRecord, Tally};
+
 pub use scaffold::{Language, Shape as HandlerShape, create as create_project};
 pub use suite::{
-    CaseReport, FileReport, Recorded, TestRun, Watch as TestWatch, record_cases, run_files,
-    run_tests, test_files, watched as watched_by_tests,
+    Recorded, TestRun, Watch as TestWatch, record_cases, run_files, test_files,
+    watched as watched_by_tests,
 };
 
 // Seeing a running host.
-pub use admin::{AdminError, AdminServer, HostView};
+pub use admin::AdminServer;
 pub use logging::{LogFormat, Verbosity, init as init_logging};
-pub use metrics::Metrics;
-pub use stats::{Counts, Fates, Stats};
+
+pub use stats::Counts;
 pub use traces::Tracer;
-pub use traces::install::{TraceError, Traces};
+pub use traces::install::Traces;
 
 /// What the tests and benchmarks reach into (the `test-support` feature).
 #[cfg(feature = "test-support")]

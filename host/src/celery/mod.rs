@@ -30,7 +30,7 @@ pub(crate) mod results;
 pub(crate) mod send;
 mod task;
 
-pub use content::ContentType;
+pub(crate) use content::ContentType;
 pub(crate) use task::Task;
 
 /// Why a message is not a Celery task qhost will run. Each is the message's own fault, so it is

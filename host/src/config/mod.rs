@@ -29,7 +29,8 @@ use crate::runtime::MAX_MEMORY_MIB;
 use celery::{CeleryResults, results_of};
 pub(crate) use deadlines::Deadlines;
 use file::{RawConfig, RawQueue};
-pub use format::{MessageFormat, Routes};
+pub use format::MessageFormat;
+pub(crate) use format::Routes;
 pub(crate) use payload::{PayloadConfig, PayloadPlace};
 pub(crate) use secrets::SecretsGrant;
 

@@ -6,6 +6,6 @@
 pub(crate) mod bench;
 mod invoke;
 
-pub use bench::Ended;
+pub(crate) use bench::Ended;
 pub(crate) use invoke::since;
-pub use invoke::{BatchReport, InvokeReport, InvokeRequest, Ran, invoke_batch_file, invoke_file};
+pub use invoke::{InvokeRequest, Ran, invoke_batch_file, invoke_file};

@@ -13,7 +13,7 @@ use super::store::{PayloadError, PayloadStore};
 
 /// The embedded payload store.
 #[derive(Debug)]
-pub struct LocalPayloads {
+pub(crate) struct LocalPayloads {
     dir: Option<PathBuf>,
     memory: Mutex<HashMap<String, Vec<u8>>>,
 }

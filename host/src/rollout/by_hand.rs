@@ -7,15 +7,6 @@ use super::record::{Change, DecidedBy, Decision, RolloutRecord, RolloutState};
 use super::{change, key, read};
 use crate::config::Config;
 
-/// `plugin`'s rollout record in the store of `config`, if it has one.
-pub async fn rollout_of(config: &Config, plugin: &str) -> anyhow::Result<Option<RolloutRecord>> {
-    let store = crate::host::open_store(config).await?;
-    let at = key(&config.namespace, plugin);
-    read(&*store, &at)
-        .await
-        .with_context(|| format!("reading the rollout of {plugin}"))
-}
-
 /// Promotes (`promote`) or rolls back `plugin`'s running canary; the record after.
 pub async fn decide_by_hand(
     config: &Config,

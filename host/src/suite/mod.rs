@@ -108,16 +108,9 @@ impl TestRun {
     }
 }
 
-/// Runs the test files `paths` name (files, or folders searched for `*.test.toml`; none: the
-/// plugins directory and `tests/`), plugin names looked up in `config`'s plugins directory.
-/// Blocking: the cases run on a runtime of their own, on a paused clock (see
-/// `runtime::world`).
-pub fn run_tests(config: &Config, paths: &[PathBuf]) -> anyhow::Result<TestRun> {
-    let files = test_files(config, paths)?;
-    run_files(config, &files)
-}
-
-/// Runs the test files `files`.
+/// Runs the test files `files` (found by [`test_files`]), plugin names looked up in `config`'s
+/// plugins directory. Blocking: the cases run on a runtime of their own, on a paused clock
+/// (see `runtime::world`).
 pub fn run_files(config: &Config, files: &[PathBuf]) -> anyhow::Result<TestRun> {
     let config = config.clone();
     let files = files.to_vec();
