@@ -15,8 +15,8 @@ pub(crate) static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::ne
     format!(
         "{} (serves {}, wasmtime {})",
         env!("CARGO_PKG_VERSION"),
-        qhost::WIT_PACKAGE,
-        qhost::WASMTIME_VERSION
+        qhost::plugins::WIT_PACKAGE,
+        qhost::plugins::WASMTIME_VERSION
     )
 });
 

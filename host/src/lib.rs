@@ -108,16 +108,13 @@ mod stats;
 mod suite;
 mod traces;
 
-// The embedding API. Everything else is crate-private: the pipeline's stages, the runtime's
-// internals, the counters' writers.
+// The embedding API: what the `qhost` command, the tests and the benches use, each name once,
+// the boundaries' parts grouped in a module each. Everything else is crate-private: the
+// pipeline's stages, the runtime's internals, the counters' writers.
 
 // The host and its configuration.
-
-pub use celery::inspect::{CeleryReport, inspect as inspect_celery};
-
 pub use config::deadlines::Deadlines;
 pub use config::load::Overrides;
-
 pub use config::{Config, DEFAULT_ADMIN_LISTEN, MessageFormat, RetryPolicy};
 pub use host::Host;
 pub use host::open::{StartError, load_plugins, runtime_for};
@@ -125,63 +122,84 @@ pub use host::open::{StartError, load_plugins, runtime_for};
 // Messages.
 pub use message::{Attribute, AttributeValue, Outgoing, Received};
 
-// The three boundaries, with their implementations.
-pub use aws::AwsDeadlines;
-pub use idempotency::local::LocalStore;
-pub use idempotency::redis::RedisStore;
+/// The idempotency store: its contract (`qhost-store`) and its backends.
+pub mod stores {
+    pub use crate::idempotency::local::LocalStore;
+    pub use crate::idempotency::redis::RedisStore;
+    pub use crate::redis_link::{RedisDeadlines, RedisTarget};
+    pub use qhost_store::rate::Rate;
+    pub use qhost_store::slots::{Slot, SlotAnswer, SlotRequest};
+    pub use qhost_store::{
+        Acquired, Completion, FleetRate, FlowSlots, IdempotencyError, IdempotencyStore, KeyStatus,
+        Lease, LeaseRequest, Released, Store, StoreResult,
+    };
+}
+
+/// Where messages come from: the source contract (`qhost-source`) and its sources.
+pub mod sources {
+    pub use crate::aws::AwsDeadlines;
+    pub use crate::source::local::LocalQueue;
+    pub use crate::source::sqs::SqsQueue;
+    pub use qhost_source::{Capabilities, QueueDepth, QueueSource, SourceError};
+}
+
+/// Where large payloads go (the claim check).
+pub mod payloads {
+    pub use crate::payload::Payloads;
+    pub use crate::payload::redis::RedisPayloads;
+    pub use crate::payload::s3::S3Payloads;
+    pub use crate::payload::store::{PayloadError, PayloadStore};
+}
+
+/// Plugins: loading, checking, what a host serves, the runtime they run in.
+pub mod plugins {
+    pub use crate::plugin::Plugin;
+    pub use crate::plugin::inspect::check_file as check_plugin_file;
+    pub use crate::plugin::loader::{load_file as load_plugin, version_of as plugin_version};
+    pub use crate::plugin::manifest::Manifest;
+    pub use crate::plugin::registry::Registry;
+    pub use crate::plugin::status::HostPlugins;
+    pub use crate::runtime::costs::Costs;
+    pub use crate::runtime::engine::Runtime;
+    pub use crate::runtime::{WASMTIME_VERSION, WIT_PACKAGE};
+}
+
+/// The invocation contract: what a handler is given and what it answers.
+pub mod handlers {
+    pub use crate::handler::{Failure, HandlerMessage, Invocation, Invoke, Outcome};
+}
+
+/// `qhost test`: handler test files, run and recorded.
+pub mod handler_tests {
+    pub use crate::suite::{
+        Recorded, TestRun, Watch as TestWatch, record_cases, run_files, test_files,
+        watched as watched_by_tests,
+    };
+}
+
+/// `qhost replay`: recorded messages through two versions of a plugin, compared.
+pub mod replays {
+    pub use crate::replay::{Compared, Finding, Replay, Run, Side, replay_files};
+}
+
+// Handler state, as an operator reads and writes it.
 pub use kv::inspect::{kv_get, kv_list};
-pub use kv::{BucketCommit, Op as StateOp, StateCommit};
-pub use payload::Payloads;
-
-pub use payload::redis::RedisPayloads;
-pub use payload::s3::S3Payloads;
-pub use payload::store::{PayloadError, PayloadStore};
-pub use qhost_source::{Capabilities, Holds, QueueDepth, QueueSource, SourceError};
-pub use qhost_store::rate::{Admission, Rate};
-pub use qhost_store::slots::{Slot, SlotAnswer, SlotRequest};
-pub use qhost_store::{
-    Acquired, Claimed, Claims, Completion, FleetRate, FlowSlots, IdempotencyError,
-    IdempotencyStore, KeyStatus, Lease, LeaseRequest, LeasesAndSlots, Released, SharedRecords,
-    StateReads, Store, StoreResult,
-};
-pub use redis_link::{RedisDeadlines, RedisTarget};
-pub use source::local::LocalQueue;
-pub use source::sqs::SqsQueue;
-
-// Plugins: loading, the invocation contract, what a host serves.
-pub use handler::{Failure, HandlerMessage, Invocation, Invoke, Outcome};
-pub use plugin::Plugin;
-pub use plugin::inspect::check_file as check_plugin_file;
-pub use plugin::loader::{load_file as load_plugin, version_of as plugin_version};
-pub use plugin::manifest::Manifest;
-pub use plugin::registry::Registry;
-pub use plugin::status::HostPlugins;
-pub use runtime::costs::Costs;
-pub use runtime::engine::Runtime;
-pub use runtime::{WASMTIME_VERSION, WIT_PACKAGE};
+pub use kv::{Op as StateOp, StateCommit};
 
 // What an operator runs against a configuration: the queue verbs, one message through one
-// plugin file, a new handler project.
-
+// plugin file, a Celery configuration's check, a rollout by hand, a new handler project.
+pub use celery::inspect::{CeleryReport, inspect as inspect_celery};
 pub use fixture::{Fixture, fixture};
 pub use format::inspect::{Inspected, inspect as inspect_message};
-pub use message::recorded::{LineError, RecordedMessage};
 pub use oneshot::{InvokeRequest, Ran, invoke_batch_file, invoke_file};
 pub use queues::{DeadLetter, Purged, Queues};
-pub use replay::{Compared, Finding, Replay, Run, Side, replay_files};
 pub use rollout::by_hand::decide_by_hand as decide_rollout;
 pub use rollout::record::{RolloutRecord, Tally};
-
 pub use scaffold::{Language, Shape as HandlerShape, create as create_project};
-pub use suite::{
-    Recorded, TestRun, Watch as TestWatch, record_cases, run_files, test_files,
-    watched as watched_by_tests,
-};
 
 // Seeing a running host.
 pub use admin::AdminServer;
 pub use logging::{LogFormat, Verbosity, init as init_logging};
-
 pub use stats::Counts;
 pub use traces::Tracer;
 pub use traces::install::Traces;

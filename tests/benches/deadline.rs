@@ -8,8 +8,8 @@
 use std::time::{Duration, Instant};
 
 use qhost::Config;
-use qhost::Plugin;
-use qhost::{Failure, HandlerMessage};
+use qhost::handlers::{Failure, HandlerMessage};
+use qhost::plugins::Plugin;
 
 const TIMEOUT: Duration = Duration::from_millis(200);
 
@@ -21,7 +21,7 @@ fn load() -> Plugin {
     let manifest = format!("[limits]\ntimeout-ms = {}\n", TIMEOUT.as_millis());
     std::fs::write(path.with_extension("toml"), manifest).expect("manifest");
     let runtime = qhost::runtime_for(&config).expect("engine");
-    qhost::load_plugin(&runtime, &path).expect("loads")
+    qhost::plugins::load_plugin(&runtime, &path).expect("loads")
 }
 
 fn message(body: &str, i: usize) -> HandlerMessage {

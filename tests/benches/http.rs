@@ -16,8 +16,8 @@ use std::time::Instant;
 
 use http_body_util::{BodyExt as _, Empty};
 use hyper::body::Bytes;
-use qhost::Plugin;
-use qhost::{HandlerMessage, Outcome};
+use qhost::handlers::{HandlerMessage, Outcome};
+use qhost::plugins::Plugin;
 use qhost_e2e::api_server::ApiServer;
 use qhost_e2e::cpu::CpuTime;
 
@@ -50,7 +50,7 @@ fn load(api: &ApiServer) -> (tempfile::TempDir, Plugin) {
         ..Default::default()
     };
     let runtime = qhost::runtime_for(&config).expect("engine");
-    let plugin = qhost::load_plugin(&runtime, &path).expect("loads");
+    let plugin = qhost::plugins::load_plugin(&runtime, &path).expect("loads");
     (dir, plugin)
 }
 

@@ -14,14 +14,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use qhost::LocalQueue;
-use qhost::LocalStore;
 use qhost::Outgoing;
-use qhost::Plugin;
-use qhost::QueueSource;
-use qhost::Registry;
+use qhost::handlers::{HandlerMessage, Outcome};
+use qhost::plugins::Plugin;
+use qhost::plugins::Registry;
+use qhost::sources::LocalQueue;
+use qhost::sources::QueueSource;
+use qhost::stores::LocalStore;
 use qhost::{Config, Host};
-use qhost::{HandlerMessage, Outcome};
 
 const QUEUE: &str = "reminders";
 
@@ -48,7 +48,7 @@ fn load(bytes: &[u8], manifest: &str, config: &Config) -> Plugin {
     std::fs::write(&path, bytes).expect("plugin");
     std::fs::write(path.with_extension("toml"), manifest).expect("manifest");
     let runtime = qhost::runtime_for(config).expect("engine");
-    qhost::load_plugin(&runtime, &path).expect("loads")
+    qhost::plugins::load_plugin(&runtime, &path).expect("loads")
 }
 
 /// Mean microseconds per direct invocation, over `n`: in all, instantiating, in the call.

@@ -7,12 +7,12 @@
 
 use std::sync::Arc;
 
-use qhost::LocalQueue;
-use qhost::LocalStore;
 use qhost::Outgoing;
-use qhost::Payloads;
-use qhost::QueueSource;
-use qhost::Registry;
+use qhost::payloads::Payloads;
+use qhost::plugins::Registry;
+use qhost::sources::LocalQueue;
+use qhost::sources::QueueSource;
+use qhost::stores::LocalStore;
 use qhost::{Config, Host};
 
 const QUEUE: &str = "bench";

@@ -20,17 +20,17 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use qhost::LocalQueue;
-use qhost::LocalStore;
-use qhost::Manifest;
 use qhost::Outgoing;
-use qhost::Plugin;
-use qhost::QueueSource;
-use qhost::RedisStore;
-use qhost::Registry;
-use qhost::Store;
+use qhost::handlers::{HandlerMessage, Invocation, Outcome};
+use qhost::plugins::Manifest;
+use qhost::plugins::Plugin;
+use qhost::plugins::Registry;
+use qhost::sources::LocalQueue;
+use qhost::sources::QueueSource;
+use qhost::stores::LocalStore;
+use qhost::stores::RedisStore;
+use qhost::stores::Store;
 use qhost::{Config, Host};
-use qhost::{HandlerMessage, Invocation, Outcome};
 use qhost::{Tracer, Traces};
 use qhost_e2e::cpu::CpuTime;
 use qhost_e2e::otlp::Receiver;

@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use qhost::plugin_version as version_of;
+use qhost::plugins::plugin_version as version_of;
 use qhost::{Config, Host};
 use qhost_e2e::deploy;
 use qhost_e2e::harness::{Running, TestEnv, queue_toml, send_all};
@@ -78,7 +78,7 @@ async fn restart_to_ready() {
 }
 
 /// Sends a message every few milliseconds until `stop`.
-async fn stream(env_queue: qhost::LocalQueue, stop: tokio_util::sync::CancellationToken) {
+async fn stream(env_queue: qhost::sources::LocalQueue, stop: tokio_util::sync::CancellationToken) {
     let mut i = 0u64;
     while !stop.is_cancelled() {
         send_all(&env_queue, "jobs", &[&format!("ack {i}")], &[]).await;

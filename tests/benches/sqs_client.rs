@@ -47,7 +47,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use qhost::{Config, Host, LocalStore, RedisStore, Registry, SqsQueue, Store};
+use qhost::plugins::Registry;
+use qhost::sources::SqsQueue;
+use qhost::stores::{LocalStore, RedisStore, Store};
+use qhost::{Config, Host};
 use qhost_e2e::cpu::CpuTime;
 use qhost_e2e::sqs_responder::{OPERATIONS, Responder};
 use qhost_e2e::sqs_server::sdk_config_for;
@@ -173,7 +176,7 @@ async fn bare_loop(responder: &Responder, n: usize, trimmed: bool) -> Row {
 /// The same loop on the SQS client qhost uses (`SqsQueue`: its JSON client for the hot calls,
 /// `source/sqs/json`), each message read into qhost's own type as the pipeline reads it.
 async fn client_loop(responder: &Responder, n: usize) -> Row {
-    use qhost::QueueSource as _;
+    use qhost::sources::QueueSource as _;
     let sqs = SqsQueue::from_sdk_config(&sdk_config_for(&responder.endpoint()));
     sqs.url(QUEUE).await.expect("a queue URL");
     responder.offer(n);

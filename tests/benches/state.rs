@@ -10,9 +10,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use qhost::{
-    Config, Host, LocalQueue, LocalStore, Outgoing, QueueSource, RedisStore, Registry, Store,
-};
+use qhost::plugins::Registry;
+use qhost::sources::{LocalQueue, QueueSource};
+use qhost::stores::{LocalStore, RedisStore, Store};
+use qhost::{Config, Host, Outgoing};
 use qhost_e2e::cpu::CpuTime;
 use tokio_util::sync::CancellationToken;
 

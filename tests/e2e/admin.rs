@@ -50,12 +50,12 @@ async fn metrics_count_what_happened_and_pass_promtool() {
         .map(|i| Outgoing::new("reminders", reminder(&format!("r{i}"), "A").into_bytes()))
         .chain([Outgoing::new("reminders", b"not a reminder".to_vec())])
         .collect();
-    use qhost::QueueSource as _;
+    use qhost::sources::QueueSource as _;
     queue.send(&bodies).await.unwrap();
     let copied = Outgoing::new("reminders", reminder("copied", "C").into_bytes());
     queue.send_copies(&[copied], 3).await.unwrap();
     let big = reminder("big", &"B".repeat(300_000));
-    let payloads = qhost::Payloads::open(&env.config("[payload]\nstore = \"local\"\n"))
+    let payloads = qhost::payloads::Payloads::open(&env.config("[payload]\nstore = \"local\"\n"))
         .await
         .unwrap();
     let offloaded = payloads
@@ -205,7 +205,7 @@ async fn readiness_follows_the_store_and_ends_with_a_drain() {
     wait_for(admin, "/readyz", Duration::from_secs(30), ready);
 
     // A handler asleep keeps the host draining after SIGTERM: not ready meanwhile.
-    use qhost::QueueSource as _;
+    use qhost::sources::QueueSource as _;
     let sleeper = Outgoing::new("jobs", b"sleep:100000".to_vec());
     env.queue().send(&[sleeper]).await.unwrap();
     wait_for(admin, "/metrics", Duration::from_secs(20), |_, body| {

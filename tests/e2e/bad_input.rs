@@ -2,7 +2,7 @@
 //! plugins that trap, loop or eat memory, an unknown plugin in the configuration.
 
 use qhost::Host;
-use qhost::QueueSource;
+use qhost::sources::QueueSource;
 use qhost_e2e::harness::{TestEnv, attr, contents, queue_toml, run_until_idle, send_all};
 
 /// The reason on the one dead letter of `queue`-dlq.
@@ -153,32 +153,34 @@ async fn peak_concurrency(manifest: &str) -> usize {
         peak: Arc<AtomicUsize>,
     }
     #[async_trait::async_trait]
-    impl qhost::Invoke for Slow {
+    impl qhost::handlers::Invoke for Slow {
         async fn invoke(
             &self,
-            _msg: qhost::HandlerMessage,
-        ) -> Result<qhost::Invocation, qhost::Failure> {
+            _msg: qhost::handlers::HandlerMessage,
+        ) -> Result<qhost::handlers::Invocation, qhost::handlers::Failure> {
             let running = self.now.fetch_add(1, Ordering::SeqCst) + 1;
             self.peak.fetch_max(running, Ordering::SeqCst);
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             self.now.fetch_sub(1, Ordering::SeqCst);
-            Ok(qhost::Invocation::new(qhost::Outcome::Ack))
+            Ok(qhost::handlers::Invocation::new(
+                qhost::handlers::Outcome::Ack,
+            ))
         }
     }
     let invoker = Slow {
         now: Arc::clone(&now),
         peak: Arc::clone(&peak),
     };
-    let manifest = qhost::Manifest::parse(manifest).expect("manifest");
-    let plugin = qhost::Plugin::new("slow", "native", manifest, Arc::new(invoker));
+    let manifest = qhost::plugins::Manifest::parse(manifest).expect("manifest");
+    let plugin = qhost::plugins::Plugin::new("slow", "native", manifest, Arc::new(invoker));
     let mut config = env.config(&queue_toml("jobs", "slow"));
     config.max_in_flight = 16;
-    let store = qhost::LocalStore::open(None).expect("store");
+    let store = qhost::stores::LocalStore::open(None).expect("store");
     let host = Host::new(
         config,
         Arc::new(env.queue()),
         Arc::new(store),
-        qhost::Registry::new([plugin]),
+        qhost::plugins::Registry::new([plugin]),
     );
     let bodies: Vec<String> = (0..30).map(|i| i.to_string()).collect();
     let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
@@ -206,7 +208,9 @@ fn assert_refused(bytes: &[u8], expected: &str) {
     let runtime = qhost::runtime_for(&env.config("")).expect("engine");
     let (loaded, failed): (Vec<_>, Vec<_>) = ["fixture", "broken"]
         .iter()
-        .map(|name| qhost::load_plugin(&runtime, &env.plugins_dir().join(format!("{name}.wasm"))))
+        .map(|name| {
+            qhost::plugins::load_plugin(&runtime, &env.plugins_dir().join(format!("{name}.wasm")))
+        })
         .partition(Result::is_ok);
     let loaded: Vec<_> = loaded.into_iter().filter_map(Result::ok).collect();
     let failed: Vec<_> = failed.into_iter().filter_map(Result::err).collect();
@@ -385,7 +389,7 @@ fn a_plugin_that_cannot_be_instantiated_is_refused_at_load() {
     let mut config = env.config("");
     config.max_plugin_memory_mib = 1;
     let runtime = qhost::runtime_for(&config).expect("engine");
-    let err = qhost::load_plugin(&runtime, &env.plugins_dir().join("fixture.wasm"))
+    let err = qhost::plugins::load_plugin(&runtime, &env.plugins_dir().join("fixture.wasm"))
         .expect_err("refused")
         .to_string();
     assert!(
@@ -397,7 +401,7 @@ fn a_plugin_that_cannot_be_instantiated_is_refused_at_load() {
     config.max_plugin_memory_mib = 4;
     let runtime = qhost::runtime_for(&config).expect("engine");
     env.install("fixture", "fixture", "[limits]\nmemory-mib = 8\n");
-    let err = qhost::load_plugin(&runtime, &env.plugins_dir().join("fixture.wasm"))
+    let err = qhost::plugins::load_plugin(&runtime, &env.plugins_dir().join("fixture.wasm"))
         .expect_err("refused")
         .to_string();
     assert!(

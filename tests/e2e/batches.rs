@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use qhost::{Host, Outgoing, QueueSource, SqsQueue};
+use qhost::sources::{QueueSource, SqsQueue};
+use qhost::{Host, Outgoing};
 use qhost_e2e::harness::{Running, TestEnv, attr, eventually, run_until_idle, take_all};
 use qhost_e2e::processes::HostProcess;
 use qhost_e2e::redis_server::{shared_url, unique_namespace};

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fantoccini::Locator;
-use qhost::{Outgoing, QueueSource as _};
+use qhost::Outgoing;
+use qhost::sources::QueueSource as _;
 use qhost_e2e::admin::{post, post_as, wait_for};
 use qhost_e2e::browser::Browser;
 use qhost_e2e::harness::{Running, TestEnv, contents};
@@ -242,7 +243,7 @@ async fn the_console_shows_an_sqs_queue_s_counts_and_depth() {
     let queue = unique("console");
     create_queue(&queue, &[]).await;
     create_queue(&format!("{queue}-dlq"), &[]).await;
-    let sqs = Arc::new(qhost::SqsQueue::from_sdk_config(&sdk_config()));
+    let sqs = Arc::new(qhost::sources::SqsQueue::from_sdk_config(&sdk_config()));
     let bodies: Vec<Outgoing> = (0..5).map(|_| Outgoing::new(&queue, "ack")).collect();
     sqs.send(&bodies).await.unwrap();
     let config = env.config(&format!(

@@ -11,7 +11,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use qhost::{Host, Received, SqsQueue};
+use qhost::sources::SqsQueue;
+use qhost::{Host, Received};
 use qhost_e2e::harness::{Running, TestEnv, attr};
 use qhost_e2e::sqs_server::{TEST_ENV, collect, create_queue, drain, endpoint, sdk_config, unique};
 use serde_json::Value;
@@ -473,7 +474,7 @@ async fn a_task_a_handler_sends_runs_on_a_celery_worker() {
     let send = format!(
         r#"send:{tasks}:{{"task": "proj.tasks.record", "args": ["from qhost"], "kwargs": {{"n": 7}}}}"#
     );
-    qhost::QueueSource::send(sqs.as_ref(), &[qhost::Outgoing::new(&jobs, send)])
+    qhost::sources::QueueSource::send(sqs.as_ref(), &[qhost::Outgoing::new(&jobs, send)])
         .await
         .expect("sent");
     let host = Host::with_source(config, sqs).await.expect("host starts");
@@ -737,7 +738,7 @@ async fn a_600_kb_argument_offloaded_by_the_extended_client_runs_once() {
          allow = [\"s3://{theirs}/\"]\n"
     );
     let config = celery_config(&env, &queue, &payload);
-    let payloads = qhost::Payloads::open_with_s3(&config, Some(s3_payloads()))
+    let payloads = qhost::payloads::Payloads::open_with_s3(&config, Some(s3_payloads()))
         .await
         .expect("payload stores");
     let running = Running::start(celery_host(config).await.with_payloads(payloads));

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use qhost::RedisPayloads;
-use qhost::RedisStore;
-use qhost::{Acquired, Completion, IdempotencyStore, Lease, LeaseRequest};
-use qhost::{PayloadError, PayloadStore};
+use qhost::payloads::RedisPayloads;
+use qhost::payloads::{PayloadError, PayloadStore};
+use qhost::stores::RedisStore;
+use qhost::stores::{Acquired, Completion, IdempotencyStore, Lease, LeaseRequest};
 use qhost_e2e::harness::{TestEnv, contents, queue_toml, run_until_idle, send_all};
 use qhost_e2e::redis_cluster::RedisCluster;
 use qhost_e2e::redis_server::unique_namespace;

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use qhost::{Outgoing, QueueSource as _};
+use qhost::Outgoing;
+use qhost::sources::QueueSource as _;
 use qhost_e2e::admin::{get, wait_for};
 use qhost_e2e::harness::TestEnv;
 use qhost_e2e::processes::HostProcess;

@@ -124,7 +124,7 @@ async fn two_hosts_make_a_fleet_a_pause_holds_both_and_a_killed_host_is_gone() {
     }
     // A receive already waiting when the pause came gives its messages back; then nothing.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let sqs = qhost::SqsQueue::from_sdk_config(&sdk_config());
+    let sqs = qhost::sources::SqsQueue::from_sdk_config(&sdk_config());
     send_all(&sqs, &jobs, &["ack"; 20], &[]).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use qhost::Outgoing;
-use qhost::QueueSource;
+use qhost::sources::QueueSource;
 use qhost_e2e::harness::TestEnv;
 use qhost_e2e::processes::{HostProcess, summary_column};
 use qhost_e2e::sqs_server::{create_queue, endpoint, sdk_config, unique};
@@ -147,7 +147,8 @@ async fn dead_letters_are_peeked_and_redriven_on_sqs() {
         "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\nregion = \"us-east-1\"",
         endpoint()
     );
-    let queue: Arc<dyn QueueSource> = Arc::new(qhost::SqsQueue::from_sdk_config(&sdk_config()));
+    let queue: Arc<dyn QueueSource> =
+        Arc::new(qhost::sources::SqsQueue::from_sdk_config(&sdk_config()));
     dead_letter_fix_and_redrive(&env, &source, queue, &jobs, &sent).await;
 }
 
@@ -178,7 +179,8 @@ async fn purge_asks_then_empties_the_local_queue_and_an_sqs_queue() {
         "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\nregion = \"us-east-1\"",
         endpoint()
     );
-    let sqs: Arc<dyn QueueSource> = Arc::new(qhost::SqsQueue::from_sdk_config(&sdk_config()));
+    let sqs: Arc<dyn QueueSource> =
+        Arc::new(qhost::sources::SqsQueue::from_sdk_config(&sdk_config()));
     let env = TestEnv::new();
     purge_on(&env, &source, sqs, &jobs).await;
 }

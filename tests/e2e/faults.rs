@@ -13,8 +13,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use qhost::QueueSource;
-use qhost::SqsQueue;
+use qhost::sources::QueueSource;
+use qhost::sources::SqsQueue;
 use qhost::{Attribute, Outgoing};
 use qhost_e2e::admin::{get, sample, total};
 use qhost_e2e::fault_proxy::{Fault, FaultProxy};
@@ -503,7 +503,9 @@ fn silent_server() -> (SocketAddr, std::thread::JoinHandle<()>) {
 
 /// Runs `call`, which must fail within `limit` (the test fails rather than hang past it).
 /// The one answer of a batched store call for one key: the call's error, or the key's own.
-fn only<T>(answers: qhost::StoreResult<Vec<qhost::StoreResult<T>>>) -> qhost::StoreResult<T> {
+fn only<T>(
+    answers: qhost::stores::StoreResult<Vec<qhost::stores::StoreResult<T>>>,
+) -> qhost::stores::StoreResult<T> {
     let mut answers = answers?;
     assert_eq!(answers.len(), 1, "one answer for one request");
     answers.remove(0)
@@ -533,7 +535,7 @@ async fn every_sqs_and_s3_call_ends_at_its_deadline_when_no_answer_comes() {
             aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "qhost-tests"),
         ))
         .build();
-    let deadlines = qhost::AwsDeadlines {
+    let deadlines = qhost::sources::AwsDeadlines {
         connect: Duration::from_secs(1),
         call: Duration::from_millis(300),
         receive_margin: Duration::from_millis(300),
@@ -584,8 +586,8 @@ async fn every_sqs_and_s3_call_ends_at_its_deadline_when_no_answer_comes() {
         );
     }
 
-    let s3 = qhost::S3Payloads::with_deadlines(&silent, true, deadlines).bucket("b");
-    use qhost::PayloadStore as _;
+    let s3 = qhost::payloads::S3Payloads::with_deadlines(&silent, true, deadlines).bucket("b");
+    use qhost::payloads::PayloadStore as _;
     for (operation, error) in [
         (
             "PutObject",
@@ -609,11 +611,13 @@ async fn every_sqs_and_s3_call_ends_at_its_deadline_when_no_answer_comes() {
 
 #[tokio::test]
 async fn every_redis_store_call_ends_at_its_deadline_when_the_server_stops() {
-    use qhost::{Completion, FleetRate as _, IdempotencyStore as _, LeaseRequest, Released};
+    use qhost::stores::{
+        Completion, FleetRate as _, IdempotencyStore as _, LeaseRequest, Released,
+    };
     let redis = RedisServer::start();
-    let mut target = qhost::RedisTarget::single(redis.url());
+    let mut target = qhost::stores::RedisTarget::single(redis.url());
     target.deadlines.response = Duration::from_millis(300);
-    let store = qhost::RedisStore::connect_to(&target)
+    let store = qhost::stores::RedisStore::connect_to(&target)
         .await
         .expect("connect");
     let request = LeaseRequest {
@@ -622,7 +626,7 @@ async fn every_redis_store_call_ends_at_its_deadline_when_the_server_stops() {
         window: Duration::from_secs(60),
     };
     let lease = match only(store.acquire(std::slice::from_ref(&request)).await).expect("acquire") {
-        qhost::Acquired::Granted(lease) => lease,
+        qhost::stores::Acquired::Granted(lease) => lease,
         other => panic!("{other:?}"),
     };
     redis.pause();
@@ -635,7 +639,7 @@ async fn every_redis_store_call_ends_at_its_deadline_when_the_server_stops() {
         digest: None,
         state: Default::default(),
     };
-    let rate = qhost::Rate::parse("10/s").expect("a rate");
+    let rate = qhost::stores::Rate::parse("10/s").expect("a rate");
     let errors = [
         (
             "acquire",
@@ -682,10 +686,10 @@ async fn every_redis_store_call_ends_at_its_deadline_when_the_server_stops() {
         .expect("answers again once the server continues");
 
     let (addr, _server) = silent_server();
-    let mut silent = qhost::RedisTarget::single(format!("redis://{addr}/"));
+    let mut silent = qhost::stores::RedisTarget::single(format!("redis://{addr}/"));
     silent.deadlines.connect = Duration::from_millis(300);
     silent.deadlines.response = Duration::from_millis(300);
-    let connecting = qhost::RedisStore::connect_to(&silent);
+    let connecting = qhost::stores::RedisStore::connect_to(&silent);
     let e = fails_in_time("connect", limit, connecting).await;
     assert!(e.contains("cannot connect"), "{e}");
 }
@@ -694,7 +698,7 @@ async fn every_redis_store_call_ends_at_its_deadline_when_the_server_stops() {
 async fn a_long_poll_waits_its_whole_wait_though_other_calls_have_a_shorter_deadline() {
     let name = unique("long-poll");
     qhost_e2e::sqs_server::create_queue(&name, &[]).await;
-    let deadlines = qhost::AwsDeadlines {
+    let deadlines = qhost::sources::AwsDeadlines {
         connect: Duration::from_secs(2),
         call: Duration::from_millis(500),
         receive_margin: Duration::from_secs(2),

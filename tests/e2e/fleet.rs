@@ -15,8 +15,8 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use qhost::QueueSource;
-use qhost::SqsQueue;
+use qhost::sources::QueueSource;
+use qhost::sources::SqsQueue;
 use qhost::{Attribute, Outgoing};
 use qhost_e2e::harness::{TestEnv, attr};
 use qhost_e2e::processes::HostProcess;

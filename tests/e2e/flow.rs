@@ -8,10 +8,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use qhost::{
-    Acquired, FlowSlots, LeaseRequest, Outgoing, QueueSource as _, RedisStore, Slot, SlotAnswer,
-    SlotRequest, SqsQueue,
-};
+use qhost::Outgoing;
+use qhost::sources::{QueueSource as _, SqsQueue};
+use qhost::stores::{Acquired, FlowSlots, LeaseRequest, RedisStore, Slot, SlotAnswer, SlotRequest};
 use qhost_e2e::admin::{get, sample};
 use qhost_e2e::api_server::{ApiServer, Recorded, Reply};
 use qhost_e2e::flow_fleet::Fleet;
@@ -615,7 +614,7 @@ async fn flow_slots_hold_alike_on_redis_a_cluster_and_the_embedded_store() {
     assert_eq!(on_cluster.round_trips(), 3, "one pipeline per primary");
     slots_hold_their_limits(&on_cluster, &ns).await;
 
-    let local = qhost::LocalStore::open(None).expect("embedded store");
+    let local = qhost::stores::LocalStore::open(None).expect("embedded store");
     slots_hold_their_limits(&local, "local").await;
 }
 

@@ -11,7 +11,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use qhost::{Host, Received, SqsQueue};
+use qhost::sources::SqsQueue;
+use qhost::{Host, Received};
 use qhost_e2e::harness::{Running, TestEnv, attr};
 use qhost_e2e::sqs_server::{
     TEST_ENV, arn, client, collect, create_queue, drain, endpoint, sdk_config, unique,

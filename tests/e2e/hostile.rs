@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use qhost::Host;
-use qhost::Payloads;
-use qhost::QueueSource;
-use qhost::SqsQueue;
+use qhost::payloads::Payloads;
+use qhost::sources::QueueSource;
+use qhost::sources::SqsQueue;
+use qhost::stores::{Acquired, IdempotencyStore, LeaseRequest, Released};
 use qhost::testing::scoped_key as scoped;
-use qhost::{Acquired, IdempotencyStore, LeaseRequest, Released};
 use qhost::{Attribute, AttributeValue, Outgoing, Received};
 use qhost_e2e::harness::{TestEnv, attr, contents, eventually, run_until_idle};
 use qhost_e2e::sqs_server::{

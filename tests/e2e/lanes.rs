@@ -8,8 +8,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use qhost::QueueSource as _;
-use qhost::{HandlerMessage, Host, RedisStore, Registry, SqsQueue};
+use qhost::Host;
+use qhost::handlers::HandlerMessage;
+use qhost::plugins::Registry;
+use qhost::sources::QueueSource as _;
+use qhost::sources::SqsQueue;
+use qhost::stores::RedisStore;
 use qhost_e2e::harness::{Running, TestEnv, contents, queue_toml, run_until_idle, send_all};
 use qhost_e2e::redis_server::{RedisServer, shared_url, unique_namespace};
 use qhost_e2e::sqs_server::{create_queue, drain, endpoint, sdk_config, unique};
@@ -62,8 +66,11 @@ impl Calls {
 struct Recording(Arc<Calls>);
 
 #[async_trait::async_trait]
-impl qhost::Invoke for Recording {
-    async fn invoke(&self, msg: HandlerMessage) -> Result<qhost::Invocation, qhost::Failure> {
+impl qhost::handlers::Invoke for Recording {
+    async fn invoke(
+        &self,
+        msg: HandlerMessage,
+    ) -> Result<qhost::handlers::Invocation, qhost::handlers::Failure> {
         let thread = std::thread::current()
             .name()
             .unwrap_or("unnamed")
@@ -73,7 +80,9 @@ impl qhost::Invoke for Recording {
         self.0.running(-1);
         let key = msg.idempotency_key;
         (self.0.seen.lock().expect("calls")).push((thread, key));
-        Ok(qhost::Invocation::new(qhost::Outcome::Ack))
+        Ok(qhost::handlers::Invocation::new(
+            qhost::handlers::Outcome::Ack,
+        ))
     }
 }
 
@@ -104,10 +113,10 @@ async fn host_on_lanes(env: &TestEnv, jobs: &str, calls: &Arc<Calls>, namespace:
 }
 
 /// The recording handler as plugin `recording`, keyed by body.
-fn recording(calls: &Arc<Calls>) -> qhost::Plugin {
-    let manifest = qhost::Manifest::parse("[idempotency]\nkey = \"body-sha256\"\n");
+fn recording(calls: &Arc<Calls>) -> qhost::plugins::Plugin {
+    let manifest = qhost::plugins::Manifest::parse("[idempotency]\nkey = \"body-sha256\"\n");
     let invoker = Arc::new(Recording(Arc::clone(calls)));
-    qhost::Plugin::new("recording", "native", manifest.expect("manifest"), invoker)
+    qhost::plugins::Plugin::new("recording", "native", manifest.expect("manifest"), invoker)
 }
 
 /// `n` distinct bodies, then a copy of every fifth.
@@ -180,7 +189,7 @@ async fn lanes_share_the_embedded_queue_and_store() {
     let host = Host::new(
         config,
         Arc::new(env.queue()),
-        Arc::new(qhost::LocalStore::open(None).expect("store")),
+        Arc::new(qhost::stores::LocalStore::open(None).expect("store")),
         Registry::new([plugin]),
     );
     let bodies = bodies(100);

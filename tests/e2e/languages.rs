@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use qhost::Host;
 use qhost::Received;
-use qhost::SqsQueue;
+use qhost::sources::SqsQueue;
 use qhost_e2e::harness::{Running, TestEnv, attr, contents, queue_toml, run_until_idle, send_all};
 use qhost_e2e::sqs_server::{create_queue, drain, endpoint, sdk_config, unique};
 use qhost_e2e::{guest_bytes, guest_manifest};
@@ -35,7 +35,7 @@ fn install(env: &TestEnv, lang: &str, sent: &str, reuse: u32) -> String {
         )
         .replace("[limits]", &format!("[limits]\nreuse-instance = {reuse}"));
     env.install_bytes("email-reminder", &bytes, &manifest);
-    qhost::plugin_version(&bytes)
+    qhost::plugins::plugin_version(&bytes)
 }
 
 /// What every language must show: two emails with the key as Message-Id, from this version;

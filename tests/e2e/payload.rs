@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use qhost::Host;
-use qhost::Payloads;
-use qhost::QueueSource;
-use qhost::SqsQueue;
+use qhost::payloads::Payloads;
+use qhost::sources::QueueSource;
+use qhost::sources::SqsQueue;
 use qhost::testing::wire;
 use qhost::{Attribute, Outgoing, Received};
 use qhost_e2e::harness::{

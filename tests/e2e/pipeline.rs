@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use qhost::Attribute;
 use qhost::Host;
-use qhost::KeyStatus;
-use qhost::QueueSource;
-use qhost::Registry;
+use qhost::plugins::Registry;
+use qhost::sources::QueueSource;
+use qhost::stores::KeyStatus;
 use qhost_e2e::faults::FailingAcks;
 use qhost_e2e::harness::{Running, TestEnv, attr, contents, queue_toml, run_until_idle, send_all};
 

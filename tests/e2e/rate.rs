@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use qhost::QueueSource;
-use qhost::SqsQueue;
+use qhost::sources::QueueSource;
+use qhost::sources::SqsQueue;
 use qhost::{Attribute, Outgoing};
 use qhost_e2e::admin::{get, sample};
 use qhost_e2e::api_server::{ApiServer, Reply};

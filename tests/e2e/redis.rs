@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use qhost::Host;
 use qhost::Outgoing;
-use qhost::QueueSource;
-use qhost::RedisStore;
-use qhost::Registry;
-use qhost::{
+use qhost::plugins::Registry;
+use qhost::sources::QueueSource;
+use qhost::stores::RedisStore;
+use qhost::stores::{
     Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
     Released,
 };

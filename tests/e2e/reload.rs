@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use qhost::Host;
-use qhost::plugin_version as version_of;
+use qhost::plugins::plugin_version as version_of;
 use qhost_e2e::deploy;
 use qhost_e2e::harness::{Running, TestEnv, attr, contents, queue_toml, run_until_idle, send_all};
 use qhost_e2e::plugin_bytes;

@@ -203,7 +203,7 @@ fn an_operators_promote_from_another_process_moves_the_host_even_one_restarted_m
     host.stop();
     let host = HostProcess::start_consuming(&config);
     wait_for_log(&host, Duration::from_secs(20), "canary started");
-    let v1 = qhost::plugin_version(&qhost_e2e::plugin_bytes("fixture"));
+    let v1 = qhost::plugins::plugin_version(&qhost_e2e::plugin_bytes("fixture"));
     let (_, out, _) = run_in(dir.path(), &["plugins", "list"]);
     let row = out
         .lines()
@@ -217,7 +217,7 @@ fn an_operators_promote_from_another_process_moves_the_host_even_one_restarted_m
     assert!(out.contains("promoted: promoted by hand"), "{out}");
     let log = wait_for_log(&host, Duration::from_secs(10), "canary promoted");
     assert!(log.contains("promoted by hand"), "{log}");
-    let v2 = qhost::plugin_version(&deploy::build_variant(
+    let v2 = qhost::plugins::plugin_version(&deploy::build_variant(
         &qhost_e2e::plugin_bytes("fixture"),
         "v2",
     ));
@@ -275,7 +275,7 @@ fn reason(log: &str, event: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_hosts_on_one_redis_follow_one_rollout_and_one_decision() {
-    use qhost::QueueSource as _;
+    use qhost::sources::QueueSource as _;
     let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let jobs = qhost_e2e::sqs_server::unique("canary");
     qhost_e2e::sqs_server::create_queue(&jobs, &[]).await;
@@ -289,7 +289,7 @@ async fn two_hosts_on_one_redis_follow_one_rollout_and_one_decision() {
     drop_v2(b_dir.path(), "[config]\ntrap-some = \"on\"\n");
     wait_for_log(&b, Duration::from_secs(20), "canary started");
 
-    let sqs = qhost::SqsQueue::from_sdk_config(&qhost_e2e::sqs_server::sdk_config());
+    let sqs = qhost::sources::SqsQueue::from_sdk_config(&qhost_e2e::sqs_server::sdk_config());
     let bodies = (0..300).map(|i| {
         if i % 10 < 3 {
             "if-config:trap-some:trap"
@@ -395,7 +395,7 @@ fn a_good_canary_is_promoted_by_its_rule_and_every_redelivery_met_the_version_it
     let summary = host.stop();
     assert_eq!(summary_column(&summary, "jobs", "dead"), 0, "{summary}");
 
-    let v2 = qhost::plugin_version(&deploy::build_variant(
+    let v2 = qhost::plugins::plugin_version(&deploy::build_variant(
         &qhost_e2e::plugin_bytes("fixture"),
         "v2",
     ));

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::QueueAttributeName;
 use qhost::Host;
-use qhost::SqsQueue;
+use qhost::sources::SqsQueue;
+use qhost::sources::{QueueSource, SourceError};
 use qhost::{Attribute, AttributeValue, Outgoing, Received};
-use qhost::{QueueSource, SourceError};
 use qhost_e2e::harness::{Running, TestEnv, attr, run_until_idle, send_all};
 use qhost_e2e::processes::{HostProcess, summary_column};
 use qhost_e2e::sqs_server::{arn, create_queue, drain, endpoint, sdk_config, unique};

@@ -7,7 +7,9 @@
 
 use std::sync::Arc;
 
-use qhost::{Attribute, Config, Host, RedisStore, Registry};
+use qhost::plugins::Registry;
+use qhost::stores::RedisStore;
+use qhost::{Attribute, Config, Host};
 use qhost_e2e::harness::{
     TestEnv, attr, body_texts, contents, lapsing_queue_toml, queue_toml, run_until_idle, send_all,
 };

@@ -10,7 +10,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use qhost::{Attribute, Outgoing, QueueSource, SqsQueue};
+use qhost::sources::{QueueSource, SqsQueue};
+use qhost::{Attribute, Outgoing};
 use qhost_e2e::harness::{TestEnv, attr, take_all};
 use qhost_e2e::processes::HostProcess;
 use qhost_e2e::redis_cluster::RedisCluster;

@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use qhost::LocalQueue;
-use qhost::QueueSource;
+use qhost::sources::LocalQueue;
+use qhost::sources::QueueSource;
 use qhost::{Attribute, Outgoing};
 use qhost_e2e::harness::{TestEnv, attr, contents};
 use qhost_e2e::processes::{HostProcess, summary_column};

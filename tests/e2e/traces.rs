@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use qhost::LocalQueue;
-use qhost::QueueSource as _;
+use qhost::sources::LocalQueue;
+use qhost::sources::QueueSource as _;
 use qhost::{Attribute, Outgoing};
 use qhost_e2e::harness::{TestEnv, attr, queue_toml};
 use qhost_e2e::otlp::{Receiver, Span};

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use qhost::sources::{QueueDepth, QueueSource, SourceError};
 use qhost::{Outgoing, Received};
-use qhost::{QueueDepth, QueueSource, SourceError};
 
 /// Fails the first `fail_acks` batch deletes; everything else goes to the inner queue.
 #[derive(Debug)]
@@ -28,7 +28,7 @@ impl FailingAcks {
 
 #[async_trait]
 impl QueueSource for FailingAcks {
-    fn capabilities(&self) -> qhost::Capabilities {
+    fn capabilities(&self) -> qhost::sources::Capabilities {
         self.inner.capabilities()
     }
 

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use qhost::{Attribute, Outgoing, QueueSource as _, SqsQueue};
+use qhost::sources::{QueueSource as _, SqsQueue};
+use qhost::{Attribute, Outgoing};
 
 use crate::admin::{get, sample};
 use crate::harness::{TestEnv, eventually};

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use qhost::LocalQueue;
-use qhost::LocalStore;
+use qhost::sources::LocalQueue;
+use qhost::stores::LocalStore;
 use qhost::{Attribute, Outgoing, Received};
 use qhost::{Config, Host};
 use tokio_util::sync::CancellationToken;
@@ -158,7 +158,7 @@ pub fn lapsing_queue_toml(name: &str, plugin: &str) -> String {
 
 /// Sends bodies to `name` through any queue backend, each with `attributes`.
 pub async fn send_all(
-    queue: &dyn qhost::QueueSource,
+    queue: &dyn qhost::sources::QueueSource,
     name: &str,
     bodies: &[&str],
     attributes: &[Attribute],
@@ -191,7 +191,7 @@ pub async fn contents(queue: &LocalQueue, name: &str) -> Vec<Received> {
 /// Everything `queue` of `source` holds, received and deleted as it goes, in the order
 /// received; each receive long-polls for `wait` (zero: only what is there now).
 pub async fn take_all(
-    source: &dyn qhost::QueueSource,
+    source: &dyn qhost::sources::QueueSource,
     queue: &str,
     wait: Duration,
 ) -> Vec<Received> {

@@ -120,13 +120,13 @@ pub fn plugin_bytes(crate_name: &str) -> Vec<u8> {
 
 /// The fixture plugin, installed as `NAME.wasm` in a temporary directory and loaded by an engine
 /// sized for `config`, as the host would load it.
-pub fn fixture_plugin(name: &str, config: &qhost::Config) -> qhost::Plugin {
+pub fn fixture_plugin(name: &str, config: &qhost::Config) -> qhost::plugins::Plugin {
     fixture_plugin_with(name, config, "")
 }
 
 /// The fixture as plugin `name`, its bytes changed by `tag` (the same behaviour, another
 /// version), loaded by an engine sized for `config`.
-pub fn fixture_variant(name: &str, config: &qhost::Config, tag: &str) -> qhost::Plugin {
+pub fn fixture_variant(name: &str, config: &qhost::Config, tag: &str) -> qhost::plugins::Plugin {
     let dir = tempfile::tempdir().expect("temporary directory");
     let path = dir.path().join(format!("{name}.wasm"));
     let bytes = deploy::build_variant(&plugin_bytes("fixture"), tag);
@@ -136,11 +136,15 @@ pub fn fixture_variant(name: &str, config: &qhost::Config, tag: &str) -> qhost::
         ..config.clone()
     };
     let runtime = qhost::runtime_for(&config).expect("engine");
-    qhost::load_plugin(&runtime, &path).expect("loading the variant")
+    qhost::plugins::load_plugin(&runtime, &path).expect("loading the variant")
 }
 
 /// As [`fixture_plugin`], with `manifest` (a plugin manifest's TOML) beside it.
-pub fn fixture_plugin_with(name: &str, config: &qhost::Config, manifest: &str) -> qhost::Plugin {
+pub fn fixture_plugin_with(
+    name: &str,
+    config: &qhost::Config,
+    manifest: &str,
+) -> qhost::plugins::Plugin {
     built_plugin_as("fixture", name, config, manifest)
 }
 
@@ -151,7 +155,7 @@ pub fn built_plugin_as(
     name: &str,
     config: &qhost::Config,
     manifest: &str,
-) -> qhost::Plugin {
+) -> qhost::plugins::Plugin {
     let dir = tempfile::tempdir().expect("temporary directory");
     let path = dir.path().join(format!("{name}.wasm"));
     std::fs::write(&path, plugin_bytes(crate_name)).expect("installing the plugin");
@@ -164,7 +168,7 @@ pub fn built_plugin_as(
         ..config.clone()
     };
     let runtime = qhost::runtime_for(&config).expect("engine");
-    qhost::load_plugin(&runtime, &path).expect("loading the plugin")
+    qhost::plugins::load_plugin(&runtime, &path).expect("loading the plugin")
 }
 
 /// Runs `host` until its queues are empty, checks that each of its `n` messages ran and was

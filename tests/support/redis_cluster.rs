@@ -221,12 +221,12 @@ impl RedisCluster {
     }
 
     /// The cluster as a store target, every node a seed.
-    pub fn target(&self) -> qhost::RedisTarget {
-        qhost::RedisTarget {
+    pub fn target(&self) -> qhost::stores::RedisTarget {
+        qhost::stores::RedisTarget {
             urls: self.urls(),
             cluster: true,
             ca_file: self.access.tls.as_ref().map(|dir| dir.join("ca.crt")),
-            deadlines: qhost::RedisDeadlines::default(),
+            deadlines: qhost::stores::RedisDeadlines::default(),
         }
     }
 

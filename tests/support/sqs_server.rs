@@ -172,8 +172,8 @@ pub async fn arn(url: &str) -> String {
 }
 
 /// The server's S3 side (moto serves S3 on the same endpoint), as qhost's payload stores see it.
-pub fn s3_payloads() -> qhost::S3Payloads {
-    qhost::S3Payloads::from_sdk_config(&sdk_config(), true)
+pub fn s3_payloads() -> qhost::payloads::S3Payloads {
+    qhost::payloads::S3Payloads::from_sdk_config(&sdk_config(), true)
 }
 
 /// A raw S3 client for the server, path-style, for setting buckets up and looking inside.
@@ -229,13 +229,13 @@ pub async fn collect(queue: &str, n: usize) -> Vec<qhost::Received> {
 
 /// A client for the server at `endpoint` as the tests use it to look inside: patient, since it
 /// is the tests' instrument and not what they assert on.
-pub fn patient_queue(endpoint: &str) -> qhost::SqsQueue {
-    let patient = qhost::AwsDeadlines {
+pub fn patient_queue(endpoint: &str) -> qhost::sources::SqsQueue {
+    let patient = qhost::sources::AwsDeadlines {
         connect: Duration::from_secs(10),
         call: Duration::from_secs(60),
         receive_margin: Duration::from_secs(60),
     };
-    qhost::SqsQueue::with_deadlines(&sdk_config_for(endpoint), patient)
+    qhost::sources::SqsQueue::with_deadlines(&sdk_config_for(endpoint), patient)
 }
 
 /// [`drain`] on the server at `endpoint`.
@@ -246,13 +246,13 @@ pub async fn drain_at(endpoint: &str, queue: &str) -> Vec<qhost::Received> {
 /// Whether a run of `of` jobs on `queue` is over: `done` of them have shown their effect and
 /// nothing is left on the queue. Fails once four minutes have passed since `started`.
 pub async fn jobs_done(
-    sqs: &qhost::SqsQueue,
+    sqs: &qhost::sources::SqsQueue,
     queue: &str,
     done: usize,
     of: usize,
     started: std::time::Instant,
 ) -> bool {
-    use qhost::QueueSource as _;
+    use qhost::sources::QueueSource as _;
     let depth = sqs.depth(queue).await.expect("depth");
     if done == of && depth.total() == 0 {
         return true;

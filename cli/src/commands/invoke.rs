@@ -4,7 +4,8 @@ use anyhow::Context as _;
 
 use super::shown;
 use crate::args::InvokeArgs;
-use qhost::{Config, InvokeRequest, Outcome, Ran, StateCommit, StateOp};
+use qhost::handlers::Outcome;
+use qhost::{Config, InvokeRequest, Ran, StateCommit, StateOp};
 
 pub(crate) async fn invoke(
     config: Config,
@@ -129,7 +130,7 @@ fn print_withheld(withheld: &[String]) {
 }
 
 /// What the call cost.
-fn print_costs(took: std::time::Duration, c: &qhost::Costs) {
+fn print_costs(took: std::time::Duration, c: &qhost::plugins::Costs) {
     println!(
         "cost:     {:.3} ms in all: instantiate {:.3} ms, call {:.3} ms, drop {:.3} ms",
         took.as_secs_f64() * 1e3,

@@ -3,10 +3,11 @@
 
 use anyhow::bail;
 
-use qhost::{Config, HostPlugins};
+use qhost::Config;
+use qhost::plugins::HostPlugins;
 
 pub(crate) fn check(config: &Config, file: &std::path::Path) -> anyhow::Result<()> {
-    let report = qhost::check_plugin_file(&qhost::runtime_for(config)?, file)?;
+    let report = qhost::plugins::check_plugin_file(&qhost::runtime_for(config)?, file)?;
     println!("file:     {}", file.display());
     println!("version:  {}", report.version);
     println!("size:     {} bytes", report.size);
@@ -14,7 +15,7 @@ pub(crate) fn check(config: &Config, file: &std::path::Path) -> anyhow::Result<(
     println!("exports:  {}", report.exports.join(", "));
     match report.problem {
         None => {
-            println!("world:    implements {}", qhost::WIT_PACKAGE);
+            println!("world:    implements {}", qhost::plugins::WIT_PACKAGE);
             println!("loads:    yes, with {}", manifest_shown(file));
             Ok(())
         }

@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 
 use crate::args::ReplayArgs;
-use qhost::{Compared, Config, Finding, Replay, Run, Side};
+use qhost::Config;
+use qhost::replays::{Compared, Finding, Replay, Run, Side};
 
 /// Exit codes, by what the replay found (0 when all agree).
 const OUTCOMES_DIFFER: u8 = 3;
@@ -21,7 +22,7 @@ pub(crate) async fn replay(config: Config, args: ReplayArgs) -> anyhow::Result<E
         (None, None) => anyhow::bail!("give --against FILE.wasm or --serving NAME"),
     };
     let text = read_messages(&args.messages)?;
-    let replay = qhost::replay_files(&config, &args.plugin, &old, &text).await?;
+    let replay = qhost::replays::replay_files(&config, &args.plugin, &old, &text).await?;
     for e in &replay.unreadable {
         eprintln!(
             "{}: {e} (left out; the rest were replayed)",

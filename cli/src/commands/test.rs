@@ -8,18 +8,20 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::args::{FixtureArgs, TestArgs};
-use qhost::{Config, TestRun};
+use qhost::Config;
+use qhost::handler_tests::TestRun;
 
 pub(crate) async fn test(config: Config, args: TestArgs) -> anyhow::Result<ExitCode> {
     if let (Some(messages), Some(plugin)) = (&args.record, &args.plugin) {
         return record(&config, messages, plugin).await;
     }
     loop {
-        let files = qhost::test_files(&config, &args.paths)?;
+        let files = qhost::handler_tests::test_files(&config, &args.paths)?;
         let (kept, listed) = (config.clone(), files.clone());
-        let run = tokio::task::spawn_blocking(move || qhost::run_files(&kept, &listed))
-            .await
-            .context("the test runner stopped")??;
+        let run =
+            tokio::task::spawn_blocking(move || qhost::handler_tests::run_files(&kept, &listed))
+                .await
+                .context("the test runner stopped")??;
         print(&run);
         if let Some(junit) = &args.junit {
             std::fs::write(junit, run.junit())
@@ -32,9 +34,9 @@ pub(crate) async fn test(config: Config, args: TestArgs) -> anyhow::Result<ExitC
                 ExitCode::FAILURE
             });
         }
-        let watched = qhost::watched_by_tests(&config, &run, &files);
+        let watched = qhost::handler_tests::watched_by_tests(&config, &run, &files);
         // Armed before it is announced: a change made once this line is out is seen.
-        let watch = qhost::TestWatch::start(&watched)?;
+        let watch = qhost::handler_tests::TestWatch::start(&watched)?;
         println!(
             "\nwatching {} path(s) for changes (Ctrl-C stops)",
             watched.len()
@@ -97,10 +99,11 @@ async fn record(config: &Config, messages: &Path, plugin: &Path) -> anyhow::Resu
         .with_context(|| format!("{} is not UTF-8 text (JSON Lines)", messages.display()))?;
     let named = plugin_ref(plugin);
     let (config, plugin) = (config.clone(), plugin.to_path_buf());
-    let recorded =
-        tokio::task::spawn_blocking(move || qhost::record_cases(&config, &plugin, &named, &text))
-            .await
-            .context("the recorder stopped")??;
+    let recorded = tokio::task::spawn_blocking(move || {
+        qhost::handler_tests::record_cases(&config, &plugin, &named, &text)
+    })
+    .await
+    .context("the recorder stopped")??;
     for e in &recorded.unreadable {
         eprintln!("{}: {e} (left out)", messages.display());
     }

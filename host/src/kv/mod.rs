@@ -70,7 +70,7 @@ pub(crate) mod run;
 use std::sync::{Arc, OnceLock};
 
 use crate::idempotency::commit;
-pub use crate::idempotency::commit::{BucketCommit, Op, StateCommit};
+pub use crate::idempotency::commit::{Op, StateCommit};
 pub(crate) use counts::{Dropped, KvCounts, Refused};
 pub(crate) use grant::{Bucket, KvGrant, KvLimits};
 

@@ -639,7 +639,7 @@ mod tests {
     #[test]
     fn state_writes_are_named_by_the_plugin_s_bucket() {
         let commit = StateCommit {
-            buckets: vec![crate::kv::BucketCommit {
+            buckets: vec![crate::idempotency::commit::BucketCommit {
                 bucket: crate::idempotency::commit::stored_bucket("qhost", "mail", "reminded"),
                 ttl_ms: 0,
                 reads: Vec::new(),
