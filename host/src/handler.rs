@@ -157,38 +157,6 @@ where
     }
 }
 
-/// A native batch handler: a function from a batch of messages to one invocation each, in
-/// order, which returns promptly (see the function impl of [`Invoke`]). The pipeline's batch
-/// tests run it.
-#[cfg(test)]
-pub(crate) struct BatchFn<F>(pub F);
-
-#[cfg(test)]
-impl<F> std::fmt::Debug for BatchFn<F> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("BatchFn")
-    }
-}
-
-#[cfg(test)]
-#[async_trait::async_trait]
-impl<F> Invoke for BatchFn<F>
-where
-    F: Fn(Vec<HandlerMessage>) -> Result<Vec<Invocation>, Failure> + Send + Sync + 'static,
-{
-    async fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
-        one_of(self.invoke_batch(vec![msg]).await)
-    }
-
-    fn is_batch(&self) -> bool {
-        true
-    }
-
-    async fn invoke_batch(&self, msgs: Vec<HandlerMessage>) -> Result<Vec<Invocation>, Failure> {
-        (self.0)(msgs)
-    }
-}
-
 /// The one invocation of a batch of one.
 pub(crate) fn one_of(batch: Result<Vec<Invocation>, Failure>) -> Result<Invocation, Failure> {
     let mut invocations = batch?;

@@ -5,11 +5,40 @@
 use std::sync::{Arc, Mutex};
 
 use super::test_bed::{JOBS, OUT, TestBed};
-use crate::handler::{BatchFn, Failure, HandlerMessage, Invocation, Outcome};
+use crate::handler::{Failure, HandlerMessage, Invocation, Invoke, Outcome, one_of};
 use crate::idempotency::KeyStatus;
 use crate::message::Outgoing;
 use crate::message::find_attribute;
 use crate::message::wire::DEAD_LETTER_REASON;
+
+/// A native batch handler: a function from a batch of messages to one invocation each, in
+/// order, which returns promptly (see the function impl of [`Invoke`]): these tests'
+/// batch handlers.
+struct BatchFn<F>(F);
+
+impl<F> std::fmt::Debug for BatchFn<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BatchFn")
+    }
+}
+
+#[async_trait::async_trait]
+impl<F> Invoke for BatchFn<F>
+where
+    F: Fn(Vec<HandlerMessage>) -> Result<Vec<Invocation>, Failure> + Send + Sync + 'static,
+{
+    async fn invoke(&self, msg: HandlerMessage) -> Result<Invocation, Failure> {
+        one_of(self.invoke_batch(vec![msg]).await)
+    }
+
+    fn is_batch(&self) -> bool {
+        true
+    }
+
+    async fn invoke_batch(&self, msgs: Vec<HandlerMessage>) -> Result<Vec<Invocation>, Failure> {
+        (self.0)(msgs)
+    }
+}
 
 /// Keyed by the `job` attribute, may send to `out`, gives up after `attempts` runs.
 fn manifest(attempts: u32) -> String {
