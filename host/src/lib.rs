@@ -14,7 +14,8 @@
 //! | `message`       | the `qhost-message` crate: the message types; `message::wire`, the   |
 //! |                 | wire contract; `message::rules`, SQS's rules for a message to be sent |
 //! | `source`        | the queue boundary: its contract is the `qhost-source` crate's       |
-//! |                 | (`QueueSource`, `Capabilities`); here, `sqs` and `local` (SQLite)    |
+//! |                 | (`QueueSource`, `Capabilities`); `sqs` and `local` (SQLite), the     |
+//! |                 | `qhost-source-sqs` and `qhost-source-local` crates                   |
 //! | `idempotency`   | the store: its contract is the `qhost-store` crate's (leases and     |
 //! |                 | completed records, shared records, the fleet-wide rate, state reads, |
 //! |                 | claims and the store's clock, flow slots, what a completion commits, |
@@ -25,7 +26,8 @@
 //! |                 | outbound HTTP by grant (`runtime::http`); imports nothing of `plugin` |
 //! | `plugin`        | what the host serves: `plugin::Plugin`, manifests, secrets, loading |
 //! |                 | (the one way into `runtime`), the registry, hot reload, status        |
-//! | `payload`       | claim check: payload stores (Redis, S3, local), pointers, allow-list  |
+//! | `payload`       | the `qhost-payload` crate: claim check: payload stores (Redis, S3,  |
+//! |                 | local), pointers, the allow-list, the `[payload]` section           |
 //! | `format`        | how a queue's messages are read: qhost's, Celery's, SNS, EventBridge, |
 //! |                 | S3 events; what the pipeline routes, keys, runs and commits           |
 //! | `flow`          | flow control by key: a flow key per message, fleet-wide slots and rates |
@@ -47,16 +49,15 @@
 //! | `suite`         | a handler's tests as data: test files' cases in a canned world (`test`) |
 //! | `capture`       | a sample of handled messages written for `qhost replay` (`[[queue]] capture`) |
 //! | `scaffold`      | a new handler project in Rust, Python or JavaScript (`new`)           |
-//! | `aws`           | the AWS configuration chain shared by the SQS and S3 backends, and   |
-//! |                 | the deadlines of their calls                                          |
+//! | `aws`           | the `qhost-aws` crate: the AWS configuration chain shared by the SQS |
+//! |                 | and S3 backends, and the deadlines of their calls                     |
 //! | `stats`         | counters per queue and plugin                                         |
 //! | `faults`        | failed backend calls by operation (timeouts apart), logged per burst  |
 //! | `progress`      | when each queue last finished a message, for readiness                |
 //! | `metrics`       | Prometheus metrics, reading the counters at scrape time               |
 //! | `admin`         | the admin listener: `/metrics`, `/healthz`, `/readyz`; readiness      |
 //! | `traces`        | OpenTelemetry spans per message, OTLP export, W3C context on messages |
-//! | `sqlite`        | the `qhost-sqlite` crate: the embedded database behind the local      |
-//! |                 | backends; `redis_link`, the `qhost-redis-link` crate: the Redis link  |
+//! | `redis_link`    | the `qhost-redis-link` crate: the Redis link                          |
 //! | `digest`        | `qhost-message`'s: sha256 as hex, the one digest form qhost writes    |
 //! | `testing`       | what the tests and benchmarks reach into (feature `test-support`)     |
 //!
@@ -70,7 +71,6 @@
 #![deny(unsafe_code)]
 
 mod admin;
-mod aws;
 mod capture;
 mod celery;
 mod config;
@@ -86,13 +86,13 @@ mod idempotency;
 mod kv;
 mod logging;
 // The workspace's lower crates, under the module names the host's code has always used.
+pub(crate) use qhost_aws as aws;
 pub(crate) use qhost_message as message;
 pub(crate) use qhost_message::digest;
+pub(crate) use qhost_payload as payload;
 pub(crate) use qhost_redis_link as redis_link;
-pub(crate) use qhost_sqlite as sqlite;
 mod metrics;
 mod oneshot;
-mod payload;
 mod pipeline;
 mod plugin;
 mod progress;
@@ -145,6 +145,7 @@ pub mod sources {
 
 /// Where large payloads go (the claim check).
 pub mod payloads {
+    pub use crate::host::open::{open_payloads as open, open_payloads_with_s3 as open_with_s3};
     pub use crate::payload::Payloads;
     pub use crate::payload::redis::RedisPayloads;
     pub use crate::payload::s3::S3Payloads;
@@ -192,7 +193,8 @@ pub use celery::inspect::{CeleryReport, inspect as inspect_celery};
 pub use fixture::{Fixture, fixture};
 pub use format::inspect::{Inspected, inspect as inspect_message};
 pub use oneshot::{InvokeRequest, Ran, invoke_batch_file, invoke_file};
-pub use queues::{DeadLetter, Purged, Queues};
+pub use qhost_source::Purged;
+pub use queues::{DeadLetter, Queues};
 pub use rollout::by_hand::decide_by_hand as decide_rollout;
 pub use rollout::record::{RolloutRecord, Tally};
 pub use scaffold::{Language, Shape as HandlerShape, create as create_project};

@@ -1,21 +1,19 @@
 //! The operator's verbs on a configuration's queue backend: send a message (offloaded as the
 //! host offloads), look at waiting messages and dead letters, purge, and redrive. The `qhost`
-//! command's `send`, `peek`, `purge` and `dlq` are these, and so is any tool an embedder builds:
-//! which backend the configuration names is decided here, once.
+//! command's `send`, `peek`, `purge` and `dlq` are these, and so is any tool an embedder builds.
+//! The backend is opened where the host opens its own (`host::open_source`), and what it cannot
+//! do (a peek on SQS) is its own refusal (`QueueAdmin`): nothing here names a source kind.
 
 use std::sync::Arc;
 
 use anyhow::bail;
 
-use crate::config::{Config, SourceKind};
+use crate::config::Config;
 use crate::dlq::{self, Verdict};
-use crate::host::{open_local, open_sqs};
+use crate::host::{open_payloads, open_source};
 use crate::message::recorded::RecordedMessage;
 use crate::message::{Outgoing, Received, wire};
-use crate::payload::Payloads;
-use crate::source::QueueSource;
-use crate::source::local::LocalQueue;
-use crate::source::sqs::SqsQueue;
+use crate::source::{Purged, QueueAdmin, SourceError};
 
 pub(crate) use crate::dlq::Redriven;
 
@@ -23,13 +21,7 @@ pub(crate) use crate::dlq::Redriven;
 #[derive(Debug)]
 pub struct Queues {
     config: Config,
-    backend: Backend,
-}
-
-#[derive(Debug)]
-enum Backend {
-    Local(Arc<LocalQueue>),
-    Sqs(Arc<SqsQueue>),
+    backend: Arc<dyn QueueAdmin>,
 }
 
 /// A dead letter with what qhost wrote on it.
@@ -54,43 +46,13 @@ impl DeadLetter {
     }
 }
 
-/// What a purge did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Purged {
-    /// The embedded queue deleted this many messages.
-    Deleted(u64),
-    /// SQS took the request; it deletes the messages within a minute.
-    Requested,
-}
-
 impl Queues {
     /// Opens the configuration's queue backend; on SQS, `queues` must exist (the configured
     /// consumed queues need not: sending to one queue works before the others are created).
     pub async fn open(config: &Config, queues: &[&str]) -> anyhow::Result<Self> {
-        let backend = match &config.source {
-            SourceKind::Local => Backend::Local(Arc::new(open_local(config)?)),
-            SourceKind::Sqs(settings) => {
-                Backend::Sqs(Arc::new(open_sqs(config, settings, Some(queues)).await?))
-            }
-        };
+        let backend = open_source(config, Some(queues)).await?;
         let config = config.clone();
         Ok(Queues { config, backend })
-    }
-
-    fn source(&self) -> &dyn QueueSource {
-        match &self.backend {
-            Backend::Local(q) => q.as_ref(),
-            Backend::Sqs(q) => q.as_ref(),
-        }
-    }
-
-    fn local(&self, verb: &str) -> anyhow::Result<&LocalQueue> {
-        match &self.backend {
-            Backend::Local(q) => Ok(q),
-            Backend::Sqs(_) => {
-                bail!("{verb} works on the local queue only (source.kind = \"local\")")
-            }
-        }
     }
 
     /// Sends `msg` `copies` times under one message id (more than one copy, as an
@@ -110,44 +72,42 @@ impl Queues {
                 wire::RESERVED_PREFIX
             );
         }
-        let local = if copies == 1 {
-            None
-        } else {
-            Some(self.local("sending copies")?)
-        };
-        let payloads = Payloads::open(&self.config).await?;
+        if copies != 1 {
+            // Asked with nothing to send first, so a source that cannot make copies refuses
+            // before a payload is stored for a message that will not go out.
+            self.backend.send_copies(&[], copies).await?;
+        }
+        let payloads = open_payloads(&self.config).await?;
         let msg = payloads
             .offload_all(&self.config.namespace, 0, vec![msg])
             .await?;
-        Ok(match local {
-            None => self.source().send(&msg).await?,
-            Some(local) => local.send_copies(&msg, copies).await?,
+        Ok(match copies {
+            1 => self.backend.send(&msg).await?,
+            _ => self.backend.send_copies(&msg, copies).await?,
         })
     }
 
     /// Up to `limit` messages waiting in `queue`, left as they are (embedded queue only: SQS
     /// has no peek that leaves a message's receive count alone).
     pub async fn peek(&self, queue: &str, limit: usize) -> anyhow::Result<Vec<Received>> {
-        self.local("peek")?.peek(queue, limit).await
+        Ok(self.backend.peek(queue, limit).await?)
     }
 
     /// Deletes every message of `queue`.
     pub async fn purge(&self, queue: &str) -> anyhow::Result<Purged> {
-        match &self.backend {
-            Backend::Local(q) => Ok(Purged::Deleted(q.purge(queue).await?)),
-            Backend::Sqs(q) => {
-                q.purge(queue).await?;
-                Ok(Purged::Requested)
-            }
-        }
+        Ok(self.backend.purge(queue).await?)
     }
 
     /// Up to `limit` dead letters of `queue` with their verdicts. On SQS each is received with
     /// a visibility timeout of zero, so it stays available (its receive count goes up).
     pub async fn dead_letters(&self, queue: &str, limit: usize) -> anyhow::Result<Vec<DeadLetter>> {
-        let messages = match &self.backend {
-            Backend::Local(q) => q.peek(queue, limit).await?,
-            Backend::Sqs(q) => dlq::peek(q.as_ref(), queue, limit).await?,
+        // A dead letter is looked at where it lies when the source can; otherwise received
+        // with no hold, so it stays available (its delivery count goes up).
+        let messages = match self.backend.peek(queue, limit).await {
+            Err(SourceError::Unsupported(_)) => {
+                dlq::peek(self.backend.as_ref(), queue, limit).await?
+            }
+            peeked => peeked?,
         };
         Ok(messages
             .into_iter()
@@ -165,6 +125,6 @@ impl Queues {
         to: Option<&str>,
         limit: usize,
     ) -> anyhow::Result<Redriven> {
-        Ok(dlq::redrive(self.source(), queue, to, limit).await?)
+        Ok(dlq::redrive(self.backend.as_ref(), queue, to, limit).await?)
     }
 }

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use crate::capture::CaptureCounts;
 pub(crate) use crate::faults::Backend;
 use crate::faults::{Faults, Operation};
+use crate::payload::{PayloadBytes, PayloadFlow};
 
 /// What happened to messages of one queue and plugin.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -291,15 +292,6 @@ impl Fates {
     }
 }
 
-/// Which way payload bytes moved through a claim-check store.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum PayloadFlow {
-    /// Fetched for a handler, through a pointer.
-    Fetched,
-    /// Stored for an outgoing message too large to send as it is.
-    Stored,
-}
-
 /// Counters by queue, then plugin: nested so that recording (several times per message) looks
 /// up by `&str` and allocates only the first time a pair is seen.
 #[derive(Debug, Default)]
@@ -311,9 +303,8 @@ pub struct Stats {
     backend_errors: [AtomicU64; 3],
     /// The same failures by operation, and when each was last logged.
     faults: Faults,
-    /// Payload bytes fetched and stored.
-    payload_fetched: AtomicU64,
-    payload_stored: AtomicU64,
+    /// Payload bytes fetched and stored, shared with the payload stores that move them.
+    payload: Arc<PayloadBytes>,
     /// Each capturing queue's counts.
     captures: Mutex<BTreeMap<String, Arc<CaptureCounts>>>,
 }
@@ -366,21 +357,14 @@ impl Stats {
         Backend::ALL.map(|b| (b, self.backend_errors[b as usize].load(Ordering::Relaxed)))
     }
 
-    /// Counts payload bytes that moved through a payload store.
-    pub(crate) fn record_payload(&self, flow: PayloadFlow, bytes: u64) {
-        let counter = match flow {
-            PayloadFlow::Fetched => &self.payload_fetched,
-            PayloadFlow::Stored => &self.payload_stored,
-        };
-        counter.fetch_add(bytes, Ordering::Relaxed);
+    /// The payload bytes' counters, for the payload stores to count into.
+    pub(crate) fn payload(&self) -> Arc<PayloadBytes> {
+        Arc::clone(&self.payload)
     }
 
     /// Payload bytes moved so far that way.
     pub(crate) fn payload_bytes(&self, flow: PayloadFlow) -> u64 {
-        match flow {
-            PayloadFlow::Fetched => self.payload_fetched.load(Ordering::Relaxed),
-            PayloadFlow::Stored => self.payload_stored.load(Ordering::Relaxed),
-        }
+        self.payload.get(flow)
     }
 
     /// Counts `queue`'s capture in its metrics.
@@ -587,9 +571,9 @@ mod tests {
         stats.record_failure(Operation::Acquire, false);
         stats.record_failure(Operation::Complete, true);
         stats.record_failure(Operation::PayloadFetch, false);
-        stats.record_payload(PayloadFlow::Fetched, 300_000);
-        stats.record_payload(PayloadFlow::Stored, 5);
-        stats.record_payload(PayloadFlow::Stored, 7);
+        stats.payload().add(PayloadFlow::Fetched, 300_000);
+        stats.payload().add(PayloadFlow::Stored, 5);
+        stats.payload().add(PayloadFlow::Stored, 7);
         assert_eq!(
             stats.backend_errors(),
             [

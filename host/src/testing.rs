@@ -95,7 +95,7 @@ pub fn database_in(data_dir: &Path) -> PathBuf {
 }
 
 /// The HTTPS client the AWS SDK clients are built with.
-pub fn https_client() -> aws_sdk_sqs::config::SharedHttpClient {
+pub fn https_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
     crate::aws::https_client()
 }
 

@@ -8,7 +8,6 @@
 use std::sync::Arc;
 
 use qhost::Outgoing;
-use qhost::payloads::Payloads;
 use qhost::plugins::Registry;
 use qhost::sources::LocalQueue;
 use qhost::sources::QueueSource;
@@ -33,7 +32,7 @@ fn config() -> Config {
 /// Messages/s and MB/s for `n` messages of `size` bytes.
 async fn measure(size: usize, n: usize) -> (f64, f64, usize) {
     let config = config();
-    let payloads = Payloads::open(&config).await.expect("payload store");
+    let payloads = qhost::payloads::open(&config).await.expect("payload store");
     let mut body = b"ack;".to_vec();
     body.resize(size, b'p');
     let msgs: Vec<Outgoing> = (0..n).map(|_| Outgoing::new(QUEUE, body.clone())).collect();

@@ -8,7 +8,7 @@
 //!   using the SDK pays per message at that batch size; it runs the duplicates), and the same
 //!   with everything configuration can turn off in the SDK turned off;
 //! - the same loop on the SQS client qhost uses: its own JSON client for the hot calls
-//!   (`host/src/source/sqs/json`: hyper, requests signed with `aws-sigv4`, serde), each
+//!   (`crates/source-sqs/src/json`: hyper, requests signed with `aws-sigv4`, serde), each
 //!   message read into qhost's own type;
 //! - qhost with a trivial wasm plugin (`plugins/ack`: acks, imports only what the guest SDK and
 //!   the standard library need) and the embedded store;
@@ -174,7 +174,7 @@ async fn bare_loop(responder: &Responder, n: usize, trimmed: bool) -> Row {
 }
 
 /// The same loop on the SQS client qhost uses (`SqsQueue`: its JSON client for the hot calls,
-/// `source/sqs/json`), each message read into qhost's own type as the pipeline reads it.
+/// `qhost-source-sqs`), each message read into qhost's own type as the pipeline reads it.
 async fn client_loop(responder: &Responder, n: usize) -> Row {
     use qhost::sources::QueueSource as _;
     let sqs = SqsQueue::from_sdk_config(&sdk_config_for(&responder.endpoint()));

@@ -55,7 +55,7 @@ async fn metrics_count_what_happened_and_pass_promtool() {
     let copied = Outgoing::new("reminders", reminder("copied", "C").into_bytes());
     queue.send_copies(&[copied], 3).await.unwrap();
     let big = reminder("big", &"B".repeat(300_000));
-    let payloads = qhost::payloads::Payloads::open(&env.config("[payload]\nstore = \"local\"\n"))
+    let payloads = qhost::payloads::open(&env.config("[payload]\nstore = \"local\"\n"))
         .await
         .unwrap();
     let offloaded = payloads

@@ -738,7 +738,7 @@ async fn a_600_kb_argument_offloaded_by_the_extended_client_runs_once() {
          allow = [\"s3://{theirs}/\"]\n"
     );
     let config = celery_config(&env, &queue, &payload);
-    let payloads = qhost::payloads::Payloads::open_with_s3(&config, Some(s3_payloads()))
+    let payloads = qhost::payloads::open_with_s3(&config, Some(s3_payloads()))
         .await
         .expect("payload stores");
     let running = Running::start(celery_host(config).await.with_payloads(payloads));

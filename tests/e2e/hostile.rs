@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use qhost::Host;
-use qhost::payloads::Payloads;
 use qhost::sources::QueueSource;
 use qhost::sources::SqsQueue;
 use qhost::stores::{Acquired, IdempotencyStore, LeaseRequest, Released};
@@ -86,7 +85,7 @@ impl Setup {
             Backend::Embedded => host,
             Backend::Sqs => {
                 let config = self.env.config(&payload);
-                let payloads = Payloads::open_with_s3(&config, Some(s3_payloads()))
+                let payloads = qhost::payloads::open_with_s3(&config, Some(s3_payloads()))
                     .await
                     .expect("payload stores");
                 host.with_payloads(payloads)

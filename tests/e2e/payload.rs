@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use qhost::Host;
-use qhost::payloads::Payloads;
 use qhost::sources::QueueSource;
 use qhost::sources::SqsQueue;
 use qhost::testing::wire;
@@ -147,7 +146,7 @@ async fn sqs_host(env: &TestEnv, jobs: &str, bucket: &str, extra: &str) -> Host 
          [[queue]]\nname = \"{jobs}\"\nplugin = \"fixture\"\nwait-time-secs = 1\nvisibility-timeout-secs = 10\n",
         endpoint()
     ));
-    let payloads = Payloads::open_with_s3(&config, Some(s3_payloads()))
+    let payloads = qhost::payloads::open_with_s3(&config, Some(s3_payloads()))
         .await
         .expect("payload stores");
     Host::with_source(config, Arc::new(SqsQueue::from_sdk_config(&sdk_config())))

@@ -19,11 +19,15 @@
 )]
 pub mod conformance;
 
+mod admin;
+
 use std::time::Duration;
 
 use async_trait::async_trait;
 
 use qhost_message::{Outgoing, Received};
+
+pub use admin::{Purged, QueueAdmin};
 
 /// Why a queue operation failed. The pipeline branches on these.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +46,10 @@ pub enum SourceError {
     /// send sent, a delete done): every caller acts so that either way is correct.
     #[error("{0}: no answer within the deadline")]
     TimedOut(String),
+    /// The source cannot do what an operator asked of it (a peek SQS has no form of); the
+    /// text says why and what can.
+    #[error("{0}")]
+    Unsupported(String),
     /// The backend failed (I/O, network, a server error). Usually worth retrying.
     #[error(transparent)]
     Backend(#[from] anyhow::Error),
@@ -51,7 +59,10 @@ impl SourceError {
     /// Whether trying again cannot help: the message or its target is wrong, not the service
     /// unavailable.
     pub fn is_permanent(&self) -> bool {
-        matches!(self, SourceError::UnknownQueue(_) | SourceError::Refused(_))
+        matches!(
+            self,
+            SourceError::UnknownQueue(_) | SourceError::Refused(_) | SourceError::Unsupported(_)
+        )
     }
 
     /// Whether the call ran out of time, as metrics and logs tell it apart from an error.

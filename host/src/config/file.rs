@@ -20,7 +20,7 @@ pub(crate) struct RawConfig {
     pub source: Option<RawSource>,
     pub idempotency: Option<RawIdempotency>,
     pub retry: Option<RawRetry>,
-    pub payload: Option<super::payload::RawPayload>,
+    pub payload: Option<crate::payload::config::RawPayload>,
     pub admin: Option<RawAdmin>,
     pub secrets: Option<RawSecrets>,
     pub http: Option<RawHttp>,

@@ -12,7 +12,6 @@ mod documented;
 mod file;
 pub(crate) mod format;
 pub(crate) mod load;
-pub(crate) mod payload;
 pub(crate) mod rollout;
 pub(crate) mod schedule;
 pub(crate) mod secrets;
@@ -24,6 +23,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 
 use crate::message::wire::valid_queue_name;
+pub(crate) use crate::payload::config::PayloadConfig;
 use crate::redis_link::{RedisTarget, redacted};
 use crate::runtime::MAX_MEMORY_MIB;
 use celery::{CeleryResults, results_of};
@@ -31,7 +31,6 @@ pub(crate) use deadlines::Deadlines;
 use file::{RawConfig, RawQueue};
 pub use format::MessageFormat;
 pub(crate) use format::Routes;
-pub(crate) use payload::{PayloadConfig, PayloadPlace};
 pub(crate) use secrets::SecretsGrant;
 
 /// Where messages come from.
@@ -275,7 +274,7 @@ impl Config {
         if let StoreKind::Redis(target) = &mut store {
             target.deadlines = deadlines.redis;
         }
-        let mut payload = payload::payload_config(
+        let mut payload = crate::payload::config::payload_config(
             raw.payload.unwrap_or_default(),
             match &store {
                 StoreKind::Redis(target) => Some(target),

@@ -19,7 +19,7 @@ mod lanes;
 mod lifecycle;
 pub(crate) mod open;
 
-pub(crate) use open::{open_local, open_plugins, open_source, open_sqs, open_store, runtime_for};
+pub(crate) use open::{open_payloads, open_plugins, open_source, open_store, runtime_for};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,7 +87,7 @@ impl Host {
     /// A host with the backends and plugins the configuration names.
     pub async fn from_config(config: Config) -> anyhow::Result<Self> {
         let plugins = open_plugins(&config).await?;
-        let source = open_source(&config, None)
+        let source: Arc<dyn QueueSource> = open_source(&config, None)
             .await
             .context("opening the queue backend")?;
         Self::with_plugins(config, source, plugins).await
@@ -108,7 +108,7 @@ impl Host {
         let store = open_store(&config)
             .await
             .context("opening the idempotency store")?;
-        let payloads = Payloads::open(&config)
+        let payloads = open_payloads(&config)
             .await
             .context("opening the payload stores")?;
         (plugins.runtime()).bind_state(store.clone(), &config.namespace);
@@ -183,7 +183,7 @@ impl Host {
 
     /// Uses these payload stores (a host from parts has none).
     pub fn with_payloads(mut self, mut payloads: Payloads) -> Self {
-        payloads.count_into(Arc::clone(&self.stats));
+        payloads.count_into(self.stats.payload());
         self.payloads = Arc::new(payloads);
         self
     }

@@ -13,13 +13,15 @@ use crate::config::{Config, SourceKind, StoreKind};
 use crate::idempotency::Store;
 use crate::idempotency::local::LocalStore;
 use crate::idempotency::redis::RedisStore;
+use crate::payload::Payloads;
+use crate::payload::s3::S3Payloads;
 use crate::plugin::loader;
 use crate::plugin::registry::Registry;
 use crate::plugin::reload::PluginDir;
 use crate::runtime::engine::{EngineSettings, Runtime};
 use crate::source::local::{LocalQueue, Redrive};
 use crate::source::sqs::SqsQueue;
-use crate::source::{QueueSource, SourceError};
+use crate::source::{QueueAdmin, SourceError};
 
 /// Why the host refused to start: each names what to fix. Other failures at start (a store
 /// that cannot be reached, a file that cannot be read) stay plain errors with their context.
@@ -125,13 +127,14 @@ fn redrives(config: &Config) -> HashMap<String, Redrive> {
 }
 
 /// Opens the queue backend the configuration names: the one place a source kind becomes a
-/// source. For SQS, the queues must exist: `only` these, or every consumed queue and its
-/// dead-letter queue; a missing one (or an unreachable endpoint) is one clear error here, not
-/// a stream of failures later.
+/// source, for the host, the operator's commands and the schedules alike. The pipeline takes
+/// its `QueueSource` face; an operator's command its `QueueAdmin` verbs. For SQS, the queues
+/// must exist: `only` these, or every consumed queue and its dead-letter queue; a missing one
+/// (or an unreachable endpoint) is one clear error here, not a stream of failures later.
 pub(crate) async fn open_source(
     config: &Config,
     only: Option<&[&str]>,
-) -> anyhow::Result<Arc<dyn QueueSource>> {
+) -> anyhow::Result<Arc<dyn QueueAdmin>> {
     match &config.source {
         SourceKind::Local => Ok(Arc::new(open_local(config)?)),
         SourceKind::Sqs(settings) => Ok(Arc::new(open_sqs(config, settings, only).await?)),
@@ -140,14 +143,14 @@ pub(crate) async fn open_source(
 
 /// The embedded queue in the configuration's data directory (in memory without one), with the
 /// configured queues' redrive policies.
-pub(crate) fn open_local(config: &Config) -> anyhow::Result<LocalQueue> {
+fn open_local(config: &Config) -> anyhow::Result<LocalQueue> {
     LocalQueue::open(config.database().as_deref(), redrives(config))
 }
 
 /// Connects to SQS with the configuration's `settings`, and checks that the queues exist:
 /// `only` these, or every consumed queue and its dead-letter queue. A one-off command that uses
 /// one queue names it, so it works before the configuration's other queues are created.
-pub(crate) async fn open_sqs(
+async fn open_sqs(
     config: &Config,
     settings: &AwsSettings,
     only: Option<&[&str]>,
@@ -191,6 +194,21 @@ async fn check_queues(sqs: &SqsQueue, config: &Config) -> Result<(), StartError>
         }
     }
     Ok(())
+}
+
+/// Opens the payload stores the configuration's `[payload]` names: the one place the
+/// claim check's stores are opened, for the host and the operator's `qhost send` alike.
+pub async fn open_payloads(config: &Config) -> anyhow::Result<Payloads> {
+    open_payloads_with_s3(config, None).await
+}
+
+/// As [`open_payloads`], with an S3 client the caller built (its own credentials, say).
+pub async fn open_payloads_with_s3(
+    config: &Config,
+    s3: Option<S3Payloads>,
+) -> anyhow::Result<Payloads> {
+    let data_dir = config.data_dir.as_deref();
+    Payloads::open(&config.payload, &config.namespace, data_dir, s3).await
 }
 
 /// Opens the idempotency backend the configuration names.

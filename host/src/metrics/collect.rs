@@ -13,9 +13,10 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 
 use crate::flow::FairShares;
+use crate::payload::PayloadFlow;
 use crate::plugin::Plugin;
 use crate::plugin::registry::Registry;
-use crate::stats::{Counts, PayloadFlow, Stats};
+use crate::stats::{Counts, Stats};
 
 /// Reads the host's counters and plugins on each scrape.
 #[derive(Debug)]

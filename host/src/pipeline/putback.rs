@@ -103,6 +103,7 @@ fn each(e: &SourceError) -> SourceError {
         SourceError::UnknownQueue(q) => SourceError::UnknownQueue(q.clone()),
         SourceError::Refused(r) => SourceError::Refused(r.clone()),
         SourceError::TimedOut(what) => SourceError::TimedOut(what.clone()),
+        SourceError::Unsupported(why) => SourceError::Unsupported(why.clone()),
         SourceError::Backend(b) => SourceError::Backend(anyhow::anyhow!("{b:#}")),
     }
 }

@@ -251,7 +251,7 @@ pub async fn fire_now(config: &Config, name: &str) -> anyhow::Result<String> {
 
 /// The queue backend, with `s`'s target queue.
 async fn open_target(config: &Config, s: &ScheduleConfig) -> anyhow::Result<Arc<dyn QueueSource>> {
-    open_source(config, Some(&[s.target.queue()])).await
+    Ok(open_source(config, Some(&[s.target.queue()])).await?)
 }
 
 /// What `qhost check` says of a schedule: one line, and a problem when there is one.

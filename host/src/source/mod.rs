@@ -1,9 +1,9 @@
-//! The queue boundary as the host uses it. The contract (`QueueSource`, its errors and the
+//! The queue boundary as the host uses it: the contract (`QueueSource`, its errors and the
 //! capabilities a source declares) is the `qhost-source` crate's, re-exported here under the
-//! names the host's modules use; the two sources the host ships live here: SQS (`sqs`) and the
-//! embedded queue (`local`).
+//! names the host's modules use, beside the two sources the host ships, each a crate of its
+//! own: SQS (`sqs`, `qhost-source-sqs`) and the embedded queue (`local`, `qhost-source-local`).
 
 pub(crate) use qhost_source::*;
 
-pub(crate) mod local;
-pub(crate) mod sqs;
+pub(crate) use qhost_source_local as local;
+pub(crate) use qhost_source_sqs as sqs;

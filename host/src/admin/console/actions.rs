@@ -199,8 +199,8 @@ async fn act(host: &HostView, verb: Verb, request: &Request) -> Result<Done, Ans
                 .await
                 .map_err(failed)?;
             let purged = match queues.purge(dlq).await.map_err(failed)? {
-                crate::queues::Purged::Deleted(n) => format!("{n} dead letter(s) deleted"),
-                crate::queues::Purged::Requested => {
+                crate::source::Purged::Deleted(n) => format!("{n} dead letter(s) deleted"),
+                crate::source::Purged::Requested => {
                     "purge requested (SQS deletes them within a minute)".to_string()
                 }
             };

@@ -12,9 +12,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
 use super::json::shapes::{self, Message};
-use crate::message::rules::sqs_text;
-use crate::message::wire::BODY_ENCODING;
-use crate::message::{Attribute, AttributeValue, Received};
+use qhost_message::rules::sqs_text;
+use qhost_message::wire::BODY_ENCODING;
+use qhost_message::{Attribute, AttributeValue, Received};
 
 /// The system attributes qhost asks for on receipt.
 pub(crate) const RECEIVE_COUNT: &str = "ApproximateReceiveCount";
@@ -79,7 +79,10 @@ pub(crate) fn received(queue: &str, m: Message) -> Option<Received> {
     let mut defects = Vec::new();
     let id = message_id.unwrap_or_else(|| {
         defects.push("the message has no id".to_string());
-        format!("no-id-{}", crate::digest::sha256_hex(receipt.as_bytes()))
+        format!(
+            "no-id-{}",
+            qhost_message::digest::sha256_hex(receipt.as_bytes())
+        )
     });
     let receive_count = number(&system, RECEIVE_COUNT, &mut defects).unwrap_or(1);
     let sent_at_ms = number(&system, SENT_TIMESTAMP, &mut defects).unwrap_or(0);

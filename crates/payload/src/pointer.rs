@@ -15,15 +15,15 @@
 
 use serde_json::{Value, json};
 
-use crate::message::wire::{
+use qhost_message::wire::{
     EXTENDED_SIZE, LEGACY_S3_POINTER_CLASS, PAYLOAD_SHA256, PAYLOAD_SIZE, POINTER_SIZES,
     QHOST_POINTER_CLASS, S3_POINTER_CLASS,
 };
-use crate::message::{Attribute, find_attribute};
+use qhost_message::{Attribute, find_attribute};
 
 /// Where a payload lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Location {
+pub enum Location {
     /// An S3 object.
     S3 {
         /// Bucket.
@@ -49,7 +49,7 @@ impl std::fmt::Display for Location {
 
 /// A parsed pointer: where the payload is and what it must be.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Pointer {
+pub struct Pointer {
     /// Where.
     pub location: Location,
     /// Its size in bytes.
@@ -62,7 +62,7 @@ pub(crate) struct Pointer {
 /// pointer to its payload (parsed, with its size and digest), or a pointer that cannot be
 /// followed. Routing, keying and fetching all read this one value.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Body {
+pub enum Body {
     /// The message carries its body.
     Inline,
     /// The message points to its payload.
@@ -74,7 +74,7 @@ pub(crate) enum Body {
 impl Body {
     /// Classifies a message's `body` by its `attributes`: a pointer's JSON is parsed only for
     /// a message that has a pointer's size attribute.
-    pub(crate) fn of(body: &[u8], attributes: &[Attribute]) -> Body {
+    pub fn of(body: &[u8], attributes: &[Attribute]) -> Body {
         match parse(body, attributes) {
             Ok(None) => Body::Inline,
             Ok(Some(pointer)) => Body::Pointer(pointer),
@@ -83,13 +83,13 @@ impl Body {
     }
 
     /// Whether the payload is elsewhere (or was meant to be).
-    pub(crate) fn is_pointer(&self) -> bool {
+    pub fn is_pointer(&self) -> bool {
         !matches!(self, Body::Inline)
     }
 
     /// The payload's sha256 as its pointer carries it (qhost's pointers do; the Extended
     /// Client's do not).
-    pub(crate) fn carried_digest(&self) -> Option<&str> {
+    pub fn carried_digest(&self) -> Option<&str> {
         match self {
             Body::Pointer(p) => p.sha256.as_deref(),
             _ => None,
@@ -98,7 +98,7 @@ impl Body {
 }
 
 /// Whether a message with these attributes carries a pointer rather than its body.
-pub(crate) fn is_pointer(attributes: &[Attribute]) -> bool {
+pub fn is_pointer(attributes: &[Attribute]) -> bool {
     POINTER_SIZES
         .iter()
         .any(|name| find_attribute(attributes, name).is_some())
@@ -107,7 +107,7 @@ pub(crate) fn is_pointer(attributes: &[Attribute]) -> bool {
 /// Why a message marked as a pointer cannot be followed: it never will be, so the message is
 /// dead-lettered with this reason.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum PointerError {
+pub enum PointerError {
     /// The size attribute is not a number of bytes.
     #[error("attribute {0} is not a size in bytes")]
     BadSize(&'static str),
@@ -224,7 +224,7 @@ pub(crate) fn encode(pointer: &Pointer) -> (Vec<u8>, Vec<Attribute>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::wire::LEGACY_EXTENDED_SIZE;
+    use qhost_message::wire::LEGACY_EXTENDED_SIZE;
 
     fn size(name: &str, n: u64) -> Vec<Attribute> {
         vec![Attribute::number(name, n.to_string())]

@@ -25,9 +25,9 @@ use std::time::Duration;
 use anyhow::bail;
 use serde::Deserialize;
 
-use crate::aws::AwsSettings;
-use crate::message::rules::SendShape;
-use crate::redis_link::RedisTarget;
+use qhost_aws::AwsSettings;
+use qhost_message::rules::SendShape;
+use qhost_redis_link::RedisTarget;
 
 /// SQS's largest message; the threshold cannot be above it.
 const MAX_THRESHOLD: u64 = 1024 * 1024;
@@ -116,7 +116,7 @@ pub struct PayloadConfig {
 
 impl PayloadConfig {
     /// How messages leave the host under this configuration, for checking them beforehand.
-    pub(crate) fn send_shape(&self) -> SendShape {
+    pub fn send_shape(&self) -> SendShape {
         SendShape {
             offload_above: self.store.as_ref().map(|_| self.threshold),
             offload_always: self.always,
@@ -164,7 +164,7 @@ impl PayloadConfig {
 /// `[payload]` as written.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub(crate) struct RawPayload {
+pub struct RawPayload {
     pub store: Option<String>,
     pub threshold_bytes: Option<u64>,
     pub always: Option<bool>,
@@ -182,7 +182,7 @@ pub(crate) struct RawPayload {
 
 /// Checks `[payload]`; `redis` and `s3` are the idempotency store's and the source's, the
 /// defaults for the payload stores (`payload.url` names one Redis server instead).
-pub(crate) fn payload_config(
+pub fn payload_config(
     raw: RawPayload,
     redis: Option<&RedisTarget>,
     s3: Option<&AwsSettings>,
@@ -224,7 +224,7 @@ pub(crate) fn payload_config(
         s3: AwsSettings {
             region: raw.region.or(default_s3.region),
             endpoint_url: raw.endpoint_url.or(default_s3.endpoint_url),
-            deadlines: crate::aws::AwsDeadlines::S3,
+            deadlines: qhost_aws::AwsDeadlines::S3,
         },
         delete_after_ack: raw.delete_after_ack.unwrap_or(true),
         delete_extended_after_ack: raw.delete_extended_after_ack.unwrap_or(true),

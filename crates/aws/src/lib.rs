@@ -10,16 +10,21 @@
 //! so an answer that never arrives (a half-open connection, a load balancer that swallows a
 //! reply) would hang the call, and whatever waits on it, forever. A timed-out attempt is retried
 //! by the SDK's standard retry policy like any transient error, within the operation deadline
-//! (and likewise by the JSON client on the SQS hot path, `source/sqs/json`).
+//! (and likewise by the JSON client on the SQS hot path, `qhost-source-sqs`).
+//!
+//! A crate of its own because two backends share it, the SQS source (`qhost-source-sqs`) and
+//! the host's S3 payload store, and neither should depend on the other.
 
 use std::time::Duration;
 
-use aws_sdk_sqs::config::SharedHttpClient;
-use aws_sdk_sqs::config::timeout::TimeoutConfig;
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
+use aws_smithy_runtime_api::client::http::SharedHttpClient;
+use aws_smithy_runtime_api::client::result::SdkError;
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+use aws_smithy_types::timeout::TimeoutConfig;
 
 /// Attempts the SDK's standard retry policy (and the SQS JSON client) makes of one call.
-pub(crate) const ATTEMPTS: u32 = 3;
+pub const ATTEMPTS: u32 = 3;
 /// How long the credentials chain may look at start.
 const CREDENTIALS_WAIT: Duration = Duration::from_secs(10);
 
@@ -37,20 +42,20 @@ pub struct AwsDeadlines {
 
 impl AwsDeadlines {
     /// The defaults for SQS: answers take milliseconds, so seconds mean a lost answer.
-    pub(crate) const SQS: AwsDeadlines = AwsDeadlines {
+    pub const SQS: AwsDeadlines = AwsDeadlines {
         connect: Duration::from_secs(3),
         call: Duration::from_secs(5),
         receive_margin: Duration::from_secs(5),
     };
 
     /// The defaults for S3: a payload of many megabytes takes longer to move.
-    pub(crate) const S3: AwsDeadlines = AwsDeadlines {
+    pub const S3: AwsDeadlines = AwsDeadlines {
         call: Duration::from_secs(30),
         ..AwsDeadlines::SQS
     };
 
     /// The SDK's timeouts for calls whose attempts may take `attempt`.
-    pub(crate) fn timeouts(&self, attempt: Duration) -> TimeoutConfig {
+    pub fn timeouts(&self, attempt: Duration) -> TimeoutConfig {
         TimeoutConfig::builder()
             .connect_timeout(self.connect)
             .operation_attempt_timeout(attempt)
@@ -78,7 +83,7 @@ pub struct AwsSettings {
 
 impl AwsSettings {
     /// The AWS configuration chain, with these overrides and qhost's HTTPS client.
-    pub(crate) async fn load(&self) -> aws_config::SdkConfig {
+    pub async fn load(&self) -> aws_config::SdkConfig {
         let deadlines = &self.deadlines;
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
             .http_client(https_client())
@@ -95,8 +100,8 @@ impl AwsSettings {
     /// Checks, before any call, what the SDK would otherwise report as a configuration error
     /// deep inside its first request: that a region is set and that the standard chain finds
     /// credentials. Each failure says where it looked and what to set.
-    pub(crate) async fn check(&self) -> anyhow::Result<()> {
-        use aws_sdk_sqs::config::ProvideCredentials as _;
+    pub async fn check(&self) -> anyhow::Result<()> {
+        use aws_credential_types::provider::ProvideCredentials as _;
         let sdk = self.load().await;
         if sdk.region().is_none() {
             anyhow::bail!(
@@ -122,14 +127,14 @@ impl AwsSettings {
 
     /// Whether S3 should be addressed path-style: S3-compatible servers at an overridden
     /// endpoint expect it, where AWS itself uses virtual-hosted buckets.
-    pub(crate) fn s3_path_style(&self) -> bool {
+    pub fn s3_path_style(&self) -> bool {
         self.endpoint_url.is_some()
     }
 }
 
 /// The HTTPS client qhost's AWS clients use (for an SDK configuration built by hand, as
 /// `SqsQueue::from_sdk_config` takes).
-pub(crate) fn https_client() -> SharedHttpClient {
+pub fn https_client() -> SharedHttpClient {
     aws_smithy_http_client::Builder::new()
         .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
         .build_https()
@@ -139,21 +144,20 @@ pub(crate) fn https_client() -> SharedHttpClient {
 /// wrong on the way (no answer in time, a connection that failed, an answer that could not be
 /// read). Never the raw HTTP response: a log line carries what an operator acts on.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Failure {
+pub struct Failure {
     /// The line.
-    pub(crate) text: String,
+    pub text: String,
     /// Whether the call ran out of time.
-    pub(crate) timed_out: bool,
+    pub timed_out: bool,
 }
 
 impl Failure {
     /// Describes `e`.
-    pub(crate) fn of<E, R>(e: &aws_sdk_sqs::error::SdkError<E, R>) -> Failure
+    pub fn of<E, R>(e: &SdkError<E, R>) -> Failure
     where
-        E: aws_sdk_sqs::error::ProvideErrorMetadata + std::error::Error + 'static,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
         R: std::fmt::Debug + 'static,
     {
-        use aws_sdk_sqs::error::{ProvideErrorMetadata as _, SdkError};
         let (text, timed_out) = match e {
             SdkError::TimeoutError(_) => ("no answer within the deadline".to_string(), true),
             SdkError::DispatchFailure(d) if d.is_timeout() => {

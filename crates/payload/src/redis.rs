@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use redis::AsyncCommands as _;
 
 use super::store::{PayloadError, PayloadStore};
-use crate::redis_link::{RedisDeadlines, RedisLink, RedisTarget};
+use qhost_redis_link::{RedisDeadlines, RedisLink, RedisTarget};
 
 /// A Redis payload store.
 #[derive(Clone)]

@@ -2,8 +2,8 @@
 //! reading a batch call's answer entry by entry.
 
 use super::json::shapes::EntryFailure;
-use crate::message::wire::{MAX_BATCH_ENTRIES as MAX_ENTRIES, MAX_MESSAGE_BYTES as MAX_BYTES};
-use crate::source::SourceError;
+use qhost_message::wire::{MAX_BATCH_ENTRIES as MAX_ENTRIES, MAX_MESSAGE_BYTES as MAX_BYTES};
+use qhost_source::SourceError;
 
 /// Each of `n` entries' result, entry `i` having been sent with the id `i`: the entries SQS
 /// lists as failed failed, with a receipt SQS no longer knows (or a message no longer in flight)

@@ -11,7 +11,7 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 
 use super::store::{PayloadError, PayloadStore};
-use crate::aws::{AwsDeadlines, AwsSettings, Failure};
+use qhost_aws::{AwsDeadlines, AwsSettings, Failure};
 
 /// An S3 client; [`S3Payloads::bucket`] gives the store for one bucket.
 #[derive(Clone, Debug)]

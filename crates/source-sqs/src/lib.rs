@@ -9,7 +9,7 @@
 //!   failure is reported on its own, and an invalid receipt is [`SourceError::HandleExpired`].
 //! - Queue URLs are resolved by name once and cached; a missing queue is
 //!   [`SourceError::UnknownQueue`].
-//! - A message is checked against SQS's rules ([`crate::message::rules`]) before it is sent;
+//! - A message is checked against SQS's rules ([`qhost_message::rules`]) before it is sent;
 //!   what SQS still refuses for good is [`SourceError::Refused`] with SQS's code and message,
 //!   and anything else (throttling, 5xx, the network) is [`SourceError::Backend`].
 //! - FIFO targets (`.fifo`) get a deduplication id (the message's own, or a fresh one).
@@ -32,10 +32,10 @@ use aws_sdk_sqs::types::QueueAttributeName;
 
 use self::json::shapes::{self, BatchAnswer};
 use self::json::{CallError, JsonClient};
-use super::{Capabilities, Holds, QueueDepth, QueueSource, SourceError};
-use crate::aws::{ATTEMPTS, AwsDeadlines, AwsSettings, Failure};
-use crate::message::{Outgoing, Received};
-use crate::message::{rules, wire};
+use qhost_aws::{ATTEMPTS, AwsDeadlines, AwsSettings, Failure};
+use qhost_message::{Outgoing, Received};
+use qhost_message::{rules, wire};
+use qhost_source::{Capabilities, Holds, Purged, QueueAdmin, QueueDepth, QueueSource, SourceError};
 
 /// The longest visibility SQS allows (12 hours).
 const MAX_VISIBILITY_SECS: u64 = 43_200;
@@ -134,7 +134,7 @@ fn is_fifo(queue: &str) -> bool {
 
 impl SqsQueue {
     /// A client from the AWS configuration chain, with these overrides.
-    pub(crate) async fn connect(settings: &AwsSettings) -> Self {
+    pub async fn connect(settings: &AwsSettings) -> Self {
         Self::with_deadlines(&settings.load().await, settings.deadlines)
     }
 
@@ -163,7 +163,7 @@ impl SqsQueue {
         }
     }
 
-    /// The same client for a lane of its own (see `host::lanes`): its hot calls on a
+    /// The same client for a lane of its own (see the host's `host::lanes`): its hot calls on a
     /// connection pool of the lane's, its queue URLs and request counts shared.
     fn lane(&self) -> Self {
         SqsQueue {
@@ -183,7 +183,7 @@ impl SqsQueue {
 
     /// Deletes every message of `queue` (`PurgeQueue`: SQS takes up to a minute, and allows
     /// one purge a minute per queue).
-    pub(crate) async fn purge(&self, queue: &str) -> Result<(), SourceError> {
+    pub async fn purge(&self, queue: &str) -> Result<(), SourceError> {
         let url = self.url(queue).await?;
         count(&self.requests.other);
         (self.client.purge_queue().queue_url(url).send().await)
@@ -236,7 +236,7 @@ impl SqsQueue {
         let (body, encoded) = convert::encode_body(&m.body);
         let mut attributes = m.attributes.clone();
         if encoded {
-            attributes.push(crate::message::Attribute::string(
+            attributes.push(qhost_message::Attribute::string(
                 wire::BODY_ENCODING,
                 "base64",
             ));
@@ -499,10 +499,61 @@ impl QueueSource for SqsQueue {
     }
 }
 
+/// The operator's verbs SQS has: a purge. It has no peek that leaves a message's receive
+/// count alone, and delivers copies only by accident, so those two are refused as such.
+#[async_trait]
+impl QueueAdmin for SqsQueue {
+    async fn purge(&self, queue: &str) -> Result<Purged, SourceError> {
+        SqsQueue::purge(self, queue)
+            .await
+            .map(|()| Purged::Requested)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::secs;
-    use std::time::Duration;
+    use super::*;
+
+    /// A client of an endpoint nothing listens on: the verbs SQS lacks must refuse before any
+    /// call is made.
+    fn unreachable() -> SqsQueue {
+        let sdk = aws_config::SdkConfig::builder()
+            .region(aws_config::Region::new("us-east-1"))
+            .endpoint_url("http://127.0.0.1:9")
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .build();
+        SqsQueue::from_sdk_config(&sdk)
+    }
+
+    #[tokio::test]
+    async fn peek_and_copies_are_refused_as_sqs_lacks_them_without_a_call() {
+        let sqs = unreachable();
+        let peeked = QueueAdmin::peek(&sqs, "jobs", 10).await.unwrap_err();
+        assert!(matches!(peeked, SourceError::Unsupported(_)), "{peeked:?}");
+        assert!(peeked.is_permanent());
+        assert!(
+            peeked.to_string().contains("source.kind = \"local\""),
+            "{peeked}"
+        );
+        let copies = [Outgoing::new("jobs", "twice")];
+        for messages in [&copies[..], &[]] {
+            let copied = sqs.send_copies(messages, 2).await.unwrap_err();
+            assert!(matches!(copied, SourceError::Unsupported(_)), "{copied:?}");
+            assert!(
+                copied.to_string().contains("embedded queue only"),
+                "{copied}"
+            );
+        }
+        let made = sqs.requests();
+        let calls = [
+            &made.receive,
+            &made.delete,
+            &made.change_visibility,
+            &made.send,
+        ];
+        let calls = calls.into_iter().chain([&made.other]);
+        assert!(calls.into_iter().all(|c| c.load(Ordering::Relaxed) == 0));
+    }
 
     #[test]
     fn durations_round_up_to_whole_seconds_within_range() {

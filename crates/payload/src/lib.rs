@@ -13,25 +13,32 @@
 //!   payload is deleted (configurable, separately for qhost's pointers and the extended
 //!   client's). A later copy of the message is then acked as a duplicate without fetching.
 //!
-//! The bytes fetched and stored are counted here, where they move, into the host's [`Stats`]
-//! once a host owns the stores ([`Payloads::count_into`]).
+//! The bytes fetched and stored are counted here, where they move, into the counters a host
+//! shares with its stats ([`Payloads::count_into`]).
+//!
+//! A crate of its own: the claim check's configuration (`[payload]`, [`config`]), its stores
+//! (Redis, S3, local files) and its pointers, under the host; the host opens it through its
+//! one entry point for backends and hands the pipeline the result.
 
-pub(crate) mod local;
-pub(crate) mod pointer;
-pub(crate) mod redis;
-pub(crate) mod s3;
-pub(crate) mod store;
+mod bytes;
+pub mod config;
+mod local;
+pub mod pointer;
+pub mod redis;
+pub mod s3;
+pub mod store;
 
+use std::path::Path;
 use std::sync::Arc;
 
-use crate::config::{Config, PayloadConfig, PayloadPlace};
-use crate::digest::sha256_hex;
-use crate::message::wire::{self, MAX_MESSAGE_BYTES, POINTER_ATTRIBUTES};
-use crate::message::{Attribute, Outgoing, find_attribute, rules};
-use crate::stats::{PayloadFlow, Stats};
+pub use bytes::{PayloadBytes, PayloadFlow};
+use config::{PayloadConfig, PayloadPlace};
 use local::LocalPayloads;
-pub(crate) use pointer::Body;
-use pointer::{Location, Pointer};
+use pointer::Location;
+pub use pointer::{Body, Pointer};
+use qhost_message::digest::sha256_hex;
+use qhost_message::wire::{self, MAX_MESSAGE_BYTES, POINTER_ATTRIBUTES};
+use qhost_message::{Attribute, Outgoing, find_attribute, rules};
 use redis::RedisPayloads;
 use s3::S3Payloads;
 use store::{PayloadError, PayloadStore};
@@ -49,7 +56,7 @@ pub enum ResolveError {
 
 impl ResolveError {
     /// A short name for it, as traces record it in `error.type`.
-    pub(crate) fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self {
             ResolveError::Reject(_) => "bad_pointer",
             ResolveError::Retry(_) => "payload_store_error",
@@ -86,36 +93,36 @@ pub struct Payloads {
     redis: Option<RedisPayloads>,
     local: Option<Arc<LocalPayloads>>,
     s3: Option<S3Payloads>,
-    /// Where bytes moved are counted, once a host owns these stores.
-    stats: Option<Arc<Stats>>,
+    /// Where bytes moved are counted (shared with a host's stats once it owns these stores).
+    bytes: Arc<PayloadBytes>,
 }
 
 impl Payloads {
     /// No stores: messages are never offloaded, and every pointer is refused.
-    pub(crate) fn disabled() -> Self {
+    pub fn disabled() -> Self {
         Payloads::default()
     }
 
-    /// The stores the configuration names, for writing and for the allow-list.
-    pub async fn open(config: &Config) -> anyhow::Result<Self> {
-        Self::open_with_s3(config, None).await
-    }
-
-    /// As [`Payloads::open`], with an S3 client the caller built (its own credentials, say).
-    pub async fn open_with_s3(config: &Config, s3: Option<S3Payloads>) -> anyhow::Result<Self> {
-        let pc = config.payload.clone();
+    /// The stores `config` names, for writing and for the allow-list: Redis keys under
+    /// `namespace`, local files under `data_dir` (in memory without one), and S3 through `s3`
+    /// where the caller built a client (its own credentials, say), else one from `config`.
+    pub async fn open(
+        config: &PayloadConfig,
+        namespace: &str,
+        data_dir: Option<&Path>,
+        s3: Option<S3Payloads>,
+    ) -> anyhow::Result<Self> {
+        let pc = config.clone();
         let wants = |is: fn(&PayloadPlace) -> bool| pc.store.iter().chain(&pc.allow).any(is);
         let redis = match (&pc.redis, wants(|p| matches!(p, PayloadPlace::Redis))) {
-            (Some(target), true) => {
-                Some(RedisPayloads::connect(target, &config.namespace, pc.ttl).await?)
-            }
+            (Some(target), true) => Some(RedisPayloads::connect(target, namespace, pc.ttl).await?),
             (None, true) => anyhow::bail!(
                 "payload: the Redis payload store needs payload.url or a Redis idempotency store"
             ),
             _ => None,
         };
         let local = if wants(|p| matches!(p, PayloadPlace::Local)) {
-            let dir = config.data_dir.as_ref().map(|d| d.join("payloads"));
+            let dir = data_dir.map(|d| d.join("payloads"));
             Some(Arc::new(LocalPayloads::open(dir)?))
         } else {
             None
@@ -130,19 +137,17 @@ impl Payloads {
             redis,
             local,
             s3,
-            stats: None,
+            bytes: Arc::default(),
         })
     }
 
-    /// Counts the bytes fetched and stored from now on in `stats`.
-    pub(crate) fn count_into(&mut self, stats: Arc<Stats>) {
-        self.stats = Some(stats);
+    /// Counts the bytes fetched and stored from now on into `bytes`.
+    pub fn count_into(&mut self, bytes: Arc<PayloadBytes>) {
+        self.bytes = bytes;
     }
 
     fn count(&self, flow: PayloadFlow, bytes: usize) {
-        if let Some(stats) = &self.stats {
-            stats.record_payload(flow, bytes as u64);
-        }
+        self.bytes.add(flow, bytes as u64);
     }
 
     fn store_for(&self, location: &Location) -> Option<(Box<dyn PayloadStore>, String)> {
@@ -181,7 +186,7 @@ impl Payloads {
 
     /// The payload `pointer` names, checked; `attributes` are the message's, which the
     /// handler sees without the pointer's reserved ones.
-    pub(crate) async fn fetch(
+    pub async fn fetch(
         &self,
         pointer: &Pointer,
         attributes: &[Attribute],
@@ -231,7 +236,7 @@ impl Payloads {
     }
 
     /// As [`Payloads::cleanup`], for a message whose body was classified as pointer `p`.
-    pub(crate) async fn cleanup_pointer(&self, p: &Pointer, attributes: &[Attribute]) {
+    pub async fn cleanup_pointer(&self, p: &Pointer, attributes: &[Attribute]) {
         let wanted = match p.location {
             Location::S3 { .. } if find_sha(attributes) => self.config.delete_after_ack,
             Location::S3 { .. } => self.config.delete_extended_after_ack,
@@ -249,7 +254,7 @@ impl Payloads {
 
     /// `msg` as it should be sent: itself, or its payload stored under the key `key_for` names
     /// (asked only when the message is offloaded) and a pointer in its place.
-    pub(crate) async fn offload(
+    pub async fn offload(
         &self,
         msg: Outgoing,
         key_for: impl FnOnce(&Outgoing) -> String,

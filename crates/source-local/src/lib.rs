@@ -1,6 +1,6 @@
 //! The embedded queue: SQS semantics in SQLite, for development, demos, tests and benchmarks.
 //!
-//! What it keeps of SQS: its rules for a sent message ([`crate::message::rules`]: attribute
+//! What it keeps of SQS: its rules for a sent message ([`qhost_message::rules`]: attribute
 //! count, names and values, the 1 MiB limit counted as SQS counts it), a receipt per delivery, a visibility timeout that hides a received
 //! message until it is deleted or the timeout lapses, a receive count, per-message delays,
 //! FIFO groups (only the head of a group is ever visible, so a group is handled in order, one
@@ -20,9 +20,9 @@ use async_trait::async_trait;
 use rusqlite::{Connection, Transaction, params};
 use tokio::sync::Notify;
 
-use super::{Capabilities, Holds, QueueDepth, QueueSource, SourceError};
-use crate::message::{Attribute, Outgoing, Received, now_ms, rules};
-use crate::sqlite::Db;
+use qhost_message::{Attribute, Outgoing, Received, now_ms, rules};
+use qhost_source::{Capabilities, Holds, Purged, QueueAdmin, QueueDepth, QueueSource, SourceError};
+use qhost_sqlite::Db;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS messages (
@@ -77,7 +77,7 @@ impl LocalQueue {
     }
 
     /// Deletes every message of `queue`, visible or not (`qhost purge`); returns how many.
-    pub(crate) async fn purge(&self, queue: &str) -> anyhow::Result<u64> {
+    pub async fn purge(&self, queue: &str) -> anyhow::Result<u64> {
         let queue = queue.to_string();
         let deleted = self
             .db
@@ -88,8 +88,8 @@ impl LocalQueue {
 
     /// Makes every message of `queue` visible now, as their delays running out would (for
     /// tests on tokio's paused clock, which this queue's wall-clock delays do not follow).
-    #[cfg(test)]
-    pub(crate) async fn reveal(&self, queue: &str) {
+    #[cfg(any(test, feature = "test-support"))]
+    pub async fn reveal(&self, queue: &str) {
         let queue = queue.to_string();
         let revealed = self.db.call(move |c| {
             Ok(c.execute(
@@ -388,6 +388,26 @@ impl QueueSource for LocalQueue {
     }
 }
 
+/// The operator's verbs, all of which the embedded queue can do.
+#[async_trait]
+impl QueueAdmin for LocalQueue {
+    async fn purge(&self, queue: &str) -> Result<Purged, SourceError> {
+        Ok(Purged::Deleted(LocalQueue::purge(self, queue).await?))
+    }
+
+    async fn peek(&self, queue: &str, limit: usize) -> Result<Vec<Received>, SourceError> {
+        Ok(LocalQueue::peek(self, queue, limit).await?)
+    }
+
+    async fn send_copies(
+        &self,
+        messages: &[Outgoing],
+        copies: usize,
+    ) -> Result<Vec<String>, SourceError> {
+        LocalQueue::send_copies(self, messages, copies).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -505,6 +525,16 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn asked_for_copies_of_nothing_it_answers_that_it_can_and_sends_nothing() {
+        let q = queue();
+        let ids = QueueAdmin::send_copies(&q, &[], 3).await.unwrap();
+        assert!(ids.is_empty());
+        assert_eq!(q.depth("q").await.unwrap().total(), 0);
+        let purged = QueueAdmin::purge(&q, "q").await.unwrap();
+        assert_eq!(purged, Purged::Deleted(0));
+    }
+
+    #[tokio::test]
     async fn what_sqs_would_refuse_is_refused_and_nothing_is_sent() {
         let q = queue();
         let attrs = (0..11)
@@ -514,7 +544,7 @@ mod tests {
             attributes: attrs,
             ..Outgoing::new("q", "x")
         };
-        let big = Outgoing::new("q", vec![b'a'; crate::message::wire::MAX_MESSAGE_BYTES + 1]);
+        let big = Outgoing::new("q", vec![b'a'; qhost_message::wire::MAX_MESSAGE_BYTES + 1]);
         for bad in [eleven, big, Outgoing::new("no/slash", "x")] {
             let err = q
                 .send(&[Outgoing::new("q", "fine"), bad])
