@@ -182,5 +182,21 @@ async fn purge_asks_then_empties_the_local_queue_and_an_sqs_queue() {
     let sqs: Arc<dyn QueueSource> =
         Arc::new(qhost::sources::SqsQueue::from_sdk_config(&sdk_config()));
     let env = TestEnv::new();
-    purge_on(&env, &source, sqs, &jobs).await;
+    purge_on(&env, &source, Arc::clone(&sqs), &jobs).await;
+
+    // What SQS has no form of is refused as such, and nothing is sent or taken.
+    let config = env.config_file(&source);
+    let (ok, _, err) = qhost(&config, &["peek", "--queue", &jobs]);
+    assert!(!ok, "peek on SQS succeeded");
+    assert!(err.contains("peek works on the embedded queue"), "{err}");
+    let send = ["send", "--queue", &jobs, "--body", "twice", "--copies", "2"];
+    let (ok, _, err) = qhost(&config, &send);
+    assert!(!ok, "copies on SQS were sent");
+    assert!(
+        err.contains("copies of one message works on the embedded queue only"),
+        "{err}"
+    );
+    let (ok, _, err) = qhost(&config, &["send", "--queue", &jobs, "--body", "once"]);
+    assert!(ok, "{err}");
+    wait_until(sqs.as_ref(), &jobs, 1).await;
 }
