@@ -90,12 +90,15 @@ fn build(language: &str, name: &str, batch: bool, dir: &Path) -> PathBuf {
     }
     // Offline, like every test: the crates a Rust project needs are in cargo's cache. The
     // projects share one build directory (cargo's intermediate artefacts, not the component it
-    // writes in the project), so the second compiles wit-bindgen no more.
+    // writes in the project), so the second compiles wit-bindgen no more. A target directory
+    // set for the workspace's own build is not the project's: its README's path is under its
+    // own target/.
     let out = Command::new(&program)
         .current_dir(dir)
         .args(&args)
         .env("CARGO_NET_OFFLINE", "true")
         .env("CARGO_BUILD_BUILD_DIR", root.join("target/new-projects"))
+        .env_remove("CARGO_TARGET_DIR")
         .output()
         .unwrap_or_else(|e| panic!("running {}: {e}", program.display()));
     assert!(
