@@ -341,12 +341,16 @@ pub trait Claims: Send + Sync + std::fmt::Debug + 'static {
     async fn time(&self) -> StoreResult<std::time::SystemTime>;
 }
 
+/// What the pipeline asks of a store for each message: leases and completions, the fleet-wide
+/// rate and flow slots. Shared records, claims and handler state are other parts' (rollouts,
+/// schedules, the fleet, the runtime's state reads), which the pipeline cannot reach.
+pub trait MessageStore: IdempotencyStore + FleetRate + FlowSlots {}
+
+impl<T: IdempotencyStore + FleetRate + FlowSlots> MessageStore for T {}
+
 /// A store that serves every capability: what a host opens and wires, handing each part the
 /// capability it uses.
-pub trait Store:
-    IdempotencyStore + SharedRecords + FleetRate + FlowSlots + StateReads + Claims
-{
-}
+pub trait Store: MessageStore + SharedRecords + StateReads + Claims {}
 
 impl<T: IdempotencyStore + SharedRecords + FleetRate + FlowSlots + StateReads + Claims> Store
     for T

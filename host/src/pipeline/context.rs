@@ -20,7 +20,7 @@ use super::turns::WaitLines;
 use crate::config::{Config, QueueConfig};
 use crate::flow::FairShares;
 use crate::format::Format;
-use crate::idempotency::Store;
+use crate::idempotency::MessageStore;
 use crate::metrics::Metrics;
 use crate::payload::Payloads;
 use crate::plugin::registry::Registry;
@@ -35,8 +35,9 @@ pub(crate) struct Shared {
     pub(crate) config: Arc<Config>,
     /// The queue backend.
     pub(crate) source: Arc<dyn QueueSource>,
-    /// The idempotency backend.
-    pub(crate) store: Arc<dyn Store>,
+    /// The idempotency backend, as far as a message needs it: leases, completions, the
+    /// fleet-wide rate and flow slots.
+    pub(crate) store: Arc<dyn MessageStore>,
     /// Loaded plugins.
     pub(crate) registry: Arc<Registry>,
     /// Counters.

@@ -27,7 +27,7 @@ use crate::flow::fair::{Arrival, Ticket};
 use crate::flow::policy::FlowPolicy;
 use crate::idempotency::rate::{self, Admission, Rate};
 use crate::idempotency::slots::{Slot, SlotAnswer, SlotRequest};
-use crate::idempotency::{IdempotencyError, Store};
+use crate::idempotency::{IdempotencyError, MessageStore};
 
 /// A line keeps what its key's limit runs in about this long.
 const LINE_SPAN: Duration = Duration::from_secs(2);
@@ -125,7 +125,7 @@ struct Entry {
 /// A host's lines of waiting messages, and what driving them takes.
 pub(crate) struct WaitLines {
     lines: Lines<Entry>,
-    store: Arc<dyn Store>,
+    store: Arc<dyn MessageStore>,
     fair: Arc<FairShares>,
     in_flight: Arc<Semaphore>,
     abandon: CancellationToken,
@@ -143,7 +143,7 @@ pub(crate) struct LineParts {
     /// At most this many messages wait in all.
     pub(crate) capacity: usize,
     /// The store its turns are asked of.
-    pub(crate) store: Arc<dyn Store>,
+    pub(crate) store: Arc<dyn MessageStore>,
     /// The fair shares of the host's slots.
     pub(crate) fair: Arc<FairShares>,
     /// The host's in-flight slots.
