@@ -183,6 +183,7 @@ async fn celery_inspect_reads_a_message_celery_sent_and_says_where_a_queue_route
         .args(["celery", "inspect"])
         .arg(&file)
         .args(["--queue", &queue])
+        .envs(qhost_e2e::processes::qhost_env())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -7,7 +7,7 @@ fn qhost(dir: &std::path::Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_qhost-under-test"));
     c.current_dir(dir)
         .env_remove("QHOST_CONFIG")
-        .envs(qhost_e2e::processes::ADMIN_ENV);
+        .envs(qhost_e2e::processes::qhost_env());
     c
 }
 

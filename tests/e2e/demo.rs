@@ -44,6 +44,7 @@ fn the_demo_passes_beside_a_stray_qhost_toml_in_the_checkout() {
         .arg(root.join("scripts/demo"))
         .current_dir(&root)
         .env("QHOST_BINARY", qhost_binary())
+        .envs(qhost_e2e::processes::qhost_env())
         .env_remove("QHOST_CONFIG")
         .env_remove("QHOST_LOG")
         .output()

@@ -15,7 +15,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use qhost_e2e::processes::{ADMIN_ENV, qhost_binary};
+use qhost_e2e::processes::{qhost_binary, qhost_env};
 
 /// A fenced block of a guide: its language and its text.
 #[derive(Debug)]
@@ -172,7 +172,7 @@ fn run_block(dir: &Path, path: &str, script: &str, guide: &str) -> String {
         )
         .env_remove("QHOST_CONFIG")
         .env_remove("CARGO_TARGET_DIR")
-        .envs(ADMIN_ENV)
+        .envs(qhost_env())
         .output()
         .expect("running bash");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -364,6 +364,7 @@ fn watch_runs_again_when_a_plugin_file_is_replaced() {
     .expect("writing");
     let mut child = Command::new(qhost_binary())
         .current_dir(dir.path())
+        .envs(qhost_e2e::processes::qhost_env())
         .args([
             "--plugins-dir",
             "plugins",

@@ -22,7 +22,7 @@ fn qhost(dir: &Path, args: &[&str]) -> (bool, String, String) {
         .current_dir(dir)
         .args(args)
         .env_remove("QHOST_CONFIG")
-        .envs(qhost_e2e::processes::ADMIN_ENV)
+        .envs(qhost_e2e::processes::qhost_env())
         .output()
         .expect("running qhost");
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();

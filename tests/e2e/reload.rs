@@ -159,6 +159,7 @@ fn plugins_list(env: &TestEnv) -> String {
         .arg("--data-dir")
         .arg(env.data_dir())
         .args(["plugins", "list"])
+        .envs(qhost_e2e::processes::qhost_env())
         .output()
         .expect("running qhost plugins list");
     assert!(out.status.success(), "{out:?}");
@@ -354,4 +355,81 @@ async fn a_restart_with_a_warm_cache_compiles_nothing() {
     run_until_idle(&warm).await;
     assert_eq!(warm.stats().total().acked, 1);
     assert_eq!(sink_producers(&env).await.len(), 1);
+}
+
+/// `qhost` in `dir` with `cache` as the user's cache (`XDG_CACHE_HOME`) and info logging:
+/// (whether it succeeded, stdout, stderr).
+fn qhost_with_cache(
+    dir: &std::path::Path,
+    cache: &std::path::Path,
+    args: &[&str],
+) -> (bool, String, String) {
+    let out = Command::new(qhost_binary())
+        .current_dir(dir)
+        .args(args)
+        .envs(qhost_e2e::processes::qhost_env())
+        .env("XDG_CACHE_HOME", cache)
+        .env("QHOST_LOG", "info")
+        .env_remove("QHOST_CONFIG")
+        .output()
+        .expect("running qhost");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+/// A handler author's inner loop: `qhost test` in the project compiles the plugin into the
+/// user's cache, and `qhost check` and `qhost run` in another directory, with a data directory
+/// of their own, compile nothing.
+#[test]
+fn test_check_and_run_share_the_user_s_compiled_cache() {
+    let cache = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let bytes = plugin_bytes("fixture");
+    std::fs::write(project.path().join("hello.wasm"), &bytes).unwrap();
+    std::fs::write(
+        project.path().join("hello.test.toml"),
+        "plugin = \"hello.wasm\"\n\n[[case]]\nname = \"acks\"\nbody = \"ack\"\n[case.expect]\noutcome = \"ack\"\n",
+    )
+    .unwrap();
+    let (ok, out, err) =
+        qhost_with_cache(project.path(), cache.path(), &["test", "hello.test.toml"]);
+    assert!(ok && out.contains("1 passed, 0 failed"), "{out}{err}");
+    assert!(
+        err.contains("plugins ready compiled=1 from_cache=0"),
+        "{err}"
+    );
+
+    let beside = tempfile::tempdir().unwrap();
+    std::fs::create_dir(beside.path().join("plugins")).unwrap();
+    std::fs::write(beside.path().join("plugins/hello.wasm"), &bytes).unwrap();
+    std::fs::write(
+        beside.path().join("qhost.toml"),
+        "[[queue]]\nname = \"hello\"\nplugin = \"hello\"\n",
+    )
+    .unwrap();
+    for args in [
+        &["check"][..],
+        &["send", "--queue", "hello", "--body", "ack"],
+        &["run", "--until-idle"],
+    ] {
+        let (ok, out, err) = qhost_with_cache(beside.path(), cache.path(), args);
+        assert!(ok, "{args:?}: {out}{err}");
+        if args[0] != "send" {
+            assert!(
+                err.contains("plugins ready compiled=0 from_cache=1"),
+                "{args:?} compiled nothing: {err}"
+            );
+        }
+    }
+    let entries = std::fs::read_dir(cache.path().join("qhost/compiled"))
+        .unwrap()
+        .count();
+    assert_eq!(entries, 1, "one plugin, one entry in the user's cache");
+    for data in [project.path().join(".qhost"), beside.path().join(".qhost")] {
+        assert!(
+            !data.join("compiled").exists(),
+            "{}: no cache of its own",
+            data.display()
+        );
+    }
 }

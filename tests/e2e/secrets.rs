@@ -79,6 +79,7 @@ async fn secrets_reach_the_plugin_and_nothing_else() {
             .arg("--data-dir")
             .arg(data)
             .args(["plugins", "list"])
+            .envs(qhost_e2e::processes::qhost_env())
             .output()
             .expect("running qhost plugins list")
     })

@@ -602,7 +602,7 @@ fn a_missing_queue_or_an_unreachable_endpoint_is_one_clear_error_at_start() {
             .arg(&config)
             .arg("run")
             .envs(qhost_e2e::sqs_server::TEST_ENV)
-            .envs(qhost_e2e::processes::ADMIN_ENV)
+            .envs(qhost_e2e::processes::qhost_env())
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -639,6 +639,7 @@ async fn send_needs_only_the_queue_it_names() {
             .arg(&config)
             .args(["send", "--queue", queue, "--body", "hello"])
             .envs(qhost_e2e::sqs_server::TEST_ENV)
+            .envs(qhost_e2e::processes::qhost_env())
             .output()
             .unwrap()
     };

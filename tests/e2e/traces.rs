@@ -33,7 +33,7 @@ fn run_until_idle(config: &std::path::Path, vars: &[(&str, &str)]) -> std::proce
         .arg("--config")
         .arg(config)
         .args(["run", "--until-idle"])
-        .envs(qhost_e2e::processes::ADMIN_ENV)
+        .envs(qhost_e2e::processes::qhost_env())
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         .envs(vars.iter().copied())

@@ -80,16 +80,19 @@ impl TestEnv {
     }
 
     /// A configuration for this environment: its directories, retries without delay, short
-    /// waits, plus `extra` TOML (queues, limits).
+    /// waits, plus `extra` TOML (queues, limits). Its compiled-code cache is its own (in the
+    /// data directory), or the one tests share if it asked for that: never the user's.
     pub fn config(&self, extra: &str) -> Config {
         let mut config = Config::parse(&self.config_text(extra)).expect("test configuration");
-        if let Some(shared) = &self.shared_cache {
-            config.compiled_cache = Some(shared.clone());
-        }
+        config.compiled_cache = Some(match &self.shared_cache {
+            Some(shared) => shared.clone(),
+            None => self.data_dir().join("compiled"),
+        });
         config
     }
 
-    /// The same configuration as [`TestEnv::config`], written to a file for `qhost --config`.
+    /// The same configuration as [`TestEnv::config`], written to a file for `qhost --config`;
+    /// a `qhost` the tests start with it uses the cache they share ([`crate::processes::qhost_env`]).
     pub fn config_file(&self, extra: &str) -> PathBuf {
         let path = self.dir.path().join("qhost.toml");
         std::fs::write(&path, self.config_text(extra)).expect("writing the configuration");

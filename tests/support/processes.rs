@@ -21,9 +21,22 @@ pub fn qhost_binary() -> PathBuf {
     bin
 }
 
-/// Every `qhost run` a test starts serves its admin listener on a free loopback port, so tests
-/// running at once never contend for the default one.
-pub const ADMIN_ENV: [(&str, &str); 1] = [("QHOST_ADMIN_LISTEN", "127.0.0.1:0")];
+/// What every `qhost` a test starts runs with:
+///
+/// - its admin listener on a free loopback port, so tests running at once never contend for
+///   the default one;
+/// - the user's cache (`XDG_CACHE_HOME`) under `target/test-cache`, shared by every command
+///   the run starts as a user's commands share theirs, so a plugin is compiled once per run
+///   (an interpreter takes seconds of CPU) and the tests write nothing to the real home.
+pub fn qhost_env() -> [(&'static str, PathBuf); 2] {
+    [
+        ("QHOST_ADMIN_LISTEN", "127.0.0.1:0".into()),
+        (
+            "XDG_CACHE_HOME",
+            crate::workspace().join("target/test-cache"),
+        ),
+    ]
+}
 
 /// Runs `qhost ARGS` in `dir` to its end, without a `QHOST_CONFIG` from the environment:
 /// (exit code, stdout, stderr).
@@ -31,7 +44,7 @@ pub fn run_in(dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
     let out = Command::new(qhost_binary())
         .current_dir(dir)
         .env_remove("QHOST_CONFIG")
-        .envs(ADMIN_ENV)
+        .envs(qhost_env())
         .args(args)
         .output()
         .expect("running qhost");
@@ -47,6 +60,7 @@ pub fn run_with_config(config: &Path, args: &[&str]) -> (bool, String, String) {
         .arg(config)
         .args(args)
         .envs(crate::sqs_server::TEST_ENV)
+        .envs(qhost_env())
         .output()
         .expect("running qhost");
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
@@ -128,7 +142,7 @@ impl HostProcess {
             .args(run_args)
             .env("QHOST_LOG", "info")
             .envs(crate::sqs_server::TEST_ENV)
-            .envs(ADMIN_ENV)
+            .envs(qhost_env())
             .envs(vars.iter().copied())
             .stdout(Stdio::piped())
             .stderr(stderr)

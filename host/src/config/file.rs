@@ -15,7 +15,7 @@ pub(crate) struct RawConfig {
     pub shutdown_grace_secs: Option<u64>,
     pub max_plugin_memory_mib: Option<u64>,
     pub watch_plugins: Option<bool>,
-    pub compiled_cache: Option<bool>,
+    pub compiled_cache: Option<super::compiled_cache::RawCompiledCache>,
     pub allow_unloaded_plugins: Option<bool>,
     pub source: Option<RawSource>,
     pub idempotency: Option<RawIdempotency>,
@@ -45,6 +45,9 @@ impl RawConfig {
         };
         at(self.plugins_dir.get_or_insert_with(|| "plugins".into()));
         at(self.data_dir.get_or_insert_with(|| ".qhost".into()));
+        if let Some(super::compiled_cache::RawCompiledCache::At(dir)) = &mut self.compiled_cache {
+            at(dir);
+        }
         let secret_dirs = self.secrets.as_mut().and_then(|s| s.dirs.as_mut());
         secret_dirs.into_iter().flatten().for_each(at);
         let http_ca = self.http.as_mut().and_then(|h| h.ca_file.as_mut());

@@ -6,6 +6,7 @@
 pub(crate) mod admin;
 pub(crate) mod capture;
 pub(crate) mod celery;
+mod compiled_cache;
 pub(crate) mod deadlines;
 #[cfg(test)]
 mod documented;
@@ -145,7 +146,8 @@ pub struct Config {
     /// Whether to start although a queue's plugin (or one of its routes) did not load: its
     /// queue then waits, unconsumed, until it does. Off: such a start is refused.
     pub allow_unloaded_plugins: bool,
-    /// Where compiled plugins are cached (`DATA_DIR/compiled` unless turned off).
+    /// Where compiled plugins are cached: the user's cache unless turned off or set
+    /// (`compiled_cache.rs`).
     pub compiled_cache: Option<PathBuf>,
     /// Queue backend.
     pub source: SourceKind,
@@ -317,10 +319,7 @@ impl Config {
             secrets,
             http_ca_file: raw.http.and_then(|h| h.ca_file),
             plugins_dir: raw.plugins_dir.unwrap_or_else(|| "plugins".into()),
-            compiled_cache: raw
-                .compiled_cache
-                .unwrap_or(true)
-                .then(|| data_dir.join("compiled")),
+            compiled_cache: compiled_cache::resolve(raw.compiled_cache, &data_dir),
             data_dir: Some(data_dir),
             watch_plugins: raw.watch_plugins.unwrap_or(true),
             allow_unloaded_plugins: raw.allow_unloaded_plugins.unwrap_or(false),
@@ -586,7 +585,7 @@ mod tests {
     #[test]
     fn a_files_relative_paths_are_relative_to_its_directory() {
         let mut raw = parse_raw(
-            "plugins-dir = \"p\"\n[secrets]\ndirs = [\"s\", \"/abs\"]\n[http]\nca-file = \"ca.pem\"\n",
+            "plugins-dir = \"p\"\ncompiled-cache = \"c\"\n[secrets]\ndirs = [\"s\", \"/abs\"]\n[http]\nca-file = \"ca.pem\"\n",
         )
         .unwrap();
         raw.relative_to(std::path::Path::new("/etc/qhost"));
@@ -605,6 +604,7 @@ mod tests {
             config.http_ca_file,
             Some(PathBuf::from("/etc/qhost/ca.pem"))
         );
+        assert_eq!(config.compiled_cache, Some(PathBuf::from("/etc/qhost/c")));
     }
 
     #[test]

@@ -15,9 +15,10 @@
 //! an incompatible build) is ignored and rewritten.
 //!
 //! Loading an entry runs code wasmtime produced without re-verifying it, so the directory must
-//! be writable only by the user qhost runs as: it lives in qhost's own data directory, and
-//! [`CompiledCache::open`] refuses one that is a symbolic link, is owned by another user, or is
-//! writable by group or others (qhost then compiles without a cache, and says so once). An
+//! be writable only by the user qhost runs as: it is that user's own cache directory (or the
+//! data directory's, or one the operator names: `config/compiled_cache.rs`), created private,
+//! and [`CompiledCache::open`] refuses one that is a symbolic link, is owned by another user,
+//! or is writable by group or others (qhost then compiles without a cache, and says so once). An
 //! entry that is not a regular file (a symbolic link planted in the directory) is never loaded.
 
 // The only unsafe code in qhost: loading wasmtime's serialized code (see the SAFETY notes).

@@ -123,6 +123,7 @@ pub fn run_files(config: &Config, files: &[PathBuf]) -> anyhow::Result<TestRun> 
                 Err(e) => report.errors.push(e.to_string()),
             }
         }
+        runner.log_compiled();
         Ok(report)
     })
 }

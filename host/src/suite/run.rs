@@ -39,6 +39,17 @@ impl Runner {
         })
     }
 
+    /// Says (at `-v`) how the run's plugins were obtained, as a host's start does: compiled,
+    /// or taken from the compiled-code cache another command may have filled.
+    pub(super) fn log_compiled(&self) {
+        let counters = self.runtime.counters();
+        tracing::info!(
+            compiled = counters.compiled(),
+            from_cache = counters.cache_hits(),
+            "plugins ready"
+        );
+    }
+
     /// Loads `plugin` as its manifest has it (for recording).
     pub(super) async fn load_plain(&self, plugin: &LoadAs) -> Result<Bench, String> {
         self.load(plugin, &CaseWorld::default()).await
