@@ -60,3 +60,89 @@ fn the_demo_passes_beside_a_stray_qhost_toml_in_the_checkout() {
         "the stray configuration was not read: {stderr}"
     );
 }
+
+/// Writes an executable script `name` into `dir`.
+fn script(dir: &std::path::Path, name: &str, text: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("writing a script");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path
+}
+
+/// `scripts/demo` with `env` set, from the checkout: (whether it succeeded, stdout, stderr).
+fn demo(env: &[(&str, std::ffi::OsString)]) -> (bool, String, String) {
+    qhost_e2e::built_plugins(); // the demo's own plugin build then finds them built
+    let root = qhost_e2e::workspace().canonicalize().expect("the checkout");
+    let out = Command::new("bash")
+        .arg(root.join("scripts/demo"))
+        .current_dir(&root)
+        .envs(qhost_e2e::processes::qhost_env())
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env_remove("QHOST_CONFIG")
+        .env_remove("QHOST_LOG")
+        .output()
+        .expect("running scripts/demo");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+/// A `CARGO_TARGET_DIR` set for every build (a common global setting): the demo runs the qhost
+/// cargo built there. `cargo` here is the real one except that the release build of the host
+/// is skipped (it would take many minutes), its binary already in place: the binary under test.
+#[test]
+fn under_a_cargo_target_dir_the_demo_runs_the_binary_cargo_built_there() {
+    let target = tempfile::tempdir().unwrap();
+    std::fs::create_dir(target.path().join("release")).unwrap();
+    std::os::unix::fs::symlink(qhost_binary(), target.path().join("release/qhost")).unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let real_cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    script(
+        bin.path(),
+        "cargo",
+        &format!(
+            "#!/usr/bin/env bash\nif [[ \"$1\" == build && \" $* \" == *' --release -p qhost-cli '* ]]; then exit 0; fi\nexec '{real_cargo}' \"$@\"\n"
+        ),
+    );
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let (ok, out, err) = demo(&[
+        ("PATH", path.into()),
+        ("CARGO_TARGET_DIR", target.path().into()),
+    ]);
+    assert!(ok, "{out}\n{err}");
+    assert!(out.trim_end().ends_with("demo OK"), "{out}");
+}
+
+/// A failing step prints the banner naming its line and what the hosts logged: a step inside
+/// one of the demo's functions too (the error trap is inherited: `set -E`).
+#[test]
+fn a_failing_step_prints_the_banner_and_the_logs() {
+    let bin = tempfile::tempdir().unwrap();
+    let real = qhost_binary();
+    for (verb, log) in [("test", None), ("run", Some("--- part1.log"))] {
+        // The qhost the demo is given fails the first `qhost VERB` it is asked for.
+        let failing = script(
+            bin.path(),
+            &format!("qhost-failing-{verb}"),
+            &format!(
+                "#!/usr/bin/env bash\nfor a in \"$@\"; do [[ $a == {verb} ]] && {{ echo 'forced failure of {verb}' >&2; exit 3; }}; done\nexec '{}' \"$@\"\n",
+                real.display()
+            ),
+        );
+        let (ok, out, err) = demo(&[("QHOST_BINARY", failing.into())]);
+        assert!(!ok, "{out}");
+        assert!(!out.contains("demo OK"), "{out}");
+        assert!(
+            err.contains("demo FAILED at scripts/demo line"),
+            "{verb}: the banner: {err}"
+        );
+        assert!(err.contains(&format!("forced failure of {verb}")), "{err}");
+        if let Some(log) = log {
+            assert!(err.contains(log), "{verb}: the host's log shown: {err}");
+        }
+    }
+}
