@@ -60,12 +60,11 @@ pub(crate) struct Global {
 }
 
 impl Global {
-    /// How much to log: the flags, else `QHOST_LOG`, else the command's default (`chatty`:
-    /// a host's `info`, a one-shot command's `warn`).
-    pub(crate) fn verbosity(&self, chatty: bool) -> qhost::Verbosity {
+    /// How much to log: the flags, else `QHOST_LOG`, else the command's default (`voice`).
+    pub(crate) fn verbosity(&self, voice: qhost::Voice) -> qhost::Verbosity {
         match (self.quiet, self.verbose) {
             (true, _) => qhost::Verbosity::Quiet,
-            (false, 0) => qhost::Verbosity::Default { chatty },
+            (false, 0) => qhost::Verbosity::Default(voice),
             (false, n) => qhost::Verbosity::Verbose(n),
         }
     }
@@ -82,8 +81,8 @@ pub(crate) enum Command {
     New(NewArgs),
     /// Run handler tests: cases as data against the built plugin, in a canned world
     ///
-    /// The cases of test files (*.test.toml; default: those in the plugins directory and under
-    /// tests/) run against their plugin files, each in a canned world (state, HTTP answers, clock)
+    /// The cases of test files (*.test.toml; default: those in the current directory, the plugins
+    /// directory and under tests/) run against their plugin files, each in a canned world (state, HTTP answers, clock)
     /// with no queue, network or host environment; a line per case says what differed. Exit code: 0
     /// every case passed, 1 otherwise (a failing case, a test file that cannot be read, a plugin that
     /// does not load, or no case at all).

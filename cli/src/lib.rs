@@ -39,8 +39,12 @@ pub fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match qhost::LogFormat::from_env() {
         Ok(format) => {
-            let host = matches!(cli.command, Command::Run(_));
-            qhost::init_logging(format, cli.global.verbosity(host))
+            let voice = match cli.command {
+                Command::Run(_) => qhost::Voice::Host,
+                Command::Invoke(_) => qhost::Voice::Handler,
+                _ => qhost::Voice::Command,
+            };
+            qhost::init_logging(format, cli.global.verbosity(voice))
         }
         Err(e) => {
             eprintln!("error: {e}");

@@ -201,7 +201,7 @@ pub use scaffold::{Language, Shape as HandlerShape, create as create_project};
 
 // Seeing a running host.
 pub use admin::AdminServer;
-pub use logging::{LogFormat, Verbosity, init as init_logging};
+pub use logging::{LogFormat, Verbosity, Voice, init as init_logging};
 pub use stats::Counts;
 pub use traces::Tracer;
 pub use traces::install::Traces;

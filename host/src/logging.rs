@@ -51,17 +51,25 @@ impl LogFormat {
     }
 }
 
+/// What a command's log lines are to its user, which sets what it logs by default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Voice {
+    /// Its record (`qhost run`): `info`.
+    Host,
+    /// A handler's run that the user watches (`qhost invoke`): warnings, and the handler's own
+    /// lines from `info` up.
+    Handler,
+    /// A one-shot command whose output says what happened: warnings only.
+    Command,
+}
+
 /// How much to log, as the command line and the command decide it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verbosity {
     /// Errors only (`--quiet`), whatever `QHOST_LOG` says.
     Quiet,
-    /// `QHOST_LOG` if set, else the command's default: `info` when `chatty` (a host), `warn`
-    /// otherwise (a one-shot command).
-    Default {
-        /// Whether the command's lines are its record (`qhost run`).
-        chatty: bool,
-    },
+    /// `QHOST_LOG` if set, else the command's default (see [`Voice`]).
+    Default(Voice),
     /// `-v` (`info`), `-vv` (`debug`), `-vvv` (`trace`), whatever `QHOST_LOG` says.
     Verbose(u8),
 }
@@ -75,9 +83,12 @@ impl Verbosity {
             (Verbosity::Verbose(1), _) => format!("info{QUIET_AWS}"),
             (Verbosity::Verbose(2), _) => "debug".into(),
             (Verbosity::Verbose(_), _) => "trace".into(),
-            (Verbosity::Default { .. }, Some(env)) => env.into(),
-            (Verbosity::Default { chatty: true }, None) => format!("info{QUIET_AWS}"),
-            (Verbosity::Default { chatty: false }, None) => format!("warn{QUIET_AWS}"),
+            (Verbosity::Default(_), Some(env)) => env.into(),
+            (Verbosity::Default(Voice::Host), None) => format!("info{QUIET_AWS}"),
+            (Verbosity::Default(Voice::Handler), None) => {
+                format!("warn,qhost::plugin=info{QUIET_AWS}")
+            }
+            (Verbosity::Default(Voice::Command), None) => format!("warn{QUIET_AWS}"),
         }
     }
 }
@@ -122,10 +133,18 @@ mod tests {
 
     #[test]
     fn flags_beat_qhost_log_which_beats_the_command_s_default() {
-        let host = Verbosity::Default { chatty: true };
-        let one_shot = Verbosity::Default { chatty: false };
+        let host = Verbosity::Default(Voice::Host);
+        let one_shot = Verbosity::Default(Voice::Command);
+        let invoke = Verbosity::Default(Voice::Handler);
         assert!(host.directives(None).starts_with("info,"));
-        assert!(one_shot.directives(None).starts_with("warn,"));
+        assert!(one_shot.directives(None).starts_with("warn,aws"));
+        assert!(
+            invoke
+                .directives(None)
+                .starts_with("warn,qhost::plugin=info,"),
+            "the handler's own lines"
+        );
+        assert_eq!(invoke.directives(Some("error")), "error");
         assert_eq!(one_shot.directives(Some("debug")), "debug");
         assert_eq!(one_shot.directives(Some("  ")), one_shot.directives(None));
         assert_eq!(Verbosity::Quiet.directives(Some("debug")), "error");

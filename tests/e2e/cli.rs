@@ -329,6 +329,10 @@ fn invoke_runs_one_message_and_says_the_outcome_in_its_exit_code() {
 
     let (code, out, err) = invoke(&reminder, &["--body", body]);
     assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        err.contains("reminder for a@example.com queued as"),
+        "the handler's own info line, without -v: {err}"
+    );
     assert!(out.contains("key:      r1\n"), "{out}");
     assert!(out.contains("outcome:  ack\n"), "{out}");
     assert!(

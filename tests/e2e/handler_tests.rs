@@ -471,3 +471,28 @@ fn recorded_messages_and_fixtures_become_cases_that_pass() {
         assert!(out.contains(&format!("pass  a {kind} message")), "{out}");
     }
 }
+
+/// A bare `qhost test` in a project runs the project's own test file, in the current directory
+/// where `qhost new` writes it, as well as those beside the plugins and under `tests/`: each
+/// once, even when the plugins directory is the current one.
+#[test]
+fn a_bare_qhost_test_runs_the_files_here_beside_the_plugins_and_under_tests_once_each() {
+    let project = tempfile::tempdir().expect("a temporary directory");
+    let dir = project.path();
+    std::fs::write(dir.join("hello.wasm"), qhost_e2e::plugin_bytes("fixture")).expect("plugin");
+    let case = |plugin: &str| {
+        format!(
+            "plugin = \"{plugin}\"\n\n[[case]]\nname = \"acks\"\nbody = \"ack\"\n[case.expect]\noutcome = \"ack\"\n"
+        )
+    };
+    std::fs::write(dir.join("hello.test.toml"), case("hello.wasm")).expect("test file");
+    std::fs::create_dir(dir.join("tests")).expect("tests/");
+    std::fs::write(dir.join("tests/more.test.toml"), case("../hello.wasm")).expect("test file");
+    for args in [&["test"][..], &["--plugins-dir", ".", "test"]] {
+        let (code, out, err) = run_in(dir, args);
+        assert_eq!(code, Some(0), "{args:?}: {out}{err}");
+        assert!(out.contains("hello.test.toml"), "{out}");
+        assert!(out.contains("more.test.toml"), "{out}");
+        assert!(out.ends_with("\n2 passed, 0 failed\n"), "{args:?}: {out}");
+    }
+}

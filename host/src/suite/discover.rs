@@ -1,5 +1,6 @@
 //! Which files `qhost test` runs: the paths it is given (a file as it is, a folder searched for
-//! `*.test.toml`), or with none, the test files beside the plugins and under `tests/`.
+//! `*.test.toml`), or with none, the test files in the current directory (where `qhost new`
+//! writes a project's), beside the plugins and under `tests/`.
 
 use std::path::{Path, PathBuf};
 
@@ -13,19 +14,25 @@ const SUFFIX: &str = ".test.toml";
 /// Folders a search never enters: build output and installed packages.
 const SKIPPED: [&str; 3] = ["target", "node_modules", ".venv"];
 
-/// The test files `paths` name, in order; none given: those in `config`'s plugins directory
-/// and under `tests/`. Finding none is an error: a run that tests nothing must not pass.
+/// The test files `paths` name, in order; none given: those in the current directory (not
+/// below it), in `config`'s plugins directory and under `tests/`, each once. Finding none is
+/// an error: a run that tests nothing must not pass.
 pub fn test_files(config: &Config, paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     if paths.is_empty() {
+        here(&mut files)?;
         for dir in [config.plugins_dir.as_path(), Path::new("tests")] {
             if dir.is_dir() {
-                search(dir, &mut files)?;
+                let mut found = Vec::new();
+                search(dir, &mut found)?;
+                let seen = |f: &PathBuf| files.iter().any(|h: &PathBuf| same_file(h, f));
+                found.retain(|f| !seen(f));
+                files.extend(found);
             }
         }
         if files.is_empty() {
             bail!(
-                "no test files: none named *{SUFFIX} in {} or tests/ (or name files and folders: qhost test PATH…)",
+                "no test files: none named *{SUFFIX} here, in {} or in tests/ (or name files and folders: qhost test PATH…)",
                 config.plugins_dir.display()
             );
         }
@@ -45,6 +52,27 @@ pub fn test_files(config: &Config, paths: &[PathBuf]) -> anyhow::Result<Vec<Path
         }
     }
     Ok(files)
+}
+
+/// Adds the test files in the current directory itself, sorted, to `files`, named as a user
+/// would name them (`hello.test.toml`, not `./hello.test.toml`).
+fn here(files: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(".")
+        .map_err(|e| anyhow::anyhow!("reading the current directory: {e}"))?
+        .filter_map(|e| e.ok().map(|e| PathBuf::from(e.file_name())))
+        .filter(|p| p.is_file() && p.to_str().is_some_and(|n| n.ends_with(SUFFIX)))
+        .collect();
+    entries.sort();
+    files.extend(entries);
+    Ok(())
+}
+
+/// Whether two paths name one file (`hello.test.toml` and `./plugins/../hello.test.toml`).
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
 }
 
 /// Adds the test files under `dir`, sorted, to `files`.
