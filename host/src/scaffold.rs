@@ -155,7 +155,18 @@ fn files(language: Language, shape: Shape) -> Vec<(&'static str, &'static str)> 
         "{{name}}.test.toml",
         include_str!("../templates/handler.test.toml"),
     ));
+    files.push((".gitignore", ignored(language)));
     files
+}
+
+/// What a project's `.gitignore` keeps out of version control: what its build and the commands
+/// run in it make (the component, the toolchain's packages, qhost's data directory).
+fn ignored(language: Language) -> &'static str {
+    match language {
+        Language::Rust => "/target/\n/.qhost/\n",
+        Language::Python => "/.venv/\n/deps/\n__pycache__/\n/{{name}}.wasm\n/.qhost/\n",
+        Language::JavaScript => "/node_modules/\n/{{name}}.wasm\n/.qhost/\n",
+    }
 }
 
 /// How to build the handler, and where the component lands.
@@ -448,6 +459,7 @@ mod tests {
                 "src/lib.rs",
                 "hello-rs.toml",
                 "hello-rs.test.toml",
+                ".gitignore",
                 "README.md",
                 "wit/handler.wit"
             ]

@@ -110,6 +110,26 @@ fn build(language: &str, name: &str, batch: bool, dir: &Path) -> PathBuf {
     built
 }
 
+/// What `git add --all` would add in `project`, built and tested: the files a user commits.
+fn would_commit(project: &Path) -> Vec<String> {
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .current_dir(project)
+            .args(args)
+            .output()
+            .expect("running git");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    git(&["init", "--quiet"]);
+    let added = git(&["add", "--all", "--dry-run"]);
+    std::fs::remove_dir_all(project.join(".git")).expect("removing .git");
+    (added.lines())
+        .filter_map(|l| l.strip_prefix("add '")?.strip_suffix('\''))
+        .map(String::from)
+        .collect()
+}
+
 #[test]
 fn a_new_project_in_each_language_builds_as_it_is_and_passes_check() {
     // Installs the pinned componentize-py and componentize-js, if missing.
@@ -143,6 +163,22 @@ fn a_new_project_in_each_language_builds_as_it_is_and_passes_check() {
         let (ok, out, err) = qhost(&project, &["test", &format!("{name}.test.toml")]);
         assert!(ok, "{language}: {out}{err}");
         assert!(out.ends_with("\n1 passed, 0 failed\n"), "{language}: {out}");
+        let committed = would_commit(&project);
+        let made = |p: &&String| {
+            p.ends_with(".wasm")
+                || [".qhost/", "target/", ".venv/", "deps/", "node_modules/"]
+                    .iter()
+                    .any(|d| p.starts_with(d))
+        };
+        let made: Vec<&String> = committed.iter().filter(made).collect();
+        assert!(
+            made.is_empty(),
+            "{language}: the build's output is ignored: {made:?}"
+        );
+        assert!(
+            committed.contains(&".gitignore".to_string()),
+            "{committed:?}"
+        );
     }
 
     let plugins = dir.path().join("plugins");
