@@ -50,12 +50,36 @@ struct Pass<'a> {
 enum Decided {
     /// This host fired it (or sent a claimant's message that was left unsent).
     Fired(Fired),
-    /// This host skipped it: the previous tick's message was still being handled.
-    Skipped,
+    /// This host skipped it: the previous tick's message was not handled yet.
+    Skipped(Busy),
     /// This host held it back until the previous tick's message completes.
     Held,
     /// Another host decided it.
     Elsewhere,
+}
+
+/// Why the previous tick's message counts as not handled yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Busy {
+    /// Its consumer holds its key's lease: it is running.
+    Running,
+    /// Nothing has taken it yet, and it was fired within the catch-up window: it waits in the
+    /// queue (after an outage, the tick caught up just before this one), or is being retried.
+    Waiting,
+}
+
+impl Busy {
+    /// What a skipped tick's log line says happened.
+    fn skipped(self) -> &'static str {
+        match self {
+            Busy::Running => {
+                "tick skipped: the previous tick's message is being handled (overlap = \"skip\")"
+            }
+            Busy::Waiting => {
+                "tick skipped: the previous tick's message was fired but not taken from the queue yet, as when catching up after an outage (overlap = \"skip\")"
+            }
+        }
+    }
 }
 
 impl Scheduler {
@@ -214,7 +238,11 @@ impl Scheduler {
         tick: &Tick,
         clock: &FleetClock,
     ) -> Result<Decided, FireError> {
-        if s.overlap == Overlap::Allow || !self.previous_running(s, rec, clock).await? {
+        let busy = match s.overlap {
+            Overlap::Allow => None,
+            _ => self.previous_running(s, rec, clock).await?,
+        };
+        let Some(busy) = busy else {
             let fired = fire(
                 self.store.as_ref(),
                 self.source.as_ref(),
@@ -227,7 +255,7 @@ impl Scheduler {
                 Fired::Elsewhere => Decided::Elsewhere,
                 fired => Decided::Fired(fired),
             });
-        }
+        };
         if s.overlap == Overlap::BufferOne {
             return Ok(Decided::Held);
         }
@@ -236,36 +264,35 @@ impl Scheduler {
             .claim(&tick.stored_key(&self.config.namespace), &[], s.keep_ticks)
             .await?;
         Ok(match claimed {
-            Claimed::Won => Decided::Skipped,
+            Claimed::Won => Decided::Skipped(busy),
             Claimed::Taken { .. } => Decided::Elsewhere,
         })
     }
 
-    /// Whether the message of the last tick fired is still being handled, as far as this host
-    /// can tell: its consumer's key is leased, or not yet seen and fired within the catch-up
-    /// window (waiting in the queue, or being retried). A consumer that is not qhost on this
-    /// configuration cannot be looked at: never running.
+    /// Whether the message of the last tick fired is not handled yet, as far as this host can
+    /// tell, and why: its consumer's key is leased, or not yet seen and fired within the
+    /// catch-up window (waiting in the queue, or being retried). A consumer that is not qhost
+    /// on this configuration cannot be looked at: never busy.
     async fn previous_running(
         &self,
         s: &ScheduleConfig,
         rec: &ScheduleRecord,
         clock: &FleetClock,
-    ) -> Result<bool, FireError> {
+    ) -> Result<Option<Busy>, FireError> {
         let Some(last) = &rec.last_fired else {
-            return Ok(false);
+            return Ok(None);
         };
         let Some(tick) = Tick::of_record(&s.name, last) else {
-            return Ok(false);
+            return Ok(None);
         };
         let Consumer::Runs { stored, .. } = consumer::of(&self.config, s, &tick) else {
-            return Ok(false);
+            return Ok(None);
         };
+        let since = Duration::from_millis(clock.now_ms().saturating_sub(last.at_ms));
         Ok(match self.store.status(&stored).await? {
-            KeyStatus::InProgress { .. } => true,
-            KeyStatus::Completed { .. } => false,
-            KeyStatus::Unknown => {
-                Duration::from_millis(clock.now_ms().saturating_sub(last.at_ms)) < s.catch_up
-            }
+            KeyStatus::InProgress { .. } => Some(Busy::Running),
+            KeyStatus::Completed { .. } => None,
+            KeyStatus::Unknown => (since < s.catch_up).then_some(Busy::Waiting),
         })
     }
 
@@ -303,8 +330,8 @@ impl Scheduler {
                 }
                 out
             }
-            Decided::Skipped => {
-                tracing::info!(schedule = %s.name, tick = %tick.label(), "tick skipped: the previous tick's message is still being handled (overlap = \"skip\")");
+            Decided::Skipped(busy) => {
+                tracing::info!(schedule = %s.name, tick = %tick.label(), "{}", busy.skipped());
                 self.metrics.count_ticks(&s.name, "skipped", 1);
                 record::update(store, key, |r| {
                     r.skipped += 1;
@@ -363,7 +390,7 @@ impl Scheduler {
         held: i64,
         pass: &Pass<'_>,
     ) -> Result<ScheduleRecord, FireError> {
-        if self.previous_running(s, &rec, &pass.clock).await? {
+        if self.previous_running(s, &rec, &pass.clock).await?.is_some() {
             return Ok(rec);
         }
         let Ok(at) = Timestamp::from_second(held) else {
