@@ -445,6 +445,10 @@ pub(crate) struct SendArgs {
     /// sometimes does (local queue only): a way to watch duplicate suppression work.
     #[arg(long, default_value_t = 1)]
     pub(crate) copies: usize,
+    /// Refuse (exit 1, nothing sent) a queue no configured queue consumes, instead of sending
+    /// and warning: for scripts, where a typo must not pass.
+    #[arg(long)]
+    pub(crate) strict: bool,
 }
 
 #[derive(Args)]

@@ -119,7 +119,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             }
             Ok(())
         }
-        Command::Send(args) => send(config()?, args).await,
+        Command::Send(args) => {
+            let defaults = config_file(global).is_none();
+            send(config()?, defaults, args).await
+        }
         Command::Schedule { command } => schedule(&config()?, command).await,
         Command::Fleet { command } => fleet(&config()?, command).await,
         Command::Peek { queue, limit } => peek(config()?, &queue, limit).await,

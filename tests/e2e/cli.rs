@@ -545,6 +545,69 @@ fn check_validates_the_deploy_and_reads_qhost_toml_here_by_default() {
     );
 }
 
+/// A typo in a plugin's outbox grant is named by `qhost check`: each queue the plugin may send
+/// to, whether a `[[queue]]` here consumes it, and (on SQS) whether it exists at all.
+#[test]
+fn check_names_each_outbox_queue_no_queue_consumes_and_each_the_source_refuses() {
+    let dir = worker_dir("[outbox]\nqueues = [\"jobs\", \"sent-emials\"]\n");
+    let (code, stdout, stderr) = run_in(dir.path(), &["check"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("  outbox jobs: consumed here (queue jobs)")
+            && stdout.contains("  outbox sent-emials: no [[queue]] here consumes it")
+            && stdout.contains(
+                "ok: `qhost run` would start; 1 outbox queue(s) no [[queue]] here consumes"
+            ),
+        "{stdout}"
+    );
+
+    // A route to a plugin file that is not there names the ones that are.
+    std::fs::write(
+        dir.path().join("typo.toml"),
+        "[[queue]]\nname = \"jobs\"\nplugin = \"wroker\"\n",
+    )
+    .unwrap();
+    let (code, stdout, _) = run_in(dir.path(), &["-c", "typo.toml", "check"]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(
+        stdout.contains("wroker.wasm (did you mean `worker`? it holds: worker)"),
+        "{stdout}"
+    );
+
+    // On SQS, a queue that does not exist is refused: every send to it would fail.
+    let sqs = qhost_e2e::sqs_server::client();
+    let jobs = qhost_e2e::sqs_server::unique("jobs");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    for name in [jobs.clone(), format!("{jobs}-dlq")] {
+        runtime
+            .block_on(sqs.create_queue().queue_name(name).send())
+            .expect("creating the queue");
+    }
+    let config = format!(
+        "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\n[[queue]]\nname = \"{jobs}\"\nplugin = \"worker\"\n",
+        qhost_e2e::sqs_server::endpoint()
+    );
+    std::fs::write(dir.path().join("sqs.toml"), config).unwrap();
+    let grant = format!("[outbox]\nqueues = [\"{jobs}\", \"sent-emials\"]\n");
+    std::fs::write(dir.path().join("plugins/worker.toml"), grant).unwrap();
+    let out = qhost(dir.path())
+        .args(["-c", "sqs.toml", "check"])
+        .envs(qhost_e2e::sqs_server::TEST_ENV)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stdout.contains(&format!("  outbox {jobs}: consumed here"))
+            && stdout.contains("  outbox sent-emials: the source refuses it: SQS queue `sent-emials` does not exist")
+            && stderr.contains("1 outbox queue(s) the source refuses: every send to them would fail"),
+        "{stdout}{stderr}"
+    );
+}
+
 #[test]
 fn a_config_files_paths_are_relative_to_the_file_not_the_working_directory() {
     let dir = worker_dir("");
@@ -605,6 +668,33 @@ fn send_and_peek_say_what_is_wrong_and_what_is_there() {
     assert!(
         stderr.contains("warning: no configured queue consumes `other`")
             && stderr.contains("(configured: jobs)"),
+        "{stderr}"
+    );
+    // A near name is named; --strict refuses it and sends nothing.
+    let typo = ["send", "--queue", "jbos", "--body", "x", "--strict"];
+    let (code, stdout, stderr) = run_in(dir.path(), &typo);
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("no configured queue consumes `jbos` (did you mean `jobs`?)")
+            && stderr.contains("not sent (--strict)"),
+        "{stderr}"
+    );
+    let (_, stdout, stderr) = run_in(dir.path(), &["peek", "--queue", "jbos"]);
+    assert!(
+        stdout.is_empty() && stderr.contains("0 messages in `jbos`"),
+        "nothing was sent: {stdout}{stderr}"
+    );
+    // Without a qhost.toml, the warning says the consumed queue is the built-in default's.
+    let empty = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = run_in(
+        empty.path(),
+        &["send", "--queue", "remindrs", "--body", "x"],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("(did you mean `reminders`?)")
+            && stderr
+                .contains("no qhost.toml here: the built-in defaults consume only `reminders`"),
         "{stderr}"
     );
 

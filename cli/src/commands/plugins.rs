@@ -32,22 +32,31 @@ pub(crate) async fn check_deploy(
     println!("config:   {shown}: {} queue(s)", config.queues.len());
     let registry = qhost::load_plugins(config).await?;
     let mut problems = 0;
+    let (mut unread, mut refused) = (0, 0);
     for q in &config.queues {
         for name in q.plugins() {
             let path = config.plugins_dir.join(format!("{name}.wasm"));
             match registry.get(name) {
-                Some(p) => println!(
-                    "queue {}: plugin {name} loads ({}, version {})",
-                    q.name,
-                    path.display(),
-                    p.version
-                ),
+                Some(p) => {
+                    println!(
+                        "queue {}: plugin {name} loads ({}, version {})",
+                        q.name,
+                        path.display(),
+                        p.version
+                    );
+                    let targets = outbox_targets(config, &p.outbox_queues()).await;
+                    for t in &targets {
+                        println!("  outbox {}: {}", t.queue, t.says);
+                    }
+                    refused += targets.iter().filter(|t| t.refused).count();
+                    unread += targets.iter().filter(|t| !t.refused && !t.read).count();
+                }
                 None => {
                     problems += 1;
                     let why = if path.is_file() {
                         registry.why_not_serving(name)
                     } else {
-                        format!("there is no {}", path.display())
+                        format!("there is no {}{}", path.display(), present(config, name))
                     };
                     println!("queue {}: plugin {name} does not load: {why}", q.name);
                 }
@@ -65,8 +74,80 @@ pub(crate) async fn check_deploy(
     if schedule_problems > 0 {
         bail!("{schedule_problems} schedule(s) send ticks their queue would dead-letter");
     }
-    println!("ok: `qhost run` would start");
+    if refused > 0 {
+        bail!("{refused} outbox queue(s) the source refuses: every send to them would fail");
+    }
+    match unread {
+        0 => println!("ok: `qhost run` would start"),
+        n => println!(
+            "ok: `qhost run` would start; {n} outbox queue(s) no [[queue]] here consumes (above): \
+             check the names, unless another service reads them"
+        ),
+    }
     Ok(())
+}
+
+/// What the plugins directory holds instead of `name`: the nearest name first if one is near.
+fn present(config: &Config, name: &str) -> String {
+    let mut there: Vec<String> = std::fs::read_dir(&config.plugins_dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|f| f.strip_suffix(".wasm").map(String::from))
+        .collect();
+    if there.is_empty() {
+        return " (the plugins directory holds no .wasm file)".into();
+    }
+    there.sort();
+    let near = (there.iter())
+        .map(|n| (strsim::levenshtein(n, name), n))
+        .filter(|(d, _)| *d <= 2)
+        .min()
+        .map(|(_, n)| format!("did you mean `{n}`? "))
+        .unwrap_or_default();
+    format!(" ({near}it holds: {})", there.join(", "))
+}
+
+/// One queue a plugin may send to, as `qhost check` reports it.
+struct Target {
+    queue: String,
+    /// Whether a `[[queue]]` of this configuration consumes it.
+    read: bool,
+    /// Whether the source refuses it (it does not exist there): every send would fail.
+    refused: bool,
+    says: String,
+}
+
+/// What becomes of sends to each of `queues` (a plugin's outbox grant) under `config`: read
+/// by a configured queue, sent where nothing here reads it, or refused by the source.
+async fn outbox_targets(config: &Config, queues: &[&str]) -> Vec<Target> {
+    let mut targets = Vec::new();
+    for &queue in queues {
+        let consumer = config.queues.iter().find(|q| q.name == queue);
+        let (read, refused, says) = if queue == "*" {
+            (true, false, "any queue (`*`)".to_string())
+        } else if let Some(q) = consumer {
+            (true, false, format!("consumed here (queue {})", q.name))
+        } else {
+            match qhost::Queues::open(config, &[queue]).await {
+                Err(e) => (false, true, format!("the source refuses it: {e:#}")),
+                Ok(_) => (
+                    false,
+                    false,
+                    "no [[queue]] here consumes it: what the plugin sends there waits unread"
+                        .to_string(),
+                ),
+            }
+        };
+        let queue = queue.to_string();
+        targets.push(Target {
+            queue,
+            read,
+            refused,
+            says,
+        });
+    }
+    targets
 }
 
 /// The manifest a plugin file loads with, as `plugins check` names it.

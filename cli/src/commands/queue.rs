@@ -6,12 +6,20 @@ use super::shown;
 use crate::args::SendArgs;
 use qhost::{Config, Outgoing, Purged, Queues};
 
-pub(crate) async fn send(config: Config, args: SendArgs) -> anyhow::Result<()> {
+/// `qhost send`; `defaults` when no configuration file was read (the built-in one).
+pub(crate) async fn send(config: Config, defaults: bool, args: SendArgs) -> anyhow::Result<()> {
     if args.queue.ends_with(".fifo") && args.group.is_none() {
         bail!(
             "`{}` is a FIFO queue: give the message group with --group GROUP",
             args.queue
         );
+    }
+    let unconsumed = config
+        .queue(&args.queue)
+        .is_none()
+        .then(|| unconsumed(&config, defaults, &args.queue));
+    if let (Some(why), true) = (&unconsumed, args.strict) {
+        bail!("{why}; not sent (--strict)");
     }
     let (body, attributes) = args.message.read()?;
     let mut msg = Outgoing::new(args.queue.clone(), body);
@@ -23,20 +31,33 @@ pub(crate) async fn send(config: Config, args: SendArgs) -> anyhow::Result<()> {
     for id in ids {
         println!("{id}");
     }
-    if config.queue(&args.queue).is_none() {
-        eprintln!(
-            "warning: no configured queue consumes `{}`: `qhost run` with this configuration \
-             will not take the message (configured: {})",
-            args.queue,
-            config
-                .queues
-                .iter()
-                .map(|q| q.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+    if let Some(why) = unconsumed {
+        eprintln!("warning: {why}");
     }
     Ok(())
+}
+
+/// Why a message to `queue`, which no configured queue consumes, would wait unread: with the
+/// configured name it is nearest to, and which configuration that is.
+fn unconsumed(config: &Config, defaults: bool, queue: &str) -> String {
+    let names: Vec<&str> = config.queues.iter().map(|q| q.name.as_str()).collect();
+    let near = (names.iter())
+        .map(|n| (strsim::levenshtein(n, queue), *n))
+        .filter(|(d, _)| *d <= 2)
+        .min()
+        .map(|(_, n)| format!(" (did you mean `{n}`?)"))
+        .unwrap_or_default();
+    let configured = if defaults {
+        format!(
+            "no qhost.toml here: the built-in defaults consume only `{}`",
+            names.join("`, `")
+        )
+    } else {
+        format!("configured: {}", names.join(", "))
+    };
+    format!(
+        "no configured queue consumes `{queue}`{near}: `qhost run` with this configuration will not take the message ({configured})"
+    )
 }
 
 /// `qhost purge`: asks on a terminal unless `yes`; refuses without one.

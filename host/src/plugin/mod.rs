@@ -52,6 +52,15 @@ impl std::fmt::Debug for Plugin {
 }
 
 impl Plugin {
+    /// The queues its manifest lets it send to, as written (`*` for every queue), its Celery
+    /// queues after them: what `qhost check` compares with the queues a host consumes.
+    pub fn outbox_queues(&self) -> Vec<&str> {
+        let grant = &self.manifest.outbox;
+        (grant.queues.iter().chain(&grant.celery))
+            .map(String::as_str)
+            .collect()
+    }
+
     /// A plugin from any invoker.
     pub fn new(
         name: impl Into<String>,
