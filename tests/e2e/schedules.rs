@@ -793,7 +793,7 @@ fn check_says_where_each_tick_runs_and_refuses_what_its_queue_would_not_run() {
     let (code, _, err) = qhost_e2e::processes::run_in(&dir, &["check"]);
     assert_ne!(code, Some(0));
     assert!(
-        err.contains("schedule[1].timezone: `Europe/Atlantis` is not a time zone"),
+        err.contains("schedule `reminder`: timezone: `Europe/Atlantis` is not a time zone"),
         "{err}"
     );
 }

@@ -302,12 +302,9 @@ impl Config {
         let admin_token = admin.token.as_ref().map(admin::token).transpose()?;
         let rollout = rollout::RolloutConfig::check(&raw.rollout.unwrap_or_default())?;
         let schedules = schedule::schedules(raw.schedules)?;
-        for (i, s) in schedules.iter().enumerate() {
+        for s in &schedules {
             if let Err(why) = crate::schedule::tick::Tick::check(s) {
-                bail!(
-                    "schedule[{i}] `{}`: its ticks would be refused: {why}",
-                    s.name
-                );
+                bail!("schedule `{}`: its ticks would be refused: {why}", s.name);
             }
         }
         Ok(Config {
@@ -648,7 +645,7 @@ mod tests {
             "[[schedule]]\nname = \"m\"\ncron = \"* * * * *\"\nqueue = \"q.fifo\"\ngroup = \"\"\n",
         );
         assert!(
-            e.contains("schedule[0] `m`: its ticks would be refused"),
+            e.contains("schedule `m`: its ticks would be refused"),
             "{e}"
         );
     }

@@ -152,7 +152,6 @@ pub(crate) fn schedules(raw: Option<Vec<RawSchedule>>) -> anyhow::Result<Vec<Sch
 }
 
 fn schedule(index: usize, s: RawSchedule) -> anyhow::Result<ScheduleConfig> {
-    let field = |f: &str| format!("schedule[{index}].{f}");
     let name = s.name.clone().unwrap_or_default();
     if name.is_empty()
         || name.len() > 80
@@ -161,10 +160,11 @@ fn schedule(index: usize, s: RawSchedule) -> anyhow::Result<ScheduleConfig> {
             .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
     {
         bail!(
-            "{} `{name}` must be 1 to 80 letters, digits, `-`, `_` or `.`: it is part of every tick's key",
-            field("name")
+            "schedule[{index}].name `{name}` must be 1 to 80 letters, digits, `-`, `_` or `.`: it is part of every tick's key"
         );
     }
+    // Named by its name from here on: what the user wrote and will look for.
+    let field = |f: &str| format!("schedule `{name}`: {f}");
     let Some(cron) = s.cron.clone() else {
         bail!(
             "{} is missing: five fields (`0 9 1 * *`: 09:00 on the 1st), or six with seconds first",
@@ -423,7 +423,7 @@ mod tests {
         for (extra, says) in [
             (
                 "queue = \"q\"\noverlap = \"never\"\n",
-                "schedule[0].overlap `never`",
+                "schedule `m`: overlap `never`",
             ),
             (
                 "queue = \"q\"\ncatch-up-policy = \"some\"\n",
@@ -432,16 +432,19 @@ mod tests {
             ("", "say what a tick sends"),
             (
                 "queue = \"a/b\"\n",
-                "schedule[0].queue `a/b` is not a queue name",
+                "schedule `m`: queue `a/b` is not a queue name",
             ),
-            ("queue = \"q\"\nbody = 3\n", "schedule[0].body is a integer"),
+            (
+                "queue = \"q\"\nbody = 3\n",
+                "schedule `m`: body is a integer",
+            ),
             (
                 "queue = \"q\"\nattributes = { qhost-tick = \"x\" }\n",
                 "qhost's own",
             ),
             (
                 "celery-task = \"t\"\nargs = { a = 1 }\n",
-                "schedule[0].args is a list",
+                "schedule `m`: args is a list",
             ),
             ("celery-task = \"t\"\nbody = \"x\"\n", "not `body`"),
             ("queue = \"q\"\nargs = [1]\n", "a Celery task's"),
@@ -455,7 +458,7 @@ mod tests {
             ),
             (
                 "queue = \"q\"\ntimezone = \"Europe/Nowhere\"\n",
-                "schedule[0].timezone: `Europe/Nowhere`",
+                "schedule `m`: timezone: `Europe/Nowhere`",
             ),
         ] {
             let e = format!("{:#}", parse(&format!("{base}{extra}")).unwrap_err());

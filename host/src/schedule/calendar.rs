@@ -53,15 +53,8 @@ impl Calendar {
                 "`{cron}` has {fields} fields: five (minute hour day month weekday), or six with seconds first"
             ));
         }
-        let parsed = CronParser::builder()
-            .seconds(Seconds::Optional)
-            .year(Year::Disallowed)
-            .build()
-            .parse(cron)
-            .map_err(|e| format!("`{cron}` is not a cron expression: {e}"))?;
-        let tz = TimeZone::get(zone).map_err(|_| {
-            format!("`{zone}` is not a time zone: an IANA name such as `UTC`, `Europe/Berlin` or `America/New_York`")
-        })?;
+        let parsed = parse_cron(cron).map_err(|e| explain(cron, &e))?;
+        let tz = TimeZone::get(zone).map_err(|_| unknown_zone(zone))?;
         let calendar = Calendar {
             cron: parsed,
             zone: tz,
@@ -119,6 +112,96 @@ fn whole_second(t: Timestamp) -> Timestamp {
     Timestamp::from_second(t.as_second()).unwrap_or(t)
 }
 
+fn parse_cron(cron: &str) -> Result<Cron, croner::errors::CronError> {
+    CronParser::builder()
+        .seconds(Seconds::Optional)
+        .year(Year::Disallowed)
+        .build()
+        .parse(cron)
+}
+
+/// The nicknames the parser takes.
+const NICKNAMES: [&str; 6] = [
+    "@yearly",
+    "@annually",
+    "@monthly",
+    "@weekly",
+    "@daily",
+    "@hourly",
+];
+
+/// Each field's name and range, minute first (a six-field expression has seconds before).
+const FIELDS: [(&str, &str); 5] = [
+    ("minute", "0-59"),
+    ("hour", "0-23"),
+    ("day of the month", "1-31"),
+    ("month", "1-12 or JAN-DEC"),
+    ("weekday", "0-7 or SUN-SAT, 0 and 7 both Sunday"),
+];
+
+/// Why `cron`, which the parser refused with `error`, is not a cron expression: the field at
+/// fault and its range where one field is, what to write instead of an unknown nickname.
+fn explain(cron: &str, error: &croner::errors::CronError) -> String {
+    let text = cron.trim();
+    if text.starts_with('@') {
+        let every = text.strip_prefix("@every ").map(str::trim);
+        let instead = match every.and_then(|e| e.strip_suffix('s')?.parse::<u32>().ok()) {
+            Some(n) if (1..60).contains(&n) && 60 % n == 0 => {
+                format!("; every {n} s is `*/{n} * * * * *` (six fields, seconds first)")
+            }
+            _ => String::new(),
+        };
+        return format!(
+            "`{text}` is not a cron expression: a nickname is one of {}{instead}",
+            NICKNAMES.join(", ")
+        );
+    }
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let named = if fields.len() == 6 {
+        std::iter::once(("second", "0-59")).chain(FIELDS).collect()
+    } else {
+        FIELDS.to_vec()
+    };
+    // The first field that fails with every other field a wildcard is the one at fault.
+    let culprit = (0..fields.len()).find(|&i| {
+        let alone: Vec<&str> = (0..fields.len())
+            .map(|j| if j == i { fields[i] } else { "*" })
+            .collect();
+        parse_cron(&alone.join(" ")).is_err()
+    });
+    match culprit {
+        Some(i) => {
+            let (name, range) = named[i];
+            format!(
+                "`{text}` is not a cron expression: its {name} field `{}` is not valid ({range})",
+                fields[i]
+            )
+        }
+        None => format!("`{text}` is not a cron expression: {error}"),
+    }
+}
+
+/// Why `zone` is not a time zone, with the closest IANA name when one is near.
+fn unknown_zone(zone: &str) -> String {
+    let db = jiff::tz::db();
+    let closest = (db.available())
+        .map(|name| {
+            let name = name.as_str().to_string();
+            (
+                strsim::levenshtein(&zone.to_lowercase(), &name.to_lowercase()),
+                name,
+            )
+        })
+        .min();
+    let near = match closest {
+        Some((distance, name)) if distance <= 3 => format!(" (did you mean `{name}`?)"),
+        _ => String::new(),
+    };
+    format!(
+        "`{zone}` is not a time zone{near}: an IANA name such as `UTC`, `Europe/Berlin` or `America/New_York`"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,8 +253,43 @@ mod tests {
         for (cron, zone, says) in [
             ("* * * *", "UTC", "has 4 fields"),
             ("0 0 0 * * * 2030", "UTC", "has 7 fields"),
-            ("61 * * * *", "UTC", "is not a cron expression"),
-            ("0 9 * * *", "Mars/Olympus", "is not a time zone"),
+            (
+                "61 * * * *",
+                "UTC",
+                "its minute field `61` is not valid (0-59)",
+            ),
+            (
+                "0 25 * * *",
+                "UTC",
+                "its hour field `25` is not valid (0-23)",
+            ),
+            (
+                "0 0 9 * 8",
+                "UTC",
+                "its weekday field `8` is not valid (0-7 or SUN-SAT",
+            ),
+            (
+                "0 0 9 13 *",
+                "UTC",
+                "its month field `13` is not valid (1-12",
+            ),
+            (
+                "70 0 9 * * *",
+                "UTC",
+                "its second field `70` is not valid (0-59)",
+            ),
+            ("@every 5s", "UTC", "every 5 s is `*/5 * * * * *`"),
+            ("@fortnightly", "UTC", "a nickname is one of @yearly"),
+            (
+                "0 9 * * *",
+                "Mars/Olympus",
+                "is not a time zone: an IANA name",
+            ),
+            (
+                "0 9 * * *",
+                "Europe/Berln",
+                "(did you mean `Europe/Berlin`?)",
+            ),
             ("0 0 30 2 *", "UTC", "never fires"),
         ] {
             let e = Calendar::parse(cron, zone).unwrap_err();
