@@ -99,11 +99,8 @@ fn present(config: &Config, name: &str) -> String {
         return " (the plugins directory holds no .wasm file)".into();
     }
     there.sort();
-    let near = (there.iter())
-        .map(|n| (strsim::levenshtein(n, name), n))
-        .filter(|(d, _)| *d <= 2)
-        .min()
-        .map(|(_, n)| format!("did you mean `{n}`? "))
+    let near = super::nearest(there.iter().map(String::as_str), name)
+        .map(|n| format!("did you mean `{n}`? "))
         .unwrap_or_default();
     format!(" ({near}it holds: {})", there.join(", "))
 }

@@ -41,11 +41,8 @@ pub(crate) async fn send(config: Config, defaults: bool, args: SendArgs) -> anyh
 /// configured name it is nearest to, and which configuration that is.
 fn unconsumed(config: &Config, defaults: bool, queue: &str) -> String {
     let names: Vec<&str> = config.queues.iter().map(|q| q.name.as_str()).collect();
-    let near = (names.iter())
-        .map(|n| (strsim::levenshtein(n, queue), *n))
-        .filter(|(d, _)| *d <= 2)
-        .min()
-        .map(|(_, n)| format!(" (did you mean `{n}`?)"))
+    let near = super::nearest(names.iter().copied(), queue)
+        .map(|n| format!(" (did you mean `{n}`?)"))
         .unwrap_or_default();
     let configured = if defaults {
         format!(
