@@ -62,7 +62,9 @@ async fn start(config: &Path) -> HostProcess {
 async fn the_console_shows_a_run_escapes_a_hostile_body_and_redrives_with_the_token() {
     let env = TestEnv::new();
     env.install("fixture", "fixture", "[limits]\nmax-attempts = 1\n");
-    let config = config_file(&env, &format!("[admin]\ntoken = \"{TOKEN}\""));
+    // The new build forwards to `next`, which only the test reads: declared, so it exists.
+    let extra = format!("[admin]\ntoken = \"{TOKEN}\"\n[source]\nqueues = [\"next\"]");
+    let config = config_file(&env, &extra);
     let queue = env.queue();
     let acks: Vec<Outgoing> = (0..3).map(|_| Outgoing::new("jobs", "ack")).collect();
     queue.send(&acks).await.unwrap();

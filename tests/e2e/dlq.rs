@@ -133,7 +133,8 @@ async fn dead_letters_are_peeked_and_redriven_on_the_local_queue() {
     let env = TestEnv::new();
     std::fs::create_dir_all(env.data_dir()).unwrap();
     let queue: Arc<dyn QueueSource> = Arc::new(env.queue());
-    dead_letter_fix_and_redrive(&env, "", queue, "reminders", "sent-emails").await;
+    let source = "[source]\nqueues = [\"sent-emails\"]";
+    dead_letter_fix_and_redrive(&env, source, queue, "reminders", "sent-emails").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -332,7 +332,9 @@ async fn redis_stops_mid_run(
     let store = format!("{store}\n[timeouts]\nredis-response-ms = 300\nconnect-ms = 500\n");
     let shared = format!("data-dir = {:?}\n", env.data_dir());
     let config = |name: &str| {
-        let path = config_file(&env, name, "", &store, &["jobs".to_string()], 2);
+        // The effects' queue, read by the test alone: declared, so it exists.
+        let source = "[source]\nqueues = [\"sink\"]";
+        let path = config_file(&env, name, source, &store, &["jobs".to_string()], 2);
         let text = std::fs::read_to_string(&path).expect("config");
         // Both hosts share one embedded queue: one data directory.
         let text = text

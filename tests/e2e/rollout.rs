@@ -40,6 +40,7 @@ fn setup_on(dir: &Path, test: &str, rules: &str, redis: &str) -> PathBuf {
         &format!(
             "[idempotency]\nkind = \"redis\"\n{redis}\nnamespace = \"{}\"\n\
              [retry]\nbase-secs = 0.01\nmax-secs = 0.05\n\
+             [source]\nqueues = [\"sink\"]   # the effects, read by the test alone\n\
              [rollout]\nmode = \"canary\"\npercent = 20\n{rules}\n\
              [[queue]]\nname = \"jobs\"\nplugin = \"worker\"\nwait-time-secs = 1\n",
             unique_namespace(test)

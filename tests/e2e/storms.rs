@@ -28,7 +28,8 @@ fn config_file(env: &TestEnv, ns: &str, file: &str, queues: &[(&str, &str)]) -> 
     let mut text = format!(
         "plugins-dir = {:?}\ndata-dir = {:?}\nmax-in-flight = 8\nshutdown-grace-secs = 10\n\
          [idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{ns}\"\n\
-         [retry]\nbase-secs = 0.01\nmax-secs = 1\n",
+         [retry]\nbase-secs = 0.01\nmax-secs = 1\n\
+         [source]\nqueues = [\"stage2\", \"sink\"]   # another host's queue; the effects\n",
         env.plugins_dir(),
         env.data_dir(),
         shared_url()

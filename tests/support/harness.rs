@@ -101,9 +101,10 @@ impl TestEnv {
 
     fn config_text(&self, extra: &str) -> String {
         format!(
-            "plugins-dir = {:?}\ndata-dir = {:?}\nshutdown-grace-secs = 5\n[retry]\nbase-secs = 0.01\nmax-secs = 0.05\n{extra}",
+            "plugins-dir = {:?}\ndata-dir = {:?}\nshutdown-grace-secs = 5\n[retry]\nbase-secs = 0.01\nmax-secs = 0.05\n{}",
             self.plugins_dir(),
-            self.data_dir()
+            self.data_dir(),
+            every_queue_exists(extra)
         )
     }
 
@@ -124,6 +125,17 @@ impl TestEnv {
             Default::default(),
         )
         .expect("local queue")
+    }
+}
+
+/// `extra` with `[source] queues = ["*"]`: the tests' sink queues are read by the tests, not
+/// by a consumer, so every name exists on the embedded queue here. The rule that only declared
+/// queues exist has tests of its own, on configurations written without this.
+fn every_queue_exists(extra: &str) -> String {
+    const ANY: &str = "[source]\nqueues = [\"*\"]\n";
+    match extra.contains("[source]\n") {
+        true => extra.replacen("[source]\n", ANY, 1),
+        false => format!("{extra}\n{ANY}"),
     }
 }
 

@@ -5,13 +5,17 @@
 //! message until it is deleted or the timeout lapses, a receive count, per-message delays,
 //! FIFO groups (only the head of a group is ever visible, so a group is handled in order, one
 //! message at a time) and a redrive policy that moves a message to its dead-letter queue once
-//! its receive count passes a maximum. Queues spring into being on first use.
+//! its receive count passes a maximum. As on SQS, a send to a queue that does not exist is
+//! refused ([`SourceError::UnknownQueue`]) once the queue is told which exist
+//! ([`LocalQueue::with_queues`]): a typo in a queue name fails here as it would there, instead
+//! of filling a queue no one reads. Without that list, queues spring into being on first use
+//! (the form tests and benchmarks use).
 //!
 //! It can also do on purpose what SQS does by accident: deliver copies of one message under one
 //! message id ([`LocalQueue::send_copies`]), so handlers and the host's duplicate suppression
 //! can be tried locally.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,6 +64,8 @@ pub struct Redrive {
 pub struct LocalQueue {
     db: Db,
     redrive: HashMap<String, Redrive>,
+    /// The queues that exist, where a send to any other is refused (`None`: every name).
+    queues: Option<BTreeSet<String>>,
     /// Wakes waiting receivers when this process sends.
     sent: Arc<Notify>,
 }
@@ -72,8 +78,17 @@ impl LocalQueue {
         Ok(LocalQueue {
             db,
             redrive,
+            queues: None,
             sent: Arc::new(Notify::new()),
         })
+    }
+
+    /// Only `queues` exist: a send to any other is refused as SQS refuses a send to a queue
+    /// never created. Receiving, peeking and purging any name stay allowed (they change
+    /// nothing that is not there).
+    pub fn with_queues(mut self, queues: impl IntoIterator<Item = String>) -> Self {
+        self.queues = Some(queues.into_iter().collect());
+        self
     }
 
     /// Deletes every message of `queue`, visible or not (`qhost purge`); returns how many.
@@ -124,6 +139,11 @@ impl LocalQueue {
         copies: usize,
     ) -> Result<Vec<String>, SourceError> {
         for m in messages {
+            if let Some(queues) = &self.queues
+                && !queues.contains(&m.queue)
+            {
+                return Err(SourceError::UnknownQueue(m.queue.clone()));
+            }
             rules::check(m).map_err(|r| SourceError::Refused(r.0))?;
         }
         let messages = messages.to_vec();
@@ -557,6 +577,27 @@ mod tests {
             0,
             "not even the good one"
         );
+    }
+
+    #[tokio::test]
+    async fn told_which_queues_exist_it_refuses_a_send_to_any_other_and_sends_none() {
+        let q = queue().with_queues(["q".to_string()]);
+        let typo = [Outgoing::new("q", "fine"), Outgoing::new("qq", "lost")];
+        let err = q.send(&typo).await.unwrap_err();
+        assert!(
+            matches!(&err, SourceError::UnknownQueue(name) if name == "qq"),
+            "{err}"
+        );
+        assert!(err.is_permanent());
+        let copies = QueueAdmin::send_copies(&q, &typo[1..], 2).await;
+        assert!(matches!(copies, Err(SourceError::UnknownQueue(_))));
+        assert_eq!(
+            q.depth("q").await.unwrap().total(),
+            0,
+            "not even the good one"
+        );
+        q.send(&typo[..1]).await.expect("a declared queue takes it");
+        assert_eq!(q.peek("qq", 10).await.unwrap().len(), 0);
     }
 
     #[tokio::test]

@@ -63,6 +63,7 @@ impl RawConfig {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub(crate) struct RawSource {
     pub kind: Option<String>,
+    pub queues: Option<Vec<String>>,
     pub region: Option<String>,
     pub endpoint_url: Option<String>,
 }

@@ -8,6 +8,7 @@ pub(crate) mod capture;
 pub(crate) mod celery;
 mod compiled_cache;
 pub(crate) mod deadlines;
+mod declared;
 #[cfg(test)]
 mod documented;
 mod file;
@@ -151,6 +152,9 @@ pub struct Config {
     pub compiled_cache: Option<PathBuf>,
     /// Queue backend.
     pub source: SourceKind,
+    /// The embedded queue's queues besides those consumed, dead-lettered to and scheduled
+    /// (`[source] queues`; `None`: every name exists). See [`Config::local_queues`].
+    pub source_queues: Option<Vec<String>>,
     /// Idempotency backend.
     pub store: StoreKind,
     /// Prefix of every idempotency key.
@@ -222,7 +226,7 @@ impl Config {
     }
 
     /// Checks a parsed configuration, filling in defaults.
-    pub(crate) fn from_raw(raw: RawConfig) -> anyhow::Result<Self> {
+    pub(crate) fn from_raw(mut raw: RawConfig) -> anyhow::Result<Self> {
         let max_in_flight = raw.max_in_flight.unwrap_or(32);
         in_range("max-in-flight", max_in_flight, 1, 4096)?;
         let lanes = raw.lanes.unwrap_or(1);
@@ -252,6 +256,10 @@ impl Config {
         if namespace.is_empty() || namespace.contains(['{', '}']) {
             bail!("idempotency.namespace must be non-empty and hold no braces");
         }
+        let source_queues = declared::source_queues(
+            raw.source.as_mut().and_then(|s| s.queues.take()),
+            raw.queues.is_none(),
+        )?;
         let queues = match raw.queues {
             Some(qs) => qs
                 .into_iter()
@@ -308,6 +316,7 @@ impl Config {
             }
         }
         Ok(Config {
+            source_queues,
             schedules,
             rollout,
             deadlines,

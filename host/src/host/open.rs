@@ -142,9 +142,14 @@ pub(crate) async fn open_source(
 }
 
 /// The embedded queue in the configuration's data directory (in memory without one), with the
-/// configured queues' redrive policies.
+/// configured queues' redrive policies, refusing a send to a queue the configuration does not
+/// declare (as SQS refuses one to a queue never created).
 fn open_local(config: &Config) -> anyhow::Result<LocalQueue> {
-    LocalQueue::open(config.database().as_deref(), redrives(config))
+    let queue = LocalQueue::open(config.database().as_deref(), redrives(config))?;
+    Ok(match config.local_queues() {
+        Some(queues) => queue.with_queues(queues),
+        None => queue,
+    })
 }
 
 /// Connects to SQS with the configuration's `settings`, and checks that the queues exist:
