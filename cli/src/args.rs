@@ -360,7 +360,7 @@ pub(crate) struct MessageArgs {
     #[arg(
         long,
         conflicts_with = "body_file",
-        required_unless_present = "body_file"
+        required_unless_present_any = ["body_file", "celery_task"]
     )]
     pub(crate) body: Option<String>,
     /// Read the body from this file (`-`: standard input).
@@ -373,9 +373,9 @@ pub(crate) struct MessageArgs {
 
 impl MessageArgs {
     /// The body (read from `--body-file` if given so) and the parsed attributes.
-    pub(crate) fn read(self) -> anyhow::Result<(Vec<u8>, Vec<Attribute>)> {
-        let body = match (self.body, self.body_file) {
-            (Some(b), _) => b.into_bytes(),
+    pub(crate) fn read(&self) -> anyhow::Result<(Vec<u8>, Vec<Attribute>)> {
+        let body = match (&self.body, &self.body_file) {
+            (Some(b), _) => b.clone().into_bytes(),
             (None, Some(path)) if path.as_os_str() == "-" => {
                 let mut body = Vec::new();
                 std::io::Read::read_to_end(&mut std::io::stdin(), &mut body)
@@ -383,7 +383,7 @@ impl MessageArgs {
                 body
             }
             (None, Some(path)) => {
-                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?
             }
             (None, None) => bail!("give --body or --body-file"),
         };
@@ -449,6 +449,66 @@ pub(crate) struct SendArgs {
     /// and warning: for scripts, where a typo must not pass.
     #[arg(long)]
     pub(crate) strict: bool,
+    /// Send the body as its producer delivers it: `sns` (a notification whose Message is the
+    /// body), `eventbridge` (an event whose detail is the body, JSON), `s3` (an event
+    /// notification for the object key the body names), `celery` (the task the body
+    /// describes: {"task", "args", "kwargs"}). Without it, the body is sent as it is.
+    #[arg(long, value_name = "FORMAT")]
+    pub(crate) format: Option<String>,
+    /// Send Celery task NAME as Celery's `apply_async` does (with --args and --kwargs, no
+    /// --body). Example: qhost send --queue celery --celery-task proj.tasks.add --args '[2, 3]'
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["body", "body_file", "format"])]
+    pub(crate) celery_task: Option<String>,
+    /// The task's positional arguments, a JSON list (with --celery-task).
+    #[arg(long, value_name = "JSON", requires = "celery_task")]
+    pub(crate) args: Option<String>,
+    /// The task's keyword arguments, a JSON object (with --celery-task).
+    #[arg(long, value_name = "JSON", requires = "celery_task")]
+    pub(crate) kwargs: Option<String>,
+}
+
+impl SendArgs {
+    /// The body and attributes to send: as given, wrapped as `--format`'s producer delivers
+    /// it, or the Celery task `--celery-task` names.
+    pub(crate) fn read(&self) -> anyhow::Result<(Vec<u8>, Vec<Attribute>)> {
+        let (body, mut attributes) = match &self.celery_task {
+            Some(task) => (celery_task(task, &self.args, &self.kwargs)?, Vec::new()),
+            None => self.message.read()?,
+        };
+        let format = match &self.celery_task {
+            Some(_) => "celery",
+            None => match self.format.as_deref() {
+                Some(format) => format,
+                None => return Ok((body, attributes)),
+            },
+        };
+        let body = String::from_utf8(body).context("--format: the body is text")?;
+        let wrapped = qhost::wrap_as(format, &body, &self.queue).map_err(anyhow::Error::msg)?;
+        attributes.extend(wrapped.attributes);
+        Ok((wrapped.body.into_bytes(), attributes))
+    }
+}
+
+/// The task `{"task", "args", "kwargs"}` as JSON text, from the flags that name it.
+fn celery_task(
+    task: &str,
+    args: &Option<String>,
+    kwargs: &Option<String>,
+) -> anyhow::Result<Vec<u8>> {
+    let json = |flag: &str, text: &Option<String>| -> anyhow::Result<serde_json::Value> {
+        match text {
+            None => Ok(serde_json::Value::Null),
+            Some(text) => serde_json::from_str(text).with_context(|| {
+                format!("{flag} is JSON (a list for --args, an object for --kwargs)")
+            }),
+        }
+    };
+    let what = serde_json::json!({
+        "task": task,
+        "args": json("--args", args)?,
+        "kwargs": json("--kwargs", kwargs)?,
+    });
+    Ok(what.to_string().into_bytes())
 }
 
 #[derive(Args)]

@@ -31,10 +31,35 @@ pub struct Fixture {
     pub attributes: Vec<Attribute>,
     /// What to know before pasting it.
     pub note: Option<&'static str>,
+    /// For a Celery task, the task itself (`{task, args, kwargs}`): what a test file writes as
+    /// `celery-task` instead of kombu's base64 envelope.
+    pub celery_task: Option<Value>,
+}
+
+/// The formats a body can be wrapped in as its producer delivers it (`qhost send --format`).
+pub(crate) const WRAP_FORMATS: [&str; 4] = ["sns", "eventbridge", "s3", "celery"];
+
+/// `body` as a producer of `format` delivers it to `queue`: an SNS notification whose
+/// `Message` is the body, an EventBridge event whose `detail` is it (JSON), an S3 event
+/// notification for the object key it names, or the Celery task it describes (`{"task",
+/// "args", "kwargs"}`), sent to `queue` as Celery sends one.
+pub fn wrap_as(format: &str, body: &str, queue: &str) -> Result<Fixture, String> {
+    if !WRAP_FORMATS.contains(&format) {
+        return Err(format!(
+            "--format `{format}`: a body can be sent as {} delivers it (or as it is, without --format)",
+            WRAP_FORMATS.join(", ")
+        ));
+    }
+    made(format, Some(body), queue)
 }
 
 /// A `kind` message carrying `body` (what the handler is to get; a default when `None`).
 pub fn fixture(kind: &str, body: Option<&str>) -> Result<Fixture, String> {
+    made(kind, body, "celery")
+}
+
+/// A `kind` message carrying `body`, sent to `queue` (what a Celery task's routing names).
+fn made(kind: &str, body: Option<&str>, queue: &str) -> Result<Fixture, String> {
     let id = || uuid::Uuid::new_v4().to_string();
     let now = jiff::Timestamp::now()
         .round(jiff::Unit::Millisecond)
@@ -52,6 +77,7 @@ pub fn fixture(kind: &str, body: Option<&str>) -> Result<Fixture, String> {
         body: String::new(),
         attributes: Vec::new(),
         note: None,
+        celery_task: None,
     };
     let fixture = match kind {
         "sqs" => Fixture {
@@ -83,14 +109,14 @@ pub fn fixture(kind: &str, body: Option<&str>) -> Result<Fixture, String> {
                 "args": [],
                 "kwargs": {"email": "alice@example.com", "month": "2026-12"},
             }))?;
-            let body =
-                crate::celery::send::task_message(task.to_string().as_bytes(), &id(), "celery")
-                    .map_err(|e| format!("--body: {e}"))?;
+            let body = crate::celery::send::task_message(task.to_string().as_bytes(), &id(), queue)
+                .map_err(|e| format!("--body: {e}"))?;
             Fixture {
                 body: String::from_utf8_lossy(&body).into_owned(),
                 note: Some(
-                    "kombu's SQS envelope (base64); --body is the task: {\"task\", \"args\", \"kwargs\"}",
+                    "the test runner sends celery-task as Celery does (kombu's SQS envelope, base64); --body is the task: {\"task\", \"args\", \"kwargs\"}",
                 ),
+                celery_task: Some(task),
                 ..plain("celery")
             }
         }
@@ -223,8 +249,32 @@ mod tests {
                 .contains("\"Type\":\"Notification\"")
         );
         assert_eq!(
+            celery.celery_task,
+            Some(serde_json::json!({"task": "t.x", "args": [1]}))
+        );
+        assert_eq!(
             fixture("kafka", None).unwrap_err(),
             "`kafka` is not a fixture kind: sqs, sns, eventbridge, s3, celery, extended-client"
         );
+    }
+
+    /// A wrapped body is read back as the body it wraps, and a Celery task names its queue.
+    #[test]
+    fn a_wrapped_body_reads_back_as_itself() {
+        let sns = wrap_as("sns", "hello", "orders").unwrap();
+        let notification: Value = serde_json::from_str(&sns.body).unwrap();
+        assert_eq!(notification["Message"], "hello");
+        let task = r#"{"task": "proj.add", "args": [2, 3], "kwargs": {}}"#;
+        let celery = wrap_as("celery", task, "work").unwrap();
+        let envelope = STANDARD.decode(&celery.body).unwrap();
+        let envelope: Value = serde_json::from_slice(&envelope).unwrap();
+        assert_eq!(
+            envelope["properties"]["delivery_info"]["routing_key"],
+            "work"
+        );
+        assert_eq!(envelope["headers"]["task"], "proj.add");
+        let not = wrap_as("extended-client", "x", "q").unwrap_err();
+        assert!(not.contains("sns, eventbridge, s3, celery"), "{not}");
+        assert!(wrap_as("eventbridge", "not json", "q").is_err());
     }
 }

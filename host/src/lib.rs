@@ -115,6 +115,7 @@ mod traces;
 // The host and its configuration.
 pub use config::deadlines::Deadlines;
 pub use config::load::Overrides;
+pub use config::typo::nearest;
 pub use config::{Config, DEFAULT_ADMIN_LISTEN, MessageFormat, RetryPolicy};
 pub use host::Host;
 pub use host::open::{StartError, load_plugins, runtime_for};
@@ -190,7 +191,7 @@ pub use kv::{Op as StateOp, StateCommit};
 // What an operator runs against a configuration: the queue verbs, one message through one
 // plugin file, a Celery configuration's check, a rollout by hand, a new handler project.
 pub use celery::inspect::{CeleryReport, inspect as inspect_celery};
-pub use fixture::{Fixture, fixture};
+pub use fixture::{Fixture, fixture, wrap_as};
 pub use format::inspect::{Inspected, inspect as inspect_message};
 pub use oneshot::{InvokeRequest, Ran, invoke_batch_file, invoke_file};
 pub use qhost_source::Purged;

@@ -11,20 +11,33 @@ fn qhost(dir: &std::path::Path) -> Command {
     c
 }
 
-/// A directory whose `plugins/` holds the email-reminder example under its own manifest; the
-/// directory and the `.wasm`'s path.
-fn with_the_reminder() -> (tempfile::TempDir, std::path::PathBuf) {
+/// A directory whose `plugins/` holds the built plugin crate `crate_name` as `name`, with
+/// `manifest` beside it; the directory and the `.wasm`'s path.
+fn with_plugin(
+    crate_name: &str,
+    name: &str,
+    manifest: &str,
+) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().expect("a directory");
     let plugins = dir.path().join("plugins");
     std::fs::create_dir(&plugins).expect("plugins/");
-    let wasm = plugins.join("email-reminder.wasm");
-    std::fs::write(&wasm, qhost_e2e::plugin_bytes("email-reminder")).expect("the plugin");
-    std::fs::copy(
-        qhost_e2e::workspace().join("plugins/email-reminder/qhost.toml"),
-        plugins.join("email-reminder.toml"),
-    )
-    .expect("its manifest");
+    let wasm = plugins.join(format!("{name}.wasm"));
+    std::fs::write(&wasm, qhost_e2e::plugin_bytes(crate_name)).expect("the plugin");
+    std::fs::write(plugins.join(format!("{name}.toml")), manifest).expect("its manifest");
     (dir, wasm)
+}
+
+/// An example plugin under its own manifest (`plugins/NAME/qhost.toml`), as [`with_plugin`].
+fn with_example(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let manifest = qhost_e2e::workspace().join(format!("plugins/{name}/qhost.toml"));
+    let manifest = std::fs::read_to_string(manifest).expect("its manifest");
+    with_plugin(name, name, &manifest)
+}
+
+/// A directory whose `plugins/` holds the email-reminder example under its own manifest; the
+/// directory and the `.wasm`'s path.
+fn with_the_reminder() -> (tempfile::TempDir, std::path::PathBuf) {
+    with_example("email-reminder")
 }
 
 /// Runs `qhost send ARGS` in `dir`, checks it succeeded, and returns the message id it printed.
@@ -45,6 +58,18 @@ fn send(dir: &std::path::Path, args: &[&str]) -> String {
         .to_string()
 }
 
+/// `qhost run --until-idle` in `dir` at log filter `filter`: it must succeed; what it logged.
+fn run_logged(dir: &std::path::Path, filter: &str) -> String {
+    let out = qhost(dir)
+        .args(["run", "--until-idle"])
+        .env("QHOST_LOG", filter)
+        .output()
+        .expect("running qhost run");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    stderr
+}
+
 #[test]
 fn a_malformed_config_file_names_the_field_and_exits_nonzero() {
     let dir = tempfile::tempdir().unwrap();
@@ -57,6 +82,10 @@ fn a_malformed_config_file_names_the_field_and_exits_nonzero() {
         (
             "[[queue]]\nname = \"q\"\nplugn = \"p\"\n",
             "unknown field `plugn`",
+        ),
+        (
+            "[[queue]]\nname = \"q\"\nplugn = \"p\"\n",
+            "did you mean `plugin`?",
         ),
         ("[[queue\n", "TOML parse error"),
         (
@@ -132,7 +161,7 @@ fn send_then_peek_shows_the_message_with_its_attributes() {
         dir.path(),
         &[
             "--queue",
-            "jobs",
+            "reminders",
             "--body",
             "hello",
             "--attr",
@@ -142,7 +171,7 @@ fn send_then_peek_shows_the_message_with_its_attributes() {
         ],
     );
     let peek = qhost(dir.path())
-        .args(["peek", "--queue", "jobs"])
+        .args(["peek", "--queue", "reminders"])
         .output()
         .unwrap();
     let shown = String::from_utf8(peek.stdout).unwrap();
@@ -154,7 +183,7 @@ fn send_then_peek_shows_the_message_with_its_attributes() {
         .args([
             "send",
             "--queue",
-            "jobs",
+            "reminders",
             "--body",
             "x",
             "--attr",
@@ -351,7 +380,10 @@ fn invoke_runs_one_message_and_says_the_outcome_in_its_exit_code() {
 
     let (code, out, _) = invoke(&reminder, &["--body", "not a reminder"]);
     assert_eq!(code, Some(4), "{out}");
-    assert!(out.contains("outcome:  reject: not a reminder"), "{out}");
+    assert!(
+        out.contains("outcome:  reject: not a reminder: the body is not JSON; a reminder is an object with reminder-id, email, customer and month"),
+        "{out}"
+    );
 
     let (code, out, _) = invoke(&fixture, &["--body", r#"result:{"sent":2}"#]);
     assert_eq!(code, Some(0), "{out}");
@@ -375,15 +407,7 @@ fn invoke_runs_one_message_and_says_the_outcome_in_its_exit_code() {
 /// A plugins directory holding the fixture as `worker`, under `manifest`, and a configuration
 /// consuming queue `jobs` with it.
 fn worker_dir(manifest: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir(&plugins).expect("plugins/");
-    std::fs::write(
-        plugins.join("worker.wasm"),
-        qhost_e2e::plugin_bytes("fixture"),
-    )
-    .expect("the plugin");
-    std::fs::write(plugins.join("worker.toml"), manifest).expect("its manifest");
+    let (dir, _) = with_plugin("fixture", "worker", manifest);
     let config = "[retry]\nbase-secs = 0.01\nmax-secs = 0.05\n[[queue]]\nname = \"jobs\"\nplugin = \"worker\"\n";
     std::fs::write(dir.path().join("qhost.toml"), config).expect("qhost.toml");
     dir
@@ -402,6 +426,7 @@ fn a_broken_manifest_stops_the_run_and_the_messages_wait() {
     assert!(
         stderr.contains("queue `jobs` routes to plugin `worker`, which did not load:")
             && stderr.contains("unknown field `memory-mb`")
+            && stderr.contains("did you mean `memory-mib`?")
             && stderr.contains("--allow-unloaded-plugins"),
         "{stderr}"
     );
@@ -551,10 +576,36 @@ fn check_validates_the_deploy_and_reads_qhost_toml_here_by_default() {
 fn check_names_each_outbox_queue_no_queue_consumes_and_each_the_source_refuses() {
     let dir = worker_dir("[outbox]\nqueues = [\"jobs\", \"sent-emials\"]\n");
     let (code, stdout, stderr) = run_in(dir.path(), &["check"]);
-    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
     assert!(
         stdout.contains("  outbox jobs: consumed here (queue jobs)")
-            && stdout.contains("  outbox sent-emials: no [[queue]] here consumes it")
+            && stdout.contains("  outbox sent-emials: the source refuses it: queue `sent-emials` does not exist on the embedded queue")
+            && stderr.contains("1 outbox queue(s) the source refuses"),
+        "{stdout}{stderr}"
+    );
+    // Run anyway, the send is refused as SQS refuses one to a missing queue: the message is
+    // dead-lettered with the reason, and nothing waits in the misspelt queue.
+    send(
+        dir.path(),
+        &["--queue", "jobs", "--body", "send:sent-emials:hello"],
+    );
+    let (code, _, stderr) = run_in(dir.path(), &["run", "--until-idle"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (_, dead, _) = run_in(dir.path(), &["dlq", "peek", "--queue", "jobs"]);
+    assert!(
+        dead.contains("the outbox could not be sent: queue `sent-emials` does not exist"),
+        "{dead}"
+    );
+    let (_, typo, _) = run_in(dir.path(), &["peek", "--queue", "sent-emials"]);
+    assert!(typo.is_empty(), "{typo}");
+    // Declared in [source] queues, it exists, and only its having no reader is reported.
+    let config = std::fs::read_to_string(dir.path().join("qhost.toml")).unwrap();
+    let declared = format!("{config}[source]\nqueues = [\"sent-emials\"]\n");
+    std::fs::write(dir.path().join("qhost.toml"), declared).unwrap();
+    let (code, stdout, stderr) = run_in(dir.path(), &["check"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("  outbox sent-emials: no [[queue]] here consumes it")
             && stdout.contains(
                 "ok: `qhost run` would start; 1 outbox queue(s) no [[queue]] here consumes"
             ),
@@ -663,20 +714,14 @@ fn send_and_peek_say_what_is_wrong_and_what_is_there() {
         stderr.contains("attribute qhost-foo: names starting with qhost- are the host's own"),
         "{stderr}"
     );
-    let (code, _, stderr) = run_in(dir.path(), &["send", "--queue", "other", "--body", "x"]);
-    assert_eq!(code, Some(0), "{stderr}");
-    assert!(
-        stderr.contains("warning: no configured queue consumes `other`")
-            && stderr.contains("(configured: jobs)"),
-        "{stderr}"
-    );
-    // A near name is named; --strict refuses it and sends nothing.
-    let typo = ["send", "--queue", "jbos", "--body", "x", "--strict"];
-    let (code, stdout, stderr) = run_in(dir.path(), &typo);
+    // On the embedded queue a queue the configuration does not declare does not exist: the
+    // send is refused, naming the near name, the queues there are and how to create one.
+    let (code, stdout, stderr) = run_in(dir.path(), &["send", "--queue", "jbos", "--body", "x"]);
     assert_eq!(code, Some(1), "{stdout}{stderr}");
     assert!(
-        stderr.contains("no configured queue consumes `jbos` (did you mean `jobs`?)")
-            && stderr.contains("not sent (--strict)"),
+        stderr.contains("queue `jbos` does not exist on the embedded queue (did you mean `jobs`?)")
+            && stderr.contains("are jobs, jobs-dlq.")
+            && stderr.contains(r#"[source] queues = ["jbos"]"#),
         "{stderr}"
     );
     let (_, stdout, stderr) = run_in(dir.path(), &["peek", "--queue", "jbos"]);
@@ -684,17 +729,48 @@ fn send_and_peek_say_what_is_wrong_and_what_is_there() {
         stdout.is_empty() && stderr.contains("0 messages in `jbos`"),
         "nothing was sent: {stdout}{stderr}"
     );
-    // Without a qhost.toml, the warning says the consumed queue is the built-in default's.
+    // Declared but consumed by no queue: sent, with a warning; --strict refuses it.
+    let config = std::fs::read_to_string(dir.path().join("qhost.toml")).unwrap();
+    let declared = format!("{config}[source]\nqueues = [\"other\"]\n");
+    std::fs::write(dir.path().join("qhost.toml"), declared).unwrap();
+    let (code, _, stderr) = run_in(dir.path(), &["send", "--queue", "other", "--body", "x"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("warning: no configured queue consumes `other`")
+            && stderr.contains("(configured: jobs)"),
+        "{stderr}"
+    );
+    let strict = ["send", "--queue", "other", "--body", "y", "--strict"];
+    let (code, stdout, stderr) = run_in(dir.path(), &strict);
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains("not sent (--strict)"), "{stderr}");
+    let (_, stdout, _) = run_in(dir.path(), &["peek", "--queue", "other"]);
+    assert_eq!(
+        stdout.lines().count(),
+        1,
+        "only the first was sent: {stdout}"
+    );
+    // Without a qhost.toml, the queues named are the built-in defaults'.
     let empty = tempfile::tempdir().unwrap();
     let (code, _, stderr) = run_in(
         empty.path(),
         &["send", "--queue", "remindrs", "--body", "x"],
     );
-    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("(did you mean `reminders`?)")
-            && stderr
-                .contains("no qhost.toml here: the built-in defaults consume only `reminders`"),
+            && stderr.contains(
+                "no qhost.toml here: the built-in defaults' queues are reminders, reminders-dlq, sent-emails"
+            ),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run_in(
+        empty.path(),
+        &["send", "--queue", "sent-emails", "--body", "x"],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("no qhost.toml here: the built-in defaults consume only `reminders`"),
         "{stderr}"
     );
 
@@ -834,13 +910,7 @@ fn a_warning_about_a_delivery_names_its_queue_and_message_at_the_warn_filter() {
         dir.path(),
         &["--queue", "jobs", "--body", "reject:no such user"],
     );
-    let out = qhost(dir.path())
-        .args(["run", "--until-idle"])
-        .env("QHOST_LOG", "warn")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let stderr = run_logged(dir.path(), "warn");
     let line = (stderr.lines())
         .find(|l| l.contains("dead-lettering"))
         .unwrap_or_else(|| panic!("no dead-letter line in {stderr}"));
@@ -857,13 +927,7 @@ fn text_logs_show_a_handlers_context_once_whatever_the_filter() {
             dir.path(),
             &["--queue", "jobs", "--body", "log:hello from the handler"],
         );
-        let out = qhost(dir.path())
-            .args(["run", "--until-idle"])
-            .env("QHOST_LOG", filter)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{stderr}");
+        let stderr = run_logged(dir.path(), filter);
         let line = (stderr.lines())
             .find(|l| l.contains("hello from the handler"))
             .unwrap_or_else(|| panic!("{filter}: no handler line in {stderr}"));
@@ -875,6 +939,127 @@ fn text_logs_show_a_handlers_context_once_whatever_the_filter() {
             );
         }
     }
+}
+
+/// A batch handler logs before it selects a message: its line names the plugin and the queue,
+/// and no `message_id=""`; the host's line about one order of the call names that order.
+#[test]
+fn a_batch_handlers_line_before_it_selects_a_message_carries_no_empty_message_id() {
+    let (dir, _) = with_example("order-tally");
+    let config = "[[queue]]\nname = \"orders\"\nplugin = \"order-tally\"\n";
+    std::fs::write(dir.path().join("qhost.toml"), config).expect("qhost.toml");
+    let order = r#"{"order-id":"o1","customer":"c","cents":100}"#;
+    send(dir.path(), &["--queue", "orders", "--body", order]);
+    let id = send(dir.path(), &["--queue", "orders", "--body", "not an order"]);
+
+    let stderr = run_logged(dir.path(), "info");
+    let line = (stderr.lines())
+        .find(|l| l.contains("tallying 2 orders"))
+        .unwrap_or_else(|| panic!("no batch line in {stderr}"));
+    assert!(
+        line.contains("plugin=order-tally") && !line.contains("message_id"),
+        "{line}"
+    );
+    let per_message = (stderr.lines())
+        .find(|l| l.contains(&format!("message_id={id}")))
+        .unwrap_or_else(|| panic!("no line for the selected message {id} in {stderr}"));
+    assert!(per_message.contains("queue=orders"), "{per_message}");
+}
+
+/// `qhost send` puts a Celery task on a queue as Celery sends one (`--celery-task`, or
+/// `--format celery` with the task as the body), and wraps a body as SNS delivers it
+/// (`--format sns`): the reminder runs from each. A bare body on a Celery queue is sent as it
+/// is, with a note naming the flags, and is dead-lettered as not a Celery message.
+#[test]
+fn send_puts_a_celery_task_or_a_wrapped_body_on_a_queue_as_its_producer_would() {
+    let (dir, _) = with_the_reminder();
+    let config = "[[queue]]\nname = \"celery\"\nformat = \"celery\"\n\
+                  tasks = { \"proj.tasks.send_reminder\" = \"email-reminder\" }\n\
+                  [[queue]]\nname = \"notes\"\nformat = \"sns\"\nplugin = \"email-reminder\"\n\
+                  [source]\nqueues = [\"sent-emails\"]\n";
+    std::fs::write(dir.path().join("qhost.toml"), config).expect("qhost.toml");
+    let reminder = |id: &str| {
+        format!(
+            r#"{{"reminder-id":"{id}","email":"{id}@example.com","customer":"C","month":"2026-12"}}"#
+        )
+    };
+    let kwargs = reminder("by-flag");
+    send(
+        dir.path(),
+        &[
+            "--queue",
+            "celery",
+            "--celery-task",
+            "proj.tasks.send_reminder",
+            "--kwargs",
+            &kwargs,
+        ],
+    );
+    let task = format!(
+        r#"{{"task":"proj.tasks.send_reminder","kwargs":{}}}"#,
+        reminder("by-format")
+    );
+    send(
+        dir.path(),
+        &["--queue", "celery", "--format", "celery", "--body", &task],
+    );
+    send(
+        dir.path(),
+        &[
+            "--queue",
+            "notes",
+            "--format",
+            "sns",
+            "--body",
+            &reminder("by-sns"),
+        ],
+    );
+    let bare = qhost(dir.path())
+        .args(["send", "--queue", "celery", "--body", &task])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&bare.stderr);
+    assert!(bare.status.success(), "{stderr}");
+    assert!(
+        stderr
+            .contains("note: queue `celery` reads celery messages, and the body was sent as it is")
+            && stderr.contains("--celery-task NAME --args JSON --kwargs JSON"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run_in(
+        dir.path(),
+        &[
+            "send",
+            "--queue",
+            "celery",
+            "--celery-task",
+            "t",
+            "--args",
+            "not json",
+        ],
+    );
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("--args is JSON"), "{stderr}");
+    let (code, _, stderr) = run_in(
+        dir.path(),
+        &[
+            "send", "--queue", "notes", "--format", "kafka", "--body", "x",
+        ],
+    );
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("--format `kafka`") && stderr.contains("sns, eventbridge, s3, celery"),
+        "{stderr}"
+    );
+
+    let (code, _, stderr) = run_in(dir.path(), &["run", "--until-idle"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (_, sent, _) = run_in(dir.path(), &["peek", "--queue", "sent-emails"]);
+    for id in ["by-flag", "by-format", "by-sns"] {
+        assert!(sent.contains(&format!("{id}@example.com")), "{id}: {sent}");
+    }
+    let (_, dead, _) = run_in(dir.path(), &["dlq", "peek", "--queue", "celery"]);
+    assert!(dead.contains("not a Celery message"), "{dead}");
 }
 
 /// On the embedded defaults: the example reminder records the address-month it reminded, a

@@ -323,6 +323,7 @@ fn broken_test_files_are_one_clear_error_each_and_fail_the_run() {
             .to_string()
     };
     let unknown = error("a-unknown.test.toml");
+    assert!(unknown.ends_with("(did you mean `outcome`?)"), "{unknown}");
     assert!(
         unknown.starts_with(
             "ERROR ./a-unknown.test.toml: case `typo`, line 8: unknown field `outcom`, expected one of"
@@ -463,6 +464,15 @@ fn recorded_messages_and_fixtures_become_cases_that_pass() {
             case.starts_with(&format!("# {kind} as its producer sends it")),
             "{case}"
         );
+        if kind == "celery" {
+            // The task as a test file writes it, not kombu's base64 envelope.
+            assert!(
+                case.contains("celery-task")
+                    && case.contains("task = \"proj.tasks.send_reminder\"")
+                    && !case.contains("body ="),
+                "{case}"
+            );
+        }
         let file = format!("plugin = \"email-reminder\"\n[queue]\nformat = \"{format}\"\n\n{case}");
         let name = format!("{kind}.test.toml");
         std::fs::write(dir.path().join(&name), &file).expect("writing");

@@ -29,16 +29,6 @@ pub(crate) use test::{fixture, test};
 
 use qhost::Attribute;
 
-/// The name among `names` nearest `name` within two edits (a typo's distance), if any: what a
-/// "did you mean" names.
-pub(crate) fn nearest<'a>(names: impl IntoIterator<Item = &'a str>, name: &str) -> Option<&'a str> {
-    (names.into_iter())
-        .map(|n| (strsim::levenshtein(n, name), n))
-        .filter(|(d, _)| *d <= 2)
-        .min()
-        .map(|(_, n)| n)
-}
-
 /// A message as the commands print it: `BODY  [NAME=VALUE, …]`.
 pub(crate) fn shown(body: &[u8], attributes: &[Attribute]) -> String {
     let attrs: Vec<String> = (attributes.iter())

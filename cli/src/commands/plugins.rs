@@ -99,7 +99,7 @@ fn present(config: &Config, name: &str) -> String {
         return " (the plugins directory holds no .wasm file)".into();
     }
     there.sort();
-    let near = super::nearest(there.iter().map(String::as_str), name)
+    let near = qhost::nearest(there.iter().map(String::as_str), name)
         .map(|n| format!("did you mean `{n}`? "))
         .unwrap_or_default();
     format!(" ({near}it holds: {})", there.join(", "))
@@ -125,6 +125,8 @@ async fn outbox_targets(config: &Config, queues: &[&str]) -> Vec<Target> {
             (true, false, "any queue (`*`)".to_string())
         } else if let Some(q) = consumer {
             (true, false, format!("consumed here (queue {})", q.name))
+        } else if let Some(why) = super::queue::undeclared(config, false, queue) {
+            (false, true, format!("the source refuses it: {why}"))
         } else {
             match qhost::Queues::open(config, &[queue]).await {
                 Err(e) => (false, true, format!("the source refuses it: {e:#}")),

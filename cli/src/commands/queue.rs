@@ -14,6 +14,9 @@ pub(crate) async fn send(config: Config, defaults: bool, args: SendArgs) -> anyh
             args.queue
         );
     }
+    if let Some(why) = undeclared(&config, defaults, &args.queue) {
+        bail!("{why}");
+    }
     let unconsumed = config
         .queue(&args.queue)
         .is_none()
@@ -21,11 +24,11 @@ pub(crate) async fn send(config: Config, defaults: bool, args: SendArgs) -> anyh
     if let (Some(why), true) = (&unconsumed, args.strict) {
         bail!("{why}; not sent (--strict)");
     }
-    let (body, attributes) = args.message.read()?;
+    let (body, attributes) = args.read()?;
     let mut msg = Outgoing::new(args.queue.clone(), body);
     msg.attributes = attributes;
     msg.delay_seconds = args.delay;
-    msg.group_id = args.group;
+    msg.group_id = args.group.clone();
     let queues = Queues::open(&config, &[&args.queue]).await?;
     let ids = queues.send(msg, args.copies).await?;
     for id in ids {
@@ -34,6 +37,22 @@ pub(crate) async fn send(config: Config, defaults: bool, args: SendArgs) -> anyh
     if let Some(why) = unconsumed {
         eprintln!("warning: {why}");
     }
+    if let Some(q) = config.queue(&args.queue)
+        && q.format.name() != "qhost"
+        && args.format.is_none()
+        && args.celery_task.is_none()
+    {
+        let format = q.format.name();
+        eprintln!(
+            "note: queue `{}` reads {format} messages, and the body was sent as it is; \
+             --format {format} sends a body as its producer delivers it{}",
+            args.queue,
+            match format {
+                "celery" => " (or --celery-task NAME --args JSON --kwargs JSON)",
+                _ => "",
+            }
+        );
+    }
     Ok(())
 }
 
@@ -41,7 +60,7 @@ pub(crate) async fn send(config: Config, defaults: bool, args: SendArgs) -> anyh
 /// configured name it is nearest to, and which configuration that is.
 fn unconsumed(config: &Config, defaults: bool, queue: &str) -> String {
     let names: Vec<&str> = config.queues.iter().map(|q| q.name.as_str()).collect();
-    let near = super::nearest(names.iter().copied(), queue)
+    let near = qhost::nearest(names.iter().copied(), queue)
         .map(|n| format!(" (did you mean `{n}`?)"))
         .unwrap_or_default();
     let configured = if defaults {
@@ -55,6 +74,30 @@ fn unconsumed(config: &Config, defaults: bool, queue: &str) -> String {
     format!(
         "no configured queue consumes `{queue}`{near}: `qhost run` with this configuration will not take the message ({configured})"
     )
+}
+
+/// On the embedded queue, why `queue` cannot take a message: the configuration does not
+/// declare it, so it does not exist there (as on SQS before it is created).
+pub(super) fn undeclared(config: &Config, defaults: bool, queue: &str) -> Option<String> {
+    let exist = config.local_queues()?;
+    if exist.contains(queue) {
+        return None;
+    }
+    let names: Vec<&str> = exist.iter().map(String::as_str).collect();
+    let near = qhost::nearest(names.iter().copied(), queue)
+        .map(|n| format!(" (did you mean `{n}`?)"))
+        .unwrap_or_default();
+    let whose = match defaults {
+        true => "no qhost.toml here: the built-in defaults' queues are",
+        false => {
+            "the configuration's queues (consumed, dead-letter, scheduled and [source] queues) are"
+        }
+    };
+    Some(format!(
+        "queue `{queue}` does not exist on the embedded queue{near}; {whose} {}. \
+         To create it, name it in qhost.toml: [source] queues = [\"{queue}\"]",
+        names.join(", ")
+    ))
 }
 
 /// `qhost purge`: asks on a terminal unless `yes`; refuses without one.

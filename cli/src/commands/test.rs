@@ -126,7 +126,13 @@ pub(crate) fn fixture(args: &FixtureArgs) -> anyhow::Result<()> {
     let fixture = qhost::fixture(&args.kind, args.body.as_deref()).map_err(anyhow::Error::msg)?;
     let mut case = toml::Table::new();
     case.insert("name".into(), format!("a {} message", args.kind).into());
-    case.insert("body".into(), fixture.body.clone().into());
+    match &fixture.celery_task {
+        Some(task) => {
+            let task = toml::Value::try_from(task).context("writing the task as TOML")?;
+            case.insert("celery-task".into(), task)
+        }
+        None => case.insert("body".into(), fixture.body.clone().into()),
+    };
     if !fixture.attributes.is_empty() {
         let mut attributes = toml::Table::new();
         for a in &fixture.attributes {

@@ -17,6 +17,7 @@ pub(crate) mod load;
 pub(crate) mod rollout;
 pub(crate) mod schedule;
 pub(crate) mod secrets;
+pub(crate) mod typo;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -357,7 +358,8 @@ pub(crate) fn parse_raw(text: &str) -> anyhow::Result<RawConfig> {
     toml::from_str(text).map_err(|e| {
         let message = e.to_string();
         let message = message.trim_end();
-        match hint(message) {
+        let hint = hint(message).map(str::to_string);
+        match hint.or_else(|| typo::unknown_name_hint(message)) {
             Some(hint) => anyhow::anyhow!("{message}\n{hint}"),
             None => anyhow::anyhow!("{message}"),
         }

@@ -57,6 +57,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
+use crate::config::typo;
 use crate::flow::FlowPolicy;
 use crate::idempotency::key::{KeySource, OnMissingKey};
 use crate::idempotency::rate::Rate;
@@ -361,7 +362,8 @@ fn default_attempts() -> u32 {
 impl Manifest {
     /// Parses and checks a manifest.
     pub fn parse(text: &str) -> anyhow::Result<Self> {
-        let manifest: Manifest = toml::from_str(text)?;
+        let manifest: Manifest = toml::from_str(text)
+            .map_err(|e| anyhow::anyhow!(typo::with_hint(e.to_string().trim_end())))?;
         manifest.check()?;
         Ok(manifest)
     }

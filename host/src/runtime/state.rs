@@ -272,7 +272,9 @@ impl log::Host for HostState {
                 _ => {}
             }
         }
-        let (plugin, version, id, queue) = (&*c.plugin, &*c.version, &c.message_id, &c.queue);
+        // A batch call logs before it selects a message: then no message id, not an empty one.
+        let id = Some(c.message_id.as_str()).filter(|id| !id.is_empty());
+        let (plugin, version, queue) = (&*c.plugin, &*c.version, &c.queue);
         match level {
             log::Level::Trace => {
                 tracing::trace!(target: "qhost::plugin", plugin, version, message_id = id, queue, "{message}")

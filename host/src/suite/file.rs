@@ -179,6 +179,10 @@ pub(crate) fn read(path: &Path, plugins_dir: &Path) -> Result<TestFile, FileErro
 /// Where a TOML error is, in words: the line, and the case it is in.
 fn located(text: &str, error: &toml::de::Error) -> String {
     let message = error.message().trim_end();
+    let message = &match crate::config::typo::unknown_name_hint(message) {
+        Some(hint) => format!("{message} ({hint})"),
+        None => message.to_string(),
+    };
     let Some(at) = error.span().map(|s| s.start) else {
         return message.to_string();
     };

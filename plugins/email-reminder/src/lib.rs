@@ -97,7 +97,13 @@ fn reminder_of(msg: &Message, celery: bool) -> Result<Reminder, String> {
         return serde_json::from_value(celery::Value::Object(task.kwargs))
             .map_err(|e| e.to_string());
     }
-    serde_json::from_slice(&msg.body).map_err(|e| e.to_string())
+    serde_json::from_slice(&msg.body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+            "the body is not JSON; a reminder is an object with reminder-id, email, customer and month"
+                .to_string()
+        }
+        _ => e.to_string(),
+    })
 }
 
 /// The address-months reminded so far, when the manifest grants the `reminded` bucket.
