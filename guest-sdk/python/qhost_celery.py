@@ -12,8 +12,9 @@ in their arguments. It is kept only if the handler acks.
         ...
         qhost_celery.set_result({"sent": 1})
 
-Build with this folder on componentize-py's path beside your app's:
-`componentize-py -d QHOST/wit -w handler componentize -p . -p QHOST/guest-sdk/python app -o app.wasm`.
+A `qhost new python` project carries this file beside `app.py`, and its build (in the
+project's README) bundles it. Elsewhere, put this folder on componentize-py's path beside your
+app's: `componentize-py -d QHOST/wit -w handler-full componentize -p . -p QHOST/guest-sdk/python app -o app.wasm`.
 """
 import json
 from dataclasses import dataclass, field

@@ -9,7 +9,8 @@ state: the `reminded` bucket its manifest grants (wasi:keyvalue) records each ad
 reminded, committed with the run that sent the email. Without the grant it relies on the key.
 
 Build: scripts/build-guest-plugins (componentize-py, pinned, against ../../wit's
-`handler-state` world, with ../../guest-sdk/python on its path for qhost_celery).
+`handler-full` world, with ../../guest-sdk/python on its path for qhost_celery): the world
+and the module names of a `qhost new python` project, so this file can be copied into one.
 """
 
 import json
@@ -18,7 +19,7 @@ import qhost_celery
 import wit_world
 from componentize_py_types import Err
 from wit_world.imports import config, log, outbox, store
-from wit_world.imports.types import (
+from wit_world.imports.qhost_handler_types import (
     Attribute,
     AttributeValue_String,
     Message,

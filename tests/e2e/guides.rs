@@ -214,6 +214,18 @@ fn the_readme_s_five_minutes_run_as_written() {
     );
 }
 
+/// The Celery guide's Python example, copied into a `qhost new python` project as it says,
+/// builds as the project does and runs the tasks `qhost send --celery-task` puts on the queue.
+#[test]
+fn the_celery_guide_s_python_example_runs_in_a_new_project() {
+    qhost_e2e::built_guests(); // fetches the componentize-py wheel
+    run_walk_through(
+        "celery.md",
+        Some("### The Python example, in a project of your own"),
+        Some("## 4. Check a message before you switch"),
+    );
+}
+
 #[test]
 fn the_testing_guide_runs_as_written() {
     qhost_e2e::built_plugins(); // the example plugins' crates in cargo's cache
