@@ -8,9 +8,14 @@
 //! it gets many messages per call and selects each before making its effects; the manifest
 //! gains a commented `[batch]` table.
 //!
+//! A Rust project carries qhost's Rust SDK as `qhost-guest/` (the crate this repository's own
+//! plugins use, written from the binary), so the Rust guide's code builds in it as it is, with
+//! state, HTTP and Celery one line away, and nothing to fetch but crates.io's. A Python project
+//! carries the SDK's helper modules the same way.
+//!
 //! The templates are files under `host/templates/` (`batch/` for the batch handlers' code),
-//! embedded in the binary, with `{{name}}` (and, for Rust, `{{crate}}` and `{{wit_bindgen}}`)
-//! filled in.
+//! embedded in the binary, with `{{name}}` (and, for Rust, `{{crate}}` and the SDK's
+//! dependencies' versions) filled in.
 
 use std::path::{Path, PathBuf};
 
@@ -21,7 +26,7 @@ use crate::message::wire::valid_plugin_name;
 /// The languages `qhost new` starts a handler in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Language {
-    /// Rust, with wit-bindgen, built for `wasm32-wasip2`.
+    /// Rust, with qhost's SDK (`qhost-guest`, on wit-bindgen), built for `wasm32-wasip2`.
     Rust,
     /// Python, built with componentize-py.
     Python,
@@ -39,8 +44,9 @@ pub enum Shape {
 }
 
 impl Shape {
-    /// The world a Rust or JavaScript project builds against (the WIT it carries has no other
-    /// packages), and the one a Python project does (the whole contract).
+    /// The world a JavaScript project builds against (the WIT it carries has no other
+    /// packages), and the one a Python project does (the whole contract). A Rust project's
+    /// SDK picks its own.
     fn worlds(self) -> (&'static str, &'static str) {
         match self {
             Shape::Handler => ("handler", "handler-full"),
@@ -101,6 +107,55 @@ const WIT_WITH_DEPS: [(&str, &str); 9] = [
 
 /// The wit-bindgen a Rust handler generates its bindings with.
 const WIT_BINDGEN: &str = "0.61.1";
+/// The versions of the Rust SDK's other dependencies, as the workspace pins them.
+const WASIP2: &str = "2.0.1";
+const SERDE: &str = "1.0";
+const SERDE_JSON: &str = "1.0";
+
+/// qhost's Rust SDK, written into a Rust project as `qhost-guest/`: the crate this repository
+/// builds its own plugins with, file for file, under a manifest of its own (no workspace).
+const RUST_SDK: [(&str, &str); 10] = [
+    (
+        "qhost-guest/Cargo.toml",
+        include_str!("../templates/rust/qhost-guest.toml"),
+    ),
+    (
+        "qhost-guest/src/lib.rs",
+        include_str!("../../guest-sdk/src/lib.rs"),
+    ),
+    (
+        "qhost-guest/src/batch.rs",
+        include_str!("../../guest-sdk/src/batch.rs"),
+    ),
+    (
+        "qhost-guest/src/celery.rs",
+        include_str!("../../guest-sdk/src/celery.rs"),
+    ),
+    (
+        "qhost-guest/src/config.rs",
+        include_str!("../../guest-sdk/src/config.rs"),
+    ),
+    (
+        "qhost-guest/src/http.rs",
+        include_str!("../../guest-sdk/src/http.rs"),
+    ),
+    (
+        "qhost-guest/src/log.rs",
+        include_str!("../../guest-sdk/src/log.rs"),
+    ),
+    (
+        "qhost-guest/src/message.rs",
+        include_str!("../../guest-sdk/src/message.rs"),
+    ),
+    (
+        "qhost-guest/src/outbox.rs",
+        include_str!("../../guest-sdk/src/outbox.rs"),
+    ),
+    (
+        "qhost-guest/src/state.rs",
+        include_str!("../../guest-sdk/src/state.rs"),
+    ),
+];
 
 /// The handler's code in `language` and `shape`.
 fn code(language: Language, shape: Shape) -> &'static str {
@@ -118,10 +173,15 @@ fn code(language: Language, shape: Shape) -> &'static str {
 fn files(language: Language, shape: Shape) -> Vec<(&'static str, &'static str)> {
     let manifest = include_str!("../templates/manifest.toml");
     let mut files = match language {
-        Language::Rust => vec![
+        // A Rust project carries the SDK the guide builds on (`qhost_guest`): reachable with
+        // no registry and no checkout of this repository, and the version this qhost serves.
+        Language::Rust => [
             ("Cargo.toml", include_str!("../templates/rust/Cargo.toml")),
             ("src/lib.rs", code(language, shape)),
-        ],
+        ]
+        .into_iter()
+        .chain(RUST_SDK)
+        .collect(),
         // A Python project carries the SDK's helpers (HTTP, Celery) and a place for its PyPI
         // packages, so nothing has to be copied out of this repository.
         Language::Python => vec![
@@ -222,7 +282,18 @@ fn readme(language: Language, shape: Shape) -> String {
          answer (ack, retry, reject) and call (log, config, outbox). `{{{{name}}}}.toml` is its\n\
          manifest: the idempotency key qhost leases on, limits, and what it may send to.\n"
     );
-    format!("{text}{batch}")
+    let sdk = match language {
+        Language::Rust => {
+            "\n`qhost-guest/` is qhost's Rust SDK, as this qhost serves it (`docs/handlers-rust.md`\n\
+             walks through each part). What a handler may use beyond log, config and the outbox is\n\
+             a line of code and a line of its manifest away: state, `qhost_guest::state::Bucket::open(\"counts\")`\n\
+             with `keyvalue = [\"counts\"]` under `[capabilities]`; an API, `qhost_guest::http::Request`\n\
+             with `http = [\"https://api.example.com\"]`; a Celery queue's tasks,\n\
+             `features = [\"celery\"]` on `qhost-guest` in `Cargo.toml`.\n"
+        }
+        _ => "",
+    };
+    format!("{text}{batch}{sdk}")
 }
 
 /// The WIT without the worlds that need other packages (and their doc comments).
@@ -288,6 +359,10 @@ fn fill(template: &str, name: &str, language: Language, shape: Shape) -> String 
         .replace("{{name}}", name)
         .replace("{{crate}}", &name.replace('-', "_"))
         .replace("{{wit_bindgen}}", WIT_BINDGEN)
+        .replace("{{wasip2}}", WASIP2)
+        .replace("{{serde}}", SERDE)
+        .replace("{{serde_json}}", SERDE_JSON)
+        .replace("{{sdk_version}}", env!("CARGO_PKG_VERSION"))
 }
 
 /// `n` as TOML writes it for a reader: `86_400`.
@@ -328,8 +403,9 @@ pub fn create(
     match language {
         // componentize-py builds its bindings from one world: the whole contract, so the
         // helpers' imports (wasi:http, wasi:keyvalue) are there when a handler uses them.
-        Language::Python => all.extend(WIT_WITH_DEPS),
-        Language::Rust | Language::JavaScript => all.push(("wit/handler.wit", &wit)),
+        // The Rust SDK's bindings need the same (state through wasi:keyvalue).
+        Language::Python | Language::Rust => all.extend(WIT_WITH_DEPS),
+        Language::JavaScript => all.push(("wit/handler.wit", &wit)),
     }
     let mut written = Vec::new();
     for (path, template) in all {
@@ -418,7 +494,7 @@ mod tests {
             assert!(wit.contains("world batch-handler {"), "{wit}");
         }
         let rust = std::fs::read_to_string(dir.path().join("Rust/src/lib.rs")).unwrap();
-        assert!(rust.contains("world: \"batch-handler\"") && rust.contains("batch_item::select"));
+        assert!(rust.contains("export_batch!(App)") && rust.contains("batch::each"));
         let python = dir.path().join("Python");
         assert!(python.join("qhost_batch.py").is_file());
         let readme = std::fs::read_to_string(python.join("README.md")).unwrap();
@@ -444,7 +520,7 @@ mod tests {
     }
 
     #[test]
-    fn a_project_holds_the_handler_its_manifest_and_the_wit_without_other_packages() {
+    fn a_rust_project_holds_the_handler_its_manifest_the_sdk_and_the_whole_contract() {
         let dir = tempfile::tempdir().unwrap();
         let at = dir.path().join("hello-rs");
         let written = create(Language::Rust, Shape::Handler, "hello-rs", &at).unwrap();
@@ -452,32 +528,52 @@ mod tests {
             .iter()
             .map(|p| p.strip_prefix(&at).unwrap().display().to_string())
             .collect();
-        assert_eq!(
-            names,
-            [
-                "Cargo.toml",
-                "src/lib.rs",
-                "hello-rs.toml",
-                "hello-rs.test.toml",
-                ".gitignore",
-                "README.md",
-                "wit/handler.wit"
-            ]
-        );
+        let sdk: Vec<String> = RUST_SDK.iter().map(|(p, _)| p.to_string()).collect();
+        let expected: Vec<String> = ["Cargo.toml", "src/lib.rs"]
+            .into_iter()
+            .map(String::from)
+            .chain(sdk)
+            .chain(
+                [
+                    "hello-rs.toml",
+                    "hello-rs.test.toml",
+                    ".gitignore",
+                    "README.md",
+                ]
+                .map(String::from),
+            )
+            .chain(WIT_WITH_DEPS.iter().map(|(p, _)| p.to_string()))
+            .collect();
+        assert_eq!(names, expected);
         let cargo = std::fs::read_to_string(at.join("Cargo.toml")).unwrap();
         assert!(
-            cargo.contains("name = \"hello-rs\"") && cargo.contains("0.61.1"),
+            cargo.contains("name = \"hello-rs\"")
+                && cargo.contains("qhost-guest = { path = \"qhost-guest\" }"),
             "{cargo}"
+        );
+        let sdk = std::fs::read_to_string(at.join("qhost-guest/Cargo.toml")).unwrap();
+        assert!(
+            sdk.contains(&format!("wit-bindgen = {{ version = \"{WIT_BINDGEN}\""))
+                && sdk.contains(&format!("version = \"{}\"", env!("CARGO_PKG_VERSION")))
+                && !sdk.contains("{{"),
+            "{sdk}"
+        );
+        let lib = std::fs::read_to_string(at.join("qhost-guest/src/lib.rs")).unwrap();
+        assert_eq!(
+            lib,
+            include_str!("../../guest-sdk/src/lib.rs"),
+            "the SDK as it is"
         );
         let readme = std::fs::read_to_string(at.join("README.md")).unwrap();
         assert!(
-            readme.contains("target/wasm32-wasip2/release/hello_rs.wasm"),
+            readme.contains("target/wasm32-wasip2/release/hello_rs.wasm")
+                && readme.contains("qhost_guest::state::Bucket::open"),
             "{readme}"
         );
         let wit = std::fs::read_to_string(at.join("wit/handler.wit")).unwrap();
         assert!(
-            wit.contains("world handler {") && !wit.contains("wasi:http"),
-            "{wit}"
+            wit.contains("world handler-state {"),
+            "the SDK's worlds: {wit}"
         );
         assert!(
             !std::fs::read_to_string(at.join("src/lib.rs"))
@@ -490,9 +586,27 @@ mod tests {
             .to_string();
         assert!(again.contains("exists and is not empty"), "{again}");
         let workspace = include_str!("../../Cargo.toml");
-        assert!(
-            workspace.contains(&format!("wit-bindgen = {{ version = \"{WIT_BINDGEN}\"")),
-            "the template's wit-bindgen is the workspace's"
+        for (name, version) in [
+            ("wit-bindgen", WIT_BINDGEN),
+            ("wasip2", WASIP2),
+            ("serde", SERDE),
+        ] {
+            assert!(
+                workspace.contains(&format!("\n{name} = {{ version = \"{version}\"")),
+                "the SDK's {name} is the workspace's"
+            );
+        }
+        assert!(workspace.contains(&format!("\nserde_json = \"{SERDE_JSON}\"")));
+        let sdk = include_str!("../../guest-sdk/Cargo.toml");
+        let deps = ["serde", "serde_json", "wasip2", "wit-bindgen"];
+        let listed = (sdk.lines())
+            .filter_map(|l| l.split([' ', '.']).next())
+            .filter(|name| deps.contains(name))
+            .count();
+        assert_eq!(
+            listed,
+            deps.len(),
+            "the SDK depends on these and no others: {sdk}"
         );
         let bad = create(
             Language::Python,

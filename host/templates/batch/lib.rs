@@ -3,36 +3,29 @@
 //! that acks, so a duplicate delivery never reaches it twice. It returns one outcome per
 //! message, in order; each message then ends on its own (acked, retried, dead-lettered).
 
-wit_bindgen::generate!({ path: "wit", world: "batch-handler" });
+use qhost_guest::{BatchHandler, Message, Outcome, batch, log};
 
-use qhost::handler::batch_item;
-use qhost::handler::log::{self, Level};
+struct App;
 
-struct Handler;
-
-impl Guest for Handler {
+impl BatchHandler for App {
     fn handle_batch(msgs: Vec<Message>) -> Vec<Outcome> {
-        log::write(Level::Info, &format!("{{name}} got {} messages", msgs.len()));
-        let mut outcomes = Vec::with_capacity(msgs.len());
-        for (i, msg) in msgs.into_iter().enumerate() {
-            // What follows is this message's: its outbox, state and result commit with it alone.
-            let _ = batch_item::select(i as u32);
-            outcomes.push(handle_one(msg));
-        }
-        outcomes
+        log::info(&format!("{{name}} got {} messages", msgs.len()));
+        // Each message selected in turn: what follows is its own, and its outbox, state and
+        // result commit with it alone.
+        batch::each(msgs).map(|msg| handle_one(&msg)).collect()
     }
 }
 
-fn handle_one(msg: Message) -> Outcome {
-    let Ok(body) = String::from_utf8(msg.body) else {
+fn handle_one(msg: &Message) -> Outcome {
+    let Ok(body) = msg.body_str() else {
         // Never retried: dead-lettered at once with this reason.
-        return Outcome::Reject("the body is not UTF-8".into());
+        return Outcome::reject("the body is not UTF-8");
     };
-    log::write(
-        Level::Info,
-        &format!("{{name}} handled `{body}` (key {})", msg.idempotency_key),
-    );
+    log::info(&format!(
+        "{{name}} handled `{body}` (key {})",
+        msg.idempotency_key
+    ));
     Outcome::Ack
 }
 
-export!(Handler);
+qhost_guest::export_batch!(App);

@@ -1,24 +1,22 @@
 //! {{name}}: a qhost handler. qhost leases the message's idempotency key before this runs and
 //! remembers it once this acks, so a duplicate delivery never reaches it twice.
 
-wit_bindgen::generate!({ path: "wit", world: "handler" });
+use qhost_guest::{Handler, Message, Outcome, log};
 
-use qhost::handler::log::{self, Level};
+struct App;
 
-struct Handler;
-
-impl Guest for Handler {
+impl Handler for App {
     fn handle(msg: Message) -> Outcome {
-        let Ok(body) = String::from_utf8(msg.body) else {
+        let Ok(body) = msg.body_str() else {
             // Never retried: dead-lettered at once with this reason.
-            return Outcome::Reject("the body is not UTF-8".into());
+            return Outcome::reject("the body is not UTF-8");
         };
-        log::write(
-            Level::Info,
-            &format!("{{name}} handled `{body}` (key {})", msg.idempotency_key),
-        );
+        log::info(&format!(
+            "{{name}} handled `{body}` (key {})",
+            msg.idempotency_key
+        ));
         Outcome::Ack
     }
 }
 
-export!(Handler);
+qhost_guest::export!(App);
