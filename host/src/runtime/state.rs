@@ -64,6 +64,18 @@ impl CallContext {
     }
 }
 
+/// What every instance of a plugin is granted, shared by each: its settings, its outbox, HTTP
+/// and state policies, its memory limit, and the world it runs in (a test's; none on a host).
+#[derive(Clone)]
+pub(crate) struct Grants {
+    pub(crate) config: Arc<Settings>,
+    pub(crate) outbox: Arc<OutboxPolicy>,
+    pub(crate) http: Arc<HttpPolicy>,
+    pub(crate) kv: Arc<KvPolicy>,
+    pub(crate) memory_bytes: u64,
+    pub(crate) world: Option<Arc<World>>,
+}
+
 /// The store data for one invocation.
 pub(crate) struct HostState {
     wasi: WasiCtx,
@@ -88,15 +100,16 @@ pub(crate) struct HostState {
 }
 
 impl HostState {
-    /// Fresh state with no ambient authority.
-    pub(crate) fn new(
-        ctx: CallContext,
-        config: Arc<Settings>,
-        (outbox_policy, http): (Arc<OutboxPolicy>, Arc<HttpPolicy>),
-        kv: Arc<KvPolicy>,
-        memory_bytes: u64,
-        world: Option<Arc<World>>,
-    ) -> Self {
+    /// Fresh state for a call in `ctx`, with what `grants` gives and no ambient authority.
+    pub(crate) fn new(ctx: CallContext, grants: &Grants) -> Self {
+        let Grants {
+            config,
+            outbox: outbox_policy,
+            http,
+            kv,
+            memory_bytes,
+            world,
+        } = grants.clone();
         let stderr = GuestStderr::new(STDERR_CAPACITY);
         let mut wasi = WasiCtx::builder();
         wasi.stderr(stderr.clone())

@@ -39,7 +39,7 @@ use super::idle::{IdleBudget, IdleSlot};
 use super::outbox::{OutboxGrant, OutboxPolicy};
 use super::pre::{Exports, Pre};
 use super::settings::Settings;
-use super::state::{CallContext, HostState};
+use super::state::{CallContext, Grants, HostState};
 use super::world::World;
 use crate::handler::{Failure, HandlerMessage, Invocation, Invoke, one_of, outcome_count};
 use crate::kv::{KvCounts, KvGrant, KvLimits, KvPolicy};
@@ -82,17 +82,12 @@ pub(crate) struct WasmInvoker {
     pre: Pre,
     plugin: Arc<str>,
     version: Arc<str>,
-    config: Arc<Settings>,
-    outbox: Arc<OutboxPolicy>,
-    http: Arc<HttpPolicy>,
-    kv: Arc<KvPolicy>,
-    memory_bytes: u64,
+    grants: Grants,
     timeout: Duration,
     reuse: u32,
     idle: Mutex<Vec<(Warm, IdleSlot)>>,
     budget: IdleBudget,
     costs: CostCounters,
-    world: Option<Arc<World>>,
 }
 
 /// Idle instances one reusing plugin keeps at most; all plugins together keep no more than
@@ -148,25 +143,28 @@ impl WasmInvoker {
             counts: sandbox.kv_counts,
             access: Arc::clone(runtime.state()),
         });
-        Ok(WasmInvoker {
-            engine: pre.engine().clone(),
-            pre,
-            plugin,
-            kv,
-            version: version.into(),
+        let grants = Grants {
             config: Arc::new(settings),
             outbox: Arc::new(OutboxPolicy {
                 grant: sandbox.outbox,
                 shape: runtime.send_shape(),
             }),
             http: Arc::new(http),
+            kv,
             memory_bytes: sandbox.memory_mib << 20,
+            world: sandbox.world,
+        };
+        Ok(WasmInvoker {
+            engine: pre.engine().clone(),
+            pre,
+            plugin,
+            version: version.into(),
+            grants,
             timeout: sandbox.timeout,
             reuse: sandbox.reuse_instance.max(1),
             idle: Mutex::default(),
             budget: runtime.idle_budget(),
             costs: CostCounters::default(),
-            world: sandbox.world,
         })
     }
 
@@ -219,19 +217,16 @@ impl WasmInvoker {
     /// A new instance for `ctx`; `for_call` is false for the check at load, which runs outside
     /// the executor.
     async fn instantiate(&self, ctx: CallContext, for_call: bool) -> Result<Warm, Failure> {
-        let config = Arc::clone(&self.config);
-        let state = HostState::new(
-            ctx,
-            config,
-            (Arc::clone(&self.outbox), Arc::clone(&self.http)),
-            Arc::clone(&self.kv),
-            self.memory_bytes,
-            self.world.clone(),
-        );
+        let state = HostState::new(ctx, &self.grants);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| s.limiter());
         store.set_epoch_deadline(1);
-        let virtual_time = for_call && self.world.as_ref().is_some_and(|w| w.clock().is_some());
+        let virtual_time = for_call
+            && self
+                .grants
+                .world
+                .as_ref()
+                .is_some_and(|w| w.clock().is_some());
         if virtual_time {
             // On a world's paused clock, time passes only when the executor is idle; a guest
             // that computes never leaves it idle, so each tick it computes moves the clock by a
@@ -271,7 +266,7 @@ impl WasmInvoker {
 
     fn classify(&self, error: wasmtime::Error, state: &mut HostState) -> Failure {
         if state.memory_limit_hit() {
-            return Failure::MemoryLimit(self.memory_bytes >> 20);
+            return Failure::MemoryLimit(self.grants.memory_bytes >> 20);
         }
         if let Some(reason) = state.kv().unavailable() {
             return Failure::StateUnavailable(reason.to_string());
@@ -322,7 +317,7 @@ impl Invoke for WasmInvoker {
     }
 
     fn http_requests(&self) -> Vec<(&'static str, u64)> {
-        self.http.counts.snapshot()
+        self.grants.http.counts.snapshot()
     }
 }
 
