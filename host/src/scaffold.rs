@@ -284,7 +284,7 @@ fn readme(language: Language, shape: Shape) -> String {
     );
     let sdk = match language {
         Language::Rust => {
-            "\n`qhost-guest/` is qhost's Rust SDK, as this qhost serves it (`docs/handlers-rust.md`\n\
+            "\n`qhost-guest/` is qhost's Rust SDK, as this qhost serves it (qhost's `docs/handlers-rust.md`\n\
              walks through each part). What a handler may use beyond log, config and the outbox is\n\
              a line of code and a line of its manifest away: state, `qhost_guest::state::Bucket::open(\"counts\")`\n\
              with `keyvalue = [\"counts\"]` under `[capabilities]`; an API, `qhost_guest::http::Request`\n\
