@@ -475,12 +475,12 @@ impl SendArgs {
             Some(task) => (celery_task(task, &self.args, &self.kwargs)?, Vec::new()),
             None => self.message.read()?,
         };
-        let format = match &self.celery_task {
-            Some(_) => "celery",
-            None => match self.format.as_deref() {
-                Some(format) => format,
-                None => return Ok((body, attributes)),
-            },
+        let format = match self.celery_task {
+            Some(_) => Some("celery"),
+            None => self.format.as_deref(),
+        };
+        let Some(format) = format else {
+            return Ok((body, attributes));
         };
         let body = String::from_utf8(body).context("--format: the body is text")?;
         let wrapped = qhost::wrap_as(format, &body, &self.queue).map_err(anyhow::Error::msg)?;

@@ -60,9 +60,7 @@ pub(crate) async fn send(config: Config, defaults: bool, args: SendArgs) -> anyh
 /// configured name it is nearest to, and which configuration that is.
 fn unconsumed(config: &Config, defaults: bool, queue: &str) -> String {
     let names: Vec<&str> = config.queues.iter().map(|q| q.name.as_str()).collect();
-    let near = qhost::nearest(names.iter().copied(), queue)
-        .map(|n| format!(" (did you mean `{n}`?)"))
-        .unwrap_or_default();
+    let near = did_you_mean(&names, queue);
     let configured = if defaults {
         format!(
             "no qhost.toml here: the built-in defaults consume only `{}`",
@@ -76,6 +74,13 @@ fn unconsumed(config: &Config, defaults: bool, queue: &str) -> String {
     )
 }
 
+/// ` (did you mean `NAME`?)` for the name among `names` a typo away from `queue`, else nothing.
+fn did_you_mean(names: &[&str], queue: &str) -> String {
+    qhost::nearest(names.iter().copied(), queue)
+        .map(|n| format!(" (did you mean `{n}`?)"))
+        .unwrap_or_default()
+}
+
 /// On the embedded queue, why `queue` cannot take a message: the configuration does not
 /// declare it, so it does not exist there (as on SQS before it is created).
 pub(super) fn undeclared(config: &Config, defaults: bool, queue: &str) -> Option<String> {
@@ -84,9 +89,7 @@ pub(super) fn undeclared(config: &Config, defaults: bool, queue: &str) -> Option
         return None;
     }
     let names: Vec<&str> = exist.iter().map(String::as_str).collect();
-    let near = qhost::nearest(names.iter().copied(), queue)
-        .map(|n| format!(" (did you mean `{n}`?)"))
-        .unwrap_or_default();
+    let near = did_you_mean(&names, queue);
     let whose = match defaults {
         true => "no qhost.toml here: the built-in defaults' queues are",
         false => {
