@@ -47,15 +47,9 @@ pub(crate) struct DeadLetter {
 }
 
 impl DeadLetter {
-    /// The note for `msg`, dead-lettered now by `plugin` with `reason` after `attempts`, its
-    /// copy in the dead-letter queue named `dead_letter_id`.
-    pub(crate) fn of(
-        msg: &Received,
-        plugin: &str,
-        reason: &str,
-        attempts: u32,
-        dead_letter_id: Option<String>,
-    ) -> Self {
+    /// The note for `msg`, dead-lettered now by `plugin` with `reason` after `attempts` (its
+    /// copy's id in the dead-letter queue, when the queue gave one, is [`DeadLetter::copied_as`]).
+    pub(crate) fn of(msg: &Received, plugin: &str, reason: &str, attempts: u32) -> Self {
         let cut = msg.body.len().min(PREVIEW_BYTES);
         let attributes = (msg.attributes.iter())
             .map(|a| {
@@ -68,7 +62,7 @@ impl DeadLetter {
             .collect();
         DeadLetter {
             message_id: msg.id.clone(),
-            dead_letter_id,
+            dead_letter_id: None,
             queue: msg.queue.clone(),
             plugin: plugin.to_string(),
             reason: reason.to_string(),
@@ -79,6 +73,14 @@ impl DeadLetter {
             attributes,
             preview: String::from_utf8_lossy(&msg.body[..cut]).into_owned(),
             whole: cut == msg.body.len(),
+        }
+    }
+
+    /// The note with the id of its copy in the dead-letter queue, which a redrive names.
+    pub(crate) fn copied_as(self, dead_letter_id: Option<String>) -> Self {
+        DeadLetter {
+            dead_letter_id,
+            ..self
         }
     }
 }
@@ -216,13 +218,7 @@ mod tests {
     fn each_queue_keeps_its_newest_with_a_preview_of_the_body() {
         let recent = RecentDeadLetters::default();
         for i in 0..PER_QUEUE + 3 {
-            let letter = DeadLetter::of(
-                &received(&format!("m{i}"), b"<b>hi</b>"),
-                "p",
-                "no",
-                2,
-                None,
-            );
+            let letter = DeadLetter::of(&received(&format!("m{i}"), b"<b>hi</b>"), "p", "no", 2);
             recent.note(letter);
         }
         let kept = recent.of("jobs");
@@ -245,7 +241,8 @@ mod tests {
             ]
         );
         assert!(recent.of("other").is_empty());
-        let redriven = DeadLetter::of(&received("r", b"x"), "p", "no", 1, Some("d1".into()));
+        let redriven =
+            DeadLetter::of(&received("r", b"x"), "p", "no", 1).copied_as(Some("d1".into()));
         recent.note(redriven);
         recent.forget("jobs", &["d1".to_string()]);
         assert_eq!(
@@ -254,7 +251,7 @@ mod tests {
             "the redriven one is forgotten"
         );
         assert!(recent.of("jobs").iter().all(|d| d.message_id != "r"));
-        let big = DeadLetter::of(&received("big", &[b'x'; 5000]), "p", "no", 1, None);
+        let big = DeadLetter::of(&received("big", &[b'x'; 5000]), "p", "no", 1);
         assert_eq!(
             (big.size, big.preview.len(), big.whole),
             (5000, PREVIEW_BYTES, false)

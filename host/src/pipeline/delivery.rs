@@ -494,7 +494,7 @@ impl Delivery {
         let e = match sent {
             Ok(ids) => {
                 let id = ids.into_iter().next();
-                let note = DeadLetter::of(msg, verdict.plugin, reason, attempts, id);
+                let note = DeadLetter::of(msg, verdict.plugin, reason, attempts).copied_as(id);
                 shared.recent.note(note);
                 return Lettered::Sent;
             }
