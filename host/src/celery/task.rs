@@ -182,7 +182,15 @@ fn version_2(headers: Map<String, Value>, body: Value) -> Result<Task, DecodeErr
     let args = arguments(parts.next(), "args")?;
     let kwargs = arguments(parts.next(), "kwargs")?;
     let links = Links::of(parts.next().as_ref().and_then(Value::as_object));
-    fields(&headers, args, kwargs, 2, links)
+    fields(
+        &headers,
+        Call {
+            args,
+            kwargs,
+            links,
+        },
+        2,
+    )
 }
 
 /// Protocol 1: one body dict holds the task, its arguments and schedule.
@@ -198,17 +206,32 @@ fn version_1(body: Value) -> Result<Task, DecodeError> {
         fields_of.entry("group").or_insert(group);
     }
     let links = Links::of(Some(&fields_of));
-    fields(&fields_of, args, kwargs, 1, links)
+    fields(
+        &fields_of,
+        Call {
+            args,
+            kwargs,
+            links,
+        },
+        1,
+    )
 }
 
-/// The task's fields from `from` (protocol 2's headers, or protocol 1's body).
-fn fields(
-    from: &Map<String, Value>,
+/// What a task is called with, read from its body: its arguments and what runs after it.
+struct Call {
     args: Value,
     kwargs: Value,
-    version: u8,
     links: Links,
-) -> Result<Task, DecodeError> {
+}
+
+/// The task of protocol `version`, its fields from `from` (protocol 2's headers, or protocol
+/// 1's body) and called with `call`.
+fn fields(from: &Map<String, Value>, call: Call, version: u8) -> Result<Task, DecodeError> {
+    let Call {
+        args,
+        kwargs,
+        links,
+    } = call;
     let name = text(from, "task")?.ok_or_else(|| protocol("no task name (`task`)"))?;
     let id = text(from, "id")?.ok_or_else(|| protocol("no task id (`id`)"))?;
     if name.is_empty() || id.is_empty() {
