@@ -96,12 +96,13 @@ fn under_a_cargo_target_dir_the_demo_runs_the_binary_cargo_built_there() {
     std::fs::create_dir(target.path().join("release")).unwrap();
     std::os::unix::fs::symlink(qhost_binary(), target.path().join("release/qhost")).unwrap();
     let bin = tempfile::tempdir().unwrap();
-    let real_cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let real_cargo = real_cargo();
     script(
         bin.path(),
         "cargo",
         &format!(
-            "#!/usr/bin/env bash\nif [[ \"$1\" == build && \" $* \" == *' --release -p qhost-cli '* ]]; then exit 0; fi\nexec '{real_cargo}' \"$@\"\n"
+            "#!/usr/bin/env bash\nif [[ \"$1\" == build && \" $* \" == *' --release -p qhost-cli '* ]]; then exit 0; fi\nexec '{}' \"$@\"\n",
+            real_cargo.display()
         ),
     );
     let path = format!(
@@ -115,6 +116,20 @@ fn under_a_cargo_target_dir_the_demo_runs_the_binary_cargo_built_there() {
     ]);
     assert!(ok, "{out}\n{err}");
     assert!(out.trim_end().ends_with("demo OK"), "{out}");
+}
+
+/// The cargo this test runs under (`CARGO`, which `cargo test` sets), else the one on `PATH`:
+/// never the bare name, which the wrapper put first on `PATH` would resolve to itself, and
+/// `exec` itself forever.
+fn real_cargo() -> PathBuf {
+    if let Some(cargo) = std::env::var_os("CARGO") {
+        return cargo.into();
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    (std::env::split_paths(&path))
+        .map(|dir| dir.join("cargo"))
+        .find(|cargo| cargo.is_file())
+        .expect("cargo on PATH")
 }
 
 /// A failing step prints the banner naming its line and what the hosts logged: a step inside
