@@ -48,7 +48,11 @@ fn job_of(key: &str) -> Option<usize> {
         .ok()
 }
 
+/// Run alone: its bound on the busiest second counts requests where they arrive, so it holds
+/// the jitter between a run's admission and its request, which a loaded machine decides (eight
+/// tests at once on two cores made a second of 25 runs).
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "run alone by scripts/test, after the other tests"]
 async fn two_hosts_together_keep_a_plugin_under_its_rate() {
     let api = ApiServer::answering("127.0.0.1", |req, before| {
         let job = req.header("idempotency-key").unwrap_or_default();
