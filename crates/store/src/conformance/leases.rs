@@ -72,20 +72,20 @@ async fn lapsed_owner_is_refused(f: Fixture) {
 }
 
 async fn extend_keeps_it(f: Fixture) {
+    // Each extension comes 600 ms before the lease would lapse: slack that a loaded machine's
+    // late timer and slow round trip do not use up (at 150 ms of 300, they did).
+    let (ttl, every) = (Duration::from_secs(1), Duration::from_millis(400));
     let k = f.key("k");
-    let lease = f.grant(&k, Duration::from_millis(300)).await;
+    let lease = f.grant(&k, ttl).await;
     for _ in 0..3 {
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        f.store
-            .extend(&lease, Duration::from_millis(300))
-            .await
-            .unwrap();
+        tokio::time::sleep(every).await;
+        f.store.extend(&lease, ttl).await.unwrap();
     }
     assert!(
         matches!(f.acquire(&k, LONG).await, Acquired::Busy { .. }),
-        "450 ms after a 300 ms grant, extended, it is still held"
+        "1.2 s after a 1 s grant, extended, it is still held"
     );
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    tokio::time::sleep(ttl + Duration::from_millis(500)).await;
     assert_eq!(
         f.store.extend(&lease, LONG).await,
         Err(IdempotencyError::LeaseLost(k.clone()))

@@ -59,19 +59,17 @@ async fn at_most_the_limit(f: Fixture) {
 }
 
 async fn lapsed_slot(f: Fixture) {
+    // Held for a second: the extension right after the take must find it held however late a
+    // loaded machine makes it (at 100 ms, that was not always so).
+    let ttl = Duration::from_secs(1);
     let k = f.key("k");
-    let slot = held(&f, &k, 1, Duration::from_millis(100)).await;
-    assert!(
-        f.store
-            .extend_slot(&slot, Duration::from_millis(100))
-            .await
-            .unwrap()
-    );
+    let slot = held(&f, &k, 1, ttl).await;
+    assert!(f.store.extend_slot(&slot, ttl).await.unwrap());
     assert!(matches!(
         take(&f, &k, 1, LONG).await,
         SlotAnswer::Full { .. }
     ));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(ttl + Duration::from_millis(500)).await;
     assert_eq!(f.store.slots_held(&k).await.unwrap(), 0, "lapsed");
     assert!(
         !f.store.extend_slot(&slot, LONG).await.unwrap(),
