@@ -238,19 +238,34 @@ fn overlap(text: Option<&str>, field: &dyn Fn(&str) -> String) -> anyhow::Result
     })
 }
 
+/// What a `[[schedule]]` says a tick sends, as written: a queue message's fields, or a Celery
+/// task's arguments (each checked against the other's by the target it makes).
+struct Sends {
+    body: Option<toml::Value>,
+    attributes: Option<BTreeMap<String, String>>,
+    group: Option<String>,
+    args: Option<toml::Value>,
+    kwargs: Option<toml::Value>,
+}
+
 fn target(s: RawSchedule, field: &dyn Fn(&str) -> String) -> anyhow::Result<ScheduleTarget> {
+    let sends = Sends {
+        body: s.body,
+        attributes: s.attributes,
+        group: s.group,
+        args: s.args,
+        kwargs: s.kwargs,
+    };
     match (s.celery_task, s.queue) {
-        (Some(task), queue) => {
-            celery_target(task, queue, s.body, s.attributes, s.args, s.kwargs, field)
-        }
+        (Some(task), queue) => celery_target(task, queue, sends, field),
         (None, Some(queue)) => {
-            if s.args.is_some() || s.kwargs.is_some() {
+            if sends.args.is_some() || sends.kwargs.is_some() {
                 bail!(
                     "{}: `args` and `kwargs` are a Celery task's; a queue message has `body` and `attributes`",
                     field("args")
                 );
             }
-            queue_target(queue, s.body, s.attributes, s.group, field)
+            queue_target(queue, sends, field)
         }
         (None, None) => bail!(
             "{}: say what a tick sends: `queue = \"Q\"` (with `body`), or `celery-task = \"proj.tasks.name\"`",
@@ -261,12 +276,16 @@ fn target(s: RawSchedule, field: &dyn Fn(&str) -> String) -> anyhow::Result<Sche
 
 fn queue_target(
     queue: String,
-    body: Option<toml::Value>,
-    attributes: Option<BTreeMap<String, String>>,
-    group: Option<String>,
+    sends: Sends,
     field: &dyn Fn(&str) -> String,
 ) -> anyhow::Result<ScheduleTarget> {
     check_queue_name(&queue, &field("queue"))?;
+    let Sends {
+        body,
+        attributes,
+        group,
+        ..
+    } = sends;
     let body = match body {
         None => Vec::new(),
         Some(toml::Value::String(text)) => text.into_bytes(),
@@ -304,12 +323,16 @@ fn queue_target(
 fn celery_target(
     task: String,
     queue: Option<String>,
-    body: Option<toml::Value>,
-    attributes: Option<BTreeMap<String, String>>,
-    args: Option<toml::Value>,
-    kwargs: Option<toml::Value>,
+    sends: Sends,
     field: &dyn Fn(&str) -> String,
 ) -> anyhow::Result<ScheduleTarget> {
+    let Sends {
+        body,
+        attributes,
+        args,
+        kwargs,
+        ..
+    } = sends;
     if task.is_empty() {
         bail!(
             "{} is empty: name the task as Celery registers it",
