@@ -139,7 +139,10 @@ async fn the_console_shows_what_happened_and_escapes_what_messages_say() {
         page.contains("<td class=\"dead\">1</td>") && page.contains("received = acked + duplicate"),
         "{page}"
     );
-    let shown = "&lt;script&gt;document.title=&#39;owned&#39;&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;";
+    // Markup characters escaped (a quote needs none in text, and the page quotes every
+    // attribute with `"`).
+    let shown =
+        "&lt;script&gt;document.title='owned'&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;";
     assert!(
         page.contains(&format!("<pre class=\"preview\">reject:{shown}</pre>")),
         "{page}"

@@ -4,23 +4,21 @@
 //! It is bound before the host starts, so a port in use is one clear start-up error, and it
 //! answers while plugins compile: live, not ready ("starting"). Once the host is built
 //! ([`AdminServer::serve_host`]) it serves that host's metrics, readiness and console. It is
-//! plain HTTP/1.1 on hyper, meant for loopback or a pod network. The one thing that changes
-//! state is the console's redrive, a POST that needs the admin token.
+//! plain HTTP/1.1, an axum router ([`routes`]) on hyper's connection, meant for loopback or a
+//! pod network. What changes state is the console's actions, POSTs that need the admin token.
 
 mod console;
 pub(crate) mod health;
 mod history;
+mod routes;
+mod serving;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full};
-use hyper::body::Incoming;
-use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
@@ -34,8 +32,6 @@ pub(crate) use health::Health;
 
 /// How long a client may take to send its request headers.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-/// The largest form body an action reads.
-const MAX_FORM: usize = 16 * 1024;
 
 /// The admin listener could not start.
 #[derive(Debug, thiserror::Error)]
@@ -163,6 +159,7 @@ async fn accept(
     host: Arc<OnceLock<HostView>>,
     stop: CancellationToken,
 ) {
+    let router = routes::router(host);
     loop {
         let stream = tokio::select! {
             _ = stop.cancelled() => return,
@@ -176,18 +173,9 @@ async fn accept(
                 }
             },
         };
-        let host = Arc::clone(&host);
-        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-            let host = Arc::clone(&host);
-            async move {
-                let response = if req.method() == Method::POST {
-                    post(host.get(), req).await
-                } else {
-                    respond(host.get(), &req)
-                };
-                Ok::<_, Infallible>(response)
-            }
-        });
+        // hyper's own connection rather than `axum::serve`: it bounds how long a client may
+        // take over its request headers, so a slow one cannot hold a connection open.
+        let service = TowerToHyperService::new(router.clone());
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(HEADER_TIMEOUT)
@@ -200,129 +188,4 @@ async fn accept(
             }
         });
     }
-}
-
-/// A POST: one of the console's actions ([`console::post`]), its body read up to [`MAX_FORM`].
-async fn post(host: Option<&HostView>, req: Request<Incoming>) -> Response<Full<Bytes>> {
-    let Some(host) = host else {
-        return text(StatusCode::SERVICE_UNAVAILABLE, "starting\n");
-    };
-    let (parts, body) = req.into_parts();
-    let bearer = (parts.headers.get(hyper::header::AUTHORIZATION))
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    let body = match http_body_util::Limited::new(body, MAX_FORM).collect().await {
-        Ok(body) => body.to_bytes(),
-        Err(_) => return text(StatusCode::PAYLOAD_TOO_LARGE, "the form is too large\n"),
-    };
-    let (path, query) = (parts.uri.path(), parts.uri.query());
-    match console::post(host, path, query, bearer, &body).await {
-        Some(answer) => console_response(answer),
-        None => text(
-            StatusCode::NOT_FOUND,
-            "not found: POST /api/redrive or /actions/redrive\n",
-        ),
-    }
-}
-
-fn respond(host: Option<&HostView>, req: &Request<Incoming>) -> Response<Full<Bytes>> {
-    if req.method() != Method::GET && req.method() != Method::HEAD {
-        return text(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "GET, or POST for the console's actions\n",
-        );
-    }
-    let (path, query) = (req.uri().path(), req.uri().query());
-    if let Some(answer) = host.and_then(|h| console::get(h, path, query)) {
-        return console_response(answer);
-    }
-    match (path, host) {
-        ("/metrics", Some(host)) => {
-            let mut response = text(StatusCode::OK, host.metrics.encode());
-            response.headers_mut().insert(
-                hyper::header::CONTENT_TYPE,
-                hyper::header::HeaderValue::from_static(
-                    prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
-                ),
-            );
-            response
-        }
-        ("/metrics", None) => text(StatusCode::SERVICE_UNAVAILABLE, "starting\n"),
-        ("/healthz", host) => match host.map_or(Ok(()), |h| h.health.liveness()) {
-            Ok(()) => json(StatusCode::OK, &serde_json::json!({ "status": "ok" })),
-            Err(reason) => json(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &serde_json::json!({ "status": "stalled", "reason": reason }),
-            ),
-        },
-        ("/readyz", host) => {
-            let readiness = match host {
-                Some(h) => h.readiness(),
-                None => Err(vec![
-                    "starting: loading plugins and opening the backends".into(),
-                ]),
-            };
-            match readiness {
-                Ok(()) => json(
-                    StatusCode::OK,
-                    &serde_json::json!({ "ready": true, "reasons": [] }),
-                ),
-                Err(reasons) => json(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    &serde_json::json!({ "ready": false, "reasons": reasons }),
-                ),
-            }
-        }
-        ("/", None) => text(StatusCode::SERVICE_UNAVAILABLE, "starting\n"),
-        _ => text(
-            StatusCode::NOT_FOUND,
-            "not found: /, /api/queues, /api/plugins, /api/schedules, /api/dead-letters?queue=NAME, /metrics, /healthz, /readyz\n",
-        ),
-    }
-}
-
-/// A console answer as a response; pages carry the console's security headers.
-fn console_response(answer: console::Answer) -> Response<Full<Bytes>> {
-    use hyper::header::{HeaderName, HeaderValue};
-    match answer {
-        console::Answer::Html(page) => {
-            let mut response = with_type(text(StatusCode::OK, page), "text/html; charset=utf-8");
-            let headers = response.headers_mut();
-            if let Ok(policy) = HeaderValue::from_str(console::POLICY.as_str()) {
-                headers.insert(hyper::header::CONTENT_SECURITY_POLICY, policy);
-            }
-            headers.insert(
-                HeaderName::from_static("x-content-type-options"),
-                HeaderValue::from_static("nosniff"),
-            );
-            headers.insert(
-                hyper::header::REFERRER_POLICY,
-                HeaderValue::from_static("no-referrer"),
-            );
-            response
-        }
-        console::Answer::Json(value) => json(StatusCode::OK, &value),
-        console::Answer::NotFound(why) => text(StatusCode::NOT_FOUND, why),
-        console::Answer::Forbidden(why) => text(StatusCode::FORBIDDEN, why),
-        console::Answer::Unavailable(why) => text(StatusCode::SERVICE_UNAVAILABLE, why),
-    }
-}
-
-fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(body.into()));
-    *response.status_mut() = status;
-    response
-}
-
-fn json(status: StatusCode, value: &serde_json::Value) -> Response<Full<Bytes>> {
-    with_type(text(status, format!("{value}\n")), "application/json")
-}
-
-fn with_type(mut response: Response<Full<Bytes>>, kind: &'static str) -> Response<Full<Bytes>> {
-    (response.headers_mut()).insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static(kind),
-    );
-    response
 }

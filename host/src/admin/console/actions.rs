@@ -16,11 +16,15 @@
 //!   (the operator types the token into the page). The token travels in the request itself,
 //!   never in a cookie, so a page elsewhere cannot forge the POST: it cannot know the token.
 
-use serde::Serialize;
+use axum::extract::{Form, Path, Query};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use maud::{Markup, html};
+use serde::{Deserialize, Serialize};
 
 use super::super::HostView;
-use super::Answer;
-use super::text::escape;
+use super::super::serving::Serving;
+use super::{Page, json};
 use crate::config::QueueConfig;
 use crate::dlq;
 
@@ -59,28 +63,33 @@ impl Verb {
         }
     }
 
-    /// The action at `path` and whether it came through the API door.
-    fn at(path: &str) -> Option<(Verb, bool)> {
-        let (rest, api) = match (path.strip_prefix("/api/"), path.strip_prefix("/actions/")) {
-            (Some(rest), _) => (rest, true),
-            (None, Some(rest)) => (rest, false),
-            (None, None) => return None,
-        };
-        Verb::ALL
-            .into_iter()
-            .find(|v| v.name() == rest)
-            .map(|v| (v, api))
+    /// The action called `name` in a path.
+    fn named(name: &str) -> Option<Verb> {
+        Verb::ALL.into_iter().find(|v| v.name() == name)
     }
 }
 
-/// What the form and the API name.
-#[derive(Debug, Default)]
-struct Request {
+/// What the form and the API name: the form's fields, or the API's query string.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(super) struct Request {
     queue: String,
     plugin: String,
+    /// One dead letter to redrive; none (or empty) for all of them.
     message: Option<String>,
+    /// The admin token (the API's comes in its `Authorization` header instead).
     token: Option<String>,
 }
+
+impl Request {
+    /// The one dead letter it names, if it names one (an empty field names none).
+    fn message(&self) -> Option<&str> {
+        self.message.as_deref().filter(|m| !m.is_empty())
+    }
+}
+
+/// A failed action's answer: its status and what to do, in words.
+type Refusal = (StatusCode, String);
 
 /// A redrive's outcome, as the API answers it.
 #[derive(Debug, Serialize)]
@@ -101,76 +110,122 @@ struct Done {
     message: String,
 }
 
-/// The answer to a POST of `path`, if it is one of the console's.
-pub(in super::super) async fn post(
-    host: &HostView,
-    path: &str,
-    query: Option<&str>,
-    bearer: Option<&str>,
-    body: &[u8],
-) -> Option<Answer> {
-    let (verb, api) = Verb::at(path)?;
-    let request = if api {
-        Request {
-            token: bearer.map(str::to_string),
-            ..fields(query.unwrap_or_default().as_bytes())
-        }
-    } else {
-        fields(body)
+/// `POST /api/ACTION?queue=NAME` (or `plugin=NAME`), the token as a bearer: answers JSON.
+pub(super) async fn by_api(
+    Serving(host): Serving,
+    Path(action): Path<String>,
+    headers: HeaderMap,
+    Query(request): Query<Request>,
+) -> Response {
+    let bearer = (headers.get(header::AUTHORIZATION))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|t| t.trim().to_string());
+    let request = Request {
+        token: bearer,
+        ..request
     };
-    if let Some(refused) = refused(host, &request, api) {
-        return Some(refused);
+    match acted(&host, &action, request, Door::Api).await {
+        Ok(Acted::Done(done)) => json(&done),
+        Ok(Acted::Redriven(outcome)) => json(&outcome),
+        Err(refusal) => refusal.into_response(),
     }
-    Some(match verb {
-        Verb::Redrive => match consumed(host, &request.queue) {
-            Ok(queue) => redrive_answer(host, queue, request.message.as_deref(), api).await,
-            Err(not_found) => not_found,
-        },
-        _ => match act(host, verb, &request).await {
-            Ok(done) => {
-                tracing::info!(action = done.action, target = %done.target, changed = done.changed, "console: {}", done.message);
-                if api {
-                    Answer::Json(serde_json::to_value(&done).unwrap_or_default())
-                } else {
-                    Answer::Html(done_page(&escape(&done.message)))
-                }
-            }
-            Err(answer) => answer,
-        },
-    })
+}
+
+/// `POST /actions/ACTION`, a form of the page's: answers a page that says what happened.
+pub(super) async fn by_form(
+    Serving(host): Serving,
+    Path(action): Path<String>,
+    Form(request): Form<Request>,
+) -> Response {
+    match acted(&host, &action, request, Door::Form).await {
+        Ok(Acted::Done(done)) => Page(done_page(html! { (done.message) })).into_response(),
+        Ok(Acted::Redriven(outcome)) => Page(done_page(redriven(&outcome))).into_response(),
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+/// Which door a request came through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Door {
+    Api,
+    Form,
+}
+
+/// What an action did.
+enum Acted {
+    Done(Done),
+    Redriven(Redriven),
+}
+
+/// Does `action` as `request` asks, if its token is the admin token.
+async fn acted(
+    host: &HostView,
+    action: &str,
+    request: Request,
+    door: Door,
+) -> Result<Acted, Refusal> {
+    let verb = Verb::named(action).ok_or_else(|| {
+        let all: Vec<&str> = Verb::ALL.iter().map(|v| v.name()).collect();
+        (
+            StatusCode::NOT_FOUND,
+            format!("not found: the actions are {}\n", all.join(", ")),
+        )
+    })?;
+    refused(host, &request, door)?;
+    if verb == Verb::Redrive {
+        let queue = consumed(host, &request.queue)?;
+        let outcome = redrive(host, queue, request.message()).await.map_err(|e| {
+            let why = format!("the redrive failed: {e}\n");
+            (StatusCode::SERVICE_UNAVAILABLE, why)
+        })?;
+        tracing::info!(
+            queue = %outcome.queue, moved = outcome.moved.len(), left = outcome.left.len(),
+            "console: redrove dead letters"
+        );
+        return Ok(Acted::Redriven(outcome));
+    }
+    let done = act(host, verb, &request).await?;
+    tracing::info!(action = done.action, target = %done.target, changed = done.changed, "console: {}", done.message);
+    Ok(Acted::Done(done))
 }
 
 /// Why the request may not act, if it may not: no token configured, or not the token.
-fn refused(host: &HostView, request: &Request, api: bool) -> Option<Answer> {
+fn refused(host: &HostView, request: &Request, door: Door) -> Result<(), Refusal> {
     let Some(expected) = &host.config.admin_token else {
-        return Some(Answer::Forbidden(
-            "the console is read-only: set [admin] token in qhost.toml to allow its actions\n"
-                .into(),
-        ));
+        let why =
+            "the console is read-only: set [admin] token in qhost.toml to allow its actions\n";
+        return Err((StatusCode::FORBIDDEN, why.into()));
     };
     if (request.token.as_deref()).is_some_and(|t| expected.accepts(t)) {
-        return None;
+        return Ok(());
     }
-    let how = if api {
-        "Authorization: Bearer TOKEN"
-    } else {
-        "the form's token field"
+    let how = match door {
+        Door::Api => "Authorization: Bearer TOKEN",
+        Door::Form => "the form's token field",
     };
-    Some(Answer::Forbidden(format!(
-        "refused: this action needs the admin token ({how})\n"
-    )))
+    let why = format!("refused: this action needs the admin token ({how})\n");
+    Err((StatusCode::FORBIDDEN, why))
 }
 
 /// The consumed queue `name`, or the answer that there is none.
-fn consumed<'a>(host: &'a HostView, name: &str) -> Result<&'a QueueConfig, Answer> {
+fn consumed<'a>(host: &'a HostView, name: &str) -> Result<&'a QueueConfig, Refusal> {
     (host.config.queues.iter())
         .find(|q| q.name == name)
-        .ok_or_else(|| Answer::NotFound(format!("no consumed queue `{name}`\n")))
+        .ok_or_else(|| {
+            (
+                StatusCode::NOT_FOUND,
+                format!("no consumed queue `{name}`\n"),
+            )
+        })
 }
 
 /// Pause, resume, purge, promote or roll back.
-async fn act(host: &HostView, verb: Verb, request: &Request) -> Result<Done, Answer> {
-    let failed = |e: anyhow::Error| Answer::Unavailable(format!("{} failed: {e:#}\n", verb.name()));
+async fn act(host: &HostView, verb: Verb, request: &Request) -> Result<Done, Refusal> {
+    let failed = |e: anyhow::Error| {
+        let why = format!("{} failed: {e:#}\n", verb.name());
+        (StatusCode::SERVICE_UNAVAILABLE, why)
+    };
     let (namespace, store) = (&host.config.namespace, host.store.as_ref());
     let (target, changed, message) = match verb {
         Verb::Pause | Verb::Resume => {
@@ -215,7 +270,7 @@ async fn act(host: &HostView, verb: Verb, request: &Request) -> Result<Done, Ans
             let promote = verb == Verb::Promote;
             let after = crate::rollout::by_hand::decide_in(store, namespace, plugin, promote)
                 .await
-                .map_err(|e| Answer::NotFound(format!("{e:#}\n")))?;
+                .map_err(|e| (StatusCode::NOT_FOUND, format!("{e:#}\n")))?;
             let message = format!(
                 "{plugin}: {} ({}); every host follows within a second",
                 after.state.name(),
@@ -231,49 +286,6 @@ async fn act(host: &HostView, verb: Verb, request: &Request) -> Result<Done, Ans
         changed,
         message,
     })
-}
-
-/// The request's fields, from a form body or a query string.
-fn fields(encoded: &[u8]) -> Request {
-    let mut request = Request::default();
-    for (name, value) in form_urlencoded::parse(encoded) {
-        let value = value.into_owned();
-        match &*name {
-            "queue" => request.queue = value,
-            "plugin" => request.plugin = value,
-            "message" if !value.is_empty() => request.message = Some(value),
-            "token" => request.token = Some(value),
-            _ => {}
-        }
-    }
-    request
-}
-
-async fn redrive_answer(
-    host: &HostView,
-    queue: &QueueConfig,
-    message: Option<&str>,
-    api: bool,
-) -> Answer {
-    let outcome = match redrive(host, queue, message).await {
-        Ok(outcome) => outcome,
-        Err(e) => return Answer::Unavailable(format!("the redrive failed: {e}\n")),
-    };
-    tracing::info!(
-        queue = %outcome.queue, moved = outcome.moved.len(), left = outcome.left.len(),
-        "console: redrove dead letters"
-    );
-    if api {
-        return Answer::Json(serde_json::to_value(&outcome).unwrap_or_default());
-    }
-    let left: String = (outcome.left.iter())
-        .map(|(id, why)| format!("<li><code>{}</code>: {}</li>", escape(id), escape(why)))
-        .collect();
-    Answer::Html(done_page(&format!(
-        "<span id=\"redriven\">{} dead letter(s) of <code>{}</code> sent back to it.</span><ul>{left}</ul>",
-        outcome.moved.len(),
-        escape(&outcome.queue),
-    )))
 }
 
 async fn redrive(
@@ -296,41 +308,92 @@ async fn redrive(
     })
 }
 
-/// The page a form's action answers with: what happened (`html`, escaped by the caller), and
-/// the way back.
-fn done_page(html: &str) -> String {
-    format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta http-equiv=\"refresh\" content=\"3;url=/\"><title>qhost: done</title></head>\
-         <body><p id=\"done\">{html}</p><p><a href=\"/\">Back to the console</a></p></body></html>\n"
-    )
+/// What a redrive did, as its page says it.
+fn redriven(outcome: &Redriven) -> Markup {
+    html! {
+        span #redriven {
+            (outcome.moved.len()) " dead letter(s) of " code { (outcome.queue) } " sent back to it."
+        }
+        ul {
+            @for (id, why) in &outcome.left {
+                li { code { (id) } ": " (why) }
+            }
+        }
+    }
+}
+
+/// The page a form's action answers with: what happened, and the way back.
+fn done_page(what: Markup) -> Markup {
+    html! {
+        (maud::DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="refresh" content="3;url=/";
+                title { "qhost: done" }
+            }
+            body {
+                p #done { (what) }
+                p { a href="/" { "Back to the console" } }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use axum::extract::FromRequest as _;
+
     use super::*;
 
-    #[test]
-    fn a_form_s_fields_are_decoded() {
-        let r = fields(b"queue=jobs&message=&token=a%2Bb+c");
+    async fn form(body: &'static str) -> Request {
+        let request = axum::http::Request::post("/actions/redrive")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(axum::body::Body::from(body))
+            .expect("a request");
+        let Form(fields) = (Form::<Request>::from_request(request, &()).await).expect("decoded");
+        fields
+    }
+
+    #[tokio::test]
+    async fn a_form_s_fields_are_decoded() {
+        let r = form("queue=jobs&message=&token=a%2Bb+c").await;
         assert_eq!(r.queue, "jobs");
-        assert_eq!(r.message, None, "an empty message means all");
+        assert_eq!(r.message(), None, "an empty message means all");
         assert_eq!(r.token.as_deref(), Some("a+b c"));
-        assert_eq!(
-            fields(b"queue=q&message=m-1").message.as_deref(),
-            Some("m-1")
-        );
-        assert_eq!(fields(b"plugin=p").plugin, "p");
+        assert_eq!(form("queue=q&message=m-1").await.message(), Some("m-1"));
+        assert_eq!(form("plugin=p&other=x").await.plugin, "p");
     }
 
     #[test]
-    fn each_action_has_an_api_door_and_a_form_door() {
-        assert_eq!(Verb::at("/api/pause"), Some((Verb::Pause, true)));
+    fn each_action_is_named_as_its_path_says() {
+        assert_eq!(Verb::named("pause"), Some(Verb::Pause));
         assert_eq!(
-            Verb::at("/actions/purge-dead-letters"),
-            Some((Verb::PurgeDeadLetters, false))
+            Verb::named("purge-dead-letters"),
+            Some(Verb::PurgeDeadLetters)
         );
-        assert_eq!(Verb::at("/api/explode"), None);
-        assert_eq!(Verb::at("/pause"), None);
+        assert_eq!(Verb::named("explode"), None);
+        for verb in Verb::ALL {
+            assert_eq!(Verb::named(verb.name()), Some(verb));
+        }
+    }
+
+    #[test]
+    fn a_redrive_s_page_escapes_what_it_shows() {
+        let outcome = Redriven {
+            queue: "jobs".into(),
+            moved: vec!["a".into()],
+            left: vec![("m<1>".into(), "gone & <b>".into())],
+        };
+        let page = done_page(redriven(&outcome)).into_string();
+        assert!(
+            page.contains("<span id=\"redriven\">1 dead letter(s) of <code>jobs</code>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("<li><code>m&lt;1&gt;</code>: gone &amp; &lt;b&gt;</li>"),
+            "{page}"
+        );
+        assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
     }
 }

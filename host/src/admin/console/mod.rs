@@ -16,51 +16,79 @@ mod text;
 mod views;
 mod work;
 
-pub(super) use actions::post;
-pub(super) use page::POLICY;
-
-use serde::Serialize;
+use axum::Router;
+use axum::extract::Query;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use maud::Markup;
+use serde::{Deserialize, Serialize};
 
 use super::HostView;
+use super::serving::{Admin, Serving, answer};
 
 /// The flow keys the console shows: this host's busiest.
 const FLOW_KEYS: usize = 20;
 
-/// A console answer: the content type and the body, or `None` for a path it does not serve.
-pub(super) enum Answer {
-    Html(String),
-    Json(serde_json::Value),
-    NotFound(String),
-    /// An action without the admin token, or on a read-only console.
-    Forbidden(String),
-    /// An action whose backend failed.
-    Unavailable(String),
+/// The console's routes: the page, its JSON, and the actions' two doors.
+pub(super) fn routes() -> Router<Admin> {
+    Router::new()
+        .route(
+            "/",
+            get(|Serving(host): Serving| async move { Page(page_of(&host)) }),
+        )
+        .route(
+            "/api/fleet",
+            get(|Serving(h): Serving| async move { json(&views::fleet(&h)) }),
+        )
+        .route(
+            "/api/queues",
+            get(|Serving(h): Serving| async move { json(&views::queues(&h)) }),
+        )
+        .route(
+            "/api/plugins",
+            get(|Serving(h): Serving| async move { json(&views::plugins(&h)) }),
+        )
+        .route(
+            "/api/schedules",
+            get(|Serving(h): Serving| async move { json(&h.schedules.snapshot()) }),
+        )
+        .route(
+            "/api/flow",
+            get(|Serving(h): Serving| async move { json(&h.fair.busiest(FLOW_KEYS)) }),
+        )
+        .route("/api/dead-letters", get(dead_letters))
+        .route("/api/{action}", post(actions::by_api))
+        .route("/actions/{action}", post(actions::by_form))
 }
 
-/// What the console answers to a GET of `path` with `query`, if the path is the console's.
-pub(super) fn get(host: &HostView, path: &str, query: Option<&str>) -> Option<Answer> {
-    Some(match path {
-        "/" => Answer::Html(page_of(host)),
-        "/api/fleet" => json(&views::fleet(host)),
-        "/api/queues" => json(&views::queues(host)),
-        "/api/plugins" => json(&views::plugins(host)),
-        "/api/schedules" => json(&host.schedules.snapshot()),
-        "/api/flow" => json(&host.fair.busiest(FLOW_KEYS)),
-        "/api/dead-letters" => {
-            let queue = query_value(query, "queue").unwrap_or_default();
-            match views::dead_letters(host, queue) {
-                Some(letters) => json(&letters),
-                None => Answer::NotFound(format!(
-                    "no consumed queue `{queue}`: ask /api/dead-letters?queue=NAME with one of {}\n",
-                    queue_names(host).join(", ")
-                )),
-            }
+/// A console page, served with the console's security headers ([`page::POLICY`]).
+pub(super) struct Page(pub(super) Markup);
+
+impl IntoResponse for Page {
+    fn into_response(self) -> Response {
+        let mut response = (
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            self.0.into_string(),
+        )
+            .into_response();
+        let headers = response.headers_mut();
+        if let Ok(policy) = HeaderValue::from_str(page::POLICY.as_str()) {
+            headers.insert(header::CONTENT_SECURITY_POLICY, policy);
         }
-        _ => return None,
-    })
+        headers.insert(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        );
+        headers.insert(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        );
+        response
+    }
 }
 
-fn page_of(host: &HostView) -> String {
+fn page_of(host: &HostView) -> Markup {
     let dead: Vec<(String, Vec<_>)> = (host.config.queues.iter())
         .map(|q| (q.name.clone(), host.recent.of(&q.name)))
         .collect();
@@ -76,32 +104,36 @@ fn page_of(host: &HostView) -> String {
     page::render(&views, actions)
 }
 
-fn json(value: &impl Serialize) -> Answer {
-    Answer::Json(serde_json::to_value(value).unwrap_or_default())
+/// Which queue's dead letters `/api/dead-letters` is asked for.
+#[derive(Debug, Default, Deserialize)]
+struct OfQueue {
+    #[serde(default)]
+    queue: String,
+}
+
+/// A consumed queue's recent dead letters, or which queues there are.
+async fn dead_letters(Serving(host): Serving, Query(of): Query<OfQueue>) -> Response {
+    match views::dead_letters(&host, &of.queue) {
+        Some(letters) => json(&letters),
+        None => (
+            StatusCode::NOT_FOUND,
+            format!(
+                "no consumed queue `{}`: ask /api/dead-letters?queue=NAME with one of {}\n",
+                of.queue,
+                queue_names(&host).join(", ")
+            ),
+        )
+            .into_response(),
+    }
+}
+
+fn json(value: &impl Serialize) -> Response {
+    answer(
+        StatusCode::OK,
+        serde_json::to_value(value).unwrap_or_default(),
+    )
 }
 
 fn queue_names(host: &HostView) -> Vec<String> {
     host.config.queues.iter().map(|q| q.name.clone()).collect()
-}
-
-/// The value of `name` in a query string (queue names need no decoding: SQS allows only
-/// letters, digits, `-`, `_` and a `.fifo` suffix).
-fn query_value<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
-    (query?.split('&')).find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_query_value_is_found_by_its_name() {
-        assert_eq!(query_value(Some("queue=jobs"), "queue"), Some("jobs"));
-        assert_eq!(
-            query_value(Some("x=1&queue=a.fifo"), "queue"),
-            Some("a.fifo")
-        );
-        assert_eq!(query_value(Some("queues=a"), "queue"), None);
-        assert_eq!(query_value(None, "queue"), None);
-    }
 }

@@ -1,19 +1,19 @@
 //! The console page: server-rendered HTML with a little CSS and one small script, which reloads
 //! it every few seconds unless the operator is typing or reading a message's details.
-//! Everything that comes from a message, a plugin or the configuration goes through
-//! [`escape`], so a body holding `<script>` is shown as text; and the page is served with a
+//! It is written in maud, which escapes every value it interpolates (only the page's own
+//! constants are marked pre-escaped), so a body holding `<script>` is shown as text; and the
+//! page is served with a
 //! content security policy that lets only that one script run ([`POLICY`]), so markup that got
 //! through anyway would run nothing.
 
-use std::fmt::Write as _;
 use std::sync::LazyLock;
 
 use base64::Engine as _;
+use maud::{DOCTYPE, Markup, PreEscaped, html};
 use sha2::Digest as _;
 
 use super::forms::{READ_ONLY, form};
 use super::text::age;
-use super::text::escape;
 use super::views::{FleetView, PluginView, QueueView};
 use super::work::{fleet_table, queues_table};
 use crate::flow::fair::KeyStatus;
@@ -67,286 +67,255 @@ pub(crate) struct Views<'a> {
 
 /// The whole page; with `actions` (an admin token is set) it has the action forms, and
 /// without, a line that says what the token would enable.
-pub(crate) fn render(views: &Views<'_>, actions: bool) -> String {
-    let mut page = format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <title>qhost console</title><style>{STYLE}</style><script>{REFRESH}</script></head><body>\
-         <h1>qhost</h1><p class=\"muted\">{} {} on <b>{}</b>, serving qhost:handler@{}. \
-         Refreshes every {REFRESH_SECS} s; the same figures are at \
-         <a href=\"/api/fleet\">/api/fleet</a>, <a href=\"/api/queues\">/api/queues</a>, \
-         <a href=\"/api/plugins\">/api/plugins</a>, <a href=\"/api/schedules\">/api/schedules</a>, \
-         <a href=\"/api/flow\">/api/flow</a> and /api/dead-letters?queue=NAME.</p>",
-        env!("CARGO_PKG_NAME"),
-        env!("CARGO_PKG_VERSION"),
-        escape(&views.fleet.this_host),
-        crate::runtime::bindings::WIT_VERSION,
-    );
-    if !actions {
-        let _ = write!(page, "<p class=\"read-only\">{READ_ONLY}</p>");
+pub(crate) fn render(views: &Views<'_>, actions: bool) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { "qhost console" }
+                style { (PreEscaped(STYLE)) }
+                script { (PreEscaped(REFRESH)) }
+            }
+            body {
+                h1 { "qhost" }
+                p.muted {
+                    (env!("CARGO_PKG_NAME")) " " (env!("CARGO_PKG_VERSION")) " on "
+                    b { (views.fleet.this_host) }
+                    ", serving qhost:handler@" (crate::runtime::bindings::WIT_VERSION) ". "
+                    "Refreshes every " (REFRESH_SECS) " s; the same figures are at "
+                    a href="/api/fleet" { "/api/fleet" } ", "
+                    a href="/api/queues" { "/api/queues" } ", "
+                    a href="/api/plugins" { "/api/plugins" } ", "
+                    a href="/api/schedules" { "/api/schedules" } ", "
+                    a href="/api/flow" { "/api/flow" } " and /api/dead-letters?queue=NAME."
+                }
+                @if !actions { p.read-only { (READ_ONLY) } }
+                (fleet_table(views.fleet))
+                (queues_table(views.queues, actions))
+                (plugins_table(views.plugins, actions))
+                (schedules_table(views.schedules))
+                (flow_table(views.flow))
+                @for (queue, letters) in views.dead {
+                    (dead_letters(queue, letters, actions))
+                }
+            }
+        }
     }
-    fleet_table(&mut page, views.fleet);
-    queues_table(&mut page, views.queues, actions);
-    plugins_table(&mut page, views.plugins, actions);
-    schedules_table(&mut page, views.schedules);
-    flow_table(&mut page, views.flow);
-    for (queue, letters) in views.dead {
-        dead_letters(&mut page, queue, letters, actions);
-    }
-    page.push_str("</body></html>\n");
-    page
 }
 
 /// This host's busiest flow keys (no plugin controls flow: no table).
-fn flow_table(page: &mut String, keys: &[KeyStatus]) {
-    if keys.is_empty() {
-        return;
+fn flow_table(keys: &[KeyStatus]) -> Markup {
+    html! {
+        @if !keys.is_empty() {
+            h2 { "Flow keys on this host" }
+            table #flow {
+                tr {
+                    th { "plugin" } th.text { "key" } th { "running" } th { "waiting" }
+                    th { "ms per run" } th { "runs" } th { "waited for its turn" }
+                    th { "fair-share put-backs" } th { "put back over its limits" }
+                }
+                @for k in keys {
+                    tr {
+                        td { (k.plugin) }
+                        td.text {
+                            @if k.key.is_empty() {
+                                span.muted { "(default flow)" }
+                            } @else {
+                                code { (k.key) }
+                            }
+                        }
+                        td { (k.running) } td { (k.waiting) } td { (k.run_ms) }
+                        td { (k.counts.runs) } td { (k.counts.waited) }
+                        td { (k.counts.fair_share) } td { (k.counts.flow_limited) }
+                    }
+                }
+            }
+        }
     }
-    page.push_str(
-        "<h2>Flow keys on this host</h2><table id=\"flow\"><tr><th>plugin</th>\
-         <th class=\"text\">key</th><th>running</th><th>waiting</th><th>ms per run</th>\
-         <th>runs</th><th>waited for its turn</th><th>fair-share put-backs</th>\
-         <th>put back over its limits</th></tr>",
-    );
-    for k in keys {
-        let key = if k.key.is_empty() {
-            "<span class=\"muted\">(default flow)</span>".to_string()
-        } else {
-            format!("<code>{}</code>", escape(&k.key))
-        };
-        let _ = write!(
-            page,
-            "<tr><td>{}</td><td class=\"text\">{key}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            escape(&k.plugin),
-            k.running,
-            k.waiting,
-            k.run_ms,
-            k.counts.runs,
-            k.counts.waited,
-            k.counts.fair_share,
-            k.counts.flow_limited,
-        );
-    }
-    page.push_str("</table>");
 }
 
 /// The fleet's schedules (none configured: no table).
-fn schedules_table(page: &mut String, schedules: &[ScheduleStatus]) {
-    if schedules.is_empty() {
-        return;
-    }
-    let skew = schedules.first().map_or(0, |s| s.clock_skew_ms);
-    let _ = write!(
-        page,
-        "<h2>Schedules</h2><p class=\"muted\" id=\"clock-skew\">This host's clock is \
-         {} from the store's; schedules fire on the store's clock.</p>",
-        crate::schedule::seconds_text(skew)
-    );
-    page.push_str(
-        "<table id=\"schedules\"><tr><th>schedule</th><th class=\"text\">sends</th>\
-         <th class=\"text\">next</th><th class=\"text\">last fired</th><th>fired</th>\
-         <th>missed</th><th>skipped</th></tr>",
-    );
-    for s in schedules {
-        let rec = s.record.clone().unwrap_or_default();
-        let state = match (&rec.paused, rec.held) {
-            (Some(p), _) => format!("<br><span class=\"bad\">paused by {}</span>", escape(&p.by)),
-            (None, Some(held)) => format!(
-                "<br><span class=\"muted\">holding {}</span>",
-                crate::schedule::time_text(held)
-            ),
-            (None, None) => String::new(),
-        };
-        let last = rec.last_fired.as_ref().map_or("-".to_string(), |f| {
-            format!(
-                "{}<br><span class=\"muted\">by {}, sent {} after its tick (that host's clock {})</span>",
-                escape(&f.label),
-                escape(&f.host),
-                crate::schedule::seconds_text(f.lag_ms()),
-                crate::schedule::seconds_text(f.skew_ms),
-            )
-        });
-        let _ = write!(
-            page,
-            "<tr data-schedule=\"{name}\"><td>{name}<br><span class=\"muted\"><code>{cron}</code> \
-             {zone}, overlap {overlap}</span>{state}</td><td class=\"text\">{sends}</td>\
-             <td class=\"text\">{next}</td><td class=\"text last-fired\">{last}</td>\
-             <td class=\"fired\">{}</td><td class=\"missed\">{}</td><td class=\"skipped\">{}</td></tr>",
-            rec.fired,
-            rec.missed,
-            rec.skipped,
-            name = escape(&s.name),
-            cron = escape(&s.cron),
-            zone = escape(&s.timezone),
-            overlap = s.overlap,
-            sends = escape(&s.sends),
-            next = escape(s.next.first().map_or("never", String::as_str)),
-        );
-    }
-    page.push_str("</table>");
-}
-
-fn plugins_table(page: &mut String, plugins: &[PluginView], actions: bool) {
-    let now = now_ms();
-    page.push_str(
-        "<h2>Plugins</h2><table id=\"plugins\"><tr><th>plugin</th><th class=\"text\">version</th>\
-         <th>loads</th><th class=\"text\">grants</th><th class=\"text\">limits</th>\
-         <th>calls</th><th>µs per call (instantiate / call / drop)</th></tr>",
-    );
-    for p in plugins {
-        let loaded = p.loaded_at_ms.map_or(String::new(), |at| {
-            format!(
-                " <span class=\"muted\">loaded {} ago</span>",
-                age(now.saturating_sub(at))
-            )
-        });
-        let version = match (&p.version, &p.last_error) {
-            (Some(v), None) => format!("<code class=\"version\">{}</code>{loaded}", escape(v)),
-            (Some(v), Some(e)) => format!(
-                "<code class=\"version\">{}</code>{loaded}<br><span class=\"bad\">the latest file \
-                 did not load: {}</span>",
-                escape(v),
-                escape(e)
-            ),
-            (None, e) => format!(
-                "<span class=\"bad\">not serving{}</span>",
-                e.as_deref()
-                    .map(|e| format!(": {}", escape(e)))
-                    .unwrap_or_default()
-            ),
-        };
-        let grants = p.grants.as_ref().map_or(String::new(), |g| {
-            let list = |label: &str, items: &[String]| {
-                if items.is_empty() {
-                    String::new()
-                } else {
-                    format!("{label}: {}<br>", escape(&items.join(", ")))
-                }
-            };
-            let all = [
-                list("outbox", &g.outbox_queues),
-                list("celery", &g.celery_queues),
-                list("http", &g.http_origins),
-                list("secrets", &g.secret_settings),
-            ]
-            .concat();
-            if all.is_empty() {
-                "none".to_string()
-            } else {
-                all
+fn schedules_table(schedules: &[ScheduleStatus]) -> Markup {
+    let Some(first) = schedules.first() else {
+        return html! {};
+    };
+    let seconds = crate::schedule::seconds_text;
+    html! {
+        h2 { "Schedules" }
+        p.muted #clock-skew {
+            "This host's clock is " (seconds(first.clock_skew_ms))
+            " from the store's; schedules fire on the store's clock."
+        }
+        table #schedules {
+            tr {
+                th { "schedule" } th.text { "sends" } th.text { "next" } th.text { "last fired" }
+                th { "fired" } th { "missed" } th { "skipped" }
             }
-        });
-        let limits = p.limits.as_ref().map_or(String::new(), |l| {
-            let rate = l.rate.as_ref().map_or(String::new(), |r| {
-                format!(", rate {}", escape(&r.to_string()))
-            });
-            format!(
-                "timeout {} ms, memory {} MiB, {} attempts{rate}",
-                l.timeout_ms, l.memory_mib, l.max_attempts
-            )
-        });
-        let (calls, costs) = p
-            .costs
-            .as_ref()
-            .map_or((String::new(), String::new()), |c| {
-                let costs = format!(
-                    "{:.0} / {:.0} / {:.0}",
-                    c.instantiate_us, c.call_us, c.drop_us
-                );
-                (c.calls.to_string(), costs)
-            });
-        let canary = p.canary.as_ref().map_or(String::new(), |c| {
-            let decide = if actions {
-                let name = [("plugin", p.name.as_str())];
-                [
-                    form("promote", &name, "Promote"),
-                    form("rollback", &name, "Roll back"),
-                ]
-                .concat()
-            } else {
-                String::new()
-            };
-            format!(
-                "<br><span class=\"canary\">canary <code>{}</code> on {}% of keys</span>{decide}",
-                escape(&c.version),
-                c.percent
-            )
-        });
-        let version = format!("{version}{canary}");
-        let _ = write!(
-            page,
-            "<tr data-plugin=\"{name}\"><td>{name}</td><td class=\"text\">{version}</td>\
-             <td>{} <span class=\"muted\">({} failed)</span></td><td class=\"text\">{grants}</td>\
-             <td class=\"text\">{limits}</td><td>{calls}</td><td>{costs}</td></tr>",
-            p.loads,
-            p.failed_loads,
-            name = escape(&p.name),
-        );
+            @for s in schedules {
+                @let rec = s.record.clone().unwrap_or_default();
+                tr data-schedule=(s.name) {
+                    td {
+                        (s.name) br;
+                        span.muted { code { (s.cron) } " " (s.timezone) ", overlap " (s.overlap) }
+                        @match (&rec.paused, rec.held) {
+                            (Some(p), _) => { br; span.bad { "paused by " (p.by) } }
+                            (None, Some(held)) => {
+                                br; span.muted { "holding " (crate::schedule::time_text(held)) }
+                            }
+                            (None, None) => {}
+                        }
+                    }
+                    td.text { (s.sends) }
+                    td.text { (s.next.first().map_or("never", String::as_str)) }
+                    td.text.last-fired {
+                        @match &rec.last_fired {
+                            Some(f) => {
+                                (f.label) br;
+                                span.muted {
+                                    "by " (f.host) ", sent " (seconds(f.lag_ms()))
+                                    " after its tick (that host's clock " (seconds(f.skew_ms)) ")"
+                                }
+                            }
+                            None => "-",
+                        }
+                    }
+                    td.fired { (rec.fired) }
+                    td.missed { (rec.missed) }
+                    td.skipped { (rec.skipped) }
+                }
+            }
+        }
     }
-    page.push_str("</table>");
 }
 
-fn dead_letters(page: &mut String, queue: &str, letters: &[DeadLetter], actions: bool) {
-    let _ = write!(page, "<h2>Dead letters from {}</h2>", escape(queue));
-    if actions {
-        page.push_str(&form(
-            "redrive",
-            &[("queue", queue), ("message", "")],
-            "Redrive all of this queue's dead letters",
-        ));
-        page.push_str(&form(
-            "purge-dead-letters",
-            &[("queue", queue)],
-            "Purge its dead-letter queue",
-        ));
-    }
-    if letters.is_empty() {
-        page.push_str("<p class=\"muted\">None sent by this host since it started.</p>");
-        return;
-    }
-    page.push_str(
-        "<table class=\"dead-letters\"><tr><th class=\"text\">message</th><th class=\"text\">\
-         reason</th><th>attempts</th><th>age</th><th></th></tr>",
-    );
+fn plugins_table(plugins: &[PluginView], actions: bool) -> Markup {
     let now = now_ms();
-    for d in letters.iter().take(SHOWN) {
-        let attributes: String = (d.attributes.iter())
-            .map(|(k, v)| format!("{} = {}\n", escape(k), escape(v)))
-            .collect();
-        let body = if d.offloaded {
-            format!(
-                "offloaded ({} bytes here; the payload is not fetched)",
-                d.size
-            )
-        } else {
-            format!(
-                "{} bytes{}",
-                d.size,
-                if d.whole { "" } else { ", first 2 KiB shown" }
-            )
-        };
-        let _ = write!(
-            page,
-            "<tr class=\"dead-letter\"><td class=\"text\"><details><summary><code>{id}</code> \
-             <span class=\"muted\">{plugin}</span></summary>\
-             <div class=\"muted\">{body}</div><pre class=\"attributes\">{attributes}</pre>\
-             <pre class=\"preview\">{preview}</pre></details></td>\
-             <td class=\"text reason\">{reason}</td><td>{attempts}</td><td>{age}</td>\
-             <td>{redrive}</td></tr>",
-            id = escape(&d.message_id),
-            plugin = escape(&d.plugin),
-            preview = escape(&d.preview),
-            reason = escape(&d.reason),
-            attempts = d.attempts,
-            age = age(now.saturating_sub(d.at_ms)),
-            redrive = match (&d.dead_letter_id, actions) {
-                (Some(id), true) =>
-                    form("redrive", &[("queue", queue), ("message", id)], "Redrive"),
-                _ => String::new(),
-            },
-        );
+    html! {
+        h2 { "Plugins" }
+        table #plugins {
+            tr {
+                th { "plugin" } th.text { "version" } th { "loads" } th.text { "grants" }
+                th.text { "limits" } th { "calls" } th { "µs per call (instantiate / call / drop)" }
+            }
+            @for p in plugins {
+                @let loaded = html! {
+                    @if let Some(at) = p.loaded_at_ms {
+                        " " span.muted { "loaded " (age(now.saturating_sub(at))) " ago" }
+                    }
+                };
+                tr data-plugin=(p.name) {
+                    td { (p.name) }
+                    td.text {
+                        @match (&p.version, &p.last_error) {
+                            (Some(v), error) => {
+                                code.version { (v) } (loaded)
+                                @if let Some(e) = error {
+                                    br; span.bad { "the latest file did not load: " (e) }
+                                }
+                            }
+                            (None, e) => span.bad {
+                                "not serving" @if let Some(e) = e { ": " (e) }
+                            },
+                        }
+                        @if let Some(c) = &p.canary {
+                            br;
+                            span.canary { "canary " code { (c.version) } " on " (c.percent) "% of keys" }
+                            @if actions {
+                                (form("promote", &[("plugin", p.name.as_str())], "Promote"))
+                                (form("rollback", &[("plugin", p.name.as_str())], "Roll back"))
+                            }
+                        }
+                    }
+                    td { (p.loads) " " span.muted { "(" (p.failed_loads) " failed)" } }
+                    td.text { (grants(p)) }
+                    td.text {
+                        @if let Some(l) = &p.limits {
+                            "timeout " (l.timeout_ms) " ms, memory " (l.memory_mib) " MiB, "
+                            (l.max_attempts) " attempts"
+                            @if let Some(r) = &l.rate { ", rate " (r) }
+                        }
+                    }
+                    @match &p.costs {
+                        Some(c) => {
+                            td { (c.calls) }
+                            td { (format!("{:.0} / {:.0} / {:.0}", c.instantiate_us, c.call_us, c.drop_us)) }
+                        }
+                        None => { td {} td {} }
+                    }
+                }
+            }
+        }
     }
-    page.push_str("</table>");
+}
+
+/// What a plugin was granted, a line per kind ("none" for nothing).
+fn grants(p: &PluginView) -> Markup {
+    let Some(g) = &p.grants else {
+        return html! {};
+    };
+    let kinds = [
+        ("outbox", &g.outbox_queues),
+        ("celery", &g.celery_queues),
+        ("http", &g.http_origins),
+        ("secrets", &g.secret_settings),
+    ];
+    let granted: Vec<_> = kinds
+        .iter()
+        .filter(|(_, items)| !items.is_empty())
+        .collect();
+    html! {
+        @if granted.is_empty() { "none" }
+        @for (label, items) in granted { (label) ": " (items.join(", ")) br; }
+    }
+}
+
+fn dead_letters(queue: &str, letters: &[DeadLetter], actions: bool) -> Markup {
+    let now = now_ms();
+    html! {
+        h2 { "Dead letters from " (queue) }
+        @if actions {
+            (form("redrive", &[("queue", queue), ("message", "")], "Redrive all of this queue's dead letters"))
+            (form("purge-dead-letters", &[("queue", queue)], "Purge its dead-letter queue"))
+        }
+        @if letters.is_empty() {
+            p.muted { "None sent by this host since it started." }
+        } @else {
+            table.dead-letters {
+                tr {
+                    th.text { "message" } th.text { "reason" } th { "attempts" } th { "age" } th {}
+                }
+                @for d in letters.iter().take(SHOWN) {
+                    tr.dead-letter {
+                        td.text {
+                            details {
+                                summary { code { (d.message_id) } " " span.muted { (d.plugin) } }
+                                div.muted {
+                                    @if d.offloaded {
+                                        "offloaded (" (d.size) " bytes here; the payload is not fetched)"
+                                    } @else {
+                                        (d.size) " bytes" @if !d.whole { ", first 2 KiB shown" }
+                                    }
+                                }
+                                pre.attributes {
+                                    @for (k, v) in &d.attributes { (k) " = " (v) "\n" }
+                                }
+                                pre.preview { (d.preview) }
+                            }
+                        }
+                        td.text.reason { (d.reason) }
+                        td { (d.attempts) }
+                        td { (age(now.saturating_sub(d.at_ms))) }
+                        td {
+                            @if let (Some(id), true) = (&d.dead_letter_id, actions) {
+                                (form("redrive", &[("queue", queue), ("message", id)], "Redrive"))
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -371,13 +340,13 @@ mod tests {
             flow: &[],
             dead: &[],
         };
-        let page = render(&views, false);
+        let page = render(&views, false).into_string();
         assert!(!page.contains("Flow keys"), "no flow keys, no table");
         assert!(
-            page.contains(READ_ONLY),
+            page.contains(READ_ONLY.0),
             "a read-only page says what a token enables"
         );
-        assert!(!render(&views, true).contains(READ_ONLY));
+        assert!(!render(&views, true).into_string().contains(READ_ONLY.0));
         assert!(page.contains(&format!("<script>{REFRESH}</script>")));
         assert_eq!(page.matches("<script").count(), 1, "one script");
         // The hash of "setInterval(...)" as browsers compute it for the inline script.
@@ -411,7 +380,7 @@ mod tests {
             flow: &flow,
             dead: &[],
         };
-        let page = render(&views, false);
+        let page = render(&views, false).into_string();
         assert!(page.contains("<h2>Flow keys on this host</h2>"), "{page}");
         assert!(page.contains("&lt;b&gt;acme&lt;/b&gt;") && !page.contains("<b>acme"));
         assert!(page.contains("(default flow)"));
