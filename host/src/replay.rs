@@ -197,22 +197,25 @@ async fn load(config: &Config, path: &Path) -> anyhow::Result<Bench> {
     Bench::load_for(config, LoadAs::file(path), |_| {}, Some(World::replay())).await
 }
 
+impl Run {
+    /// A message that did not run, and why.
+    fn unrun(why: String) -> Run {
+        Run {
+            key: None,
+            ended: Ended::Refused(why),
+            outbox: Vec::new(),
+            http: Vec::new(),
+        }
+    }
+}
+
 /// One message through one version.
 async fn run(bench: &Bench, msg: &RecordedMessage) -> Run {
     let received = msg.received(QUEUE);
-    let ran = match bench.run(&received, &*crate::format::plain(), None).await {
-        Ok(mut runs) => runs.pop(),
-        Err(why) => {
-            return Run {
-                key: None,
-                ended: Ended::Refused(why),
-                outbox: Vec::new(),
-                http: Vec::new(),
-            };
-        }
-    };
-    let Some(ran) = ran else {
-        unreachable!("qhost's format reads one run from every message")
+    let ran = match bench.run(&received, None, None).await {
+        Ok(mut runs) if !runs.is_empty() => runs.remove(0),
+        Ok(_) => return Run::unrun("the message held nothing to run".into()),
+        Err(why) => return Run::unrun(why),
     };
     Run {
         key: ran.key,

@@ -152,7 +152,12 @@ async fn two_lanes_share_a_queue_and_run_each_message_once() {
         "max-in-flight holds across lanes: {peak} at once"
     );
     let c = host.stats().total();
-    assert_eq!((c.invoked, c.acked, c.duplicates), (200, 200, 40), "{c:?}");
+    assert_eq!((c.invoked, c.acked), (200, 200), "{c:?}");
+    // Every copy ends as a duplicate. SQS delivers at least once: on a loaded machine a
+    // message whose delete was late comes back, and is a duplicate too (or, if it came back
+    // while its first delivery still ran, busy and then a duplicate).
+    assert!(c.duplicates >= 40, "{c:?}");
+    assert_eq!(c.received, c.acked + c.duplicates + c.busy, "{c:?}");
     assert!(drain(&jobs).await.is_empty(), "every message was deleted");
 }
 

@@ -218,6 +218,7 @@ impl Host {
                 put_backs: PutBacks::spawn(Arc::clone(&self.source), q.name.clone()),
                 capture: capture.clone(),
                 heartbeats: Heartbeats::default(),
+                tap: None,
             });
             tracing::info!(queue = %q.name, plugin = %q.plugin, pollers = q.pollers, "consuming");
             for _ in 0..q.pollers {

@@ -3,94 +3,37 @@
 //!
 //! A bench is a plugin file loaded as a host loads it (manifest, limits, deadline, memory cap,
 //! compiled-code cache), optionally into a [`World`] (canned HTTP answers, a virtual clock,
-//! its logs kept). A message runs as the host runs it: its queue's format reads it into runs,
-//! each run is keyed by the plugin's manifest, and the handler is given the run's view under
-//! that key. With a [`Ledger`] (an in-memory embedded store, for `qhost test`) each run also
-//! takes its lease, a completed key is finished as a duplicate without running, and an ack
-//! commits the outbox, the result and the state writes with the completed record, so the next
-//! message reads the state the last one committed. Without one (invoke, replay) nothing is
-//! leased or remembered, and the same message can be tried again and again.
+//! its logs kept). A message runs through the host's own pipeline (`pipeline::alone`): its
+//! queue's format reads it into runs, each is routed and keyed, admitted by the flow gate,
+//! leased, run and committed (the outbox, the result and the state writes with the completed
+//! record) or put back, retried or dead-lettered, as on a host; how each run ended is read from
+//! the pipeline's tap. With a [`Ledger`] (an in-memory embedded store, for `qhost test`) what
+//! the runs commit is kept: a completed key is finished as a duplicate without running, and
+//! the next message reads the state the last one committed. Without one (invoke, replay) each
+//! message runs on an empty store, so the same message can be tried again and again.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context as _;
 
-use crate::config::Config;
-use crate::format::{Admit, Format, Run};
+use crate::config::{Config, QueueConfig};
+use crate::format::Run;
 use crate::handler::{Failure, HandlerMessage, Invocation, Outcome};
-use crate::idempotency::key::scoped;
 use crate::idempotency::local::LocalStore;
-use crate::idempotency::{Acquired, Completion, IdempotencyStore, Lease, LeaseRequest, Released};
 use crate::kv::StateCommit;
 use crate::message::{Outgoing, Received};
+use crate::pipeline::alone::Alone;
+use crate::pipeline::tap::RunEnd;
 use crate::plugin::Plugin;
 use crate::plugin::loader::LoadAs;
 use crate::plugin::manifest::Manifest;
 use crate::runtime::engine::Runtime;
 use crate::runtime::world::{Met, World};
 
-/// The namespace a ledger's keys and state live under.
+pub(crate) use crate::pipeline::tap::Ended;
+
+/// The namespace a ledger's keys and state live under (a configuration's default).
 pub(crate) const NAMESPACE: &str = "qhost";
-
-/// How long a ledger's lease lasts: runs are one at a time, so it only has to outlast one.
-const LEASE: Duration = Duration::from_secs(3600);
-
-/// How one run ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Ended {
-    /// Its manifest derives no key from the message: a host would dead-letter it unrun.
-    NoKey(String),
-    /// The message is not what its queue's format says, or the format refuses the run: a host
-    /// would dead-letter it unrun.
-    Refused(String),
-    /// Not due yet (a Celery task's eta): a host would put it back, unrun.
-    NotDue(String),
-    /// Past its expiry: a host would ack it unrun.
-    Expired(String),
-    /// Its key was completed already: a host finishes it as a duplicate, unrun.
-    Duplicate,
-    /// It acked.
-    Ack,
-    /// It asked for a retry after at least this many seconds.
-    Retry(u32),
-    /// It rejected, with this reason.
-    Reject(String),
-    /// It trapped, ran out of time or memory, or could not be instantiated.
-    Failed(String),
-}
-
-impl Ended {
-    /// The kind, which is what comparing two outcomes compares.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Ended::NoKey(_) => "no key",
-            Ended::Refused(_) => "refused",
-            Ended::NotDue(_) => "not due",
-            Ended::Expired(_) => "expired",
-            Ended::Duplicate => "duplicate",
-            Ended::Ack => "ack",
-            Ended::Retry(_) => "retry",
-            Ended::Reject(_) => "reject",
-            Ended::Failed(_) => "failed",
-        }
-    }
-}
-
-impl std::fmt::Display for Ended {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Ended::Ack | Ended::Duplicate => f.write_str(self.kind()),
-            Ended::Retry(secs) => write!(f, "retry {secs}s"),
-            Ended::NoKey(why)
-            | Ended::Refused(why)
-            | Ended::NotDue(why)
-            | Ended::Expired(why)
-            | Ended::Reject(why)
-            | Ended::Failed(why) => write!(f, "{}: {why}", self.kind()),
-        }
-    }
-}
 
 /// What one run of a message did.
 #[derive(Debug)]
@@ -110,6 +53,20 @@ pub(crate) struct Ran {
     pub(crate) state: StateCommit,
     /// What it met in the world: its HTTP requests and log lines.
     pub(crate) met: Met,
+}
+
+impl From<RunEnd> for Ran {
+    fn from(end: RunEnd) -> Ran {
+        Ran {
+            key: end.key,
+            ended: end.ended,
+            failure: end.failure,
+            outbox: end.outbox,
+            result: end.result,
+            state: end.state,
+            met: Met::default(),
+        }
+    }
 }
 
 impl Ran {
@@ -172,22 +129,33 @@ impl Bench {
         &self.plugin
     }
 
-    /// Runs `msg` as `format` reads it, each of its runs in order; `Err` when the format
-    /// refuses the message whole (a host dead-letters it).
+    /// Runs `msg` through a pipeline consuming `queue` (or, with none, a queue of qhost's own
+    /// format named as `msg`'s, for this plugin): how each of its runs ended, in order.
+    /// What they commit is kept in `ledger`, or, without one, on an empty store.
     pub(crate) async fn run(
         &self,
         msg: &Received,
-        format: &dyn Format,
+        queue: Option<&QueueConfig>,
         ledger: Option<&Arc<Ledger>>,
     ) -> Result<Vec<Ran>, String> {
-        let runs = (format.read(msg, &msg.body, &msg.attributes)).map_err(|e| e.to_string())?;
-        let mut ran = Vec::with_capacity(runs.len());
-        for run in runs {
-            let mut one = self.run_one(msg, run, ledger).await;
-            if let Some(world) = &self.world {
-                one.met = world.take();
+        let plain;
+        let queue = match queue {
+            Some(queue) => queue,
+            None => {
+                plain = plain_queue(&msg.queue, &self.plugin.name)?;
+                &plain
             }
-            ran.push(one);
+        };
+        let store = match ledger {
+            Some(ledger) => Arc::clone(ledger),
+            None => Arc::new(Ledger::open(None).map_err(|e| format!("an in-memory store: {e:#}"))?),
+        };
+        let alone = (Alone::new(queue, self.plugin.clone(), store))
+            .map_err(|e| format!("the pipeline: {e:#}"))?;
+        let ends = (alone.deliver(msg).await).map_err(|e| format!("{e:#}"))?;
+        let mut ran: Vec<Ran> = ends.into_iter().map(Ran::from).collect();
+        if let (Some(world), Some(first)) = (&self.world, ran.first_mut()) {
+            first.met = world.take();
         }
         Ok(ran)
     }
@@ -247,48 +215,6 @@ impl Bench {
         }
     }
 
-    async fn run_one(&self, msg: &Received, run: Run, ledger: Option<&Arc<Ledger>>) -> Ran {
-        let plugin = &self.plugin;
-        match &run.admit {
-            Admit::Now => {}
-            Admit::NotDue { eta, .. } => return Ran::ended(None, Ended::NotDue(eta.clone())),
-            Admit::Expired { expires } => {
-                return Ran::ended(None, Ended::Expired(expires.clone()));
-            }
-            Admit::Refused(why) => return Ran::ended(None, Ended::Refused(why.clone())),
-        }
-        if let Some(effects) = &run.effects
-            && let Err(why) = effects.check(plugin)
-        {
-            return Ran::ended(None, Ended::Refused(why.to_string()));
-        }
-        let key = match run.key_of(msg, Some(&plugin.manifest)) {
-            Ok(key) => key,
-            Err(why) => return Ran::ended(None, Ended::NoKey(why)),
-        };
-        let lease = match ledger {
-            None => None,
-            Some(ledger) => match self.lease(ledger, &key).await {
-                Ok(Leased::Granted(lease)) => Some(lease),
-                Ok(Leased::Completed(pending)) => {
-                    let mut ran = Ran::ended(Some(key), Ended::Duplicate);
-                    ran.outbox = pending;
-                    return ran;
-                }
-                Err(why) => return Ran::ended(Some(key), Ended::Failed(why)),
-            },
-        };
-        let token = lease.as_ref().map_or(1, |l| l.fencing_token);
-        let answer = plugin.invoke(Self::input(msg, &run, &key, token)).await;
-        let mut ran = self.ended(&run, &key, answer);
-        if let (Some(ledger), Some(lease)) = (ledger, lease)
-            && let Err(why) = self.settle(ledger, lease, &mut ran).await
-        {
-            ran.ended = Ended::Failed(why);
-        }
-        ran
-    }
-
     /// What the handler's answer comes to, the format's effects applied to an ack.
     fn ended(&self, run: &Run, key: &str, answer: Result<Invocation, Failure>) -> Ran {
         let mut ran = Ran::ended(Some(key.to_string()), Ended::Ack);
@@ -318,52 +244,93 @@ impl Bench {
         }
         ran
     }
-
-    async fn lease(&self, ledger: &Ledger, key: &str) -> Result<Leased, String> {
-        let request = LeaseRequest {
-            key: scoped(NAMESPACE, &self.plugin.name, key),
-            ttl: LEASE,
-            window: self.plugin.manifest.dedup_window(),
-        };
-        let acquired = (ledger.acquire(&[request]).await)
-            .and_then(|mut answers| answers.remove(0))
-            .map_err(|e| format!("the test's store: {e}"))?;
-        match acquired {
-            Acquired::Granted(lease) => Ok(Leased::Granted(lease)),
-            Acquired::Completed { pending_outbox, .. } => Ok(Leased::Completed(pending_outbox)),
-            Acquired::Busy { .. } => Err(format!("key {key} is leased by another run")),
-        }
-    }
-
-    /// Commits an ack with its outbox, result and state (marking the outbox sent, as a host
-    /// does once it has sent it); gives the lease back otherwise.
-    async fn settle(&self, ledger: &Ledger, lease: Lease, ran: &mut Ran) -> Result<(), String> {
-        let failed = |e: crate::idempotency::IdempotencyError| format!("the test's store: {e}");
-        if ran.ended != Ended::Ack {
-            let why = match ran.ended {
-                Ended::Reject(_) => Released::GaveUp,
-                _ => Released::Failed,
-            };
-            return ledger.release(&lease, why).await.map_err(failed);
-        }
-        let key = lease.key.clone();
-        let completion = Completion {
-            window: lease.window,
-            lease,
-            outbox: ran.outbox.clone(),
-            result: ran.result.clone(),
-            digest: None,
-            state: ran.state.clone(),
-        };
-        let mut done = ledger.complete(&[completion]).await.map_err(failed)?;
-        done.remove(0).map_err(failed)?;
-        ledger.outbox_sent(&key).await.map_err(failed)
-    }
 }
 
-/// What a ledger's lease found.
-enum Leased {
-    Granted(Lease),
-    /// Completed already, with what it still had to send.
-    Completed(Vec<Outgoing>),
+/// A queue of qhost's own format named `name`, consumed by `plugin`.
+fn plain_queue(name: &str, plugin: &str) -> Result<QueueConfig, String> {
+    let mut table = toml::Table::new();
+    table.insert("name".into(), toml::Value::String(name.into()));
+    table.insert("plugin".into(), toml::Value::String(plugin.into()));
+    let mut file = toml::Table::new();
+    file.insert("queue".into(), toml::Value::Array(vec![table.into()]));
+    let mut config =
+        Config::parse(&file.to_string()).map_err(|e| format!("queue {name}: {e:#}"))?;
+    Ok(config.queues.swap_remove(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Attribute;
+
+    /// A bench of a native plugin `p` with `manifest` that acks every message.
+    fn acking(manifest: &str) -> Bench {
+        let manifest = Manifest::parse(manifest).expect("a manifest");
+        let handler = |_: HandlerMessage| Ok(Invocation::new(Outcome::Ack));
+        let plugin = Plugin::new("p", "v1", manifest, Arc::new(handler));
+        Bench {
+            plugin,
+            world: None,
+        }
+    }
+
+    fn job(id: &str) -> Received {
+        Received {
+            id: id.into(),
+            handle: String::new(),
+            queue: "jobs".into(),
+            body: b"{}".to_vec(),
+            attributes: vec![Attribute::string("job", id)],
+            delivery_count: 1,
+            sent_at_ms: 0,
+            group_id: None,
+            malformed: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_run_over_its_plugin_s_rate_is_put_back_as_on_a_host() {
+        let bench = acking("[idempotency]\nkey = \"attribute:job\"\n[limits]\nrate = \"1/min\"\n");
+        let ledger = Arc::new(Ledger::open(None).expect("a ledger"));
+        let first = bench
+            .run(&job("a"), None, Some(&ledger))
+            .await
+            .expect("ran");
+        assert_eq!(first[0].ended, Ended::Ack, "{first:?}");
+        assert_eq!(first[0].key.as_deref(), Some("a"));
+        // The pipeline's rate, which a second engine beside it never took: the next run's
+        // slot is a minute off, so the message goes back unrun.
+        let second = bench
+            .run(&job("b"), None, Some(&ledger))
+            .await
+            .expect("ran");
+        assert_eq!(second.len(), 1, "{second:?}");
+        assert_eq!(second[0].ended, Ended::PutBack("rate limited".into()));
+    }
+
+    #[tokio::test]
+    async fn a_completed_key_is_a_duplicate_and_a_message_without_one_is_dead_lettered() {
+        let bench = acking("[idempotency]\nkey = \"attribute:job\"\n");
+        let ledger = Arc::new(Ledger::open(None).expect("a ledger"));
+        let ran = bench
+            .run(&job("a"), None, Some(&ledger))
+            .await
+            .expect("ran");
+        assert_eq!(ran[0].ended, Ended::Ack);
+        let again = bench
+            .run(&job("a"), None, Some(&ledger))
+            .await
+            .expect("ran");
+        assert_eq!(again[0].ended, Ended::Duplicate, "{again:?}");
+        let mut keyless = job("c");
+        keyless.attributes.clear();
+        let refused = bench.run(&keyless, None, None).await.expect("ran");
+        assert!(
+            matches!(&refused[0].ended, Ended::NoKey(why) if why.contains("job")),
+            "{refused:?}"
+        );
+        // Without a ledger nothing is remembered: the same message runs again.
+        let fresh = bench.run(&job("a"), None, None).await.expect("ran");
+        assert_eq!(fresh[0].ended, Ended::Ack);
+    }
 }

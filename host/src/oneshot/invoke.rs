@@ -172,8 +172,7 @@ pub async fn invoke_file(
     // Loading may have run an instance already (a check): only this call's costs count.
     let before = plugin.costs().unwrap_or_default();
     let started = Instant::now();
-    let mut runs =
-        (bench.run(&msg, &*crate::format::plain(), None).await).map_err(anyhow::Error::msg)?;
+    let mut runs = (bench.run(&msg, None, None).await).map_err(anyhow::Error::msg)?;
     let ran = runs
         .pop()
         .context("qhost's format reads one run from every message")?;

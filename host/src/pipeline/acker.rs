@@ -102,7 +102,6 @@ impl Acker {
     }
 
     /// Receipts handed over and not yet deleted (or given up on).
-    #[cfg(test)]
     pub(crate) fn pending(&self) -> usize {
         self.pending.load(Ordering::Relaxed)
     }

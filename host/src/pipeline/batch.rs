@@ -15,6 +15,7 @@ use super::heartbeat::Hold;
 use super::parts;
 use super::route::{Read, Routed, Unroutable, needs_payload, read};
 use super::run;
+use super::tap::{Ended, RunEnd};
 use crate::faults::Operation;
 use crate::idempotency::{Acquired, IdempotencyError};
 use crate::message::Received;
@@ -78,9 +79,9 @@ pub(crate) async fn dispatch(
 async fn malformed(queue: Arc<QueueCtx>, msg: Received, reason: String) -> Fate {
     let plugin = PluginRef::Named(queue.config.plugin.clone());
     let delivery = Delivery::received(queue, msg, Body::Inline, plugin);
-    delivery
-        .dead_letter(format!("malformed message: {reason}"))
-        .await
+    let reason = format!("malformed message: {reason}");
+    delivery.tell(|| RunEnd::bare(None, Ended::Refused(reason.clone())));
+    delivery.dead_letter(reason).await
 }
 
 /// Carries a read message to its end: its one run leased alone, its parts one after another,

@@ -97,6 +97,8 @@ pub(crate) struct QueueCtx {
     pub(crate) capture: Option<Arc<crate::capture::Capture>>,
     /// Its deliveries' heartbeats, extended by one sweeper.
     pub(crate) heartbeats: Heartbeats,
+    /// Told how each run ended, when its messages are run outside a host (`alone`).
+    pub(crate) tap: Option<Arc<super::tap::Tap>>,
 }
 
 impl QueueCtx {

@@ -30,12 +30,14 @@
 //! [`let_lapse`]: Delivery::let_lapse
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::backoff;
 use super::context::{QueueCtx, Shared};
 use super::deadletter::{self, Verdict};
 use super::part::{Part, PartFate};
+use super::tap::{Ended, RunEnd};
 use crate::faults::Operation;
 use crate::flow::fair::Ticket;
 use crate::format::Effects;
@@ -153,6 +155,8 @@ pub(crate) struct Delivery {
     effects: Option<Arc<dyn Effects>>,
     /// The message this delivery is one run of, when it holds several (`parts`).
     part: Option<Part>,
+    /// Whether its queue's tap was told how it ended (only ever set on a tapped queue).
+    told: AtomicBool,
 }
 
 impl Delivery {
@@ -194,6 +198,23 @@ impl Delivery {
             payload_verified: false,
             effects: None,
             part: None,
+            told: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether its queue has a tap (what a run tells it is then worth keeping).
+    pub(crate) fn tapped(&self) -> bool {
+        self.queue.tap.is_some()
+    }
+
+    /// Tells its queue's tap, when it has one, how this run ended (`end` is built only then).
+    /// The first telling stands: a stage that knows more (the handler's answer) tells before
+    /// the fate that carries it out, whose own telling is the fallback.
+    pub(crate) fn tell(&self, end: impl FnOnce() -> RunEnd) {
+        if let Some(tap) = &self.queue.tap
+            && !self.told.swap(true, Ordering::Relaxed)
+        {
+            tap.tell(end());
         }
     }
 
@@ -423,6 +444,10 @@ impl Delivery {
     /// Makes the message visible again after `delay`, counting it as `why` (a busy key, a
     /// release at shutdown, an outage). Not an attempt.
     pub(crate) async fn put_back(self, delay: Duration, why: Event) -> Fate {
+        self.tell(|| {
+            let why = why.outcome().unwrap_or("put back").replace('_', " ");
+            RunEnd::bare(None, Ended::PutBack(why))
+        });
         self.record(why);
         self.hide(delay).await
     }
@@ -466,6 +491,7 @@ impl Delivery {
     /// Sends the dead letter for `attempts` handler runs, and says how it went, for the stage
     /// that asked to end the delivery accordingly.
     pub(crate) async fn send_dead_letter(&self, reason: &str, attempts: u32) -> Lettered {
+        self.tell(|| RunEnd::bare(None, Ended::Refused(reason.to_string())));
         if let Some(part) = &self.part {
             // The message's one dead letter names every part's reason (`parts`).
             part.end(PartFate::Dead(reason.to_string()));
@@ -515,6 +541,12 @@ impl Delivery {
     /// The lease passed to another worker, whose result stands: this one is dropped, and the
     /// message comes back when its visibility lapses, to be found completed or leased.
     pub(crate) fn let_lapse(self, why: Event) -> Fate {
+        self.tell(|| {
+            RunEnd::bare(
+                None,
+                Ended::Failed("its lease passed to another run".into()),
+            )
+        });
         self.record(why);
         match &self.part {
             Some(part) => Fate::of(part.end(PartFate::Lapsed)),

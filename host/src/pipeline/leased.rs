@@ -11,6 +11,7 @@ use super::delivery::{Delivery, Fate, Key, Lettered};
 use super::heartbeat::Heartbeat;
 use super::outbox;
 use super::route::Routed;
+use super::tap::{Ended, RunEnd};
 use crate::faults::Operation;
 use crate::flow::HeldSlot;
 use crate::idempotency::{Completion, IdempotencyError, Lease, Released};
@@ -300,6 +301,10 @@ impl Leased {
         self.stop_heartbeat().await;
         let shared = Arc::clone(&self.delivery.queue().shared);
         let (plugin, key) = (&self.plugin.name, &self.key.handler);
+        let told = self
+            .delivery
+            .tapped()
+            .then(|| (result.clone(), state.clone()));
         let (outbox, result) = self.delivery.on_ack(outbox, plugin, key, result);
         let mut outbox = outbox::stamp(&self.key.handler, &self.plugin, outbox);
         self.delivery
@@ -356,6 +361,14 @@ impl Leased {
         match completed {
             Ok(()) => {
                 kv.committed(writes);
+                if let Some((result, state)) = told {
+                    delivery.tell(|| RunEnd {
+                        outbox: outbox.clone(),
+                        result,
+                        state,
+                        ..RunEnd::bare(Some(key.handler.clone()), Ended::Ack)
+                    });
+                }
                 delivery.record(Event::Acked);
                 delivery.finish(outbox, result, &key).await
             }

@@ -45,8 +45,11 @@
 //! | `completer`  | batched completions                                                 |
 //! | `gather`     | a batch from a channel: what is queued and what comes in a linger   |
 //! | `context`    | what the stages share                                               |
+//! | `tap`        | how each run ended, for runs outside a host (`qhost test`, `invoke`) |
+//! | `alone`      | one queue's pipeline on in-memory parts: how those runs are made    |
 
 mod acker;
+pub(crate) mod alone;
 pub(crate) mod backoff;
 mod batch;
 #[cfg(test)]
@@ -78,6 +81,7 @@ mod receive;
 mod route;
 mod run;
 mod slot_releases;
+pub(crate) mod tap;
 #[cfg(test)]
 pub(crate) mod test_bed;
 mod turns;

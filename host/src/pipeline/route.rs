@@ -14,6 +14,7 @@ use std::time::Duration;
 use super::context::QueueCtx;
 use super::delivery::{Delivery, Fate, Key, PluginRef};
 use super::part::{Part, Parts};
+use super::tap::{Ended, RunEnd};
 use crate::digest::sha256_hex;
 use crate::flow::FlowPolicy;
 use crate::flow::policy::{FlowInput, FlowKeySource};
@@ -120,6 +121,16 @@ impl Unroutable {
     /// message's own fault and is dead-lettered.
     pub(crate) async fn end(self) -> Fate {
         let reason = self.error.to_string();
+        self.delivery.tell(|| {
+            let ended = match &self.error {
+                RouteError::NotDue { eta, .. } => Ended::NotDue(eta.clone()),
+                RouteError::Expired { expires } => Ended::Expired(expires.clone()),
+                RouteError::NoKey(_) => Ended::NoKey(reason.clone()),
+                RouteError::NoPlugin { .. } => Ended::Failed(reason.clone()),
+                RouteError::Unrouted(_) | RouteError::Refused(_) => Ended::Refused(reason.clone()),
+            };
+            RunEnd::bare(None, ended)
+        });
         match self.error {
             RouteError::NoPlugin { .. } => {
                 tracing::warn!(%reason, "putting the message back until its plugin loads");

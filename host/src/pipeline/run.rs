@@ -12,6 +12,7 @@ use super::delivery::{Delivery, Fate};
 use super::invoke::invoke;
 use super::leased::Leased;
 use super::route::Routed;
+use super::tap::{Ended, RunEnd};
 use super::turns::Turn;
 use super::waiting::{self, BoxedFate};
 use crate::digest::sha256_hex;
@@ -80,6 +81,10 @@ pub(crate) async fn leased(mut routed: Routed, acquired: Acquired, slot: Option<
             ..
         } => {
             tracing::debug!("duplicate of completed work; acking without running");
+            routed.delivery.tell(|| RunEnd {
+                outbox: pending_outbox.clone(),
+                ..RunEnd::bare(Some(routed.key.handler.clone()), Ended::Duplicate)
+            });
             routed.delivery.record(Event::Duplicate);
             Box::pin(routed.finish(pending_outbox, pending_result)).await
         }
@@ -308,6 +313,7 @@ async fn run(mut leased: Leased, resolved: Option<Resolved>) -> Fate {
     };
     leased.ran_with(ran);
     leased.call_ended();
+    told(&leased, &result);
     match result {
         Ok(Invocation {
             outcome: Outcome::Ack,
@@ -346,6 +352,35 @@ async fn run(mut leased: Leased, resolved: Option<Resolved>) -> Fate {
             Box::pin(leased.retry(failure.to_string(), 0)).await
         }
     }
+}
+
+/// Tells the queue's tap (when it has one) how the handler answered, before the fate that
+/// carries the answer out: an ack is told as it commits (`Leased::ack`), with what it
+/// committed.
+fn told(leased: &Leased, result: &Result<Invocation, Failure>) {
+    let key = || Some(leased.key().handler.clone());
+    let ended = match result {
+        Ok(Invocation {
+            outcome: Outcome::Ack,
+            ..
+        }) => return,
+        Ok(Invocation {
+            outcome: Outcome::Retry(secs),
+            ..
+        }) => Ended::Retry(*secs),
+        Ok(Invocation {
+            outcome: Outcome::Reject(reason),
+            ..
+        }) => Ended::Reject(reason.clone()),
+        Err(failure) => {
+            let failure = failure.clone();
+            return leased.delivery().tell(|| RunEnd {
+                failure: Some(failure.clone()),
+                ..RunEnd::bare(key(), Ended::Failed(failure.to_string()))
+            });
+        }
+    };
+    leased.delivery().tell(|| RunEnd::bare(key(), ended));
 }
 
 /// Whether a delivery of a completed key (whose run handled a body with sha256 `done`) carries

@@ -7,14 +7,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-
 use super::acker::{AckTask, Acker};
 use super::batch;
-use super::completer::Completer;
 use super::context::{QueueCtx, Shared};
-use super::outbox_mark::OutboxMarks;
 use super::putback::PutBacks;
 use crate::config::Config;
 use crate::format::Formats;
@@ -23,15 +18,12 @@ use crate::idempotency::key::scoped;
 use crate::idempotency::local::LocalStore;
 use crate::idempotency::{KeyStatus, Store};
 use crate::message::{Attribute, Outgoing, Received};
-use crate::metrics::Metrics;
-use crate::payload::Payloads;
 use crate::plugin::Plugin;
 use crate::plugin::manifest::Manifest;
-use crate::plugin::registry::Registry;
 use crate::progress::Progress;
 use crate::source::local::LocalQueue;
 use crate::source::{QueueDepth, QueueSource};
-use crate::stats::{Counts, Stats};
+use crate::stats::Counts;
 
 /// The queue the bed consumes, and where its plugin may send.
 pub(crate) const JOBS: &str = "jobs";
@@ -46,63 +38,6 @@ pub(crate) struct TestBed {
     /// The embedded store behind the pipeline's (which a test may wrap).
     pub(crate) local: Arc<LocalStore>,
     acks: Option<AckTask>,
-}
-
-impl Shared {
-    /// The parts a host shares, for a test: `config`'s limits, no payload stores, no traces.
-    pub(crate) fn for_test(
-        config: Config,
-        source: Arc<dyn QueueSource>,
-        store: Arc<dyn Store>,
-        plugin: Plugin,
-    ) -> Shared {
-        let config = Arc::new(config);
-        let stats = Arc::new(Stats::default());
-        let registry = Arc::new(Registry::new([plugin]));
-        let fair = crate::flow::FairShares::new(config.max_in_flight);
-        let in_flight = Arc::new(tokio::sync::Semaphore::new(config.max_in_flight));
-        let (tasks, abandon) = (TaskTracker::new(), CancellationToken::new());
-        let lines = super::WaitLines::new(super::LineParts {
-            capacity: config.max_in_flight,
-            store: store.clone(),
-            fair: Arc::clone(&fair),
-            in_flight: Arc::clone(&in_flight),
-            abandon: abandon.clone(),
-            tasks: tasks.clone(),
-        });
-        let metrics = Arc::new(Metrics::new(
-            &config,
-            Arc::clone(&stats),
-            Arc::clone(&registry),
-            Arc::clone(&fair),
-        ));
-        Shared {
-            batches: super::batches::Batches::new(Arc::clone(&metrics), CancellationToken::new()),
-            metrics,
-            in_flight,
-            fair,
-            priorities: Default::default(),
-            slot_releases: super::SlotReleases::spawn(
-                store.clone(),
-                Arc::clone(&stats),
-                Arc::clone(&lines),
-            ),
-            lines,
-            config,
-            source,
-            completer: Completer::spawn(store.clone()),
-            store,
-            registry,
-            stats,
-            tasks,
-            abandon,
-            payloads: Arc::new(Payloads::disabled()),
-            tracer: None,
-            outbox_marks: OutboxMarks::default(),
-            recent: Arc::default(),
-            fleet: Arc::default(),
-        }
-    }
 }
 
 impl TestBed {
@@ -143,7 +78,7 @@ impl TestBed {
         let plugin = Plugin::new(PLUGIN, "v1", manifest, Arc::new(handler));
         let source = Arc::new(LocalQueue::open(None, Default::default()).expect("a queue"));
         let queue_config = config.queues[0].clone();
-        let shared = Arc::new(Shared::for_test(
+        let shared = Arc::new(Shared::alone(
             config,
             Arc::clone(&source) as Arc<dyn QueueSource>,
             store,
@@ -166,6 +101,7 @@ impl TestBed {
             acker,
             capture: None,
             heartbeats: super::Heartbeats::default(),
+            tap: None,
         });
         TestBed {
             queue,

@@ -170,7 +170,7 @@ fn outcome(ended: &Ended, ran: &Ran, expect: &mut toml::Table) {
         }
         Ended::Reject(why) => ("reject", Some(why)),
         Ended::NoKey(why) | Ended::Refused(why) => ("dead-letter", Some(why)),
-        Ended::NotDue(_) => ("put-back", None),
+        Ended::NotDue(_) | Ended::PutBack(_) => ("put-back", None),
         Ended::Expired(_) => ("expired", None),
         Ended::Failed(why) => (
             match &ran.failure {

@@ -9,8 +9,7 @@ use std::time::Instant;
 use super::expect::Got;
 use super::file::{Case, Step, TestFile, World as CaseWorld};
 use super::{CaseReport, FileReport};
-use crate::config::Config;
-use crate::format::{Format, Formats};
+use crate::config::{Config, QueueConfig};
 use crate::handler::Failure;
 use crate::idempotency::commit::{BucketCommit, Op, stored_bucket};
 use crate::oneshot::bench::{Bench, Ended, Ledger, NAMESPACE, Ran};
@@ -65,15 +64,12 @@ impl Runner {
     ) -> Result<Vec<Ran>, String> {
         self.ledger.forget_all().await.map_err(|e| e.to_string())?;
         self.world.begin(Answers::Empty, Some(now));
-        bench
-            .run(msg, &*crate::format::plain(), Some(&self.ledger))
-            .await
+        bench.run(msg, None, Some(&self.ledger)).await
     }
 
     /// Runs every case of `file`.
     pub(super) async fn run_file(&self, file: &TestFile) -> FileReport {
         let started = Instant::now();
-        let format = Formats::default().for_queue(&file.queue);
         let mut benches: BTreeMap<BTreeMap<String, String>, Bench> = BTreeMap::new();
         let mut cases = Vec::new();
         for case in &file.cases {
@@ -94,7 +90,7 @@ impl Runner {
                 }
             }
             let bench = &benches[&case.world.config];
-            cases.push(self.run_case(bench, &*format, case).await);
+            cases.push(self.run_case(bench, &file.queue, case).await);
         }
         FileReport {
             path: file.path.clone(),
@@ -144,7 +140,7 @@ impl Runner {
         loaded.map_err(|e| format!("the plugin does not load: {e:#}"))
     }
 
-    async fn run_case(&self, bench: &Bench, format: &dyn Format, case: &Case) -> CaseReport {
+    async fn run_case(&self, bench: &Bench, queue: &QueueConfig, case: &Case) -> CaseReport {
         let started = Instant::now();
         let mut differences = Vec::new();
         if let Err(e) = self.set_world(bench, case).await {
@@ -156,7 +152,7 @@ impl Runner {
                 true => format!("{}: {d}", step.name),
                 false => d,
             };
-            let diffs = self.run_step(bench, format, case, step).await;
+            let diffs = self.run_step(bench, queue, case, step).await;
             differences.extend(diffs.into_iter().map(label));
         }
         CaseReport {
@@ -188,17 +184,17 @@ impl Runner {
     async fn run_step(
         &self,
         bench: &Bench,
-        format: &dyn Format,
+        queue: &QueueConfig,
         case: &Case,
         step: &Step,
     ) -> Vec<String> {
-        let got = (self.deliver(bench, format, case, step.now, &step.message)).await;
+        let got = (self.deliver(bench, queue, case, step.now, &step.message)).await;
         let mut diffs = step.expect.compare(&got);
         if step.twice {
             // Delivered again at once: the clock goes on from the first delivery.
             let mut again = step.message.clone();
             again.delivery_count += 1;
-            let second = self.deliver(bench, format, case, None, &again).await;
+            let second = self.deliver(bench, queue, case, None, &again).await;
             diffs.extend(duplicate_differences(&second));
         }
         diffs
@@ -207,14 +203,14 @@ impl Runner {
     async fn deliver(
         &self,
         bench: &Bench,
-        format: &dyn Format,
+        queue: &QueueConfig,
         case: &Case,
         now: Option<std::time::SystemTime>,
         msg: &crate::message::Received,
     ) -> Got {
         self.world
             .begin(Answers::Canned(case.world.http.clone()), now);
-        match bench.run(msg, format, Some(&self.ledger)).await {
+        match bench.run(msg, Some(queue), Some(&self.ledger)).await {
             Ok(runs) => got(runs),
             Err(why) => Got {
                 outcome: "dead-letter".into(),
@@ -294,6 +290,7 @@ fn outcome(ran: &Ran) -> (&'static str, Option<u32>, Option<String>) {
         Ended::Reject(why) => ("reject", None, Some(why.clone())),
         Ended::NoKey(why) | Ended::Refused(why) => ("dead-letter", None, Some(why.clone())),
         Ended::NotDue(eta) => ("put-back", None, Some(format!("not due until {eta}"))),
+        Ended::PutBack(why) => ("put-back", None, Some(why.clone())),
         Ended::Expired(at) => ("expired", None, Some(format!("expired at {at}"))),
         Ended::Failed(why) => {
             let kind = match &ran.failure {
