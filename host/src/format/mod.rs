@@ -363,11 +363,6 @@ impl Formats {
     }
 }
 
-/// qhost's own format with no route attribute: the message as it is, for one plugin.
-pub(crate) fn plain() -> Arc<dyn Format> {
-    Arc::new(qhost::Qhost::new(None))
-}
-
 /// `attributes` with `name` set to the string `value`, when there is one.
 fn push_text(attributes: &mut Vec<Attribute>, name: &str, value: Option<&str>) {
     if let Some(value) = value {

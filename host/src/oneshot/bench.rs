@@ -17,8 +17,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 
 use crate::config::{Config, QueueConfig};
-use crate::format::Run;
-use crate::handler::{Failure, HandlerMessage, Invocation, Outcome};
+use crate::handler::Failure;
 use crate::idempotency::local::LocalStore;
 use crate::kv::StateCommit;
 use crate::message::{Outgoing, Received};
@@ -64,20 +63,6 @@ impl From<RunEnd> for Ran {
             outbox: end.outbox,
             result: end.result,
             state: end.state,
-            met: Met::default(),
-        }
-    }
-}
-
-impl Ran {
-    fn ended(key: Option<String>, ended: Ended) -> Ran {
-        Ran {
-            key,
-            ended,
-            failure: None,
-            outbox: Vec::new(),
-            result: None,
-            state: StateCommit::default(),
             met: Met::default(),
         }
     }
@@ -160,9 +145,10 @@ impl Bench {
         Ok(ran)
     }
 
-    /// Runs `msgs` through a batch plugin in one call, as a host would gather them (each read
-    /// by qhost's own format, keyed by the manifest; nothing leased): each message's run, in
-    /// order. A message with no key is left out of the call, as a host dead-letters it unrun.
+    /// Runs `msgs` through a batch plugin as a host gathers them into calls (each read by
+    /// qhost's own format on a queue named as the first's, keyed by the manifest, on an empty
+    /// store): each message's run, in order. A message with no key is left out of the calls,
+    /// as a host dead-letters it unrun.
     pub(crate) async fn run_batch(&self, msgs: &[Received]) -> Result<Vec<Ran>, String> {
         if !self.plugin.is_batch() {
             return Err(format!(
@@ -170,79 +156,15 @@ impl Bench {
                 self.plugin.name
             ));
         }
-        let format = crate::format::plain();
-        let mut ran: Vec<Option<Ran>> = Vec::with_capacity(msgs.len());
-        let (mut called, mut inputs) = (Vec::new(), Vec::new());
-        for msg in msgs {
-            let runs = (format.read(msg, &msg.body, &msg.attributes)).map_err(|e| e.to_string())?;
-            let run = runs
-                .into_iter()
-                .next()
-                .ok_or("qhost's format read no run")?;
-            match run.key_of(msg, Some(&self.plugin.manifest)) {
-                Ok(key) => {
-                    inputs.push(Self::input(msg, &run, &key, 1));
-                    called.push((ran.len(), run, key));
-                    ran.push(None);
-                }
-                Err(why) => ran.push(Some(Ran::ended(None, Ended::NoKey(why)))),
-            }
-        }
-        let answers = match self.plugin.invoke_batch(inputs).await {
-            Ok(invocations) => invocations.into_iter().map(Ok).collect(),
-            Err(failure) => vec![Err(failure); called.len()],
+        let Some(first) = msgs.first() else {
+            return Ok(Vec::new());
         };
-        for ((at, run, key), answer) in called.into_iter().zip(answers) {
-            ran[at] = Some(self.ended(&run, &key, answer));
-        }
-        Ok(ran.into_iter().flatten().collect())
-    }
-
-    /// What the handler is given for `run` of `msg` under `key` and `fencing_token`.
-    fn input(msg: &Received, run: &Run, key: &str, fencing_token: u64) -> HandlerMessage {
-        let (body, attributes) = run.view_of(msg);
-        HandlerMessage {
-            id: msg.id.clone(),
-            idempotency_key: key.to_string(),
-            fencing_token,
-            queue: msg.queue.clone(),
-            body,
-            attributes,
-            receive_count: msg.delivery_count,
-            sent_at_ms: msg.sent_at_ms,
-            group_id: msg.group_id.clone(),
-            time_limit: run.time_limit,
-        }
-    }
-
-    /// What the handler's answer comes to, the format's effects applied to an ack.
-    fn ended(&self, run: &Run, key: &str, answer: Result<Invocation, Failure>) -> Ran {
-        let mut ran = Ran::ended(Some(key.to_string()), Ended::Ack);
-        match answer {
-            Ok(invocation) => match invocation.outcome {
-                Outcome::Ack => {
-                    // The format may add to the outbox (a Celery task's callbacks); the result
-                    // value reported is the handler's own, whatever the format records of it.
-                    let name = &self.plugin.name;
-                    let result = invocation.result;
-                    ran.outbox = match &run.effects {
-                        Some(effects) => {
-                            (effects.on_ack(invocation.outbox, name, key, result.clone())).0
-                        }
-                        None => invocation.outbox,
-                    };
-                    ran.result = result;
-                    ran.state = invocation.state;
-                }
-                Outcome::Retry(secs) => ran.ended = Ended::Retry(secs),
-                Outcome::Reject(reason) => ran.ended = Ended::Reject(reason),
-            },
-            Err(failure) => {
-                ran.ended = Ended::Failed(failure.to_string());
-                ran.failure = Some(failure);
-            }
-        }
-        ran
+        let queue = plain_queue(&first.queue, &self.plugin.name)?;
+        let store = Ledger::open(None).map_err(|e| format!("an in-memory store: {e:#}"))?;
+        let alone = (Alone::new(&queue, self.plugin.clone(), Arc::new(store)))
+            .map_err(|e| format!("the pipeline: {e:#}"))?;
+        let ends = (alone.deliver_all(msgs).await).map_err(|e| format!("{e:#}"))?;
+        Ok(ends.into_iter().flatten().map(Ran::from).collect())
     }
 }
 
@@ -261,6 +183,7 @@ fn plain_queue(name: &str, plugin: &str) -> Result<QueueConfig, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::handler::{HandlerMessage, Invocation, Outcome};
     use crate::message::Attribute;
 
     /// A bench of a native plugin `p` with `manifest` that acks every message.

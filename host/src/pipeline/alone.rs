@@ -159,6 +159,53 @@ impl Alone {
     /// Delivers `msg` as its queue would (its id, receive count and send time as it has them)
     /// and waits until it has met its fate: how each of its runs ended, in order.
     pub(crate) async fn deliver(&self, msg: &Received) -> anyhow::Result<Vec<RunEnd>> {
+        let mut ends = self.deliver_all(std::slice::from_ref(msg)).await?;
+        Ok(ends.pop().unwrap_or_default())
+    }
+
+    /// Delivers `msgs` together, received in batches as a poller receives them (a batch
+    /// handler's calls gather them), and waits until each has met its fate: how each message's
+    /// runs ended, in the order given.
+    pub(crate) async fn deliver_all(&self, msgs: &[Received]) -> anyhow::Result<Vec<Vec<RunEnd>>> {
+        let name = &self.queue.config.name;
+        let mut sent = std::collections::HashMap::new();
+        for (i, msg) in msgs.iter().enumerate() {
+            let id = self.send(msg).await?;
+            sent.insert(id, i);
+        }
+        let visibility = self.queue.config.visibility;
+        let mut received = Vec::with_capacity(msgs.len());
+        while received.len() < msgs.len() {
+            let batch = (self
+                .source
+                .receive(name, 10, visibility, Duration::ZERO)
+                .await)
+                .context("the embedded queue")?;
+            if batch.is_empty() {
+                break;
+            }
+            received.extend(batch);
+        }
+        for got in &mut received {
+            let Some(msg) = sent.get(&got.id).map(|&i| &msgs[i]) else {
+                continue;
+            };
+            (got.id, got.delivery_count) = (msg.id.clone(), msg.delivery_count);
+            got.sent_at_ms = msg.sent_at_ms;
+        }
+        self.run(received).await;
+        self.source.purge(name).await?;
+        let mut ends: Vec<Vec<RunEnd>> = msgs.iter().map(|_| Vec::new()).collect();
+        for (id, end) in self.tap.take() {
+            if let Some(at) = msgs.iter().position(|m| m.id == id) {
+                ends[at].push(end);
+            }
+        }
+        Ok(ends)
+    }
+
+    /// Puts `msg` on the queue as its producer would: the queue's id for it.
+    async fn send(&self, msg: &Received) -> anyhow::Result<String> {
         let name = &self.queue.config.name;
         let n = (self.sent).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let fifo = name.ends_with(".fifo");
@@ -170,33 +217,28 @@ impl Alone {
             group_id: (msg.group_id.clone()).or_else(|| fifo.then(|| "qhost".to_string())),
             dedup_id: fifo.then(|| format!("qhost-{n}")),
         };
-        (self.source.send(&[outgoing]).await).context("the message does not go on a queue")?;
-        let visibility = self.queue.config.visibility;
-        let mut batch = (self
-            .source
-            .receive(name, 1, visibility, Duration::ZERO)
-            .await)
-            .context("the embedded queue")?;
-        for received in &mut batch {
-            received.id = msg.id.clone();
-            received.delivery_count = msg.delivery_count;
-            received.sent_at_ms = msg.sent_at_ms;
-        }
-        self.run(batch).await;
-        self.source.purge(name).await?;
-        Ok(self.tap.take())
+        let ids =
+            (self.source.send(&[outgoing]).await).context("the message does not go on a queue")?;
+        ids.into_iter()
+            .next()
+            .context("the embedded queue gave no id")
     }
 
-    /// Runs `batch` through the pipeline and waits for every task and delete it started.
-    async fn run(&self, batch: Vec<Received>) {
+    /// Runs `received` through the pipeline, ten at a time as a poller receives them, and
+    /// waits for every task and delete they started.
+    async fn run(&self, received: Vec<Received>) {
         let shared = &self.queue.shared;
-        let mut permits = Vec::with_capacity(batch.len());
-        for _ in 0..batch.len() {
-            if let Ok(permit) = Arc::clone(&shared.in_flight).acquire_owned().await {
-                permits.push(permit);
+        let mut received = received.into_iter().peekable();
+        while received.peek().is_some() {
+            let batch: Vec<Received> = received.by_ref().take(10).collect();
+            let mut permits = Vec::with_capacity(batch.len());
+            for _ in 0..batch.len() {
+                if let Ok(permit) = Arc::clone(&shared.in_flight).acquire_owned().await {
+                    permits.push(permit);
+                }
             }
+            batch::dispatch(&self.queue, batch, permits).await;
         }
-        batch::dispatch(&self.queue, batch, permits).await;
         shared.tasks.close();
         shared.tasks.wait().await;
         shared.tasks.reopen();

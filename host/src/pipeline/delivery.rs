@@ -214,7 +214,7 @@ impl Delivery {
         if let Some(tap) = &self.queue.tap
             && !self.told.swap(true, Ordering::Relaxed)
         {
-            tap.tell(end());
+            tap.tell(&self.msg.id, end());
         }
     }
 

@@ -104,23 +104,22 @@ impl RunEnd {
     }
 }
 
-/// The runs that ended since it was last read, in the order they ended.
+/// The runs that ended since it was last read, each with its message's id, in the order they
+/// ended.
 #[derive(Debug, Default)]
 pub(crate) struct Tap {
-    ends: Mutex<Vec<RunEnd>>,
+    ends: Mutex<Vec<(String, RunEnd)>>,
 }
 
 impl Tap {
-    /// Keeps how a run ended.
-    pub(crate) fn tell(&self, end: RunEnd) {
-        self.ends
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(end);
+    /// Keeps how a run of message `id` ended.
+    pub(crate) fn tell(&self, id: &str, end: RunEnd) {
+        let mut ends = self.ends.lock().unwrap_or_else(|e| e.into_inner());
+        ends.push((id.to_string(), end));
     }
 
-    /// The runs that ended since the last take.
-    pub(crate) fn take(&self) -> Vec<RunEnd> {
+    /// The runs that ended since the last take, each with its message's id.
+    pub(crate) fn take(&self) -> Vec<(String, RunEnd)> {
         std::mem::take(&mut *self.ends.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
