@@ -1,10 +1,10 @@
-//! One message through one plugin file, with no queue and no store: `qhost invoke`, the handler
-//! author's inner loop, on the one engine ([`super::bench`]).
+//! One message through one plugin file: `qhost invoke`, the handler author's inner loop, through
+//! the host's pipeline on in-memory parts ([`super::bench`]).
 //!
 //! The plugin is loaded as the host loads it (its manifest beside it, the same engine limits
 //! and compiled-code cache), the key is derived by its manifest, and the call runs under its
-//! deadline and memory limit. What it would send is reported, not sent; nothing is leased or
-//! remembered, so the same message can be tried again and again.
+//! deadline and memory limit. What it sends goes to the in-memory queue and is reported; the
+//! store is empty for each invocation, so the same message can be tried again and again.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
