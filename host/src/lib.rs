@@ -37,8 +37,8 @@
 //! |                 | pollers, lanes (the data path on a thread per core), shutdown         |
 //! | `dlq`           | dead letters read and redriven (`qhost dlq`)                          |
 //! | `queues`        | the operator's verbs on a configuration's queues: send, peek, purge, dlq |
-//! | `oneshot`       | the one engine that runs a message outside a host (invoke, replay,    |
-//! |                 | test), and `invoke`: one message through one plugin file              |
+//! | `oneshot`       | a plugin file's messages run outside a host (invoke, replay, test),   |
+//! |                 | through the pipeline on in-memory parts; `invoke`: one message         |
 //! | `rollout`       | canary rollout: a new version's share of keys, its fleet-wide record, the rules |
 //! | `schedule`      | cron in qhost: ticks claimed once across a fleet, catch-up, overlap, pause, |
 //! |                 | backfill; each host's scheduler and the operator's verbs (`qhost schedule`) |
