@@ -59,6 +59,20 @@ fn moto_server() -> String {
 }
 
 fn start() -> Server {
+    // A free port is found by binding it and letting it go, so another process (a qhost's
+    // admin listener on port 0, in a test running beside this one) may take it before moto
+    // does: then moto cannot bind, and what answers there is not moto. Ask, and start again on
+    // another port.
+    for _ in 0..5 {
+        if let Some(server) = start_on_a_free_port() {
+            return server;
+        }
+    }
+    panic!("moto did not start on any of five free ports");
+}
+
+/// moto on a port that was free a moment ago; `None` when something else answers there.
+fn start_on_a_free_port() -> Option<Server> {
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("free port")
@@ -86,10 +100,29 @@ fn start() -> Server {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    Server {
+    if !is_moto(port) {
+        // Closing its stdin ends the wrapper, which stops moto if it is running at all.
+        drop(wrapper.stdin.take());
+        let _ = wrapper.wait();
+        return None;
+    }
+    Some(Server {
         endpoint: format!("http://127.0.0.1:{port}"),
         _wrapper: Mutex::new(wrapper),
-    }
+    })
+}
+
+/// Whether moto answers on `port`: its own API's state, as JSON.
+fn is_moto(port: u16) -> bool {
+    use std::io::{Read as _, Write as _};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let asked = stream.write_all(b"GET /moto-api/data.json HTTP/1.0\r\nHost: moto\r\n\r\n");
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    asked.is_ok() && answer.starts_with("HTTP/1.") && answer.contains(" 200 ")
 }
 
 /// The endpoint of this process's server, started on first use.
