@@ -57,9 +57,11 @@ pub enum Voice {
     /// Its record (`qhost run`): `info`.
     Host,
     /// A handler's run that the user watches (`qhost invoke`): warnings, and the handler's own
-    /// lines from `info` up.
+    /// lines from `info` up. The pipeline it runs through says only errors: how the run ended
+    /// (a dead letter, a retry) is the command's own output.
     Handler,
-    /// A one-shot command whose output says what happened: warnings only.
+    /// A one-shot command whose output says what happened: warnings only (the pipeline's, for
+    /// `replay` and `test`, errors only, as for `invoke`).
     Command,
 }
 
@@ -78,6 +80,9 @@ impl Verbosity {
     /// The filter directives this verbosity picks, given `QHOST_LOG`'s value.
     pub(crate) fn directives(self, env: Option<&str>) -> String {
         const QUIET_AWS: &str = ",aws_config=error,aws_runtime=error";
+        // `invoke`, `replay` and `test` run messages through the host's pipeline, whose
+        // warnings (a dead letter sent, a retry) are what their own output reports.
+        const QUIET_PIPELINE: &str = ",qhost::pipeline=error";
         match (self, env.map(str::trim).filter(|v| !v.is_empty())) {
             (Verbosity::Quiet, _) => "error".into(),
             (Verbosity::Verbose(1), _) => format!("info{QUIET_AWS}"),
@@ -86,9 +91,11 @@ impl Verbosity {
             (Verbosity::Default(_), Some(env)) => env.into(),
             (Verbosity::Default(Voice::Host), None) => format!("info{QUIET_AWS}"),
             (Verbosity::Default(Voice::Handler), None) => {
-                format!("warn,qhost::plugin=info{QUIET_AWS}")
+                format!("warn,qhost::plugin=info{QUIET_PIPELINE}{QUIET_AWS}")
             }
-            (Verbosity::Default(Voice::Command), None) => format!("warn{QUIET_AWS}"),
+            (Verbosity::Default(Voice::Command), None) => {
+                format!("warn{QUIET_PIPELINE}{QUIET_AWS}")
+            }
         }
     }
 }
@@ -137,12 +144,16 @@ mod tests {
         let one_shot = Verbosity::Default(Voice::Command);
         let invoke = Verbosity::Default(Voice::Handler);
         assert!(host.directives(None).starts_with("info,"));
-        assert!(one_shot.directives(None).starts_with("warn,aws"));
+        assert!(
+            one_shot
+                .directives(None)
+                .starts_with("warn,qhost::pipeline=error,aws")
+        );
         assert!(
             invoke
                 .directives(None)
-                .starts_with("warn,qhost::plugin=info,"),
-            "the handler's own lines"
+                .starts_with("warn,qhost::plugin=info,qhost::pipeline=error,"),
+            "the handler's own lines, not the pipeline's"
         );
         assert_eq!(invoke.directives(Some("error")), "error");
         assert_eq!(one_shot.directives(Some("debug")), "debug");
