@@ -43,7 +43,7 @@ impl Host {
     pub async fn run(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let watcher = self.watch_plugins()?;
         let checks = self.watch_health(&shutdown);
-        let schedules = self.fire_schedules(&shutdown);
+        let (schedules, scheduler) = self.fire_schedules(&shutdown);
         let (fleet, follower) = self.follow_fleet();
         let result = match self.config.lanes {
             1 => self.consume(shutdown, &self.common()).await,
@@ -54,6 +54,10 @@ impl Host {
         // stop, then the last write, each under the store's deadlines and this one.
         let _ = tokio::time::timeout(2 * crate::fleet::follow::LAST_WRITE, follower).await;
         schedules.cancel();
+        // A pass under way finishes (a tick it sent is recorded fired); it sends nothing new.
+        // Bounded as the follower is: each of its calls is under the store's and the queue's
+        // deadlines.
+        let _ = tokio::time::timeout(2 * crate::fleet::follow::LAST_WRITE, scheduler).await;
         checks.cancel();
         if let Some(stop) = watcher {
             stop.cancel();
@@ -85,8 +89,12 @@ impl Host {
         stop
     }
 
-    /// Starts this host's scheduler (see [`crate::schedule`]), until `shutdown`.
-    fn fire_schedules(&self, shutdown: &CancellationToken) -> CancellationToken {
+    /// Starts this host's scheduler (see [`crate::schedule`]), until `shutdown`: its stop, and
+    /// its task, which ends once a pass under way has ended.
+    fn fire_schedules(
+        &self,
+        shutdown: &CancellationToken,
+    ) -> (CancellationToken, tokio::task::JoinHandle<()>) {
         let stop = shutdown.child_token();
         let scheduler = Scheduler {
             config: Arc::clone(&self.config),
@@ -95,8 +103,8 @@ impl Host {
             metrics: Arc::clone(&self.metrics),
             board: Arc::clone(&self.schedules),
         };
-        tokio::spawn(scheduler.run(stop.clone()));
-        stop
+        let task = tokio::spawn(scheduler.run(stop.clone()));
+        (stop, task)
     }
 
     /// Starts this host's fleet follower (see [`crate::fleet`]): its roster entry written, the
