@@ -218,9 +218,9 @@ async fn run(bench: &Bench, msg: &RecordedMessage) -> Run {
         Err(why) => return Run::unrun(why),
     };
     Run {
-        key: ran.key,
-        ended: ran.ended,
-        outbox: ran.outbox,
+        key: ran.end.key,
+        ended: ran.end.ended,
+        outbox: ran.end.outbox,
         http: ran.met.http.iter().map(RecordedRequest::of).collect(),
     }
 }

@@ -17,10 +17,8 @@ use std::sync::Arc;
 use anyhow::Context as _;
 
 use crate::config::{Config, QueueConfig};
-use crate::handler::Failure;
 use crate::idempotency::local::LocalStore;
-use crate::kv::StateCommit;
-use crate::message::{Outgoing, Received};
+use crate::message::Received;
 use crate::pipeline::alone::Alone;
 use crate::pipeline::tap::RunEnd;
 use crate::plugin::Plugin;
@@ -34,35 +32,18 @@ pub(crate) use crate::pipeline::tap::Ended;
 /// The namespace a ledger's keys and state live under (a configuration's default).
 pub(crate) const NAMESPACE: &str = "qhost";
 
-/// What one run of a message did.
+/// What one run of a message did: how it ended in the pipeline, and what it met in the world
+/// (its HTTP requests and log lines).
 #[derive(Debug)]
 pub(crate) struct Ran {
-    /// The key it ran under (none when it derived none, or did not get as far).
-    pub(crate) key: Option<String>,
-    /// How it ended.
-    pub(crate) ended: Ended,
-    /// How it failed, when it did.
-    pub(crate) failure: Option<Failure>,
-    /// What it would send: its outbox (with the format's own messages) when it acked; for a
-    /// duplicate, what the store still held unsent.
-    pub(crate) outbox: Vec<Outgoing>,
-    /// Its result value, when it acked with one.
-    pub(crate) result: Option<String>,
-    /// The state it would commit, when it acked.
-    pub(crate) state: StateCommit,
-    /// What it met in the world: its HTTP requests and log lines.
+    pub(crate) end: RunEnd,
     pub(crate) met: Met,
 }
 
 impl From<RunEnd> for Ran {
     fn from(end: RunEnd) -> Ran {
         Ran {
-            key: end.key,
-            ended: end.ended,
-            failure: end.failure,
-            outbox: end.outbox,
-            result: end.result,
-            state: end.state,
+            end,
             met: Met::default(),
         }
     }
@@ -219,8 +200,8 @@ mod tests {
             .run(&job("a"), None, Some(&ledger))
             .await
             .expect("ran");
-        assert_eq!(first[0].ended, Ended::Ack, "{first:?}");
-        assert_eq!(first[0].key.as_deref(), Some("a"));
+        assert_eq!(first[0].end.ended, Ended::Ack, "{first:?}");
+        assert_eq!(first[0].end.key.as_deref(), Some("a"));
         // The pipeline's rate, which a second engine beside it never took: the next run's
         // slot is a minute off, so the message goes back unrun.
         let second = bench
@@ -228,7 +209,7 @@ mod tests {
             .await
             .expect("ran");
         assert_eq!(second.len(), 1, "{second:?}");
-        assert_eq!(second[0].ended, Ended::PutBack("rate limited".into()));
+        assert_eq!(second[0].end.ended, Ended::PutBack("rate limited".into()));
     }
 
     #[tokio::test]
@@ -239,21 +220,21 @@ mod tests {
             .run(&job("a"), None, Some(&ledger))
             .await
             .expect("ran");
-        assert_eq!(ran[0].ended, Ended::Ack);
+        assert_eq!(ran[0].end.ended, Ended::Ack);
         let again = bench
             .run(&job("a"), None, Some(&ledger))
             .await
             .expect("ran");
-        assert_eq!(again[0].ended, Ended::Duplicate, "{again:?}");
+        assert_eq!(again[0].end.ended, Ended::Duplicate, "{again:?}");
         let mut keyless = job("c");
         keyless.attributes.clear();
         let refused = bench.run(&keyless, None, None).await.expect("ran");
         assert!(
-            matches!(&refused[0].ended, Ended::NoKey(why) if why.contains("job")),
+            matches!(&refused[0].end.ended, Ended::NoKey(why) if why.contains("job")),
             "{refused:?}"
         );
         // Without a ledger nothing is remembered: the same message runs again.
         let fresh = bench.run(&job("a"), None, None).await.expect("ran");
-        assert_eq!(fresh[0].ended, Ended::Ack);
+        assert_eq!(fresh[0].end.ended, Ended::Ack);
     }
 }

@@ -193,6 +193,7 @@ pub async fn invoke_file(
 
 /// The report's form of what the bench ran.
 fn reported(ran: bench::Ran) -> Ran {
+    let ran = ran.end;
     let key = ran.key.unwrap_or_default();
     let outcome = match ran.ended {
         Ended::Ack => Outcome::Ack,

@@ -97,6 +97,38 @@ impl Shared {
     }
 }
 
+impl QueueCtx {
+    /// `queue` consumed from the embedded `source` with `shared`'s parts, its runs told to
+    /// `tap` when given: the context, and its ack task.
+    pub(crate) fn alone(
+        source: &Arc<LocalQueue>,
+        shared: Arc<Shared>,
+        queue: &QueueConfig,
+        tap: Option<Arc<Tap>>,
+    ) -> (QueueCtx, AckTask) {
+        let (acker, acks) = Acker::spawn(
+            Arc::clone(source) as Arc<dyn QueueSource>,
+            queue.name.clone(),
+            Arc::clone(&shared.stats),
+            Arc::new(Progress::new()),
+        );
+        let ctx = QueueCtx {
+            put_backs: PutBacks::spawn(
+                Arc::clone(source) as Arc<dyn QueueSource>,
+                queue.name.clone(),
+            ),
+            format: Formats::default().for_queue(queue),
+            shared,
+            config: queue.clone(),
+            acker,
+            capture: None,
+            heartbeats: super::Heartbeats::default(),
+            tap,
+        };
+        (ctx, acks)
+    }
+}
+
 /// One queue's pipeline on in-memory parts, its runs told to a tap.
 pub(crate) struct Alone {
     queue: Arc<QueueCtx>,
@@ -127,26 +159,8 @@ impl Alone {
             store,
             plugin,
         ));
-        let (acker, acks) = Acker::spawn(
-            Arc::clone(&source) as Arc<dyn QueueSource>,
-            queue.name.clone(),
-            Arc::clone(&shared.stats),
-            Arc::new(Progress::new()),
-        );
         let tap = Arc::new(Tap::default());
-        let ctx = QueueCtx {
-            put_backs: PutBacks::spawn(
-                Arc::clone(&source) as Arc<dyn QueueSource>,
-                queue.name.clone(),
-            ),
-            format: Formats::default().for_queue(queue),
-            shared,
-            config: queue.clone(),
-            acker,
-            capture: None,
-            heartbeats: super::Heartbeats::default(),
-            tap: Some(Arc::clone(&tap)),
-        };
+        let (ctx, acks) = QueueCtx::alone(&source, shared, queue, Some(Arc::clone(&tap)));
         Ok(Alone {
             queue: Arc::new(ctx),
             source,

@@ -7,12 +7,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::acker::{AckTask, Acker};
+use super::acker::AckTask;
 use super::batch;
 use super::context::{QueueCtx, Shared};
-use super::putback::PutBacks;
 use crate::config::Config;
-use crate::format::Formats;
 use crate::handler::Invoke;
 use crate::idempotency::key::scoped;
 use crate::idempotency::local::LocalStore;
@@ -20,7 +18,6 @@ use crate::idempotency::{KeyStatus, Store};
 use crate::message::{Attribute, Outgoing, Received};
 use crate::plugin::Plugin;
 use crate::plugin::manifest::Manifest;
-use crate::progress::Progress;
 use crate::source::local::LocalQueue;
 use crate::source::{QueueDepth, QueueSource};
 use crate::stats::Counts;
@@ -84,25 +81,8 @@ impl TestBed {
             store,
             plugin,
         ));
-        let (acker, acks) = Acker::spawn(
-            Arc::clone(&source) as Arc<dyn QueueSource>,
-            JOBS.to_string(),
-            Arc::clone(&shared.stats),
-            Arc::new(Progress::new()),
-        );
-        let queue = Arc::new(QueueCtx {
-            put_backs: PutBacks::spawn(
-                Arc::clone(&source) as Arc<dyn QueueSource>,
-                JOBS.to_string(),
-            ),
-            format: Formats::default().for_queue(&queue_config),
-            shared,
-            config: queue_config,
-            acker,
-            capture: None,
-            heartbeats: super::Heartbeats::default(),
-            tap: None,
-        });
+        let (queue, acks) = QueueCtx::alone(&source, shared, &queue_config, None);
+        let queue = Arc::new(queue);
         TestBed {
             queue,
             source,

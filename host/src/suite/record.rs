@@ -114,11 +114,11 @@ fn case(
     let mut state = toml::Table::new();
     let mut outcome_set = false;
     for ran in &runs {
-        if !outcome_set && ran.ended != Ended::Ack {
-            outcome(&ran.ended, ran, &mut expect);
+        if !outcome_set && ran.end.ended != Ended::Ack {
+            outcome(&ran.end.ended, ran, &mut expect);
             outcome_set = true;
         }
-        outbox.extend(ran.outbox.iter().map(outgoing));
+        outbox.extend(ran.end.outbox.iter().map(outgoing));
         for request in &ran.met.http {
             let mut answer = toml::Table::new();
             answer.insert("method".into(), request.method.clone().into());
@@ -126,7 +126,7 @@ fn case(
             answers.push(toml::Value::Table(answer.clone()));
             requests.push(toml::Value::Table(answer));
         }
-        for ((bucket, key), op) in super::expect::Got::writes_of(&ran.state) {
+        for ((bucket, key), op) in super::expect::Got::writes_of(&ran.end.state) {
             let entry = state
                 .entry(bucket)
                 .or_insert_with(|| toml::Value::Table(toml::Table::new()));
@@ -134,7 +134,7 @@ fn case(
                 keys.insert(key, write(&op));
             }
         }
-        if let Some(result) = &ran.result
+        if let Some(result) = &ran.end.result
             && let Ok(value) = serde_json::from_str::<serde_json::Value>(result)
             && let Ok(value) = toml::Value::try_from(value)
         {
@@ -173,7 +173,7 @@ fn outcome(ended: &Ended, ran: &Ran, expect: &mut toml::Table) {
         Ended::NotDue(_) | Ended::PutBack(_) => ("put-back", None),
         Ended::Expired(_) => ("expired", None),
         Ended::Failed(why) => (
-            match &ran.failure {
+            match &ran.end.failure {
                 Some(crate::handler::Failure::Timeout(_)) => "timeout",
                 Some(crate::handler::Failure::MemoryLimit(_)) => "memory-limit",
                 Some(_) => "trap",

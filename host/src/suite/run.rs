@@ -270,12 +270,12 @@ fn got(runs: Vec<Ran>) -> Got {
             got.reason = reason;
             decided = true;
         }
-        got.outbox.extend(ran.outbox);
-        got.state.extend(Got::writes_of(&ran.state));
+        got.outbox.extend(ran.end.outbox);
+        got.state.extend(Got::writes_of(&ran.end.state));
         got.http.extend(ran.met.http);
         got.logs.extend(ran.met.logs);
-        if ran.result.is_some() {
-            got.result = ran.result;
+        if ran.end.result.is_some() {
+            got.result = ran.end.result;
         }
     }
     got
@@ -283,7 +283,7 @@ fn got(runs: Vec<Ran>) -> Got {
 
 /// A run's outcome as a test names it, with its retry delay and reason.
 fn outcome(ran: &Ran) -> (&'static str, Option<u32>, Option<String>) {
-    match &ran.ended {
+    match &ran.end.ended {
         Ended::Ack => ("ack", None, None),
         Ended::Duplicate => ("duplicate", None, None),
         Ended::Retry(secs) => ("retry", Some(*secs), None),
@@ -293,7 +293,7 @@ fn outcome(ran: &Ran) -> (&'static str, Option<u32>, Option<String>) {
         Ended::PutBack(why) => ("put-back", None, Some(why.clone())),
         Ended::Expired(at) => ("expired", None, Some(format!("expired at {at}"))),
         Ended::Failed(why) => {
-            let kind = match &ran.failure {
+            let kind = match &ran.end.failure {
                 Some(Failure::Trap(_) | Failure::Instantiate(_)) => "trap",
                 Some(Failure::Timeout(_)) => "timeout",
                 Some(Failure::MemoryLimit(_)) => "memory-limit",
