@@ -423,6 +423,10 @@ fn test_check_and_run_share_the_user_s_compiled_cache() {
     }
     let entries = std::fs::read_dir(cache.path().join("qhost/compiled"))
         .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+        })
         .count();
     assert_eq!(entries, 1, "one plugin, one entry in the user's cache");
     for data in [project.path().join(".qhost"), beside.path().join(".qhost")] {

@@ -162,21 +162,19 @@ impl CompiledCache {
             "not a WebAssembly binary (no \\0asm header)"
         );
         let entry = self.entry(bytes);
-        // Not `is_file`, which follows a symbolic link to wherever it leads.
-        let regular = std::fs::symlink_metadata(&entry).is_ok_and(|m| m.file_type().is_file());
-        if regular {
-            // SAFETY: entries are written only by `store` below, from wasmtime's own
-            // `precompile_component`, into a directory only qhost writes (see the module docs);
-            // wasmtime checks the header and engine compatibility before using the code.
-            match unsafe { Component::deserialize_file(engine, &entry) } {
-                Ok(component) => {
-                    counters.count_hit();
-                    return Ok(component);
-                }
-                Err(e) => {
-                    tracing::warn!(entry = %entry.display(), error = %format!("{e:#}"), "ignoring an unusable compiled-code cache entry");
-                }
-            }
+        let present = regular(&entry);
+        if present && let Some(component) = load(engine, counters, &entry) {
+            return Ok(component);
+        }
+        // Another process may be compiling these bytes (hosts started together, `qhost check`
+        // beside `qhost run`): wait for it, then take what it stored. (An entry that was there
+        // and would not load is compiled again at once.)
+        let _compiling = Compiling::wait_for(&entry);
+        if !present
+            && regular(&entry)
+            && let Some(component) = load(engine, counters, &entry)
+        {
+            return Ok(component);
         }
         let compiled = engine
             .precompile_component(bytes)
@@ -187,6 +185,60 @@ impl CompiledCache {
         }
         // SAFETY: `compiled` was produced by this engine's `precompile_component` just above.
         unsafe { Component::deserialize(engine, &compiled) }.map_err(anyhow::Error::from)
+    }
+}
+
+/// The component in `entry`, a regular file, if it loads.
+fn load(engine: &Engine, counters: &CompileCounters, entry: &Path) -> Option<Component> {
+    // SAFETY: entries are written only by `store` below, from wasmtime's own
+    // `precompile_component`, into a directory only qhost writes (see the module docs);
+    // wasmtime checks the header and engine compatibility before using the code.
+    match unsafe { Component::deserialize_file(engine, entry) } {
+        Ok(component) => {
+            counters.count_hit();
+            Some(component)
+        }
+        Err(e) => {
+            tracing::warn!(entry = %entry.display(), error = %format!("{e:#}"), "ignoring an unusable compiled-code cache entry");
+            None
+        }
+    }
+}
+
+/// Whether `entry` is a regular file: not `is_file`, which follows a symbolic link to wherever
+/// it leads.
+fn regular(entry: &Path) -> bool {
+    std::fs::symlink_metadata(entry).is_ok_and(|m| m.file_type().is_file())
+}
+
+/// Held while this process compiles one entry: another process that wants the same entry
+/// waits on the lock file, then loads what this one stored instead of compiling it again. The
+/// file goes when the lock does; one that cannot be made or locked (a full disk) only means the
+/// work may be done twice.
+struct Compiling {
+    path: PathBuf,
+    _file: Option<std::fs::File>,
+}
+
+impl Compiling {
+    /// Takes the lock for `entry`, waiting while another process holds it.
+    fn wait_for(entry: &Path) -> Self {
+        let path = entry.with_extension("lock");
+        let file = std::fs::File::create(&path).ok();
+        if let Some(file) = &file
+            && let Err(e) = file.lock()
+        {
+            tracing::debug!(lock = %path.display(), error = %e, "compiling without the cache's lock");
+        }
+        Compiling { path, _file: file }
+    }
+}
+
+impl Drop for Compiling {
+    fn drop(&mut self) {
+        // Removed while still held: a process waiting on this file finds the entry stored once
+        // it has the lock, and one arriving later makes a new file and finds it at once.
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -253,6 +305,36 @@ mod tests {
         std::os::unix::fs::symlink(&elsewhere, cache.entry(&bytes)).unwrap();
         cache.load_or_compile(&engine, &counters, &bytes).unwrap();
         assert_eq!((counters.compiled(), counters.cache_hits()), (3, 2));
+    }
+
+    /// A process that finds another compiling the same bytes waits, then loads its entry.
+    #[test]
+    fn a_compile_under_way_elsewhere_is_waited_for_not_repeated() {
+        let mut config = wasmtime::Config::new();
+        config.wasm_component_model(true);
+        let engine = Engine::new(&config).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let cache = CompiledCache::open(dir.path(), &engine).unwrap().unwrap();
+        let bytes = b"\0asm\x0d\x00\x01\x00".to_vec();
+        let entry = cache.entry(&bytes);
+        let elsewhere = Compiling::wait_for(&entry);
+        let waiter = {
+            let (cache, engine, bytes) = (cache.clone(), engine.clone(), bytes.clone());
+            std::thread::spawn(move || {
+                let counters = Arc::new(CompileCounters::default());
+                cache.load_or_compile(&engine, &counters, &bytes).unwrap();
+                (counters.compiled(), counters.cache_hits())
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        store(&entry, &engine.precompile_component(&bytes).unwrap()).unwrap();
+        drop(elsewhere);
+        assert_eq!(
+            waiter.join().unwrap(),
+            (0, 1),
+            "loaded what the other stored"
+        );
+        assert!(!entry.with_extension("lock").exists(), "the lock file goes");
     }
 
     #[test]

@@ -21,6 +21,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel};
 use super::bindings::Handler;
 use super::bindings::batch::qhost::handler::batch_item;
 use super::cache::{CompileCounters, CompiledCache};
+use super::functions::FunctionCache;
 use super::http::{self, TlsClient};
 use super::idle::IdleBudget;
 use super::pool;
@@ -53,6 +54,8 @@ pub struct Runtime {
     engine: Engine,
     linker: Linker<HostState>,
     cache: Option<CompiledCache>,
+    /// Compiled functions, kept in the cache's directory once there is one.
+    functions: Arc<FunctionCache>,
     counters: Arc<CompileCounters>,
     send: SendShape,
     idle: IdleBudget,
@@ -84,6 +87,11 @@ impl Runtime {
                 settings.max_instances,
                 settings.max_memory_mib,
             )));
+        // Stores nothing until `with_cache` names a checked directory.
+        let functions = Arc::new(FunctionCache::default());
+        config
+            .enable_incremental_compilation(functions.clone())
+            .map_err(anyhow::Error::from)?;
         let engine = Engine::new(&config)
             .map_err(anyhow::Error::from)
             .context("creating the wasmtime engine")?;
@@ -106,6 +114,7 @@ impl Runtime {
             engine,
             linker,
             cache: None,
+            functions,
             counters: Arc::default(),
             send: settings.send,
             idle: IdleBudget::new(settings.idle_instances as usize),
@@ -156,8 +165,13 @@ impl Runtime {
     }
 
     /// Keeps compiled components in `dir`, so unchanged plugins are not compiled again.
+    /// Cranelift keeps the functions it compiles under it too (`functions.rs`), so a plugin
+    /// rebuilt after an edit compiles only what changed.
     pub(crate) fn with_cache(mut self, dir: &Path) -> anyhow::Result<Self> {
         self.cache = CompiledCache::open(dir, &self.engine)?;
+        if self.cache.is_some() {
+            self.functions.keep_in(dir.join("functions"));
+        }
         Ok(self)
     }
 

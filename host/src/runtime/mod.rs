@@ -1,17 +1,16 @@
 //! How one WebAssembly call runs: engine and instance pool, bindings, the component's shape (a
 //! handler or a batch handler, `pre`), per-message state (with what the outbox accepts, the
 //! settings the guest reads, the guest's stderr, and a batch call's messages' effects kept
-//! apart, `batch_items`), the
-//! compiled-code cache, the idle-instance budget, per-plugin costs and outbound HTTP by grant.
-//! What is served, and loaded from where, is the plugin module's business; nothing here imports
-//! it.
-
+//! apart, `batch_items`), the compiled-code cache with the compiled functions kept under it
+//! (`functions`), the idle-instance budget, per-plugin costs and outbound HTTP by grant. What
+//! is served, and loaded from where, is the plugin module's business; nothing here imports it.
 mod batch_items;
 pub(crate) mod bindings;
 pub(crate) mod cache;
 mod convert;
 pub(crate) mod costs;
 pub(crate) mod engine;
+mod functions;
 mod guest_error;
 pub(crate) mod http;
 mod idle;
