@@ -40,10 +40,12 @@ impl TestEnv {
     }
 
     /// An environment whose compiled-code cache is shared by every test that asks for it, so
-    /// a large (interpreter) plugin is compiled once per run, not once per test. Entries are
-    /// keyed by content and engine, so sharing is safe.
+    /// a large (interpreter) plugin is compiled once per run, not once per test. It is the
+    /// cache the `qhost` processes the tests start use (`processes::qhost_env`), so a plugin
+    /// one kind of test compiled the other loads. Entries are keyed by content and engine, so
+    /// sharing is safe.
     pub fn with_shared_cache() -> Self {
-        let shared = crate::workspace().join("target/test-compiled-cache");
+        let shared = crate::workspace().join("target/test-cache/qhost/compiled");
         std::fs::create_dir_all(&shared).expect("shared cache directory");
         TestEnv {
             shared_cache: Some(shared),
