@@ -214,23 +214,44 @@ fn regular(entry: &Path) -> bool {
 /// Held while this process compiles one entry: another process that wants the same entry
 /// waits on the lock file, then loads what this one stored instead of compiling it again. The
 /// file goes when the lock does; one that cannot be made or locked (a full disk) only means the
-/// work may be done twice.
+/// work may be done twice. The wait is bounded (`LOCK_WAIT`): a holder that is stopped or wedged
+/// delays a start, it does not stop it.
 struct Compiling {
     path: PathBuf,
     _file: Option<std::fs::File>,
 }
 
+/// How long a compile waits for another process's compile of the same bytes: far longer than
+/// compiling the largest interpreter component takes.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl Compiling {
-    /// Takes the lock for `entry`, waiting while another process holds it.
+    /// Takes the lock for `entry`, waiting while another process holds it (up to `LOCK_WAIT`).
     fn wait_for(entry: &Path) -> Self {
         let path = entry.with_extension("lock");
         let file = std::fs::File::create(&path).ok();
-        if let Some(file) = &file
-            && let Err(e) = file.lock()
-        {
-            tracing::debug!(lock = %path.display(), error = %e, "compiling without the cache's lock");
+        if let Some(file) = &file {
+            lock_within(file, LOCK_WAIT, &path);
         }
         Compiling { path, _file: file }
+    }
+}
+
+/// Locks `file`, trying until `wait` has passed.
+fn lock_within(file: &std::fs::File, wait: std::time::Duration, path: &Path) {
+    let started = std::time::Instant::now();
+    loop {
+        match file.try_lock() {
+            Ok(()) => return,
+            Err(std::fs::TryLockError::WouldBlock) if started.elapsed() < wait => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => {
+                let error = e.to_string();
+                tracing::info!(lock = %path.display(), %error, "compiling without waiting for another process's compile of the same plugin");
+                return;
+            }
+        }
     }
 }
 
@@ -335,6 +356,36 @@ mod tests {
             "loaded what the other stored"
         );
         assert!(!entry.with_extension("lock").exists(), "the lock file goes");
+    }
+
+    /// A holder that never lets go (a stopped process) delays a compile by the wait, no more.
+    #[test]
+    fn a_lock_held_past_the_wait_is_given_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.lock");
+        let held = std::fs::File::create(&path).unwrap();
+        held.lock().unwrap();
+        let other = std::fs::File::open(&path).unwrap();
+        let started = std::time::Instant::now();
+        lock_within(&other, std::time::Duration::from_millis(200), &path);
+        let waited = started.elapsed();
+        assert!(
+            waited >= std::time::Duration::from_millis(200),
+            "{waited:?}"
+        );
+        assert!(matches!(
+            other.try_lock(),
+            Err(std::fs::TryLockError::WouldBlock)
+        ));
+        drop(held);
+        lock_within(&other, std::time::Duration::ZERO, &path);
+        assert!(
+            matches!(
+                std::fs::File::open(&path).unwrap().try_lock(),
+                Err(std::fs::TryLockError::WouldBlock)
+            ),
+            "taken once free"
+        );
     }
 
     #[test]
