@@ -23,9 +23,9 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde_json::json;
 use tokio::sync::OnceCell;
 
-use super::task::iso8601;
 use crate::config::celery::CeleryResults;
 use crate::redis_link::{RedisDeadlines, redacted};
+use qhost_celery::iso8601;
 
 /// Sets a record unless a `SUCCESS` is there, and publishes it (its digest computed once).
 static RECORD: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RECORD_LUA));

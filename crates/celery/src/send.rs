@@ -23,7 +23,7 @@ use super::task::iso8601;
 
 /// The task id for the outbox message whose derived key is `derived`: a UUID's form of its
 /// sha256.
-pub(crate) fn task_id(derived: &str) -> String {
+pub fn task_id(derived: &str) -> String {
     let d = Sha256::digest(derived.as_bytes());
     let hex = hex::encode(&d[..16]);
     format!(
@@ -38,27 +38,27 @@ pub(crate) fn task_id(derived: &str) -> String {
 
 /// A task to send: what a handler's outbox message or a consumed task's callback describes.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Request {
+pub struct Request {
     /// The task's registered name.
-    pub(crate) name: String,
+    pub name: String,
     /// Positional arguments (a list).
-    pub(crate) args: Value,
+    pub args: Value,
     /// Keyword arguments (a dict).
-    pub(crate) kwargs: Value,
+    pub kwargs: Value,
     /// Not to run before (ISO 8601).
-    pub(crate) eta: Option<String>,
+    pub eta: Option<String>,
     /// Not to run after (ISO 8601).
-    pub(crate) expires: Option<String>,
+    pub expires: Option<String>,
     /// The workflow's first task and the task that sent this one (none for a handler's own).
-    pub(crate) root_id: Option<String>,
-    pub(crate) parent_id: Option<String>,
+    pub root_id: Option<String>,
+    pub parent_id: Option<String>,
     /// The rest of a chain, carried on to the next task as Celery carries it (`null` if none).
-    pub(crate) chain: Value,
+    pub chain: Value,
 }
 
 impl Request {
     /// The task a handler's outbox message `body` describes; the error is for the handler.
-    pub(crate) fn from_handler(body: &[u8]) -> Result<Request, String> {
+    pub fn from_handler(body: &[u8]) -> Result<Request, String> {
         let what: Value = serde_json::from_slice(body)
             .map_err(|e| format!("a Celery queue's outbox message is a task as JSON: {e}"))?;
         let Value::Object(mut what) = what else {
@@ -90,7 +90,7 @@ impl Request {
 
     /// Celery's message for this task, sent to `queue` as task `id` (protocol 2, JSON, in
     /// kombu's SQS envelope).
-    pub(crate) fn message(&self, id: &str, queue: &str) -> Vec<u8> {
+    pub fn message(&self, id: &str, queue: &str) -> Vec<u8> {
         let root_id = self.root_id.as_deref().unwrap_or(id);
         let headers = json!({
             "lang": "py", "task": self.name, "id": id, "shadow": null, "eta": self.eta,
@@ -124,7 +124,7 @@ impl Request {
 
 /// Celery's message for the task a handler's outbox `body` describes, sent to `queue` as task
 /// `id`; the error is for the handler.
-pub(crate) fn task_message(body: &[u8], id: &str, queue: &str) -> Result<Vec<u8>, String> {
+pub fn task_message(body: &[u8], id: &str, queue: &str) -> Result<Vec<u8>, String> {
     Ok(Request::from_handler(body)?.message(id, queue))
 }
 
@@ -181,7 +181,7 @@ fn later(now: SystemTime, secs: &Value, field: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::celery::{ContentType, decode};
+    use crate::{ContentType, decode};
 
     #[test]
     fn a_task_a_handler_sends_is_read_back_as_celery_sent_it() {

@@ -24,7 +24,7 @@ pub enum ContentType {
 impl ContentType {
     /// The serializer a configuration names (`json` or `msgpack`, or their MIME types), or why
     /// it names none qhost reads.
-    pub(crate) fn parse(name: &str) -> Result<Self, String> {
+    pub fn parse(name: &str) -> Result<Self, String> {
         match name {
             "json" | "application/json" => Ok(ContentType::Json),
             "msgpack" | "application/x-msgpack" => Ok(ContentType::Msgpack),
@@ -41,7 +41,7 @@ impl ContentType {
     }
 
     /// Its MIME type, as kombu writes it in the envelope.
-    pub(crate) fn mime(self) -> &'static str {
+    pub fn mime(self) -> &'static str {
         match self {
             ContentType::Json => "application/json",
             ContentType::Msgpack => "application/x-msgpack",
@@ -49,7 +49,7 @@ impl ContentType {
     }
 
     /// Its short name, as in `accept-content`.
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             ContentType::Json => "json",
             ContentType::Msgpack => "msgpack",

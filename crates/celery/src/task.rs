@@ -10,52 +10,52 @@ use jiff::tz::TimeZone;
 use serde_json::{Map, Value, json};
 
 use super::DecodeError;
-use crate::message::Attribute;
+use qhost_message::Attribute;
 
 /// A Celery task as qhost runs it.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Task {
+pub struct Task {
     /// The task's registered name (`proj.tasks.send_reminder`).
-    pub(crate) name: String,
+    pub name: String,
     /// The task id: the same on every copy of one publish, and on its retries.
-    pub(crate) id: String,
+    pub id: String,
     /// Positional arguments.
-    pub(crate) args: Value,
+    pub args: Value,
     /// Keyword arguments.
-    pub(crate) kwargs: Value,
+    pub kwargs: Value,
     /// How many times it was retried before this publish.
-    pub(crate) retries: u64,
+    pub retries: u64,
     /// Not to run before this time (`eta`, or `countdown` from the send).
-    pub(crate) eta: Option<Stamp>,
+    pub eta: Option<Stamp>,
     /// Not to run after this time.
-    pub(crate) expires: Option<Stamp>,
+    pub expires: Option<Stamp>,
     /// The hard and soft time limits, in seconds, when the sender set them.
-    pub(crate) time_limit: (Option<f64>, Option<f64>),
+    pub time_limit: (Option<f64>, Option<f64>),
     /// The workflow's first task, the task that sent this one, and its group.
-    pub(crate) root_id: Option<String>,
-    pub(crate) parent_id: Option<String>,
-    pub(crate) group: Option<String>,
+    pub root_id: Option<String>,
+    pub parent_id: Option<String>,
+    pub group: Option<String>,
     /// Whether the sender wants no result stored.
-    pub(crate) ignore_result: bool,
+    pub ignore_result: bool,
     /// The protocol version it came in (1 or 2).
-    pub(crate) protocol: u8,
+    pub protocol: u8,
     /// What it asks to happen after it runs.
-    pub(crate) links: Links,
+    pub links: Links,
 }
 
 /// What a task asks to happen after it runs: protocol 2's embed (`callbacks`, `errbacks`,
 /// `chain`, `chord`), protocol 1's `callbacks`, `errbacks` and `chord`. The signatures are kept
 /// as the producer wrote them, and read where the follow-ups are sent.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct Links {
+pub struct Links {
     /// Signatures applied on success (`link=`).
-    pub(crate) callbacks: Vec<Value>,
+    pub callbacks: Vec<Value>,
     /// The rest of the chain, the next task last.
-    pub(crate) chain: Vec<Value>,
+    pub chain: Vec<Value>,
     /// Whether it has signatures to apply on failure (`link_error=`).
-    pub(crate) errbacks: bool,
+    pub errbacks: bool,
     /// Whether it is part of a chord.
-    pub(crate) chord: bool,
+    pub chord: bool,
 }
 
 impl Links {
@@ -78,11 +78,11 @@ impl Links {
 
 /// A time as the message wrote it, and the instant it names.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Stamp {
+pub struct Stamp {
     /// The ISO 8601 text.
-    pub(crate) text: String,
+    pub text: String,
     /// The instant (a time without an offset is UTC, Celery's default).
-    pub(crate) at: Timestamp,
+    pub at: Timestamp,
 }
 
 impl Task {
@@ -90,7 +90,7 @@ impl Task {
     /// Celery republished (same id, `retries` one higher) is a publish of its own, so from the
     /// first retry on the key carries the count: `ID/retry-N`. Copies of the retry are still one
     /// run, and a retry is never taken for a duplicate of the run that asked for it.
-    pub(crate) fn key(&self) -> String {
+    pub fn key(&self) -> String {
         match self.retries {
             0 => self.id.clone(),
             n => format!("{}/retry-{n}", self.id),
@@ -98,19 +98,19 @@ impl Task {
     }
 
     /// How long until the task is due, if it is not yet.
-    pub(crate) fn due_in(&self, now: SystemTime) -> Option<Duration> {
+    pub fn due_in(&self, now: SystemTime) -> Option<Duration> {
         let eta = self.eta.as_ref()?;
         let now = instant(now);
         (eta.at > now).then(|| eta.at.duration_since(now).unsigned_abs())
     }
 
     /// Whether the task expired before `now`.
-    pub(crate) fn expired(&self, now: SystemTime) -> bool {
+    pub fn expired(&self, now: SystemTime) -> bool {
         self.expires.as_ref().is_some_and(|e| e.at <= instant(now))
     }
 
     /// The body the handler is given: the task as one JSON object.
-    pub(crate) fn handler_body(&self) -> Vec<u8> {
+    pub fn handler_body(&self) -> Vec<u8> {
         let stamp = |s: &Option<Stamp>| s.as_ref().map(|s| s.text.clone());
         let body = json!({
             "task": self.name,
@@ -131,7 +131,7 @@ impl Task {
 
     /// The attributes the handler is given beside the message's own: the task's name, id and
     /// retries.
-    pub(crate) fn attributes(&self) -> [Attribute; 3] {
+    pub fn attributes(&self) -> [Attribute; 3] {
         [
             Attribute::string("celery-task", &self.name),
             Attribute::string("celery-id", &self.id),
@@ -141,7 +141,7 @@ impl Task {
 }
 
 /// `at` as Celery writes times: ISO 8601 in UTC with microseconds and the offset (`+00:00`).
-pub(crate) fn iso8601(at: SystemTime) -> String {
+pub fn iso8601(at: SystemTime) -> String {
     let at = instant(at).to_zoned(TimeZone::UTC);
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}+00:00",

@@ -24,13 +24,13 @@ use serde_json::{Map, Value};
 use super::DecodeError;
 use super::send::{self, Request};
 use super::task::Task;
-use crate::message::Outgoing;
+use qhost_message::Outgoing;
 
 /// A task to send once the consumed task's run is complete.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct FollowUp {
+pub struct FollowUp {
     /// The SQS queue it goes to.
-    pub(crate) queue: String,
+    pub queue: String,
     /// The task, with the signature's own arguments.
     request: Request,
     /// The id the producer gave it, if any.
@@ -42,7 +42,7 @@ pub(crate) struct FollowUp {
 impl FollowUp {
     /// The outbox message for this follow-up; `derived` is its outbox key, which names the
     /// task when the producer did not, and `parent` the consumed task's return value.
-    pub(crate) fn outgoing(&self, derived: &str, parent: &Value) -> Outgoing {
+    pub fn outgoing(&self, derived: &str, parent: &Value) -> Outgoing {
         let id = (self.id.clone()).unwrap_or_else(|| send::task_id(derived));
         let body = if self.takes_result {
             let mut request = self.request.clone();
@@ -64,7 +64,7 @@ impl FollowUp {
 /// The tasks `task` sends when it succeeds: its callbacks, then the next task of its chain;
 /// `home` is the SQS queue it came from. Refused: what qhost does not carry on (see the module
 /// docs).
-pub(crate) fn follow_ups(task: &Task, home: &str) -> Result<Vec<FollowUp>, DecodeError> {
+pub fn follow_ups(task: &Task, home: &str) -> Result<Vec<FollowUp>, DecodeError> {
     let links = &task.links;
     if links.chord {
         return Err(unsupported(
@@ -162,7 +162,7 @@ fn as_list(value: Value) -> Vec<Value> {
 
 /// The SQS name kombu's SQS transport gives queue `name`: `.` becomes `-`, other punctuation
 /// but `-` and `_` becomes `_`, and a `.fifo` suffix is kept.
-pub(crate) fn sqs_name(name: &str) -> String {
+pub fn sqs_name(name: &str) -> String {
     let translate = |s: &str| -> String {
         s.chars()
             .map(|c| match c {
@@ -192,8 +192,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::celery::fixtures::{kombu, v2_headers};
-    use crate::celery::{ContentType, decode};
+    use crate::fixtures::{kombu, v2_headers};
+    use crate::{ContentType, decode};
 
     fn task_with(embed: Value) -> Task {
         let body = serde_json::to_vec(&json!([[1], {}, embed])).unwrap();

@@ -6,7 +6,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
 /// Protocol 2 headers as Celery 5 writes them for task `task` with id `id`.
-pub(crate) fn v2_headers(task: &str, id: &str) -> Value {
+pub fn v2_headers(task: &str, id: &str) -> Value {
     json!({
         "lang": "py", "task": task, "id": id, "shadow": null, "eta": null, "expires": null,
         "group": null, "group_index": null, "retries": 0, "timelimit": [null, null],
@@ -16,14 +16,14 @@ pub(crate) fn v2_headers(task: &str, id: &str) -> Value {
 }
 
 /// An envelope as kombu's SQS transport sends it: base64 of the JSON, the body base64 inside.
-pub(crate) fn kombu(headers: Value, content_type: &str, body: &[u8]) -> Vec<u8> {
+pub fn kombu(headers: Value, content_type: &str, body: &[u8]) -> Vec<u8> {
     STANDARD
         .encode(plain_kombu(headers, content_type, body))
         .into_bytes()
 }
 
 /// The same with `sqs_base64_encoding` off.
-pub(crate) fn plain_kombu(headers: Value, content_type: &str, body: &[u8]) -> Vec<u8> {
+pub fn plain_kombu(headers: Value, content_type: &str, body: &[u8]) -> Vec<u8> {
     let envelope = json!({
         "body": STANDARD.encode(body),
         "content-encoding": "utf-8",
@@ -35,15 +35,15 @@ pub(crate) fn plain_kombu(headers: Value, content_type: &str, body: &[u8]) -> Ve
             "priority": 0, "body_encoding": "base64", "delivery_tag": "t",
         },
     });
-    serde_json::to_vec(&envelope).unwrap()
+    serde_json::to_vec(&envelope).expect("a JSON value serializes")
 }
 
-pub(crate) fn v2_json(task: &str, id: &str, args: Value, kwargs: Value) -> Vec<u8> {
+pub fn v2_json(task: &str, id: &str, args: Value, kwargs: Value) -> Vec<u8> {
     let body =
         json!([args, kwargs, {"callbacks": null, "errbacks": null, "chain": null, "chord": null}]);
     kombu(
         v2_headers(task, id),
         "application/json",
-        &serde_json::to_vec(&body).unwrap(),
+        &serde_json::to_vec(&body).expect("a JSON value serializes"),
     )
 }
