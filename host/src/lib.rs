@@ -21,9 +21,10 @@
 //! |                 | claims and the store's clock, flow slots, what a completion commits, |
 //! |                 | the conformance suite); here, the keys the host derives; `local` and |
 //! |                 | `redis`, the `qhost-store-local` and `qhost-store-redis` crates       |
-//! | `handler`       | the invocation contract: message in, outcome out (`handler::Invoke`) |
-//! | `runtime`       | how one wasm call runs: engine, bindings, guest state, limits,       |
-//! |                 | outbound HTTP by grant (`runtime::http`); imports nothing of `plugin` |
+//! | `runtime`       | the `qhost-runtime` crate: how one wasm call runs: engine, bindings, |
+//! |                 | guest state, limits, the capabilities (outbox, HTTP, state, secrets) |
+//! | `handler`       | `qhost-runtime`'s: the invocation contract, message in, outcome out  |
+//! | `kv`            | plugins' state (`qhost-runtime`'s); here, `qhost kv`                  |
 //! | `plugin`        | what the host serves: `plugin::Plugin`, manifests, secrets, loading |
 //! |                 | (the one way into `runtime`), the registry, hot reload, status        |
 //! | `payload`       | the `qhost-payload` crate: claim check: payload stores (Redis, S3,  |
@@ -82,7 +83,6 @@ mod fixture;
 pub mod fleet;
 mod flow;
 mod format;
-mod handler;
 mod host;
 mod idempotency;
 mod kv;
@@ -93,6 +93,8 @@ pub(crate) use qhost_message as message;
 pub(crate) use qhost_message::digest;
 pub(crate) use qhost_payload as payload;
 pub(crate) use qhost_redis_link as redis_link;
+pub(crate) use qhost_runtime as runtime;
+pub(crate) use qhost_runtime::handler;
 mod metrics;
 mod oneshot;
 mod pipeline;
@@ -102,7 +104,6 @@ mod queues;
 mod recent;
 mod replay;
 mod rollout;
-mod runtime;
 mod scaffold;
 pub mod schedule;
 mod source;
@@ -188,7 +189,7 @@ pub mod replays {
 
 // Handler state, as an operator reads and writes it.
 pub use kv::inspect::{kv_get, kv_list};
-pub use kv::{Op as StateOp, StateCommit};
+pub use qhost_runtime::kv::{Op as StateOp, StateCommit};
 
 // What an operator runs against a configuration: the queue verbs, one message through one
 // plugin file, a Celery configuration's check, a rollout by hand, a new handler project.

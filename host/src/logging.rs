@@ -8,17 +8,13 @@
 //! news). The AWS configuration chain's own warnings are left out below `-vv`: a missing region
 //! or credentials is one error of qhost's that says where it looked.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use tracing_subscriber::EnvFilter;
 
-/// Whether the process logs JSON (set by [`init`]).
-static JSON: AtomicBool = AtomicBool::new(false);
-
-/// Whether log lines are JSON objects: there, a handler's line repeats its span's fields at the
-/// top level, where log pipelines look for them; in text the span prefix already shows them.
+/// Whether log lines are JSON objects (set by [`init`]): there, a handler's line repeats its
+/// span's fields at the top level, where log pipelines look for them; in text the span prefix
+/// already shows them. The flag is the runtime's, which writes handlers' lines.
 pub(crate) fn is_json() -> bool {
-    JSON.load(Ordering::Relaxed)
+    qhost_runtime::logs_json()
 }
 
 /// The variable that picks the format.
@@ -102,7 +98,7 @@ impl Verbosity {
 
 /// Installs the process's logger.
 pub fn init(format: LogFormat, verbosity: Verbosity) {
-    JSON.store(format == LogFormat::Json, Ordering::Relaxed);
+    qhost_runtime::set_logs_json(format == LogFormat::Json);
     let env = std::env::var("QHOST_LOG").ok();
     let directives = verbosity.directives(env.as_deref());
     let filter = EnvFilter::try_new(&directives).unwrap_or_else(|e| {

@@ -16,7 +16,6 @@ pub(crate) mod format;
 pub(crate) mod load;
 pub(crate) mod rollout;
 pub(crate) mod schedule;
-pub(crate) mod secrets;
 pub(crate) mod typo;
 
 use std::net::SocketAddr;
@@ -34,7 +33,7 @@ pub(crate) use deadlines::Deadlines;
 use file::{RawConfig, RawQueue};
 pub use format::MessageFormat;
 pub(crate) use format::Routes;
-pub(crate) use secrets::SecretsGrant;
+pub(crate) use qhost_runtime::secrets::SecretsGrant;
 
 /// Where messages come from.
 #[derive(Clone, Debug, PartialEq, Eq)]

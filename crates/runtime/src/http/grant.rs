@@ -15,7 +15,7 @@ use std::net::IpAddr;
 
 /// The origins one plugin may call; empty (nothing) by default.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct HttpGrant {
+pub struct HttpGrant {
     rules: Vec<Rule>,
 }
 
@@ -40,15 +40,15 @@ enum Host {
 
 /// Where a request goes, as the grant sees it.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Target<'a> {
-    pub(crate) https: bool,
-    pub(crate) host: &'a str,
-    pub(crate) port: u16,
+pub struct Target<'a> {
+    pub https: bool,
+    pub host: &'a str,
+    pub port: u16,
 }
 
 impl HttpGrant {
     /// Parses the manifest's patterns; the error names the bad one and says why.
-    pub(crate) fn parse(patterns: &[String]) -> Result<Self, String> {
+    pub fn parse(patterns: &[String]) -> Result<Self, String> {
         let rules = patterns
             .iter()
             .map(|p| Rule::parse(p).map_err(|why| format!("`{p}`: {why}")))
@@ -57,7 +57,7 @@ impl HttpGrant {
     }
 
     /// Whether a request to `target` is allowed.
-    pub(crate) fn allows(&self, target: Target<'_>) -> bool {
+    pub fn allows(&self, target: Target<'_>) -> bool {
         let host = normalise(target.host);
         let ip = parse_ip(&host);
         self.rules.iter().any(|r| r.matches(target, &host, ip))
@@ -65,7 +65,7 @@ impl HttpGrant {
 
     /// Whether a pattern that matches `target` names `ip` literally: only then may a request
     /// reach an address the address rules keep out (loopback, private, link-local).
-    pub(crate) fn names_address(&self, target: Target<'_>, ip: IpAddr) -> bool {
+    pub fn names_address(&self, target: Target<'_>, ip: IpAddr) -> bool {
         let host = normalise(target.host);
         self.rules.iter().any(|r| {
             r.https == target.https

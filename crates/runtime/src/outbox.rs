@@ -10,10 +10,10 @@
 
 use serde::Deserialize;
 
-use crate::celery;
-use crate::message::Outgoing;
-use crate::message::rules::{self, SendShape};
-use crate::message::wire::{self, message_size};
+use qhost_celery as celery;
+use qhost_message::Outgoing;
+use qhost_message::rules::{self, SendShape};
+use qhost_message::wire::{self, message_size};
 
 /// Outbox messages one invocation may queue.
 pub(crate) const MAX_OUTBOX_MESSAGES: usize = 100;
@@ -24,14 +24,14 @@ pub(crate) const MAX_OUTBOX_BODY: usize = 64 * 1024 * 1024;
 /// send, so a handler cannot make the host hold unbounded memory on its behalf.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub(crate) struct OutboxGrant {
+pub struct OutboxGrant {
     /// Queue names the plugin may send to; `"*"` grants every queue.
     #[serde(default)]
     pub queues: Vec<String>,
     /// Bytes (bodies and attributes) the plugin may send from one message.
     #[serde(default = "default_outbox_bytes")]
     pub max_bytes: usize,
-    /// Queues whose messages are Celery tasks (`crate::celery::send`); each is granted too.
+    /// Queues whose messages are Celery tasks (`qhost_celery::send`); each is granted too.
     #[serde(default)]
     pub celery: Vec<String>,
 }
@@ -52,39 +52,39 @@ fn default_outbox_bytes() -> usize {
 
 impl OutboxGrant {
     /// Whether the plugin may send to `queue`.
-    pub(crate) fn allows(&self, queue: &str) -> bool {
+    pub fn allows(&self, queue: &str) -> bool {
         self.queues.iter().any(|q| q == "*" || q == queue) || self.is_celery(queue)
     }
 
     /// Whether messages to `queue` are Celery tasks.
-    pub(crate) fn is_celery(&self, queue: &str) -> bool {
+    pub fn is_celery(&self, queue: &str) -> bool {
         self.celery.iter().any(|q| q == queue)
     }
 }
 
 /// One plugin's outbox rules.
 #[derive(Clone, Debug)]
-pub(crate) struct OutboxPolicy {
+pub struct OutboxPolicy {
     /// What its manifest grants.
-    pub(crate) grant: OutboxGrant,
+    pub grant: OutboxGrant,
     /// How the host sends.
-    pub(crate) shape: SendShape,
+    pub shape: SendShape,
 }
 
 /// Who is sending: what the stamp needs.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Sender<'a> {
+pub struct Sender<'a> {
     /// The plugin's name.
-    pub(crate) plugin: &'a str,
+    pub plugin: &'a str,
     /// `NAME@VERSION`.
-    pub(crate) producer: &'a str,
+    pub producer: &'a str,
     /// The idempotency key of the message being handled.
-    pub(crate) key: &'a str,
+    pub key: &'a str,
 }
 
 impl OutboxPolicy {
     /// Stamps `msg` as the next message of `held` and checks it; the error is for the guest.
-    pub(crate) fn admit(
+    pub fn admit(
         &self,
         held: &[Outgoing],
         sender: Sender<'_>,
@@ -143,7 +143,7 @@ impl OutboxPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Attribute;
+    use qhost_message::Attribute;
 
     const SENDER: Sender<'static> = Sender {
         plugin: "p",
@@ -168,9 +168,9 @@ mod tests {
         celery.grant.celery = vec!["tasks".into()];
         let task = Outgoing::new("tasks", r#"{"task": "proj.add", "args": [1]}"#);
         let sent = celery.admit(&[], SENDER, task).unwrap();
-        let read = crate::celery::decode(&sent.body, &[crate::celery::ContentType::Json]).unwrap();
+        let read = qhost_celery::decode(&sent.body, &[qhost_celery::ContentType::Json]).unwrap();
         assert_eq!(read.name, "proj.add");
-        assert_eq!(read.id, crate::celery::send::task_id("p:k/0"));
+        assert_eq!(read.id, qhost_celery::send::task_id("p:k/0"));
         let err = (celery.admit(&[], SENDER, Outgoing::new("tasks", "hello"))).unwrap_err();
         assert!(err.contains("a task as JSON"), "{err}");
     }

@@ -25,7 +25,7 @@ use super::stderr::GuestStderr;
 use super::world::World;
 use crate::kv::KvPolicy;
 use crate::kv::run::RunState;
-use crate::message::Outgoing;
+use qhost_message::Outgoing;
 
 /// Stderr kept per message for trap reports.
 const STDERR_CAPACITY: usize = 8 * 1024;
@@ -33,25 +33,25 @@ const STDERR_CAPACITY: usize = 8 * 1024;
 const MAX_LOG_LINE: usize = 4096;
 /// Longest result value a guest may set: what a caller waiting on a task's result reads back
 /// from Redis, and what the completed record keeps until it is written.
-pub(crate) const MAX_RESULT_BYTES: usize = 512 * 1024;
+pub const MAX_RESULT_BYTES: usize = 512 * 1024;
 
 /// Who is running, for log lines.
 #[derive(Clone, Debug)]
-pub(crate) struct CallContext {
+pub struct CallContext {
     /// Plugin name.
-    pub(crate) plugin: Arc<str>,
+    pub plugin: Arc<str>,
     /// Plugin version.
-    pub(crate) version: Arc<str>,
+    pub version: Arc<str>,
     /// Message id.
-    pub(crate) message_id: String,
+    pub message_id: String,
     /// Source queue.
-    pub(crate) queue: String,
+    pub queue: String,
     /// The message's idempotency key, which outbox keys derive from.
-    pub(crate) key: String,
+    pub key: String,
     /// The lease's fencing token.
-    pub(crate) fencing_token: u64,
+    pub fencing_token: u64,
     /// When the handler's time is up.
-    pub(crate) deadline: tokio::time::Instant,
+    pub deadline: tokio::time::Instant,
 }
 
 impl CallContext {
@@ -67,17 +67,23 @@ impl CallContext {
 /// What every instance of a plugin is granted, shared by each: its settings, its outbox, HTTP
 /// and state policies, its memory limit, and the world it runs in (a test's; none on a host).
 #[derive(Clone)]
-pub(crate) struct Grants {
-    pub(crate) config: Arc<Settings>,
-    pub(crate) outbox: Arc<OutboxPolicy>,
-    pub(crate) http: Arc<HttpPolicy>,
-    pub(crate) kv: Arc<KvPolicy>,
-    pub(crate) memory_bytes: u64,
-    pub(crate) world: Option<Arc<World>>,
+pub struct Grants {
+    pub config: Arc<Settings>,
+    pub outbox: Arc<OutboxPolicy>,
+    pub http: Arc<HttpPolicy>,
+    pub kv: Arc<KvPolicy>,
+    pub memory_bytes: u64,
+    pub world: Option<Arc<World>>,
+}
+
+impl std::fmt::Debug for Grants {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grants").finish_non_exhaustive()
+    }
 }
 
 /// The store data for one invocation.
-pub(crate) struct HostState {
+pub struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
     stderr: GuestStderr,
@@ -88,9 +94,9 @@ pub(crate) struct HostState {
     http: OutboundHttp,
     ctx: CallContext,
     /// What the guest asked to send, stamped and checked.
-    pub(crate) outbox: Vec<Outgoing>,
+    pub outbox: Vec<Outgoing>,
     /// The run's result value (JSON), if the guest set one.
-    pub(crate) result: Option<String>,
+    pub result: Option<String>,
     /// What the run read and wrote of its buckets.
     kv: RunState,
     /// The world it runs in, outside a host (`qhost test`, `qhost replay`).
@@ -101,7 +107,7 @@ pub(crate) struct HostState {
 
 impl HostState {
     /// Fresh state for a call in `ctx`, with what `grants` gives and no ambient authority.
-    pub(crate) fn new(ctx: CallContext, grants: &Grants) -> Self {
+    pub fn new(ctx: CallContext, grants: &Grants) -> Self {
         let Grants {
             config,
             outbox: outbox_policy,
@@ -141,7 +147,7 @@ impl HostState {
 
     /// Starts a batch call of `items` on this state (fresh or just begun): no message
     /// selected, HTTP requests keyed by the whole batch until one is.
-    pub(crate) fn begin_batch(&mut self, items: Vec<ItemCtx>) {
+    pub fn begin_batch(&mut self, items: Vec<ItemCtx>) {
         let batch = BatchItems::new(items);
         self.ctx.message_id = String::new();
         self.ctx.key = batch.call_key();
@@ -171,7 +177,7 @@ impl HostState {
     }
 
     /// Ends a batch call: each message's effects, in order (`None`: not a batch call).
-    pub(crate) fn finish_batch(&mut self) -> Option<Vec<ItemEffects>> {
+    pub fn finish_batch(&mut self) -> Option<Vec<ItemEffects>> {
         let batch = self.batch.take()?;
         let mut made = 0;
         let current = Current {
@@ -184,7 +190,7 @@ impl HostState {
     }
 
     /// Refuses an effect that must belong to a message when a batch call has none selected.
-    pub(crate) fn check_selected(&self) -> Result<(), String> {
+    pub fn check_selected(&self) -> Result<(), String> {
         match &self.batch {
             Some(batch) if !batch.has_selection() => Err(NOT_SELECTED.to_string()),
             _ => Ok(()),
@@ -193,7 +199,7 @@ impl HostState {
 
     /// Starts a new message on a reused instance: its context, an empty outbox, no result
     /// value and an empty stderr.
-    pub(crate) fn begin(&mut self, ctx: CallContext) {
+    pub fn begin(&mut self, ctx: CallContext) {
         self.http.begin(ctx.http_call());
         self.ctx = ctx;
         self.outbox.clear();
@@ -204,27 +210,27 @@ impl HostState {
     }
 
     /// The run's view of its buckets.
-    pub(crate) fn kv(&mut self) -> &mut RunState {
+    pub fn kv(&mut self) -> &mut RunState {
         &mut self.kv
     }
 
     /// The resources the guest holds.
-    pub(crate) fn table(&mut self) -> &mut ResourceTable {
+    pub fn table(&mut self) -> &mut ResourceTable {
         &mut self.table
     }
 
     /// The resource limiter to install on the store.
-    pub(crate) fn limiter(&mut self) -> &mut MemoryLimiter {
+    pub fn limiter(&mut self) -> &mut MemoryLimiter {
         &mut self.limiter
     }
 
     /// Whether the guest hit its memory limit.
-    pub(crate) fn memory_limit_hit(&self) -> bool {
+    pub fn memory_limit_hit(&self) -> bool {
         self.limiter.hit
     }
 
     /// What the guest wrote to stderr for this message, trimmed (and marked if cut).
-    pub(crate) fn stderr_text(&self) -> String {
+    pub fn stderr_text(&self) -> String {
         self.stderr.text()
     }
 }
@@ -278,7 +284,7 @@ impl log::Host for HostState {
         }
         let innermost = tracing::Span::current().metadata().map(|m| m.name());
         let c = &self.ctx;
-        if !crate::logging::is_json() {
+        if !crate::logs_json() {
             match innermost {
                 Some("invoke") => return log_plain(level, &message),
                 Some("delivery") => return log_versioned(level, &c.plugin, &c.version, &message),
@@ -395,7 +401,7 @@ fn checked_result(json: String) -> Result<String, String> {
 /// Caps linear memory and records the attempt to pass the cap, so that the resulting trap can
 /// be reported as a memory-limit hit rather than a generic trap.
 #[derive(Debug)]
-pub(crate) struct MemoryLimiter {
+pub struct MemoryLimiter {
     max_bytes: u64,
     hit: bool,
 }

@@ -46,38 +46,38 @@ use crate::kv::{KvCounts, KvGrant, KvLimits, KvPolicy};
 
 /// What a plugin's calls may do and use: the runtime's part of its manifest.
 #[derive(Clone, Debug)]
-pub(crate) struct Sandbox {
+pub struct Sandbox {
     /// Where its outbox may send, and how much.
-    pub(crate) outbox: OutboxGrant,
+    pub outbox: OutboxGrant,
     /// The origins it may call.
-    pub(crate) http: HttpGrant,
+    pub http: HttpGrant,
     /// Whether it may call out at all (only then are the platform's roots read).
-    pub(crate) calls_out: bool,
+    pub calls_out: bool,
     /// The header the host puts its idempotency key in (`""`: none).
-    pub(crate) idempotency_header: String,
+    pub idempotency_header: String,
     /// Requests one call may make.
-    pub(crate) http_requests: u32,
+    pub http_requests: u32,
     /// Bytes of one response it may read.
-    pub(crate) http_response_bytes: u64,
+    pub http_response_bytes: u64,
     /// Its memory limit.
-    pub(crate) memory_mib: u64,
+    pub memory_mib: u64,
     /// Its wall-clock deadline per call.
-    pub(crate) timeout: Duration,
+    pub timeout: Duration,
     /// Messages one instance may handle.
-    pub(crate) reuse_instance: u32,
+    pub reuse_instance: u32,
     /// For `qhost test` and `qhost replay`: the world its calls meet instead of the network
     /// and the real clock.
-    pub(crate) world: Option<Arc<World>>,
+    pub world: Option<Arc<World>>,
     /// The buckets it may open.
-    pub(crate) kv: KvGrant,
+    pub kv: KvGrant,
     /// How much one run may write to them.
-    pub(crate) kv_limits: KvLimits,
+    pub kv_limits: KvLimits,
     /// What its runs do with state, counted.
-    pub(crate) kv_counts: Arc<KvCounts>,
+    pub kv_counts: Arc<KvCounts>,
 }
 
 /// Runs one component's `handle`, or its `handle-batch`.
-pub(crate) struct WasmInvoker {
+pub struct WasmInvoker {
     engine: Engine,
     pre: Pre,
     plugin: Arc<str>,
@@ -112,7 +112,7 @@ impl std::fmt::Debug for WasmInvoker {
 
 impl WasmInvoker {
     /// An invoker for a checked component of `runtime`, within `sandbox`.
-    pub(crate) fn new(
+    pub fn new(
         pre: Pre,
         id: (&str, &str),
         sandbox: Sandbox,
@@ -170,7 +170,7 @@ impl WasmInvoker {
 
     /// Instantiates the component once, as a message would, and drops the instance: a
     /// component that compiles but cannot run is found at load, not at its first message.
-    pub(crate) fn probe(&self) -> anyhow::Result<()> {
+    pub fn probe(&self) -> anyhow::Result<()> {
         let ctx = CallContext {
             plugin: Arc::clone(&self.plugin),
             version: Arc::clone(&self.version),

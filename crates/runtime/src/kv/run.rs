@@ -6,16 +6,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::{Bucket, Dropped, KvPolicy, Refused};
-use crate::idempotency::commit::{self, BucketCommit, Op, Read, StateCommit};
+use qhost_store::commit::{self, BucketCommit, Op, Read, StateCommit};
 
 /// Keys `list-keys` pages through at most, committed and written.
-pub(crate) const MAX_LISTED: usize = 10_000;
+pub const MAX_LISTED: usize = 10_000;
 /// Keys one `list-keys` page holds.
 const PAGE: usize = 1000;
 
 /// What the guest is told when a call cannot be served.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum KvError {
+pub enum KvError {
     /// The bucket is not granted.
     AccessDenied(String),
     /// Anything else, said in words.
@@ -28,14 +28,14 @@ pub(crate) enum KvError {
 /// (`runtime::batch_items`). What the call read from the store stays shared: each message
 /// still sees the committed state plus its own writes, never another message's.
 #[derive(Debug, Default)]
-pub(crate) struct RunPart {
+pub struct RunPart {
     decided_on: BTreeSet<(String, String)>,
     writes: BTreeMap<(String, String), Op>,
 }
 
 /// The state one run sees and writes.
 #[derive(Debug)]
-pub(crate) struct RunState {
+pub struct RunState {
     policy: Arc<KvPolicy>,
     /// Buckets opened, by handle; each a granted bucket.
     open: Vec<Bucket>,
@@ -53,7 +53,7 @@ pub(crate) struct RunState {
 
 impl RunState {
     /// An empty view for one run of the plugin `policy` is for.
-    pub(crate) fn new(policy: Arc<KvPolicy>) -> Self {
+    pub fn new(policy: Arc<KvPolicy>) -> Self {
         RunState {
             policy,
             open: Vec::new(),
@@ -67,7 +67,7 @@ impl RunState {
 
     /// Starts the next run on a reused instance: nothing read, nothing written. Buckets the
     /// guest keeps open stay open.
-    pub(crate) fn reset(&mut self) {
+    pub fn reset(&mut self) {
         self.seen.clear();
         self.decided_on.clear();
         self.writes.clear();
@@ -76,13 +76,13 @@ impl RunState {
     }
 
     /// Swaps this run's reads and writes with `part`'s: the view becomes another message's.
-    pub(crate) fn swap_part(&mut self, part: &mut RunPart) {
+    pub fn swap_part(&mut self, part: &mut RunPart) {
         std::mem::swap(&mut self.decided_on, &mut part.decided_on);
         std::mem::swap(&mut self.writes, &mut part.writes);
     }
 
     /// Why the store could not answer a read of this run, if it could not.
-    pub(crate) fn unavailable(&self) -> Option<&str> {
+    pub fn unavailable(&self) -> Option<&str> {
         self.unavailable.as_deref()
     }
 
@@ -94,7 +94,7 @@ impl RunState {
     }
 
     /// Opens a granted bucket; its handle.
-    pub(crate) fn open(&mut self, name: &str) -> Result<u32, KvError> {
+    pub fn open(&mut self, name: &str) -> Result<u32, KvError> {
         let Some(bucket) = self.policy.grant.bucket(name) else {
             self.policy.counts.refused(Refused::NotGranted);
             return Err(KvError::AccessDenied(format!(
@@ -157,7 +157,7 @@ impl RunState {
 
     /// `get`: the value this run sees; the commit then checks the key still holds what was
     /// committed when it was read.
-    pub(crate) async fn get(&mut self, handle: u32, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+    pub async fn get(&mut self, handle: u32, key: &str) -> Result<Option<Vec<u8>>, KvError> {
         let bucket = self.bucket(handle)?.name.clone();
         self.check_key(key)?;
         let value = self.current(&bucket, key).await?;
@@ -194,12 +194,12 @@ impl RunState {
     }
 
     /// `set`.
-    pub(crate) fn set(&mut self, handle: u32, key: &str, value: Vec<u8>) -> Result<(), KvError> {
+    pub fn set(&mut self, handle: u32, key: &str, value: Vec<u8>) -> Result<(), KvError> {
         self.write(handle, key, Op::Set { value })
     }
 
     /// `delete`.
-    pub(crate) fn delete(&mut self, handle: u32, key: &str) -> Result<(), KvError> {
+    pub fn delete(&mut self, handle: u32, key: &str) -> Result<(), KvError> {
         self.write(handle, key, Op::Delete)
     }
 
@@ -207,12 +207,7 @@ impl RunState {
     /// when first read, plus this run's increments). The commit adds this run's increments to
     /// whatever is committed then, so concurrent runs of other keys all count; the returned
     /// value does not include theirs, and reading it does not make the commit check the key.
-    pub(crate) async fn increment(
-        &mut self,
-        handle: u32,
-        key: &str,
-        delta: u64,
-    ) -> Result<u64, KvError> {
+    pub async fn increment(&mut self, handle: u32, key: &str, delta: u64) -> Result<u64, KvError> {
         let bucket = self.bucket(handle)?.name.clone();
         self.check_key(key)?;
         let now = self.current(&bucket, key).await?;
@@ -248,7 +243,7 @@ impl RunState {
     }
 
     /// `get-many`: each key's value, paired with it, or `None`.
-    pub(crate) async fn get_many(
+    pub async fn get_many(
         &mut self,
         handle: u32,
         keys: Vec<String>,
@@ -262,12 +257,12 @@ impl RunState {
     }
 
     /// `exists`.
-    pub(crate) async fn exists(&mut self, handle: u32, key: &str) -> Result<bool, KvError> {
+    pub async fn exists(&mut self, handle: u32, key: &str) -> Result<bool, KvError> {
         Ok(self.get(handle, key).await?.is_some())
     }
 
     /// `list-keys`: the keys this run sees, in order, a page at a time from `cursor`.
-    pub(crate) async fn list(
+    pub async fn list(
         &mut self,
         handle: u32,
         cursor: Option<u64>,
@@ -295,7 +290,7 @@ impl RunState {
     }
 
     /// The run's commit, by bucket; the run is over.
-    pub(crate) fn take(&mut self) -> StateCommit {
+    pub fn take(&mut self) -> StateCommit {
         self.taken = true;
         let mut out: BTreeMap<String, BucketCommit> = BTreeMap::new();
         for (bucket, key) in std::mem::take(&mut self.decided_on) {
@@ -343,11 +338,11 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::idempotency::local::LocalStore;
-    use crate::idempotency::{
+    use crate::kv::{KvCounts, KvGrant, KvLimits, StateAccess};
+    use qhost_store::{
         Acquired, Completion, IdempotencyError, IdempotencyStore, LeaseRequest, StateReads,
     };
-    use crate::kv::{KvCounts, KvGrant, KvLimits, StateAccess};
+    use qhost_store_local::LocalStore;
 
     fn memory() -> anyhow::Result<Arc<dyn StateReads>> {
         Ok(Arc::new(LocalStore::open(None)?))

@@ -5,7 +5,7 @@ use super::bindings::{
     Attribute as WitAttribute, AttributeValue as WitValue, Message, Outcome as WitOutcome,
 };
 use crate::handler::{HandlerMessage, Outcome};
-use crate::message::{Attribute, AttributeValue, Outgoing};
+use qhost_message::{Attribute, AttributeValue, Outgoing};
 
 fn attribute_to_guest(a: Attribute) -> WitAttribute {
     WitAttribute {

@@ -26,7 +26,7 @@ mod address;
 mod body;
 mod counts;
 mod grant;
-pub(crate) mod record;
+pub mod record;
 mod send;
 mod tls;
 
@@ -39,9 +39,9 @@ use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::world::World;
 
-pub(crate) use counts::HttpCounts;
-pub(crate) use grant::HttpGrant;
-pub(crate) use tls::{TlsClient, client as tls_client};
+pub use counts::HttpCounts;
+pub use grant::HttpGrant;
+pub use tls::{TlsClient, client as tls_client};
 
 use counts::HttpResult;
 use grant::Target;
@@ -52,34 +52,34 @@ const FENCING_HEADER: HeaderName = HeaderName::from_static("qhost-fencing-token"
 
 /// One plugin version's HTTP rules.
 #[derive(Debug)]
-pub(crate) struct HttpPolicy {
-    pub(crate) plugin: Arc<str>,
-    pub(crate) grant: HttpGrant,
+pub struct HttpPolicy {
+    pub plugin: Arc<str>,
+    pub grant: HttpGrant,
     /// Where the idempotency key goes; `None` when the manifest turns it off.
-    pub(crate) key_header: Option<HeaderName>,
-    pub(crate) max_requests: u32,
-    pub(crate) max_response_bytes: u64,
+    pub key_header: Option<HeaderName>,
+    pub max_requests: u32,
+    pub max_response_bytes: u64,
     /// `None` for a plugin granted nothing (its requests never get as far as TLS).
-    pub(crate) tls: Option<TlsClient>,
-    pub(crate) counts: Arc<HttpCounts>,
+    pub tls: Option<TlsClient>,
+    pub counts: Arc<HttpCounts>,
     /// Set for a plugin loaded into a world (`qhost test`, `qhost replay`): admitted requests
     /// are written down there and answered by it, never sent ([`record`]).
-    pub(crate) world: Option<Arc<World>>,
+    pub world: Option<Arc<World>>,
 }
 
 /// The message a call is for, as its requests need it.
 #[derive(Clone, Debug)]
-pub(crate) struct Call {
+pub struct Call {
     /// The message's idempotency key.
-    pub(crate) key: String,
-    pub(crate) fencing_token: u64,
+    pub key: String,
+    pub fencing_token: u64,
     /// When the handler's time is up.
-    pub(crate) deadline: Instant,
+    pub deadline: Instant,
 }
 
 /// The `wasi:http` hooks for one instance: the plugin's policy and the message in hand.
 #[derive(Debug)]
-pub(crate) struct OutboundHttp {
+pub struct OutboundHttp {
     policy: Arc<HttpPolicy>,
     call: Call,
     /// Requests made for this message so far.
@@ -87,7 +87,7 @@ pub(crate) struct OutboundHttp {
 }
 
 impl OutboundHttp {
-    pub(crate) fn new(policy: Arc<HttpPolicy>, call: Call) -> Self {
+    pub fn new(policy: Arc<HttpPolicy>, call: Call) -> Self {
         OutboundHttp {
             policy,
             call,
@@ -96,18 +96,18 @@ impl OutboundHttp {
     }
 
     /// Starts the next message on a reused instance: its key, token, deadline and count.
-    pub(crate) fn begin(&mut self, call: Call) {
+    pub fn begin(&mut self, call: Call) {
         self.call = call;
         self.made = 0;
     }
 
     /// Requests made so far for the current message.
-    pub(crate) fn made(&self) -> u32 {
+    pub fn made(&self) -> u32 {
         self.made
     }
 
     /// Switches to another message of a batch call, which has made `made` requests so far.
-    pub(crate) fn switch(&mut self, call: Call, made: u32) {
+    pub fn switch(&mut self, call: Call, made: u32) {
         self.call = call;
         self.made = made;
     }
@@ -180,7 +180,7 @@ impl OutboundHttp {
 
 /// The idempotency header a manifest names: `None` for `""` (none sent). The host's own
 /// fencing header and the headers the guest may not set are refused.
-pub(crate) fn key_header(name: &str) -> Result<Option<HeaderName>, String> {
+pub fn key_header(name: &str) -> Result<Option<HeaderName>, String> {
     if name.is_empty() {
         return Ok(None);
     }
@@ -194,7 +194,7 @@ pub(crate) fn key_header(name: &str) -> Result<Option<HeaderName>, String> {
 
 /// `PLUGIN:KEY/http/N`, with any byte a header cannot carry (controls, non-ASCII, and `%`
 /// itself) percent-encoded, so every key has a header form and two keys never share one.
-pub(crate) fn header_key(plugin: &str, key: &str, index: u32) -> HeaderValue {
+pub fn header_key(plugin: &str, key: &str, index: u32) -> HeaderValue {
     let raw = format!("{plugin}:{key}/http/{index}");
     let mut text = String::with_capacity(raw.len());
     for b in raw.bytes() {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Why a call was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Refused {
+pub enum Refused {
     /// The bucket is not granted.
     NotGranted,
     /// The key is longer than `kv-key-bytes`.
@@ -22,7 +22,7 @@ pub(crate) enum Refused {
 
 impl Refused {
     /// Its label.
-    pub(crate) fn label(self) -> &'static str {
+    pub fn label(self) -> &'static str {
         match self {
             Refused::NotGranted => "not-granted",
             Refused::KeyBytes => "key-bytes",
@@ -35,7 +35,7 @@ impl Refused {
 
 /// Why a run's writes were not committed: its label in `qhost_state_writes_dropped_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Dropped {
+pub enum Dropped {
     /// The handler asked for a retry.
     Retry,
     /// The handler rejected the message.
@@ -54,7 +54,7 @@ pub(crate) enum Dropped {
 
 impl Dropped {
     /// Its label.
-    pub(crate) fn label(self) -> &'static str {
+    pub fn label(self) -> &'static str {
         match self {
             Dropped::Retry => "retry",
             Dropped::Reject => "reject",
@@ -69,7 +69,7 @@ impl Dropped {
 
 /// One plugin's counts.
 #[derive(Debug, Default)]
-pub(crate) struct KvCounts {
+pub struct KvCounts {
     reads: AtomicU64,
     committed: AtomicU64,
     dropped: Mutex<BTreeMap<&'static str, u64>>,
@@ -90,42 +90,42 @@ fn snapshot(map: &Mutex<BTreeMap<&'static str, u64>>) -> Vec<(&'static str, u64)
 
 impl KvCounts {
     /// `n` keys read from the store.
-    pub(crate) fn read(&self, n: u64) {
+    pub fn read(&self, n: u64) {
         self.reads.fetch_add(n, Ordering::Relaxed);
     }
 
     /// `n` writes committed.
-    pub(crate) fn committed(&self, n: u64) {
+    pub fn committed(&self, n: u64) {
         self.committed.fetch_add(n, Ordering::Relaxed);
     }
 
     /// `n` writes dropped with their run, for `why`.
-    pub(crate) fn dropped(&self, why: Dropped, n: u64) {
+    pub fn dropped(&self, why: Dropped, n: u64) {
         add(&self.dropped, why.label(), n);
     }
 
     /// A call refused.
-    pub(crate) fn refused(&self, why: Refused) {
+    pub fn refused(&self, why: Refused) {
         add(&self.refused, why.label(), 1);
     }
 
     /// Keys read so far.
-    pub(crate) fn reads(&self) -> u64 {
+    pub fn reads(&self) -> u64 {
         self.reads.load(Ordering::Relaxed)
     }
 
     /// Writes committed so far.
-    pub(crate) fn committed_total(&self) -> u64 {
+    pub fn committed_total(&self) -> u64 {
         self.committed.load(Ordering::Relaxed)
     }
 
     /// Writes dropped so far, by why.
-    pub(crate) fn dropped_by(&self) -> Vec<(&'static str, u64)> {
+    pub fn dropped_by(&self) -> Vec<(&'static str, u64)> {
         snapshot(&self.dropped)
     }
 
     /// Calls refused so far, by bound.
-    pub(crate) fn refused_by(&self) -> Vec<(&'static str, u64)> {
+    pub fn refused_by(&self) -> Vec<(&'static str, u64)> {
         snapshot(&self.refused)
     }
 }

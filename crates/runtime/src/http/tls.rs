@@ -12,10 +12,10 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
 
 /// A client configuration shared by every request.
-pub(crate) type TlsClient = Arc<rustls::ClientConfig>;
+pub type TlsClient = Arc<rustls::ClientConfig>;
 
 /// The platform's roots, plus those in `ca_file`.
-pub(crate) fn client(ca_file: Option<&Path>) -> anyhow::Result<TlsClient> {
+pub fn client(ca_file: Option<&Path>) -> anyhow::Result<TlsClient> {
     let mut roots = rustls::RootCertStore::empty();
     let native = rustls_native_certs::load_native_certs();
     for error in &native.errors {

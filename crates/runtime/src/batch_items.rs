@@ -12,9 +12,9 @@
 //! the other's back. Before the first selection there is no current message: effects that
 //! must belong to one are refused ([`NOT_SELECTED`]).
 
-use crate::idempotency::commit::StateCommit;
 use crate::kv::run::{RunPart, RunState};
-use crate::message::Outgoing;
+use qhost_message::Outgoing;
+use qhost_store::commit::StateCommit;
 
 /// What a guest is told when it makes an effect before selecting a message.
 pub(crate) const NOT_SELECTED: &str =
@@ -22,13 +22,13 @@ pub(crate) const NOT_SELECTED: &str =
 
 /// Who one message of the call is.
 #[derive(Clone, Debug)]
-pub(crate) struct ItemCtx {
+pub struct ItemCtx {
     /// The queue's message id.
-    pub(crate) message_id: String,
+    pub message_id: String,
     /// Its idempotency key.
-    pub(crate) key: String,
+    pub key: String,
     /// Its lease's fencing token.
-    pub(crate) fencing_token: u64,
+    pub fencing_token: u64,
 }
 
 /// One message's effects while another is selected.
@@ -43,24 +43,24 @@ struct SetAside {
 /// The selected message's effects, where the host state keeps them.
 pub(crate) struct Current<'a> {
     /// Its outbox.
-    pub(crate) outbox: &'a mut Vec<Outgoing>,
+    pub outbox: &'a mut Vec<Outgoing>,
     /// Its result value.
-    pub(crate) result: &'a mut Option<String>,
+    pub result: &'a mut Option<String>,
     /// The call's view of state, holding the selected message's reads and writes.
-    pub(crate) kv: &'a mut RunState,
+    pub kv: &'a mut RunState,
     /// HTTP requests it has made (the `N` of its requests' keys).
-    pub(crate) http_made: &'a mut u32,
+    pub http_made: &'a mut u32,
 }
 
 /// One message's effects at the end of the call.
 #[derive(Debug)]
-pub(crate) struct ItemEffects {
+pub struct ItemEffects {
     /// Its outbox.
-    pub(crate) outbox: Vec<Outgoing>,
+    pub outbox: Vec<Outgoing>,
     /// Its result value.
-    pub(crate) result: Option<String>,
+    pub result: Option<String>,
     /// Its reads and writes, to commit with its completion.
-    pub(crate) state: StateCommit,
+    pub state: StateCommit,
 }
 
 /// The messages of one batch call and the one selected.
@@ -92,7 +92,7 @@ impl BatchItems {
     pub(crate) fn call_key(&self) -> String {
         let mut keys: Vec<&str> = self.items.iter().map(|i| i.key.as_str()).collect();
         keys.sort_unstable();
-        let digest = crate::digest::sha256_hex(keys.join("\n").as_bytes());
+        let digest = qhost_message::digest::sha256_hex(keys.join("\n").as_bytes());
         format!("batch-{}", &digest[..32])
     }
 

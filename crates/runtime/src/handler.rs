@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
+use crate::Costs;
 use crate::kv::StateCommit;
-use crate::message::{Attribute, Outgoing};
-use crate::runtime::Costs;
+use qhost_message::{Attribute, Outgoing};
 
 /// The message a handler sees: the queue's message plus what the host decided about it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,7 +99,7 @@ pub enum Failure {
 
 impl Failure {
     /// A short name for the kind of failure, as traces record it in `error.type`.
-    pub(crate) fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self {
             Failure::Trap(_) => "trap",
             Failure::Timeout(_) => "timeout",
@@ -158,7 +158,7 @@ where
 }
 
 /// The one invocation of a batch of one.
-pub(crate) fn one_of(batch: Result<Vec<Invocation>, Failure>) -> Result<Invocation, Failure> {
+pub fn one_of(batch: Result<Vec<Invocation>, Failure>) -> Result<Invocation, Failure> {
     let mut invocations = batch?;
     outcome_count(1, invocations.len())?;
     Ok(invocations.remove(0))
@@ -166,7 +166,7 @@ pub(crate) fn one_of(batch: Result<Vec<Invocation>, Failure>) -> Result<Invocati
 
 /// A batch handler's answer of `got` outcomes for `n` messages is a failure of every message
 /// unless the counts match.
-pub(crate) fn outcome_count(n: usize, got: usize) -> Result<(), Failure> {
+pub fn outcome_count(n: usize, got: usize) -> Result<(), Failure> {
     if got == n {
         return Ok(());
     }

@@ -25,22 +25,22 @@ use wasmtime_wasi::{HostMonotonicClock, HostWallClock};
 
 /// One canned HTTP answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Canned {
+pub struct Canned {
     /// The method it answers, upper case.
-    pub(crate) method: String,
+    pub method: String,
     /// The URL it answers, whole.
-    pub(crate) url: String,
+    pub url: String,
     /// The status.
-    pub(crate) status: u16,
+    pub status: u16,
     /// Its headers.
-    pub(crate) headers: Vec<(String, String)>,
+    pub headers: Vec<(String, String)>,
     /// Its body.
-    pub(crate) body: Vec<u8>,
+    pub body: Vec<u8>,
 }
 
 /// How admitted requests are answered.
 #[derive(Clone, Debug)]
-pub(crate) enum Answers {
+pub enum Answers {
     /// An empty `200 OK` to every one (replay).
     Empty,
     /// From this table, by method and URL. Several answers for one request are given in turn,
@@ -50,35 +50,35 @@ pub(crate) enum Answers {
 
 /// A request a plugin made, as the host stamped it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Exchange {
+pub struct Exchange {
     /// The method.
-    pub(crate) method: String,
+    pub method: String,
     /// The whole URL.
-    pub(crate) url: String,
+    pub url: String,
     /// Its headers, names lower case, in order.
-    pub(crate) headers: Vec<(String, String)>,
+    pub headers: Vec<(String, String)>,
     /// Its body.
-    pub(crate) body: Vec<u8>,
+    pub body: Vec<u8>,
     /// Whether the world had an answer for it.
-    pub(crate) answered: bool,
+    pub answered: bool,
 }
 
 /// A line the guest logged.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct GuestLog {
+pub struct GuestLog {
     /// `trace`, `debug`, `info`, `warn` or `error`.
-    pub(crate) level: &'static str,
+    pub level: &'static str,
     /// What it said.
-    pub(crate) message: String,
+    pub message: String,
 }
 
 /// What one run met and did in the world.
 #[derive(Debug, Default)]
-pub(crate) struct Met {
+pub struct Met {
     /// Its HTTP requests, in order.
-    pub(crate) http: Vec<Exchange>,
+    pub http: Vec<Exchange>,
     /// Its log lines, in order.
-    pub(crate) logs: Vec<GuestLog>,
+    pub logs: Vec<GuestLog>,
 }
 
 #[derive(Debug)]
@@ -91,14 +91,14 @@ struct Inner {
 
 /// A world, shared by a plugin loaded into it and the runner that sets it for each run.
 #[derive(Debug)]
-pub(crate) struct World {
+pub struct World {
     inner: Mutex<Inner>,
     clock: Option<VirtualClock>,
 }
 
 impl World {
     /// A replay's world: every request answered `200 OK`, the real clock.
-    pub(crate) fn replay() -> Arc<World> {
+    pub fn replay() -> Arc<World> {
         Arc::new(World {
             inner: Mutex::new(Inner {
                 answers: Answers::Empty,
@@ -110,7 +110,7 @@ impl World {
     }
 
     /// A test's world: canned answers (none until [`World::begin`]) and a virtual clock.
-    pub(crate) fn test() -> Arc<World> {
+    pub fn test() -> Arc<World> {
         Arc::new(World {
             inner: Mutex::new(Inner {
                 answers: Answers::Canned(Vec::new()),
@@ -123,7 +123,7 @@ impl World {
 
     /// Starts a run: these answers, the clock at `now` (for a world with a virtual clock;
     /// `None`: on from where it is), and nothing met yet.
-    pub(crate) fn begin(&self, answers: Answers, now: Option<SystemTime>) {
+    pub fn begin(&self, answers: Answers, now: Option<SystemTime>) {
         let mut inner = self.lock();
         inner.given = Vec::new();
         inner.answers = answers;
@@ -134,17 +134,17 @@ impl World {
     }
 
     /// What the run met since [`World::begin`] (or the last call), taken.
-    pub(crate) fn take(&self) -> Met {
+    pub fn take(&self) -> Met {
         std::mem::take(&mut self.lock().met)
     }
 
     /// The clock the guest reads, when it is virtual.
-    pub(crate) fn clock(&self) -> Option<&VirtualClock> {
+    pub fn clock(&self) -> Option<&VirtualClock> {
         self.clock.as_ref()
     }
 
     /// Notes a log line.
-    pub(crate) fn log(&self, level: &'static str, message: &str) {
+    pub fn log(&self, level: &'static str, message: &str) {
         let line = GuestLog {
             level,
             message: message.to_string(),
@@ -154,7 +154,7 @@ impl World {
 
     /// Writes `exchange` down and gives its answer: status, headers and body, or `None` when
     /// the world has none for it.
-    pub(crate) fn answer(&self, mut exchange: Exchange) -> Option<Canned> {
+    pub fn answer(&self, mut exchange: Exchange) -> Option<Canned> {
         let mut inner = self.lock();
         let table = match &inner.answers {
             Answers::Empty => None,
@@ -193,7 +193,7 @@ impl World {
 
 /// A clock a test sets: wall time from the case's `now`, moving with tokio's (paused) clock.
 #[derive(Clone, Debug)]
-pub(crate) struct VirtualClock(Arc<Mutex<Set>>);
+pub struct VirtualClock(Arc<Mutex<Set>>);
 
 #[derive(Debug)]
 struct Set {
@@ -218,7 +218,7 @@ impl Default for VirtualClock {
 
 impl VirtualClock {
     /// Sets the wall clock to `now`, from this moment on tokio's clock.
-    pub(crate) fn set(&self, now: SystemTime) {
+    pub fn set(&self, now: SystemTime) {
         let mut set = self.lock();
         set.wall = since_epoch(now);
         set.at = Instant::now();

@@ -9,20 +9,20 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Slots left for idle instances, shared by every plugin of one engine.
 #[derive(Clone, Debug)]
-pub(crate) struct IdleBudget(Arc<AtomicUsize>);
+pub struct IdleBudget(Arc<AtomicUsize>);
 
 /// One idle instance's share of the budget; given back when dropped.
 #[derive(Debug)]
-pub(crate) struct IdleSlot(Arc<AtomicUsize>);
+pub struct IdleSlot(Arc<AtomicUsize>);
 
 impl IdleBudget {
     /// A budget of `slots` idle instances.
-    pub(crate) fn new(slots: usize) -> Self {
+    pub fn new(slots: usize) -> Self {
         IdleBudget(Arc::new(AtomicUsize::new(slots)))
     }
 
     /// A slot, if any is left.
-    pub(crate) fn take(&self) -> Option<IdleSlot> {
+    pub fn take(&self) -> Option<IdleSlot> {
         self.0
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
             .ok()

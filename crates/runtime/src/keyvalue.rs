@@ -9,7 +9,7 @@ use crate::kv::run::KvError;
 
 mod bindings {
     wasmtime::component::bindgen!({
-        path: "../wit",
+        path: "../../wit",
         world: "wasi:keyvalue/imports",
         // Reads reach the store, so every call may wait; to the guest they still block. A read
         // the store cannot answer ends the run (a trap the host classifies), so a guest never

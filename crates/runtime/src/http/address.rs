@@ -11,7 +11,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Why `ip` is kept out, or `None` for an address on the public internet.
-pub(crate) fn restricted(ip: IpAddr) -> Option<&'static str> {
+pub(super) fn restricted(ip: IpAddr) -> Option<&'static str> {
     match ip {
         IpAddr::V4(v4) => restricted_v4(v4),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

@@ -13,7 +13,7 @@ use super::state::HostState;
 
 /// A component's pre-instantiation, by shape.
 #[derive(Clone)]
-pub(crate) enum Pre {
+pub enum Pre {
     /// Exports `handle`.
     One(HandlerPre<HostState>),
     /// Exports `handle-batch`.
@@ -21,7 +21,7 @@ pub(crate) enum Pre {
 }
 
 /// An instance's exports, by shape.
-pub(crate) enum Exports {
+pub enum Exports {
     /// `handle`.
     One(Handler),
     /// `handle-batch`.
@@ -30,7 +30,7 @@ pub(crate) enum Exports {
 
 impl Pre {
     /// The shape `pre` exports, or why it exports neither.
-    pub(crate) fn new(pre: InstancePre<HostState>) -> anyhow::Result<Pre> {
+    pub fn new(pre: InstancePre<HostState>) -> anyhow::Result<Pre> {
         let one = HandlerPre::new(pre.clone());
         if let Ok(one) = one {
             return Ok(Pre::One(one));
@@ -44,12 +44,12 @@ impl Pre {
     }
 
     /// Whether it is a batch handler.
-    pub(crate) fn is_batch(&self) -> bool {
+    pub fn is_batch(&self) -> bool {
         matches!(self, Pre::Batch(_))
     }
 
     /// Its engine.
-    pub(crate) fn engine(&self) -> &wasmtime::Engine {
+    pub fn engine(&self) -> &wasmtime::Engine {
         match self {
             Pre::One(pre) => pre.engine(),
             Pre::Batch(pre) => pre.engine(),
@@ -57,10 +57,7 @@ impl Pre {
     }
 
     /// A new instance in `store`.
-    pub(crate) async fn instantiate(
-        &self,
-        store: &mut Store<HostState>,
-    ) -> wasmtime::Result<Exports> {
+    pub async fn instantiate(&self, store: &mut Store<HostState>) -> wasmtime::Result<Exports> {
         match self {
             Pre::One(pre) => pre.instantiate_async(store).await.map(Exports::One),
             Pre::Batch(pre) => pre.instantiate_async(store).await.map(Exports::Batch),
@@ -71,7 +68,7 @@ impl Pre {
 impl Exports {
     /// Calls the handler with `messages` (one, for a `handle` export): one outcome per message
     /// the guest returned, however many that is.
-    pub(crate) async fn call(
+    pub async fn call(
         &self,
         store: &mut Store<HostState>,
         messages: &[Message],
@@ -87,5 +84,24 @@ impl Exports {
             }
             Exports::Batch(handler) => handler.call_handle_batch(store, messages).await,
         }
+    }
+}
+
+impl std::fmt::Debug for Pre {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.is_batch() {
+            "Pre::Batch"
+        } else {
+            "Pre::One"
+        })
+    }
+}
+
+impl std::fmt::Debug for Exports {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Exports::One(_) => "Exports::One",
+            Exports::Batch(_) => "Exports::Batch",
+        })
     }
 }

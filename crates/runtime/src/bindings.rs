@@ -3,7 +3,7 @@
 //! first's interfaces, so one set of host implementations serves both.
 
 wasmtime::component::bindgen!({
-    path: "../wit",
+    path: "../../wit",
     world: "handler",
     // `handle` is called with `call_async`, so a deadline can cancel it between epoch yields;
     // qhost's own imports never wait, and stay synchronous.
@@ -11,9 +11,9 @@ wasmtime::component::bindgen!({
 });
 
 /// The batch handler world: `handle-batch` and the `batch-item` import.
-pub(crate) mod batch {
+pub mod batch {
     wasmtime::component::bindgen!({
-        path: "../wit",
+        path: "../../wit",
         world: "batch-handler",
         exports: { default: async },
         with: {
@@ -26,10 +26,10 @@ pub(crate) mod batch {
     });
 }
 
-pub(crate) use self::qhost::handler::types::{Attribute, AttributeValue};
+pub use self::qhost::handler::types::{Attribute, AttributeValue};
 
 /// The version of the `qhost:handler` package this host serves.
-pub(crate) const WIT_VERSION: &str = "0.1.2";
+pub const WIT_VERSION: &str = "0.1.2";
 
 #[cfg(test)]
 mod tests {
@@ -42,11 +42,11 @@ mod tests {
             "wit/handler.wit does not say {package}"
         );
         assert_eq!(
-            crate::runtime::WIT_PACKAGE,
+            crate::WIT_PACKAGE,
             format!("qhost:handler@{}", super::WIT_VERSION)
         );
         // JavaScript names the version in each import; `qhost new --lang js` writes this file.
-        let js = include_str!("../../templates/js/app.js");
+        let js = include_str!("../../../host/templates/js/app.js");
         let import = format!("\"qhost:handler/log@{}\"", super::WIT_VERSION);
         assert!(js.contains(&import), "templates/js/app.js imports {import}");
     }

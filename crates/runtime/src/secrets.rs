@@ -1,6 +1,6 @@
 //! `[secrets]`: what plugins may read from the host, checked as the rest of the configuration
-//! is. [`crate::plugin::secrets`] resolves a plugin's `{ env = … }` and `{ file = … }` settings
-//! under it when the plugin loads.
+//! is (the host parses the section). The host's `plugin::secrets` resolves a plugin's
+//! `{ env = … }` and `{ file = … }` settings under it when the plugin loads.
 
 use std::path::{Path, PathBuf};
 
@@ -15,7 +15,7 @@ pub struct SecretsGrant {
 
 impl SecretsGrant {
     /// Checks a grant as written in the host's configuration.
-    pub(crate) fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), String> {
         for pattern in &self.env {
             let name = pattern.strip_suffix('*').unwrap_or(pattern);
             let valid = name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
@@ -37,7 +37,7 @@ impl SecretsGrant {
         Ok(())
     }
 
-    pub(crate) fn allows_env(&self, name: &str) -> bool {
+    pub fn allows_env(&self, name: &str) -> bool {
         self.env.iter().any(|p| match p.strip_suffix('*') {
             Some(prefix) => name.starts_with(prefix),
             None => p == name,
@@ -45,7 +45,7 @@ impl SecretsGrant {
     }
 
     /// `path` resolved (links followed), if it is inside a granted directory.
-    pub(crate) fn allowed_file(&self, path: &Path) -> Result<PathBuf, String> {
+    pub fn allowed_file(&self, path: &Path) -> Result<PathBuf, String> {
         let real = path
             .canonicalize()
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;

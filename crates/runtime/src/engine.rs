@@ -26,18 +26,18 @@ use super::http::{self, TlsClient};
 use super::idle::IdleBudget;
 use super::pool;
 use super::state::HostState;
-use crate::config::SecretsGrant;
-use crate::idempotency::StateReads;
-use crate::idempotency::local::LocalStore;
 use crate::kv::StateAccess;
-use crate::message::rules::SendShape;
+use crate::secrets::SecretsGrant;
+use qhost_message::rules::SendShape;
+use qhost_store::StateReads;
+use qhost_store_local::LocalStore;
 
 /// How often the epoch advances; timeouts are enforced to within about this much.
-pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// Sizes for the engine's instance pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct EngineSettings {
+pub struct EngineSettings {
     /// Component instances alive at once (in-flight messages plus headroom for checks).
     pub max_instances: u32,
     /// The largest linear memory any plugin may have, in MiB.
@@ -77,7 +77,7 @@ impl std::fmt::Debug for Runtime {
 
 impl Runtime {
     /// Builds the engine, starts its epoch ticker, and prepares the linker.
-    pub(crate) fn new(settings: EngineSettings) -> anyhow::Result<Self> {
+    pub fn new(settings: EngineSettings) -> anyhow::Result<Self> {
         let mut config = Config::new();
         config
             .wasm_component_model(true)
@@ -109,7 +109,7 @@ impl Runtime {
         batch_item::add_to_linker::<_, HasSelf<_>>(&mut linker, |state: &mut HostState| state)
             .map_err(anyhow::Error::from)
             .context("linking the batch handler's imports")?;
-        super::kv::add_to_linker(&mut linker).context("linking WASI key-value")?;
+        super::keyvalue::add_to_linker(&mut linker).context("linking WASI key-value")?;
         Ok(Runtime {
             engine,
             linker,
@@ -126,21 +126,21 @@ impl Runtime {
     }
 
     /// Lets plugins' `[config]` read the secrets `grant` names (none by default).
-    pub(crate) fn with_secrets(mut self, grant: SecretsGrant) -> Self {
+    pub fn with_secrets(mut self, grant: SecretsGrant) -> Self {
         self.secrets = grant;
         self
     }
 
     /// Trusts the CA certificates in `ca_file` (PEM) for plugins' HTTPS requests, besides the
     /// platform's roots.
-    pub(crate) fn with_http_ca(self, ca_file: &Path) -> anyhow::Result<Self> {
+    pub fn with_http_ca(self, ca_file: &Path) -> anyhow::Result<Self> {
         let client = http::tls_client(Some(ca_file))?;
         let _ = self.http_tls.set(client);
         Ok(self)
     }
 
     /// The TLS client plugins' HTTPS requests use.
-    pub(crate) fn http_tls(&self) -> anyhow::Result<TlsClient> {
+    pub fn http_tls(&self) -> anyhow::Result<TlsClient> {
         if let Some(client) = self.http_tls.get() {
             return Ok(Arc::clone(client));
         }
@@ -150,24 +150,24 @@ impl Runtime {
 
     /// Serves plugins' state from `store` under `namespace` (until then, and in a command that
     /// never calls this, from an in-memory store).
-    pub(crate) fn bind_state(&self, store: Arc<dyn StateReads>, namespace: &str) {
+    pub fn bind_state(&self, store: Arc<dyn StateReads>, namespace: &str) {
         self.state.bind(store, namespace);
     }
 
     /// Where plugins' state lives.
-    pub(crate) fn state(&self) -> &Arc<StateAccess> {
+    pub fn state(&self) -> &Arc<StateAccess> {
         &self.state
     }
 
     /// What plugins may read from the host.
-    pub(crate) fn secrets(&self) -> &SecretsGrant {
+    pub fn secrets(&self) -> &SecretsGrant {
         &self.secrets
     }
 
     /// Keeps compiled components in `dir`, so unchanged plugins are not compiled again.
     /// Cranelift keeps the functions it compiles under it too (`functions.rs`), so a plugin
     /// rebuilt after an edit compiles only what changed.
-    pub(crate) fn with_cache(mut self, dir: &Path) -> anyhow::Result<Self> {
+    pub fn with_cache(mut self, dir: &Path) -> anyhow::Result<Self> {
         self.cache = CompiledCache::open(dir, &self.engine)?;
         if self.cache.is_some() {
             self.functions.keep_in(dir.join("functions"));
@@ -176,38 +176,38 @@ impl Runtime {
     }
 
     /// How many components were compiled, and how many came from the cache.
-    pub(crate) fn counters(&self) -> &CompileCounters {
+    pub fn counters(&self) -> &CompileCounters {
         &self.counters
     }
 
     /// How the host sends what an outbox holds.
-    pub(crate) fn send_shape(&self) -> SendShape {
+    pub fn send_shape(&self) -> SendShape {
         self.send
     }
 
     /// The idle-instance budget all plugins of this engine share.
-    pub(crate) fn idle_budget(&self) -> IdleBudget {
+    pub fn idle_budget(&self) -> IdleBudget {
         self.idle.clone()
     }
 
     /// The largest linear memory a plugin may have, in MiB.
-    pub(crate) fn max_memory_mib(&self) -> u64 {
+    pub fn max_memory_mib(&self) -> u64 {
         self.max_memory_mib
     }
 
     /// The engine.
-    pub(crate) fn engine(&self) -> &Engine {
+    pub fn engine(&self) -> &Engine {
         &self.engine
     }
 
     /// The linker with every import a plugin may use.
-    pub(crate) fn linker(&self) -> &Linker<HostState> {
+    pub fn linker(&self) -> &Linker<HostState> {
         &self.linker
     }
 
     /// Compiles a component, or loads it from the compiled-code cache (CPU-heavy on a miss:
     /// call it off the async threads).
-    pub(crate) fn compile(&self, bytes: &[u8]) -> anyhow::Result<Component> {
+    pub fn compile(&self, bytes: &[u8]) -> anyhow::Result<Component> {
         match &self.cache {
             Some(cache) => cache.load_or_compile(&self.engine, &self.counters, bytes),
             None => {

@@ -37,19 +37,19 @@ use wasmtime::component::Component;
 
 /// How components were obtained since the runtime started.
 #[derive(Debug, Default)]
-pub(crate) struct CompileCounters {
+pub struct CompileCounters {
     compiled: AtomicU64,
     cache_hits: AtomicU64,
 }
 
 impl CompileCounters {
     /// Components compiled by Cranelift.
-    pub(crate) fn compiled(&self) -> u64 {
+    pub fn compiled(&self) -> u64 {
         self.compiled.load(Ordering::Relaxed)
     }
 
     /// Components loaded from the cache without compiling.
-    pub(crate) fn cache_hits(&self) -> u64 {
+    pub fn cache_hits(&self) -> u64 {
         self.cache_hits.load(Ordering::Relaxed)
     }
 
@@ -64,7 +64,7 @@ impl CompileCounters {
 
 /// A directory of compiled components.
 #[derive(Clone, Debug)]
-pub(crate) struct CompiledCache {
+pub struct CompiledCache {
     dir: PathBuf,
     engine_hash: String,
 }
@@ -121,7 +121,7 @@ impl CompiledCache {
     /// A cache in `dir` for code compiled by `engine` (the directory is created, private to
     /// this user); `None` if `dir` cannot be trusted with code (see the module docs), which is
     /// logged.
-    pub(crate) fn open(dir: &Path, engine: &Engine) -> anyhow::Result<Option<Self>> {
+    pub fn open(dir: &Path, engine: &Engine) -> anyhow::Result<Option<Self>> {
         use std::os::unix::fs::DirBuilderExt as _;
         if std::fs::symlink_metadata(dir).is_err() {
             std::fs::DirBuilder::new()
@@ -141,15 +141,15 @@ impl CompiledCache {
     }
 
     /// The entry for these bytes.
-    pub(crate) fn entry(&self, bytes: &[u8]) -> PathBuf {
-        let content = crate::digest::sha256_hex(bytes);
+    pub fn entry(&self, bytes: &[u8]) -> PathBuf {
+        let content = qhost_message::digest::sha256_hex(bytes);
         self.dir
             .join(format!("{content}-{}.cwasm", self.engine_hash))
     }
 
     /// The component for `bytes`: from the cache if it holds a loadable entry, otherwise
     /// compiled and stored.
-    pub(crate) fn load_or_compile(
+    pub fn load_or_compile(
         &self,
         engine: &Engine,
         counters: &Arc<CompileCounters>,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 /// A plugin's settings, secrets resolved; `Debug` shows the keys, never the values.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub(crate) struct Settings(BTreeMap<String, String>);
+pub struct Settings(BTreeMap<String, String>);
 
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -15,12 +15,12 @@ impl std::fmt::Debug for Settings {
 
 impl Settings {
     /// Settings with these values (secrets already resolved).
-    pub(crate) fn new(values: BTreeMap<String, String>) -> Self {
+    pub fn new(values: BTreeMap<String, String>) -> Self {
         Settings(values)
     }
 
     /// The setting with this key.
-    pub(crate) fn get(&self, key: &str) -> Option<&str> {
+    pub fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(String::as_str)
     }
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// How one request ended (a response whose body is then cut off counts twice: once as
 /// `sent` when its head arrived, and again as why its body was cut).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum HttpResult {
+pub enum HttpResult {
     /// A response arrived (any status).
     Sent,
     /// Its origin is not in the plugin's grant.
@@ -34,7 +34,7 @@ impl HttpResult {
     ];
 
     /// The metric label.
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             HttpResult::Sent => "sent",
             HttpResult::Denied => "denied",
@@ -49,15 +49,15 @@ impl HttpResult {
 
 /// Counters per result, for one plugin version.
 #[derive(Debug, Default)]
-pub(crate) struct HttpCounts([AtomicU64; 7]);
+pub struct HttpCounts([AtomicU64; 7]);
 
 impl HttpCounts {
-    pub(crate) fn count(&self, result: HttpResult) {
+    pub fn count(&self, result: HttpResult) {
         self.0[result as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Every result with its count, zeros included (a dashboard's rate needs the series).
-    pub(crate) fn snapshot(&self) -> Vec<(&'static str, u64)> {
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
         HttpResult::ALL
             .iter()
             .map(|r| (r.name(), self.0[*r as usize].load(Ordering::Relaxed)))

@@ -15,10 +15,10 @@ use http_body_util::{BodyExt as _, Full};
 use wasmtime_wasi_http::{Error, WasiBody};
 
 use super::send::{Io, Sent};
-use crate::runtime::world::{Exchange, World};
+use crate::world::{Exchange, World};
 
 /// The header on every answer a world gives.
-pub(crate) const REPLAY_HEADER: &str = "qhost-replay";
+pub const REPLAY_HEADER: &str = "qhost-replay";
 
 /// One request a plugin would have sent, as a replay compares it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,12 +35,12 @@ pub struct RecordedRequest {
 
 impl RecordedRequest {
     /// What a replay compares of `exchange`.
-    pub(crate) fn of(exchange: &Exchange) -> Self {
+    pub fn of(exchange: &Exchange) -> Self {
         RecordedRequest {
             method: exchange.method.clone(),
             url: exchange.url.clone(),
             body_len: exchange.body.len(),
-            body_sha256: crate::digest::sha256_hex(&exchange.body),
+            body_sha256: qhost_message::digest::sha256_hex(&exchange.body),
         }
     }
 }
@@ -106,7 +106,7 @@ mod tests {
                 method: "POST".into(),
                 url: "https://api.example.test/v1/send".into(),
                 body_len: 3,
-                body_sha256: crate::digest::sha256_hex(b"abc"),
+                body_sha256: qhost_message::digest::sha256_hex(b"abc"),
             }]
         );
         assert!(met.http[0].answered);

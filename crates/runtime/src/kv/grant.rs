@@ -21,16 +21,16 @@ use serde::Deserialize;
 /// The longest bucket name.
 const MAX_BUCKET_NAME: usize = 64;
 /// The most a manifest may raise `kv-value-bytes` to.
-pub(crate) const MAX_VALUE_BYTES: u64 = 1 << 20;
+pub const MAX_VALUE_BYTES: u64 = 1 << 20;
 /// The most a manifest may raise `kv-keys-per-run` to.
-pub(crate) const MAX_KEYS_PER_RUN: u32 = 1000;
+pub const MAX_KEYS_PER_RUN: u32 = 1000;
 /// The most a manifest may raise `kv-key-bytes` to.
-pub(crate) const MAX_KEY_BYTES: u32 = 1024;
+pub const MAX_KEY_BYTES: u32 = 1024;
 
 /// One granted bucket, as written: a name, or a name with a time to live.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(untagged)]
-pub(crate) enum BucketEntry {
+pub enum BucketEntry {
     /// `"counts"`: kept until deleted.
     Name(String),
     /// `{ bucket = "reminded", ttl-secs = N }`: each key forgotten N seconds after its last
@@ -41,7 +41,7 @@ pub(crate) enum BucketEntry {
 /// The table form of a granted bucket.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub(crate) struct BucketWithTtl {
+pub struct BucketWithTtl {
     bucket: String,
     #[serde(default)]
     ttl_secs: Option<u64>,
@@ -49,11 +49,11 @@ pub(crate) struct BucketWithTtl {
 
 /// A granted bucket, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Bucket {
+pub struct Bucket {
     /// Its name, as the guest opens it.
-    pub(crate) name: String,
+    pub name: String,
     /// How long a key lives after its last write; `None`: until deleted.
-    pub(crate) ttl: Option<Duration>,
+    pub ttl: Option<Duration>,
 }
 
 impl BucketEntry {
@@ -78,7 +78,7 @@ impl BucketEntry {
 }
 
 /// Whether `name` may name a bucket.
-pub(crate) fn valid_bucket_name(name: &str) -> bool {
+pub fn valid_bucket_name(name: &str) -> bool {
     (1..=MAX_BUCKET_NAME).contains(&name.len())
         && name
             .bytes()
@@ -89,13 +89,13 @@ pub(crate) fn valid_bucket_name(name: &str) -> bool {
 
 /// The buckets a plugin may open: none unless its manifest names them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct KvGrant {
+pub struct KvGrant {
     buckets: Vec<Bucket>,
 }
 
 impl KvGrant {
     /// The grant the manifest's entries make, or what is wrong with one.
-    pub(crate) fn parse(entries: &[BucketEntry]) -> Result<Self, String> {
+    pub fn parse(entries: &[BucketEntry]) -> Result<Self, String> {
         let mut buckets: Vec<Bucket> = Vec::new();
         for entry in entries {
             let bucket = entry.checked()?;
@@ -108,20 +108,20 @@ impl KvGrant {
     }
 
     /// The granted bucket called `name`.
-    pub(crate) fn bucket(&self, name: &str) -> Option<&Bucket> {
+    pub fn bucket(&self, name: &str) -> Option<&Bucket> {
         self.buckets.iter().find(|b| b.name == name)
     }
 }
 
 /// How much one run may write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct KvLimits {
+pub struct KvLimits {
     /// The largest value one write may hold.
-    pub(crate) value_bytes: u64,
+    pub value_bytes: u64,
     /// Distinct keys one run may write.
-    pub(crate) keys_per_run: u32,
+    pub keys_per_run: u32,
     /// The longest key.
-    pub(crate) key_bytes: u32,
+    pub key_bytes: u32,
 }
 
 impl Default for KvLimits {
@@ -136,7 +136,7 @@ impl Default for KvLimits {
 
 impl KvLimits {
     /// What is wrong with these bounds, naming the manifest's field.
-    pub(crate) fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), String> {
         if !(1..=MAX_VALUE_BYTES).contains(&self.value_bytes) {
             return Err(format!(
                 "limits.kv-value-bytes must be between 1 and {MAX_VALUE_BYTES}"
