@@ -191,13 +191,32 @@ pub async fn send_all(
     queue.send(&msgs).await.expect("send")
 }
 
-/// Runs the host until its queues are empty; panics if that takes longer than `RUN_LIMIT`.
+/// Runs the host until its queues are empty; panics if that takes longer than `RUN_LIMIT`,
+/// with what the host had done and which backend calls failed (a stall's usual cause is a
+/// backend that stopped answering in time).
 pub async fn run_until_idle(host: &Host) {
     let shutdown = CancellationToken::new();
-    tokio::time::timeout(RUN_LIMIT, host.run_until_idle(shutdown))
-        .await
-        .expect("host went idle in time")
-        .expect("host ran cleanly");
+    match tokio::time::timeout(RUN_LIMIT, host.run_until_idle(shutdown)).await {
+        Ok(ran) => ran.expect("host ran cleanly"),
+        Err(_) => panic!(
+            "the host did not go idle in {RUN_LIMIT:?}: {:?}\nfailed backend calls:\n{}",
+            host.stats().total(),
+            failed_calls(host)
+        ),
+    }
+}
+
+/// The host's failed backend calls by operation and kind, as its metrics count them.
+fn failed_calls(host: &Host) -> String {
+    let metrics = host.metrics().encode();
+    let failed: Vec<&str> = (metrics.lines())
+        .filter(|l| l.starts_with("qhost_backend_call_failures") && !l.ends_with(" 0"))
+        .collect();
+    if failed.is_empty() {
+        "none".into()
+    } else {
+        failed.join("\n")
+    }
 }
 
 /// Every message in `queue`, in order.
