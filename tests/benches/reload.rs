@@ -5,7 +5,11 @@
 //!   cache (compile and store), and with a warm one, in one run, as medians and ratios;
 //! - rename-to-served: a steady stream of messages flows while a new build of the plugin is
 //!   renamed into the plugins directory; the time from the rename to the first invocation of
-//!   the new version, for several swaps, beside the time compiling that build takes alone.
+//!   the new version, for several swaps, beside the time compiling that build takes alone;
+//! - an interpreter plugin's compile: a Python and a JavaScript component compiled with no
+//!   cache, into an empty cache (the compiled functions stored under it), and then a second
+//!   component of the same language into that cache (a rebuilt plugin, or another one on the
+//!   same interpreter), which finds the interpreter's functions there.
 //!
 //! `cargo bench -p qhost-e2e --bench reload`
 
@@ -158,8 +162,65 @@ async fn rename_to_served() {
     );
 }
 
+/// Compiling `file` (a built guest) on `config`'s engine and cache, timed.
+fn time_compile(config: &Config, file: &str) -> Duration {
+    let bytes = std::fs::read(qhost_e2e::built_guests().join(file)).expect("a built guest");
+    let runtime = qhost::runtime_for(config).expect("an engine");
+    let started = Instant::now();
+    qhost::testing::compile(&runtime, &bytes).expect("compiles");
+    started.elapsed()
+}
+
+fn interpreter_builds() {
+    const REPS: usize = 3;
+    let env = TestEnv::new();
+    let config = env.config(&queue_toml("jobs", "none"));
+    println!(
+        "an interpreter plugin's compile, median of {REPS} (wall; Cranelift uses every core):"
+    );
+    for (language, first, second) in [
+        ("Python", "email-reminder-py.wasm", "email-sender-py.wasm"),
+        (
+            "JavaScript",
+            "email-reminder-js.wasm",
+            "email-sender-js.wasm",
+        ),
+    ] {
+        let (mut none, mut cold, mut warm) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..REPS {
+            let cache = tempfile::tempdir().expect("a cache directory");
+            let cached = Config {
+                compiled_cache: Some(cache.path().join("compiled")),
+                ..config.clone()
+            };
+            let uncached = Config {
+                compiled_cache: None,
+                ..config.clone()
+            };
+            none.push(time_compile(&uncached, first));
+            cold.push(time_compile(&cached, first));
+            warm.push(time_compile(&cached, second));
+        }
+        let base = median(none);
+        let ratio = |d: Duration| d.as_secs_f64() / base.as_secs_f64();
+        let (cold, warm) = (median(cold), median(warm));
+        println!("  {language}: no cache {:.0} ms", ms(base));
+        println!(
+            "  {language}: into an empty cache {:.0} ms ({:.2}x)",
+            ms(cold),
+            ratio(cold)
+        );
+        println!(
+            "  {language}: another component, the interpreter's functions cached {:.0} ms ({:.2}x)",
+            ms(warm),
+            ratio(warm)
+        );
+    }
+}
+
 #[tokio::main]
 async fn main() {
     restart_to_ready().await;
     rename_to_served().await;
+    interpreter_builds();
 }
