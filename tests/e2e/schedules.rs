@@ -158,16 +158,16 @@ async fn three_hosts_fire_every_tick_once_while_one_at_a_time_is_killed_and_rest
         tokio::time::sleep(Duration::from_secs(4)).await;
         let victim = kills % 3;
         let host = hosts[victim].take().expect("running");
-        logs.push(host.log());
-        host.kill();
+        logs.push(host.kill());
         kills += 1;
         tokio::time::sleep(Duration::from_millis(1500)).await;
         hosts[victim] = Some(HostProcess::start_consuming(&configs[victim]));
         ticks(&target, &mut seen).await;
     }
-    logs.extend(hosts.iter().flatten().map(HostProcess::log));
+    // Each log is read once its host has exited: a host that re-sends a tick for a claimant
+    // killed 10 s before may do it while the others stop, and its log line is what allows the copy.
     for host in hosts.iter_mut().filter_map(Option::take) {
-        host.stop();
+        logs.push(host.stop_with_log().1);
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     ticks(&target, &mut seen).await;
@@ -206,8 +206,7 @@ async fn after_an_outage_ticks_inside_catch_up_fire_once_oldest_first_and_older_
     let restarted = jiff::Timestamp::now();
     let host = HostProcess::start_consuming(&config);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let log = host.log();
-    host.stop();
+    let log = host.stop_with_log().1;
 
     let mut seen_all = BTreeMap::new();
     ticks(&all, &mut seen_all).await;
@@ -457,8 +456,7 @@ async fn skewed_fleet_fires_on_the_store_s_clock(test: &str, ahead_ms: i64, behi
     let ahead = start(&a, ahead_ms);
     let behind = start(&b, behind_ms);
     tokio::time::sleep(Duration::from_secs(7)).await;
-    let mut logs = vec![behind.log()];
-    behind.kill();
+    let mut logs = vec![behind.kill()];
     let mut seen = BTreeMap::new();
     let mut sent = ticks(&target, &mut seen).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -481,9 +479,7 @@ async fn skewed_fleet_fires_on_the_store_s_clock(test: &str, ahead_ms: i64, behi
         skew_in(&list, "this machine's clock: ").abs() < 0.5,
         "{list}"
     );
-    logs.extend([ahead.log(), behind.log()]);
-    ahead.stop();
-    behind.stop();
+    logs.extend([ahead.stop_with_log().1, behind.stop_with_log().1]);
     sent.extend(ticks(&target, &mut seen).await);
     let n = each_once(&seen, &logs);
     let first = seen.keys().next().expect("some tick");
@@ -700,10 +696,9 @@ async fn two_celery_beats_fire_each_tick_twice_where_two_qhost_hosts_fire_it_onc
     for beat in &mut beats {
         beat.kill().await.ok();
     }
-    let logs: Vec<String> = hosts.iter().map(HostProcess::log).collect();
-    for host in hosts {
-        host.stop();
-    }
+    let logs: Vec<String> = (hosts.into_iter())
+        .map(|host| host.stop_with_log().1)
+        .collect();
     let seconds = jiff::Timestamp::now().duration_since(started).as_secs();
     tokio::time::sleep(Duration::from_secs(8)).await; // the worker catches up
     worker.kill().await.ok();

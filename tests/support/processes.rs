@@ -162,12 +162,14 @@ impl HostProcess {
         }
     }
 
-    /// SIGKILL: no drain, no release, leases left to lapse.
-    pub fn kill(mut self) {
+    /// SIGKILL: no drain, no release, leases left to lapse. Returns its whole log, read once
+    /// the process is gone (a log read before the kill misses what it wrote in between).
+    pub fn kill(mut self) -> String {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
+        self.log()
     }
 
     /// SIGTERM twice, a moment apart (the second skips the rest of the grace period), then
@@ -213,13 +215,22 @@ impl HostProcess {
     }
 
     /// SIGTERM, then waits; returns what it printed (the summary table).
-    pub fn stop(mut self) -> String {
+    pub fn stop(self) -> String {
+        self.stop_with_log().0
+    }
+
+    /// SIGTERM, then waits; returns what it printed (the summary table) and its whole log, read
+    /// once it has exited: a host goes on working while it drains, and what it logs then counts.
+    pub fn stop_with_log(mut self) -> (String, String) {
         let child = self.child.take().expect("running");
         let pid = child.id().to_string();
         let _ = Command::new("kill").args(["-TERM", &pid]).status();
         let out = child.wait_with_output().expect("qhost exits");
         assert!(out.status.success(), "qhost exited with {}", out.status);
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            self.log(),
+        )
     }
 }
 
