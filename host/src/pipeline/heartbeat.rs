@@ -14,6 +14,13 @@
 //! runs under a lock that `stop` takes once after removing the entry, so an idle heartbeat (the
 //! usual case) is stopped without waiting for anything.
 //!
+//! The lease and the broker's hold are extended apart, each under its own lock, and a beat
+//! skips only the call whose last one is still under way. A broker slower than a beat's period
+//! (an SQS-compatible server passing over a deep queue) must not hold the lease's extension
+//! back: the lease would lapse behind it, and the host that receives the message once its
+//! visibility lapses too would lease it and run it again while this one still runs it. With the
+//! lease kept, that host finds it in progress and puts it back.
+//!
 //! A [`Hold`] does the same for messages received but not started yet (a FIFO group's later
 //! messages while an earlier one runs), so they are not delivered again while they wait.
 
@@ -74,7 +81,8 @@ impl Heartbeat {
     pub(crate) async fn stop(self) {
         let beat = Arc::clone(&self.beat);
         drop(self);
-        let _landed = beat.extending.lock().await;
+        let _leased = beat.leasing.lock().await;
+        let _held = beat.holding.lock().await;
     }
 }
 
@@ -110,20 +118,36 @@ async fn sweep(registry: Arc<Registry>, queue: Weak<QueueCtx>, period: Duration)
     }
 }
 
-/// One extension of `beat`, unless it stopped first or the last one is still under way (a
-/// store or queue slower than a period: extensions never pile up behind it); once started, it
-/// finishes even if a stop arrives meanwhile (`stop` waits for the lock).
+/// One beat's extensions of the lease (with its flow slot) and of the broker's hold, side by
+/// side: each unless the beat stopped first or that part's last extension is still under way (a
+/// store or queue slower than a period: extensions never pile up behind it, and a slow one
+/// holds back only itself); once started, each finishes even if a stop arrives meanwhile
+/// (`stop` waits for both locks).
 async fn extend_beat(queue: Arc<QueueCtx>, beat: Arc<Beat>) {
-    let Ok(_extending) = beat.extending.try_lock() else {
+    tokio::join!(extend_lease(&queue, &beat), extend_hold(&queue, &beat));
+}
+
+async fn extend_lease(queue: &QueueCtx, beat: &Beat) {
+    let Ok(_leasing) = beat.leasing.try_lock() else {
         return;
     };
     if beat.stopped.load(Ordering::SeqCst) {
         return;
     }
-    extend(&queue, &beat.receipt, &beat.lease).await;
+    extend(queue, &beat.lease).await;
     if let Some(slot) = &beat.slot {
-        extend_slot(&queue, slot).await;
+        extend_slot(queue, slot).await;
     }
+}
+
+async fn extend_hold(queue: &QueueCtx, beat: &Beat) {
+    let Ok(_holding) = beat.holding.try_lock() else {
+        return;
+    };
+    if beat.stopped.load(Ordering::SeqCst) {
+        return;
+    }
+    hold(queue, &beat.receipt).await;
 }
 
 /// Every third of the queue's visibility timeout, never shorter than [`MIN_PERIOD`].
@@ -137,7 +161,7 @@ fn ticker(queue: &QueueCtx) -> tokio::time::Interval {
     tokio::time::interval_at(Instant::now() + period, period)
 }
 
-async fn extend(queue: &QueueCtx, receipt: &str, lease: &Lease) {
+async fn extend(queue: &QueueCtx, lease: &Lease) {
     let shared = &queue.shared;
     let visibility = queue.config.visibility;
     match shared.store.extend(lease, visibility).await {
@@ -154,6 +178,11 @@ async fn extend(queue: &QueueCtx, receipt: &str, lease: &Lease) {
             }
         }
     }
+}
+
+/// Extends the message's hold at the broker (its visibility) by the queue's timeout.
+async fn hold(queue: &QueueCtx, receipt: &str) {
+    let (shared, visibility) = (&queue.shared, queue.config.visibility);
     let queue_name = &queue.config.name;
     if let Err(e) = shared.source.hold(queue_name, receipt, visibility).await {
         let op = Operation::ChangeVisibility;
@@ -256,6 +285,9 @@ mod tests {
     use super::*;
     use crate::handler::{HandlerMessage, Invocation, Outcome};
     use crate::idempotency::{Acquired, IdempotencyStore as _, LeaseRequest};
+    use crate::message::Outgoing;
+    use crate::source::local::LocalQueue;
+    use crate::source::{QueueSource, SourceError};
 
     /// Visibility changes the heartbeats asked for. The receipts here are ones the queue never
     /// gave, so each change fails and is counted: what the sweeper did, seen from outside.
@@ -277,6 +309,91 @@ mod tests {
             Ok(Acquired::Granted(lease)) => lease,
             other => panic!("a fresh key is granted: {other:?}"),
         }
+    }
+
+    /// The embedded queue, its holds taking a minute (a broker passing over a deep queue).
+    #[derive(Debug)]
+    struct SlowHolds(Arc<LocalQueue>);
+
+    #[async_trait::async_trait]
+    impl QueueSource for SlowHolds {
+        fn capabilities(&self) -> crate::source::Capabilities {
+            self.0.capabilities()
+        }
+        async fn receive(
+            &self,
+            queue: &str,
+            max: usize,
+            visibility: Duration,
+            wait: Duration,
+        ) -> Result<Vec<crate::message::Received>, SourceError> {
+            self.0.receive(queue, max, visibility, wait).await
+        }
+        async fn settle(
+            &self,
+            queue: &str,
+            receipts: &[String],
+        ) -> Result<Vec<Result<(), SourceError>>, SourceError> {
+            self.0.settle(queue, receipts).await
+        }
+        async fn put_back(
+            &self,
+            queue: &str,
+            receipt: &str,
+            after: Duration,
+        ) -> Result<(), SourceError> {
+            self.0.put_back(queue, receipt, after).await
+        }
+        async fn hold(
+            &self,
+            queue: &str,
+            receipt: &str,
+            hold: Duration,
+        ) -> Result<(), SourceError> {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            self.0.hold(queue, receipt, hold).await
+        }
+        async fn send(&self, messages: &[Outgoing]) -> Result<Vec<String>, SourceError> {
+            self.0.send(messages).await
+        }
+        async fn depth(&self, queue: &str) -> Result<crate::source::QueueDepth, SourceError> {
+            self.0.depth(queue).await
+        }
+    }
+
+    /// A broker whose visibility change takes longer than the lease does not let the lease
+    /// lapse: each beat still extends it. On real time, as the embedded store keeps the wall
+    /// clock's: a 2 s visibility (and lease) beats every 667 ms; the first beat's visibility
+    /// change hangs for a minute; 5 s on, the lease is still held, so another host that
+    /// receives the message finds its key busy instead of leasing it and running it again. (With
+    /// the lease's extension behind the hold, it lapsed at 2.7 s.)
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_slow_broker_hold_does_not_hold_back_the_lease() {
+        let bed = TestBed::with_source(
+            2,
+            |_: HandlerMessage| Ok(Invocation::new(Outcome::Ack)),
+            |queue| Arc::new(SlowHolds(queue)),
+        );
+        let request = LeaseRequest {
+            key: "slow".to_string(),
+            ttl: Duration::from_secs(2),
+            window: Duration::from_secs(600),
+        };
+        let lease = match bed.local.acquire(std::slice::from_ref(&request)).await {
+            Ok(mut answers) => match answers.remove(0) {
+                Ok(Acquired::Granted(lease)) => lease,
+                other => panic!("a fresh key is granted: {other:?}"),
+            },
+            Err(e) => panic!("{e}"),
+        };
+        let beat = Heartbeat::start(&bed.queue, "receipt", &lease, None).expect("on by default");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let second = bed.local.acquire(&[request]).await.unwrap().remove(0);
+        assert!(
+            matches!(second, Ok(Acquired::Busy { .. })),
+            "the lease was kept while the hold was slow: {second:?}"
+        );
+        drop(beat);
     }
 
     /// With a 30 s visibility each beat is due every 10 s from its start; a stopped one is

@@ -57,8 +57,10 @@ pub(super) struct Beat {
     pub(super) lease: Lease,
     pub(super) slot: Option<Slot>,
     pub(super) stopped: AtomicBool,
-    /// Held while an extension is under way.
-    pub(super) extending: Mutex<()>,
+    /// Held while the store's lease (and flow slot) is being extended.
+    pub(super) leasing: Mutex<()>,
+    /// Held while the broker's hold (the message's visibility) is being extended.
+    pub(super) holding: Mutex<()>,
 }
 
 impl Beat {
@@ -68,7 +70,8 @@ impl Beat {
             lease: lease.clone(),
             slot: slot.cloned(),
             stopped: AtomicBool::new(false),
-            extending: Mutex::new(()),
+            leasing: Mutex::new(()),
+            holding: Mutex::new(()),
         }
     }
 }

@@ -50,25 +50,45 @@ impl TestBed {
         wrap: impl FnOnce(Arc<LocalStore>) -> Arc<dyn Store>,
     ) -> TestBed {
         let queue = format!("plugin = \"{PLUGIN}\"\n");
-        TestBed::build(&queue, manifest, handler, wrap)
+        TestBed::build(&queue, manifest, handler, (wrap, |q| q))
+    }
+
+    /// As [`TestBed::new`] with a visibility timeout of `visibility_secs`, the host's calls to
+    /// the queue (heartbeats', sends) going through `wrap`; the bed's own receives and acks go
+    /// to the embedded queue itself.
+    pub(crate) fn with_source(
+        visibility_secs: u64,
+        handler: impl Invoke,
+        wrap: impl FnOnce(Arc<LocalQueue>) -> Arc<dyn QueueSource>,
+    ) -> TestBed {
+        let queue = format!("plugin = \"{PLUGIN}\"\nvisibility-timeout-secs = {visibility_secs}\n");
+        TestBed::build(&queue, "", handler, (|local| local, wrap))
     }
 
     /// A bed whose queue has `queue` (its `[[queue]]` lines beside the name and visibility).
     pub(crate) fn with_queue(queue: &str, manifest: &str, handler: impl Invoke) -> TestBed {
-        TestBed::build(queue, manifest, handler, |local| local)
+        TestBed::build(queue, manifest, handler, (|local| local, |q| q))
     }
 
     fn build(
         queue: &str,
         manifest: &str,
         handler: impl Invoke,
-        wrap: impl FnOnce(Arc<LocalStore>) -> Arc<dyn Store>,
+        (wrap, wrap_source): (
+            impl FnOnce(Arc<LocalStore>) -> Arc<dyn Store>,
+            impl FnOnce(Arc<LocalQueue>) -> Arc<dyn QueueSource>,
+        ),
     ) -> TestBed {
         let local = Arc::new(LocalStore::open(None).expect("an in-memory store"));
         let store = wrap(Arc::clone(&local));
+        let visibility = if queue.contains("visibility-timeout-secs") {
+            ""
+        } else {
+            "visibility-timeout-secs = 30\n"
+        };
         let config = Config::parse(&format!(
             "[retry]\nbase-secs = 1\nmax-secs = 60\n\
-             [[queue]]\nname = \"{JOBS}\"\nvisibility-timeout-secs = 30\n{queue}"
+             [[queue]]\nname = \"{JOBS}\"\n{visibility}{queue}"
         ))
         .expect("the bed's configuration");
         let manifest = Manifest::parse(manifest).expect("the bed's manifest");
@@ -77,7 +97,7 @@ impl TestBed {
         let queue_config = config.queues[0].clone();
         let shared = Arc::new(Shared::alone(
             config,
-            Arc::clone(&source) as Arc<dyn QueueSource>,
+            wrap_source(Arc::clone(&source)),
             store,
             plugin,
         ));
