@@ -164,8 +164,8 @@ pub mod plugins {
     pub use crate::plugin::manifest::Manifest;
     pub use crate::plugin::registry::Registry;
     pub use crate::plugin::status::HostPlugins;
-    pub use crate::runtime::costs::Costs;
-    pub use crate::runtime::engine::Runtime;
+    pub use crate::runtime::Costs;
+    pub use crate::runtime::Runtime;
     pub use crate::runtime::{WASMTIME_VERSION, WIT_PACKAGE};
 }
 

@@ -122,6 +122,6 @@ pub fn compile_counts(host: &Host) -> Option<(u64, u64)> {
 
 /// Compiles `bytes` on `runtime` as a reload does (through its compiled-code cache, if it has
 /// one).
-pub fn compile(runtime: &crate::runtime::engine::Runtime, bytes: &[u8]) -> anyhow::Result<()> {
+pub fn compile(runtime: &crate::runtime::Runtime, bytes: &[u8]) -> anyhow::Result<()> {
     runtime.compile(bytes).map(drop)
 }

@@ -11,7 +11,7 @@ wasmtime::component::bindgen!({
 });
 
 /// The batch handler world: `handle-batch` and the `batch-item` import.
-pub mod batch {
+pub(crate) mod batch {
     wasmtime::component::bindgen!({
         path: "../../wit",
         world: "batch-handler",
@@ -26,7 +26,7 @@ pub mod batch {
     });
 }
 
-pub use self::qhost::handler::types::{Attribute, AttributeValue};
+pub(crate) use self::qhost::handler::types::{Attribute, AttributeValue};
 
 /// The version of the `qhost:handler` package this host serves.
 pub const WIT_VERSION: &str = "0.1.2";

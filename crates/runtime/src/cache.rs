@@ -64,7 +64,7 @@ impl CompileCounters {
 
 /// A directory of compiled components.
 #[derive(Clone, Debug)]
-pub struct CompiledCache {
+pub(crate) struct CompiledCache {
     dir: PathBuf,
     engine_hash: String,
 }
@@ -121,7 +121,7 @@ impl CompiledCache {
     /// A cache in `dir` for code compiled by `engine` (the directory is created, private to
     /// this user); `None` if `dir` cannot be trusted with code (see the module docs), which is
     /// logged.
-    pub fn open(dir: &Path, engine: &Engine) -> anyhow::Result<Option<Self>> {
+    pub(crate) fn open(dir: &Path, engine: &Engine) -> anyhow::Result<Option<Self>> {
         use std::os::unix::fs::DirBuilderExt as _;
         if std::fs::symlink_metadata(dir).is_err() {
             std::fs::DirBuilder::new()
@@ -141,7 +141,7 @@ impl CompiledCache {
     }
 
     /// The entry for these bytes.
-    pub fn entry(&self, bytes: &[u8]) -> PathBuf {
+    pub(crate) fn entry(&self, bytes: &[u8]) -> PathBuf {
         let content = qhost_message::digest::sha256_hex(bytes);
         self.dir
             .join(format!("{content}-{}.cwasm", self.engine_hash))
@@ -149,7 +149,7 @@ impl CompiledCache {
 
     /// The component for `bytes`: from the cache if it holds a loadable entry, otherwise
     /// compiled and stored.
-    pub fn load_or_compile(
+    pub(crate) fn load_or_compile(
         &self,
         engine: &Engine,
         counters: &Arc<CompileCounters>,

@@ -26,7 +26,7 @@ pub struct Costs {
 
 /// The counters behind [`Costs`].
 #[derive(Debug, Default)]
-pub struct CostCounters {
+pub(crate) struct CostCounters {
     instances: AtomicU64,
     instantiate_ns: AtomicU64,
     calls: AtomicU64,
@@ -36,25 +36,25 @@ pub struct CostCounters {
 
 impl CostCounters {
     /// Counts one instantiation that started at `started`.
-    pub fn instantiated(&self, started: Instant) {
+    pub(crate) fn instantiated(&self, started: Instant) {
         self.instances.fetch_add(1, Ordering::Relaxed);
         self.instantiate_ns
             .fetch_add(nanos(started), Ordering::Relaxed);
     }
 
     /// Counts one call that started at `started`.
-    pub fn called(&self, started: Instant) {
+    pub(crate) fn called(&self, started: Instant) {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.call_ns.fetch_add(nanos(started), Ordering::Relaxed);
     }
 
     /// Counts the time of one instance's drop that started at `started`.
-    pub fn dropped(&self, started: Instant) {
+    pub(crate) fn dropped(&self, started: Instant) {
         self.drop_ns.fetch_add(nanos(started), Ordering::Relaxed);
     }
 
     /// The totals so far.
-    pub fn snapshot(&self) -> Costs {
+    pub(crate) fn snapshot(&self) -> Costs {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         Costs {
             instances: load(&self.instances),

@@ -33,7 +33,7 @@ use qhost_store::StateReads;
 use qhost_store_local::LocalStore;
 
 /// How often the epoch advances; timeouts are enforced to within about this much.
-pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// Sizes for the engine's instance pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,11 +12,11 @@
 //! commits), the embedded store (the in-memory state of a command with no store) and Celery's
 //! task protocol (an outbox sends Celery tasks to the queues its grant says are Celery's).
 mod batch_items;
-pub mod bindings;
-pub mod cache;
+mod bindings;
+mod cache;
 mod convert;
-pub mod costs;
-pub mod engine;
+mod costs;
+mod engine;
 mod functions;
 mod guest_error;
 pub mod handler;
@@ -26,16 +26,25 @@ mod keyvalue;
 pub mod kv;
 mod outbox;
 mod pool;
-pub mod pre;
-pub mod secrets;
-pub mod settings;
-pub mod state;
+mod pre;
+mod secrets;
+mod settings;
+mod state;
 mod stderr;
-pub mod wasm;
+mod wasm;
 pub mod world;
 
+// What the host names: the engine it builds and loads components with, a loaded component's
+// shape and sandbox, the grants a manifest gives, and the invocation contract, capabilities
+// and canned world (modules of their own above, as they are groups of names).
+pub use bindings::WIT_VERSION;
 pub use costs::Costs;
+pub use engine::{EngineSettings, Runtime};
 pub use outbox::OutboxGrant;
+pub use pre::Pre;
+pub use secrets::SecretsGrant;
+pub use settings::Settings;
+pub use wasm::{Sandbox, WasmInvoker};
 
 /// Whether the process logs JSON (set once by the host's logging set-up).
 static LOGS_JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

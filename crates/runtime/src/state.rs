@@ -33,7 +33,7 @@ const STDERR_CAPACITY: usize = 8 * 1024;
 const MAX_LOG_LINE: usize = 4096;
 /// Longest result value a guest may set: what a caller waiting on a task's result reads back
 /// from Redis, and what the completed record keeps until it is written.
-pub const MAX_RESULT_BYTES: usize = 512 * 1024;
+pub(crate) const MAX_RESULT_BYTES: usize = 512 * 1024;
 
 /// Who is running, for log lines.
 #[derive(Clone, Debug)]

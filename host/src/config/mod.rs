@@ -33,7 +33,7 @@ pub(crate) use deadlines::Deadlines;
 use file::{RawConfig, RawQueue};
 pub use format::MessageFormat;
 pub(crate) use format::Routes;
-pub(crate) use qhost_runtime::secrets::SecretsGrant;
+pub(crate) use qhost_runtime::SecretsGrant;
 
 /// Where messages come from.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -18,7 +18,7 @@ use crate::payload::s3::S3Payloads;
 use crate::plugin::loader;
 use crate::plugin::registry::Registry;
 use crate::plugin::reload::PluginDir;
-use crate::runtime::engine::{EngineSettings, Runtime};
+use crate::runtime::{EngineSettings, Runtime};
 use crate::source::local::{LocalQueue, Redrive};
 use crate::source::sqs::SqsQueue;
 use crate::source::{QueueAdmin, SourceError};

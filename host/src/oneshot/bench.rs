@@ -24,7 +24,7 @@ use crate::pipeline::tap::RunEnd;
 use crate::plugin::Plugin;
 use crate::plugin::loader::LoadAs;
 use crate::plugin::manifest::Manifest;
-use crate::runtime::engine::Runtime;
+use crate::runtime::Runtime;
 use crate::runtime::world::{Met, World};
 
 pub(crate) use crate::pipeline::tap::Ended;

@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Context as _;
 
 use super::loader::{check_is_component, load_file, version_of};
-use crate::runtime::engine::Runtime;
+use crate::runtime::Runtime;
 
 /// What a file holds and whether qhost can run it.
 #[derive(Debug)]

@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use super::Plugin;
 use super::loader::{self, LoadError};
 use super::manifest::Manifest;
-use crate::runtime::engine::Runtime;
+use crate::runtime::Runtime;
 
 /// Versions kept per plugin.
 const KEEP: usize = 4;

@@ -15,11 +15,11 @@ use super::manifest::Manifest;
 use super::secrets;
 use crate::message::wire::valid_plugin_name;
 use crate::plugin::Plugin;
-use crate::runtime::bindings::WIT_VERSION;
-use crate::runtime::engine::Runtime;
-use crate::runtime::pre::Pre;
-use crate::runtime::wasm::{Sandbox, WasmInvoker};
+use crate::runtime::Pre;
+use crate::runtime::Runtime;
+use crate::runtime::WIT_VERSION;
 use crate::runtime::world::World;
+use crate::runtime::{Sandbox, WasmInvoker};
 
 /// Hex digits of the content hash used as the version.
 const VERSION_LEN: usize = 12;

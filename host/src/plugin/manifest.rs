@@ -15,7 +15,7 @@
 //! memory-mib = 64
 //! max-attempts = 5
 //! concurrency = 4               # calls at once; unlimited (the host's cap) by default
-//! reuse-instance = 1            # messages one instance may handle (see runtime::wasm)
+//! reuse-instance = 1            # messages one instance may handle (see qhost-runtime's Sandbox)
 //! rate = "50/s"                 # calls across the fleet, per s or min (idempotency::rate)
 //!
 //! http-requests = 16           # outbound HTTP requests per message
@@ -64,8 +64,8 @@ use crate::idempotency::rate::Rate;
 use crate::kv::grant::BucketEntry;
 use crate::kv::{KvGrant, KvLimits};
 use crate::message::wire::valid_queue_name;
+use crate::runtime::Sandbox;
 use crate::runtime::http::{self, HttpGrant};
-use crate::runtime::wasm::Sandbox;
 pub(crate) use crate::runtime::{MAX_MEMORY_MIB, OutboxGrant};
 
 /// A plugin's policy.

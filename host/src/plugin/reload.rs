@@ -29,7 +29,7 @@ use super::loader::{self, LoadError};
 use super::manifest::Manifest;
 use super::registry::Registry;
 use crate::config::rollout::{RolloutConfig, RolloutPolicy};
-use crate::runtime::engine::Runtime;
+use crate::runtime::Runtime;
 
 /// What a name's files held when they were last loaded (or refused).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -302,7 +302,7 @@ impl PluginDir {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::engine::EngineSettings;
+    use crate::runtime::EngineSettings;
 
     fn plugin_dir(dir: &Path) -> PluginDir {
         let runtime = Runtime::new(EngineSettings {

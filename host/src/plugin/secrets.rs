@@ -19,7 +19,7 @@ use std::path::Path;
 
 use super::manifest::ConfigValue;
 pub(crate) use crate::config::SecretsGrant;
-pub(crate) use crate::runtime::settings::Settings;
+pub(crate) use crate::runtime::Settings;
 
 /// The largest secret file read.
 const MAX_SECRET_BYTES: u64 = 64 * 1024;

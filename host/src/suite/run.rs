@@ -15,7 +15,7 @@ use crate::idempotency::commit::{BucketCommit, Op, stored_bucket};
 use crate::oneshot::bench::{Bench, Ended, Ledger, NAMESPACE, Ran};
 use crate::plugin::loader::LoadAs;
 use crate::plugin::manifest::{ConfigValue, Manifest};
-use crate::runtime::engine::Runtime;
+use crate::runtime::Runtime;
 use crate::runtime::world::{Answers, World};
 
 /// What a file's cases share: the engine, the ledger their state lives in, and the world.

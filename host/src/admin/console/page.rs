@@ -82,7 +82,7 @@ pub(crate) fn render(views: &Views<'_>, actions: bool) -> Markup {
                 p.muted {
                     (env!("CARGO_PKG_NAME")) " " (env!("CARGO_PKG_VERSION")) " on "
                     b { (views.fleet.this_host) }
-                    ", serving qhost:handler@" (crate::runtime::bindings::WIT_VERSION) ". "
+                    ", serving qhost:handler@" (crate::runtime::WIT_VERSION) ". "
                     "Refreshes every " (REFRESH_SECS) " s; the same figures are at "
                     a href="/api/fleet" { "/api/fleet" } ", "
                     a href="/api/queues" { "/api/queues" } ", "
