@@ -29,10 +29,10 @@
 //! |                 | (the one way into `runtime`), the registry, hot reload, status        |
 //! | `payload`       | the `qhost-payload` crate: claim check: payload stores (Redis, S3,  |
 //! |                 | local), pointers, the allow-list, the `[payload]` section           |
-//! | `format`        | how a queue's messages are read: qhost's, Celery's, SNS, EventBridge, |
-//! |                 | S3 events; what the pipeline routes, keys, runs and commits           |
+//! | `format`        | the `qhost-formats` crate (qhost's, Celery's, SNS, EventBridge, S3    |
+//! |                 | events); here, keys by manifest, grants, and `qhost inspect`          |
 //! | `celery`        | the `qhost-celery` crate (Celery's task messages, read and written);  |
-//! |                 | here, result records and `qhost check`'s reading of samples           |
+//! |                 | here, `qhost check`'s reading of samples                              |
 //! | `flow`          | flow control by key: a flow key per message, fleet-wide slots and rates |
 //! |                 | per key (in the store), fair shares of a host's slots among keys      |
 //! | `pipeline`      | the data path: receive, read, route, lease, run, one fate per delivery |

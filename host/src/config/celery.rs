@@ -4,28 +4,10 @@
 use std::time::Duration;
 
 use anyhow::bail;
+pub(crate) use qhost_formats::CeleryResults;
 
 use super::file::RawCelery;
 use crate::redis_link::redacted;
-
-/// Where qhost writes Celery's result records, as a Celery worker with the Redis result backend
-/// does (`[celery] result-backend`).
-#[derive(Clone, PartialEq, Eq)]
-pub struct CeleryResults {
-    /// The Redis server's URL (`redis://…` or `rediss://…`).
-    pub url: String,
-    /// How long a record is kept (`result-expires-secs`; Celery's `result_expires`, a day).
-    pub expires: Duration,
-}
-
-impl std::fmt::Debug for CeleryResults {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CeleryResults")
-            .field("url", &redacted(&self.url))
-            .field("expires", &self.expires)
-            .finish()
-    }
-}
 
 /// The checked `[celery]` section: `None` without a result backend.
 pub(super) fn results_of(raw: Option<RawCelery>) -> anyhow::Result<Option<CeleryResults>> {

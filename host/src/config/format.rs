@@ -1,5 +1,5 @@
 //! How a queue's messages are read (`format`) and where each is routed (`routes`): the checked
-//! form of the fields that the format step (`crate::format`) runs on.
+//! form of the fields that the format step (`qhost-formats`) runs on.
 //!
 //! One routing table per queue, whatever the format: `routes = { NAME = PLUGIN, … }`, keyed by
 //! what the format routes on (an SNS topic, an EventBridge detail-type, an S3 event, a Celery
@@ -10,92 +10,13 @@
 use std::collections::BTreeMap;
 
 use anyhow::bail;
+pub(crate) use qhost_formats::FORMATS;
+pub use qhost_formats::MessageFormat;
+pub(crate) use qhost_formats::Routes;
 
 use super::file::{RawQueue, RawRoutes};
 use crate::celery::ContentType;
 use crate::message::wire::valid_plugin_name;
-
-/// The formats qhost reads, as `format` names them.
-pub(crate) const FORMATS: [&str; 5] = ["qhost", "celery", "sns", "eventbridge", "s3"];
-
-/// How a queue's messages are read.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum MessageFormat {
-    /// qhost's own: the body as it is (the default).
-    Qhost {
-        /// A message attribute that may name a route.
-        route_attribute: Option<String>,
-    },
-    /// Celery's task messages, as kombu's SQS transport sends them.
-    Celery {
-        /// The serializers read (`accept-content`): JSON only unless the queue says otherwise,
-        /// as in Celery.
-        accept: Vec<ContentType>,
-    },
-    /// SNS notifications (a topic's SQS subscription without raw delivery).
-    Sns,
-    /// EventBridge events (a rule's SQS target).
-    EventBridge,
-    /// S3 event notifications, bare or inside an SNS notification.
-    S3,
-}
-
-impl MessageFormat {
-    /// The format `name` names, with its defaults (Celery's: JSON and msgpack read, as
-    /// `qhost inspect` reads a message without a queue), or why there is none.
-    pub fn named(name: &str) -> Result<MessageFormat, String> {
-        Ok(match name {
-            "qhost" => MessageFormat::Qhost {
-                route_attribute: None,
-            },
-            "celery" => MessageFormat::Celery {
-                accept: vec![ContentType::Json, ContentType::Msgpack],
-            },
-            "sns" => MessageFormat::Sns,
-            "eventbridge" => MessageFormat::EventBridge,
-            "s3" => MessageFormat::S3,
-            other => {
-                return Err(format!(
-                    "`{other}` is not a message format qhost reads ({})",
-                    FORMATS.join(", ")
-                ));
-            }
-        })
-    }
-
-    /// The format's name, as `format` spells it.
-    pub fn name(&self) -> &'static str {
-        match self {
-            MessageFormat::Qhost { .. } => "qhost",
-            MessageFormat::Celery { .. } => "celery",
-            MessageFormat::Sns => "sns",
-            MessageFormat::EventBridge => "eventbridge",
-            MessageFormat::S3 => "s3",
-        }
-    }
-}
-
-/// A queue's routing table: which plugin runs each route, and the default.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Routes {
-    /// The plugin of each route name.
-    pub table: BTreeMap<String, String>,
-    /// The plugin of a message with no route, or (outside qhost's own format) a route not in
-    /// the table; without one, such a message is dead-lettered.
-    pub default: Option<String>,
-}
-
-impl Routes {
-    /// The plugin for the first of `names` the table holds.
-    pub(crate) fn lookup<'a>(&'a self, names: &[String]) -> Option<&'a str> {
-        (names.iter()).find_map(|name| self.table.get(name).map(String::as_str))
-    }
-
-    /// The route names, for an error that lists them.
-    pub(crate) fn names(&self) -> String {
-        self.table.keys().cloned().collect::<Vec<_>>().join(", ")
-    }
-}
 
 /// The queue's format and routing table. `field` names a field of this queue in errors.
 pub(super) fn format_of(

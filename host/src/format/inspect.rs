@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use super::{Admit, Formats, Route, Run};
+use super::{Admit, Route, Run};
 use crate::config::{Config, MessageFormat, QueueConfig};
 use crate::message::{Attribute, Received};
 use crate::plugin::manifest::Manifest;
@@ -56,7 +56,7 @@ pub fn inspect(
         format: format.clone(),
         ..queue.cloned().unwrap_or_else(|| config.queues[0].clone())
     };
-    let reader = Formats::open(config).for_queue(&named);
+    let reader = super::for_queue(&super::open(config), &named);
     let runs = (reader.read(msg, &msg.body, &msg.attributes)).map_err(|e| e.to_string())?;
     let runs = runs.into_iter().map(|run| {
         let plugin = queue.map(|q| plugin_for(q, &run));
@@ -82,7 +82,7 @@ fn inspected(
         Route::Named { names, .. } => names.clone(),
         Route::Chosen { value, .. } => vec![value.clone()],
     };
-    let key = run.key_of(msg, manifest.as_ref());
+    let key = super::key_of(&run, msg, manifest.as_ref());
     let (body, attributes) = run.view_of(msg);
     InspectedRun {
         route,

@@ -12,7 +12,6 @@ use super::{Host, RELEASE_DEADLINE};
 use crate::admin::health;
 use crate::fleet::HostEntry;
 use crate::fleet::follow::Follower;
-use crate::format::Formats;
 use crate::pipeline::{
     AckTask, Acker, Batches, Completer, Heartbeats, LineParts, OutboxMarks, PutBacks, QueueCtx,
     Shared, SlotReleases, WaitLines, run_poller,
@@ -207,7 +206,7 @@ impl Host {
         common: &Common,
     ) -> anyhow::Result<()> {
         let shared = Arc::new(self.shared(common));
-        let formats = Formats::open(&self.config);
+        let formats = crate::format::open(&self.config);
         let mut ackers = Vec::new();
         let pollers = TaskTracker::new();
         for (q, (progress, capture)) in self.config.queues.iter().zip(&common.queues) {
@@ -221,7 +220,7 @@ impl Host {
             let ctx = Arc::new(QueueCtx {
                 shared: Arc::clone(&shared),
                 config: q.clone(),
-                format: formats.for_queue(q),
+                format: crate::format::for_queue(&formats, q),
                 acker,
                 put_backs: PutBacks::spawn(Arc::clone(&self.source), q.name.clone()),
                 capture: capture.clone(),

@@ -117,7 +117,7 @@ impl QueueCtx {
                 Arc::clone(source) as Arc<dyn QueueSource>,
                 queue.name.clone(),
             ),
-            format: Formats::default().for_queue(queue),
+            format: crate::format::for_queue(&Formats::default(), queue),
             shared,
             config: queue.clone(),
             acker,

@@ -306,7 +306,7 @@ fn admitted(queue: &QueueCtx, run: &Run) -> Result<Arc<Plugin>, (PluginRef, Rout
         return Err((PluginRef::Named(name.to_string()), error));
     }
     let plugin = loaded(queue, name)?;
-    match run.effects.as_ref().map(|e| e.check(&plugin)) {
+    match run.effects.as_ref().map(|e| e.check(plugin.as_ref())) {
         Some(Err(why)) => Err((
             PluginRef::Loaded(plugin),
             RouteError::Refused(why.to_string()),

@@ -2,18 +2,18 @@
 //! the route is the default plugin, or the plugin the queue's route attribute names (one of the
 //! queue's routes, never another: a message cannot choose a plugin the queue does not list).
 
-use super::{Format, KeyBasis, Route, Run, Unreadable};
-use crate::message::{Attribute, Received, find_attribute};
+use crate::{Format, KeyBasis, Route, Run, Unreadable};
+use qhost_message::{Attribute, Received, find_attribute};
 
 /// The bare-body format, with the queue's route attribute.
 #[derive(Debug)]
-pub(super) struct Qhost {
+pub(crate) struct Qhost {
     route_attribute: Option<String>,
 }
 
 impl Qhost {
     /// The format of a queue whose messages may choose a route through `route_attribute`.
-    pub(super) fn new(route_attribute: Option<String>) -> Qhost {
+    pub(crate) fn new(route_attribute: Option<String>) -> Qhost {
         Qhost { route_attribute }
     }
 }

@@ -15,13 +15,14 @@
 
 use serde_json::Value;
 
-use super::sns::Notification;
-use super::{Format, KeyBasis, Route, Run, Unreadable, View, push_text};
-use crate::message::{Attribute, Received};
+use crate::push_text;
+use crate::sns::Notification;
+use crate::{Format, KeyBasis, Route, Run, Unreadable, View};
+use qhost_message::{Attribute, Received};
 
 /// The S3 event format.
 #[derive(Debug)]
-pub(super) struct S3;
+pub(crate) struct S3;
 
 impl Format for S3 {
     fn read(
@@ -112,7 +113,7 @@ fn decoded(key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::tests::{attribute_text, received};
+    use crate::tests::{attribute_text, received};
 
     /// A record as S3 sends it (docs.aws.amazon.com, "Event message structure").
     fn record(key: &str, sequencer: &str) -> Value {

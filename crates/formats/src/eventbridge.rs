@@ -11,12 +11,13 @@
 
 use serde_json::Value;
 
-use super::{Format, KeyBasis, Route, Run, Unreadable, View, push_text};
-use crate::message::{Attribute, Received};
+use crate::push_text;
+use crate::{Format, KeyBasis, Route, Run, Unreadable, View};
+use qhost_message::{Attribute, Received};
 
 /// The EventBridge format.
 #[derive(Debug)]
-pub(super) struct EventBridge;
+pub(crate) struct EventBridge;
 
 /// The event's fields that become attributes, besides `resources`.
 const FIELDS: [&str; 7] = [
@@ -88,7 +89,7 @@ impl Format for EventBridge {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::tests::{attribute_text, received};
+    use crate::tests::{attribute_text, received};
 
     /// An event as EventBridge sends it to an SQS target (docs.aws.amazon.com, "Amazon
     /// EventBridge events").

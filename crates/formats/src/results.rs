@@ -23,9 +23,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde_json::json;
 use tokio::sync::OnceCell;
 
-use crate::config::celery::CeleryResults;
-use crate::redis_link::{RedisDeadlines, redacted};
 use qhost_celery::iso8601;
+use qhost_redis_link::{RedisDeadlines, redacted};
 
 /// Sets a record unless a `SUCCESS` is there, and publishes it (its digest computed once).
 static RECORD: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RECORD_LUA));
@@ -42,6 +41,25 @@ redis.call('SETEX', KEYS[1], ARGV[2], ARGV[1])
 redis.call('PUBLISH', KEYS[1], ARGV[1])
 return 1
 ";
+
+/// Where qhost writes Celery's result records, as a Celery worker with the Redis result backend
+/// does (`[celery] result-backend`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct CeleryResults {
+    /// The Redis server's URL (`redis://…` or `rediss://…`).
+    pub url: String,
+    /// How long a record is kept (`result-expires-secs`; Celery's `result_expires`, a day).
+    pub expires: Duration,
+}
+
+impl std::fmt::Debug for CeleryResults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CeleryResults")
+            .field("url", &redacted(&self.url))
+            .field("expires", &self.expires)
+            .finish()
+    }
+}
 
 /// How a task's run ended, as its record says.
 #[derive(Clone, Debug, PartialEq, Eq)]

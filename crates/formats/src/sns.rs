@@ -15,12 +15,13 @@ use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Format, KeyBasis, Route, Run, Unreadable, View, push_text};
-use crate::message::{Attribute, AttributeValue, Received};
+use crate::push_text;
+use crate::{Format, KeyBasis, Route, Run, Unreadable, View};
+use qhost_message::{Attribute, AttributeValue, Received};
 
 /// The SNS format.
 #[derive(Debug)]
-pub(super) struct Sns;
+pub(crate) struct Sns;
 
 impl Format for Sns {
     fn read(
@@ -49,13 +50,13 @@ impl Format for Sns {
 /// An SNS notification envelope.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
-pub(super) struct Notification {
+pub(crate) struct Notification {
     #[serde(rename = "Type")]
     kind: String,
     message_id: String,
     topic_arn: String,
     /// The published message.
-    pub(super) message: String,
+    pub(crate) message: String,
     #[serde(default)]
     subject: Option<String>,
     #[serde(default)]
@@ -70,7 +71,7 @@ pub(super) struct Notification {
 
 impl Notification {
     /// The notification `body` holds, or why it holds none.
-    pub(super) fn parse(body: &[u8]) -> Result<Notification, String> {
+    pub(crate) fn parse(body: &[u8]) -> Result<Notification, String> {
         let note: Notification =
             serde_json::from_slice(body).map_err(|e| format!("not an SNS notification: {e}"))?;
         if note.kind != "Notification" {
@@ -87,7 +88,7 @@ impl Notification {
 
     /// Whether `body` looks like an SNS notification (a JSON object of `Type` `Notification`),
     /// for a format that reads its message bare or inside one.
-    pub(super) fn is_one(value: &Value) -> bool {
+    pub(crate) fn is_one(value: &Value) -> bool {
         value.get("Type").and_then(Value::as_str) == Some("Notification")
             && value.get("TopicArn").is_some()
     }
@@ -146,7 +147,7 @@ fn attribute(name: &str, typed: &Value) -> Result<Attribute, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::tests::{attribute_text, received};
+    use crate::tests::{attribute_text, received};
 
     /// A notification as SNS delivers it to SQS (docs.aws.amazon.com, "Amazon SNS message and
     /// JSON formats"), with one attribute of each type.

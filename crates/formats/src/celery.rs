@@ -1,6 +1,6 @@
 //! Celery's task messages (`format = "celery"`), read as a Celery worker reads them from SQS.
 //!
-//! The message is decoded (`crate::celery`) and routed by its task name through the queue's
+//! The message is decoded (`qhost_celery`) and routed by its task name through the queue's
 //! `tasks` (or its default `plugin`); nothing in the message can pick another. The lease is
 //! keyed by the task id (a republished retry by the id and its retry count, see `Task::key`),
 //! whatever key source the plugin's manifest names: Celery's id is what makes two deliveries
@@ -11,7 +11,7 @@
 //! SQS's 12-hour visibility at a time, using no attempt. A task past its `expires` is acked
 //! without running and counted as `expired`, as a Celery worker revokes it. A hard `timelimit`
 //! below the plugin's deadline becomes the run's. What does not decode, and a task whose
-//! callbacks or chain qhost will not send (see `celery::follow`; each follow-up's queue must be
+//! callbacks or chain qhost will not send (see `qhost_celery::follow`; each follow-up's queue must be
 //! under the plugin's `[outbox] celery`), are dead-lettered with the reason.
 //!
 //! Its effects ([`TaskEffects`]): the task's follow-ups join the run's outbox when it acks, and
@@ -26,13 +26,13 @@ use async_trait::async_trait;
 use futures_util::FutureExt as _;
 use futures_util::future::BoxFuture;
 
-use super::{Admit, EffectError, Effects, Format, KeyBasis, Route, Run, Unreadable, View};
-use crate::celery::follow::{self, FollowUp};
-use crate::celery::results::{ResultBackend, TaskState};
-use crate::celery::{self as decode, ContentType, Task};
-use crate::config::Config;
-use crate::message::{Attribute, Outgoing, Received, wire};
-use crate::plugin::Plugin;
+use qhost_celery::follow::{self, FollowUp};
+use qhost_celery::{self as decode, ContentType, Task};
+use qhost_message::{Attribute, Outgoing, Received, wire};
+use qhost_redis_link::RedisDeadlines;
+
+use crate::results::{CeleryResults, ResultBackend, TaskState};
+use crate::{Admit, EffectError, Effects, Format, Grants, KeyBasis, Route, Run, Unreadable, View};
 
 /// The longest a task not due yet is hidden at a time: just under SQS's 12 hours, which SQS
 /// counts from the receive (a change to the full 12 hours a moment later would be refused). A
@@ -44,17 +44,18 @@ const NO_LIMIT_SECS: f64 = 43_200.0;
 
 /// What every Celery queue of a host shares: the result backend, when one is configured.
 #[derive(Debug, Default)]
-pub(super) struct Shared {
+pub(crate) struct Shared {
     results: Option<Arc<ResultBackend>>,
 }
 
 impl Shared {
-    /// The result backend `config` names (it connects on its first record).
-    pub(super) fn open(config: &Config) -> Shared {
-        let Some(settings) = config.celery_results.as_ref() else {
+    /// The result backend `settings` names (it connects on its first record, within
+    /// `deadlines`).
+    pub(crate) fn open(settings: Option<&CeleryResults>, deadlines: RedisDeadlines) -> Shared {
+        let Some(settings) = settings else {
             return Shared::default();
         };
-        match ResultBackend::new(settings, config.deadlines.redis) {
+        match ResultBackend::new(settings, deadlines) {
             Ok(backend) => Shared {
                 results: Some(Arc::new(backend)),
             },
@@ -66,7 +67,7 @@ impl Shared {
     }
 
     /// The format of Celery queue `queue`, reading the serializers in `accept`.
-    pub(super) fn format(&self, queue: &str, accept: Vec<ContentType>) -> Celery {
+    pub(crate) fn format(&self, queue: &str, accept: Vec<ContentType>) -> Celery {
         Celery {
             queue: queue.to_string(),
             accept,
@@ -77,7 +78,7 @@ impl Shared {
 
 /// A Celery queue's format.
 #[derive(Debug)]
-pub(super) struct Celery {
+pub(crate) struct Celery {
     /// The SQS queue it reads (a follow-up with no queue of its own goes back there).
     queue: String,
     accept: Vec<ContentType>,
@@ -160,16 +161,16 @@ struct TaskEffects {
 
 #[async_trait]
 impl Effects for TaskEffects {
-    fn check(&self, plugin: &Plugin) -> Result<(), EffectError> {
-        let Some(f) =
-            (self.follow_ups.iter()).find(|f| !plugin.manifest.outbox.is_celery(&f.queue))
-        else {
+    fn check(&self, grants: &dyn Grants) -> Result<(), EffectError> {
+        let Some(f) = (self.follow_ups.iter()).find(|f| !grants.may_send_celery(&f.queue)) else {
             return Ok(());
         };
         Err(EffectError::NotGranted(format!(
             "task `{}` sends a callback or its chain's next task to queue `{}`, and plugin `{}` \
              may not send Celery tasks there (its manifest's [outbox] celery must name it)",
-            self.task, f.queue, plugin.name
+            self.task,
+            f.queue,
+            grants.plugin()
         )))
     }
 
