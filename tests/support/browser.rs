@@ -1,7 +1,10 @@
 //! A real browser for the console's tests: Debian's Chromium, headless, driven over WebDriver
 //! by its ChromeDriver (`scripts/install-test-tools` installs both) through fantoccini. Each
-//! browser gets its own driver on a free loopback port, stopped when it is dropped.
+//! browser gets its own driver on a free loopback port, in a process group of its own with the
+//! browser it starts: dropping it (a test that passed or panicked) kills the group, so no
+//! headless browser outlives its test.
 
+use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -28,6 +31,7 @@ impl Browser {
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
             .expect("starting chromedriver (scripts/install-test-tools installs it)");
         let url = format!("http://127.0.0.1:{port}");
@@ -99,7 +103,15 @@ impl std::fmt::Debug for Browser {
 }
 
 impl Drop for Browser {
+    /// Kills the driver's process group: the driver, and the browser it started (killing the
+    /// driver alone left the browser running, a child of init).
     fn drop(&mut self) {
+        if let Ok(group) = libc::pid_t::try_from(self.driver.id()) {
+            // SAFETY: kill(2) on the process group this browser made; no memory is touched.
+            unsafe {
+                libc::kill(-group, libc::SIGKILL);
+            }
+        }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
