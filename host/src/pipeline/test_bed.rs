@@ -28,6 +28,25 @@ pub(crate) const OUT: &str = "out";
 /// The plugin's name.
 pub(crate) const PLUGIN: &str = "p";
 
+/// What a bed's queue and plugin are: the queue's `[[queue]]` lines beside its name and
+/// visibility timeout, and the plugin's manifest.
+struct Setup<'a> {
+    queue: &'a str,
+    visibility_secs: u64,
+    manifest: &'a str,
+}
+
+impl<'a> Setup<'a> {
+    /// `queue`'s lines with a 30 s visibility timeout, and `manifest`.
+    fn new(queue: &'a str, manifest: &'a str) -> Setup<'a> {
+        Setup {
+            queue,
+            visibility_secs: 30,
+            manifest,
+        }
+    }
+}
+
 /// One consumed queue on in-memory parts.
 pub(crate) struct TestBed {
     pub(crate) queue: Arc<QueueCtx>,
@@ -50,7 +69,8 @@ impl TestBed {
         wrap: impl FnOnce(Arc<LocalStore>) -> Arc<dyn Store>,
     ) -> TestBed {
         let queue = format!("plugin = \"{PLUGIN}\"\n");
-        TestBed::build(&queue, manifest, handler, (wrap, |q| q))
+        let setup = Setup::new(&queue, manifest);
+        TestBed::build(setup, handler, (wrap, |q| q))
     }
 
     /// As [`TestBed::new`] with a visibility timeout of `visibility_secs`, the host's calls to
@@ -61,18 +81,21 @@ impl TestBed {
         handler: impl Invoke,
         wrap: impl FnOnce(Arc<LocalQueue>) -> Arc<dyn QueueSource>,
     ) -> TestBed {
-        let queue = format!("plugin = \"{PLUGIN}\"\nvisibility-timeout-secs = {visibility_secs}\n");
-        TestBed::build(&queue, "", handler, (|local| local, wrap))
+        let queue = format!("plugin = \"{PLUGIN}\"\n");
+        let setup = Setup {
+            visibility_secs,
+            ..Setup::new(&queue, "")
+        };
+        TestBed::build(setup, handler, (|local| local, wrap))
     }
 
     /// A bed whose queue has `queue` (its `[[queue]]` lines beside the name and visibility).
     pub(crate) fn with_queue(queue: &str, manifest: &str, handler: impl Invoke) -> TestBed {
-        TestBed::build(queue, manifest, handler, (|local| local, |q| q))
+        TestBed::build(Setup::new(queue, manifest), handler, (|local| local, |q| q))
     }
 
     fn build(
-        queue: &str,
-        manifest: &str,
+        setup: Setup<'_>,
         handler: impl Invoke,
         (wrap, wrap_source): (
             impl FnOnce(Arc<LocalStore>) -> Arc<dyn Store>,
@@ -81,14 +104,14 @@ impl TestBed {
     ) -> TestBed {
         let local = Arc::new(LocalStore::open(None).expect("an in-memory store"));
         let store = wrap(Arc::clone(&local));
-        let visibility = if queue.contains("visibility-timeout-secs") {
-            ""
-        } else {
-            "visibility-timeout-secs = 30\n"
-        };
+        let Setup {
+            queue,
+            visibility_secs,
+            manifest,
+        } = setup;
         let config = Config::parse(&format!(
             "[retry]\nbase-secs = 1\nmax-secs = 60\n\
-             [[queue]]\nname = \"{JOBS}\"\n{visibility}{queue}"
+             [[queue]]\nname = \"{JOBS}\"\nvisibility-timeout-secs = {visibility_secs}\n{queue}"
         ))
         .expect("the bed's configuration");
         let manifest = Manifest::parse(manifest).expect("the bed's manifest");
