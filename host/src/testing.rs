@@ -39,6 +39,10 @@ pub async fn assert_store_conforms(store: Arc<dyn Store>, prefix: &str) {
 /// Makes a new, empty queue for a case of the source suite (see [`assert_source_conforms`]).
 pub use qhost_source::conformance::NewQueue;
 
+/// A source that delegates to another but where a test's twist steps in (a call counted,
+/// slowed, left unanswered or failed).
+pub use qhost_source::twisted::{Twist, Twisted};
+
 /// Runs the source contract's conformance suite on `source` (every case at once, each on
 /// queues `new_queue` makes for it); panics naming each case that failed.
 pub async fn assert_source_conforms(

@@ -75,7 +75,7 @@ async fn a_redelivery_after_a_failed_delete_is_acked_without_running() {
     );
     let real = Host::from_config(config.clone()).await.unwrap();
     // Every delete attempt of the first batch fails, so the message comes back with the same id.
-    let source = Arc::new(FailingAcks::new(qhost::testing::source(&real), 3));
+    let source = Arc::new(FailingAcks::wrap(qhost::testing::source(&real), 3));
     let registry = Registry::new(real.registry().get("fixture").map(|p| (*p).clone()));
     let host = Host::new(config, source, qhost::testing::store(&real), registry);
     let ids = send_all(&env.queue(), "jobs", &["send:out:done"], &[]).await;

@@ -18,6 +18,8 @@
     reason = "a test suite: a source call that fails fails its case, with the error"
 )]
 pub mod conformance;
+#[cfg(feature = "conformance")]
+pub mod twisted;
 
 mod admin;
 

@@ -240,76 +240,31 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::message::{Outgoing, Received};
-    use crate::source::QueueDepth;
+    use crate::message::Outgoing;
     use crate::source::local::LocalQueue;
+    use crate::source::twisted::{Twist, Twisted};
 
-    /// The embedded queue, except that its first delete never answers.
-    #[derive(Debug)]
+    /// The first settle never answers.
+    #[derive(Debug, Default)]
     struct FirstDeleteHangs {
-        inner: LocalQueue,
         deletes: AtomicUsize,
     }
 
     #[async_trait]
-    impl QueueSource for FirstDeleteHangs {
-        fn capabilities(&self) -> crate::source::Capabilities {
-            self.inner.capabilities()
-        }
-
-        async fn receive(
-            &self,
-            queue: &str,
-            max: usize,
-            visibility: Duration,
-            wait: Duration,
-        ) -> Result<Vec<Received>, SourceError> {
-            self.inner.receive(queue, max, visibility, wait).await
-        }
-
-        async fn settle(
-            &self,
-            queue: &str,
-            receipts: &[String],
-        ) -> Result<Vec<Result<(), SourceError>>, SourceError> {
+    impl Twist for FirstDeleteHangs {
+        async fn settle(&self) -> Result<(), SourceError> {
             if self.deletes.fetch_add(1, Ordering::SeqCst) == 0 {
                 std::future::pending::<()>().await;
             }
-            self.inner.settle(queue, receipts).await
-        }
-
-        async fn put_back(
-            &self,
-            queue: &str,
-            receipt: &str,
-            delay: Duration,
-        ) -> Result<(), SourceError> {
-            self.inner.put_back(queue, receipt, delay).await
-        }
-
-        async fn hold(
-            &self,
-            queue: &str,
-            receipt: &str,
-            hold: Duration,
-        ) -> Result<(), SourceError> {
-            self.inner.hold(queue, receipt, hold).await
-        }
-
-        async fn send(&self, messages: &[Outgoing]) -> Result<Vec<String>, SourceError> {
-            self.inner.send(messages).await
-        }
-
-        async fn depth(&self, queue: &str) -> Result<QueueDepth, SourceError> {
-            self.inner.depth(queue).await
+            Ok(())
         }
     }
 
     #[tokio::test]
     async fn a_delete_that_never_answers_holds_up_only_its_own_batch() {
-        let source = Arc::new(FirstDeleteHangs {
-            inner: LocalQueue::open(None, HashMap::new()).unwrap(),
-            deletes: AtomicUsize::new(0),
+        let source = Arc::new(Twisted {
+            inner: Arc::new(LocalQueue::open(None, HashMap::new()).unwrap()),
+            twist: FirstDeleteHangs::default(),
         });
         let messages: Vec<Outgoing> = (0..30)
             .map(|i| Outgoing::new("q", format!("m{i}")))

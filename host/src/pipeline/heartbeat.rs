@@ -285,9 +285,8 @@ mod tests {
     use super::*;
     use crate::handler::{HandlerMessage, Invocation, Outcome};
     use crate::idempotency::{Acquired, IdempotencyStore as _, LeaseRequest};
-    use crate::message::Outgoing;
-    use crate::source::local::LocalQueue;
-    use crate::source::{QueueSource, SourceError};
+    use crate::source::SourceError;
+    use crate::source::twisted::{Twist, Twisted};
 
     /// Visibility changes the heartbeats asked for. The receipts here are ones the queue never
     /// gave, so each change fails and is counted: what the sweeper did, seen from outside.
@@ -311,53 +310,15 @@ mod tests {
         }
     }
 
-    /// The embedded queue, its holds taking a minute (a broker passing over a deep queue).
+    /// Holds that take a minute (a broker passing over a deep queue).
     #[derive(Debug)]
-    struct SlowHolds(Arc<LocalQueue>);
+    struct SlowHolds;
 
     #[async_trait::async_trait]
-    impl QueueSource for SlowHolds {
-        fn capabilities(&self) -> crate::source::Capabilities {
-            self.0.capabilities()
-        }
-        async fn receive(
-            &self,
-            queue: &str,
-            max: usize,
-            visibility: Duration,
-            wait: Duration,
-        ) -> Result<Vec<crate::message::Received>, SourceError> {
-            self.0.receive(queue, max, visibility, wait).await
-        }
-        async fn settle(
-            &self,
-            queue: &str,
-            receipts: &[String],
-        ) -> Result<Vec<Result<(), SourceError>>, SourceError> {
-            self.0.settle(queue, receipts).await
-        }
-        async fn put_back(
-            &self,
-            queue: &str,
-            receipt: &str,
-            after: Duration,
-        ) -> Result<(), SourceError> {
-            self.0.put_back(queue, receipt, after).await
-        }
-        async fn hold(
-            &self,
-            queue: &str,
-            receipt: &str,
-            hold: Duration,
-        ) -> Result<(), SourceError> {
+    impl Twist for SlowHolds {
+        async fn hold(&self) -> Result<(), SourceError> {
             tokio::time::sleep(Duration::from_secs(60)).await;
-            self.0.hold(queue, receipt, hold).await
-        }
-        async fn send(&self, messages: &[Outgoing]) -> Result<Vec<String>, SourceError> {
-            self.0.send(messages).await
-        }
-        async fn depth(&self, queue: &str) -> Result<crate::source::QueueDepth, SourceError> {
-            self.0.depth(queue).await
+            Ok(())
         }
     }
 
@@ -372,7 +333,12 @@ mod tests {
         let bed = TestBed::with_source(
             2,
             |_: HandlerMessage| Ok(Invocation::new(Outcome::Ack)),
-            |queue| Arc::new(SlowHolds(queue)),
+            |queue| {
+                Arc::new(Twisted {
+                    inner: queue,
+                    twist: SlowHolds,
+                })
+            },
         );
         let request = LeaseRequest {
             key: "slow".to_string(),

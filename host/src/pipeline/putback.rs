@@ -113,80 +113,33 @@ mod tests {
     use super::*;
     use crate::message::Outgoing;
     use crate::source::local::LocalQueue;
+    use crate::source::twisted::{Twist, Twisted};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// The embedded queue, counting the calls that change visibility.
-    #[derive(Debug)]
+    /// Counts the calls that put deliveries back.
+    #[derive(Debug, Default)]
     struct Counting {
-        inner: LocalQueue,
         singles: AtomicUsize,
         batches: AtomicUsize,
     }
 
     #[async_trait::async_trait]
-    impl QueueSource for Counting {
-        fn capabilities(&self) -> crate::source::Capabilities {
-            self.inner.capabilities()
-        }
-        async fn receive(
-            &self,
-            queue: &str,
-            max: usize,
-            visibility: Duration,
-            wait: Duration,
-        ) -> Result<Vec<crate::message::Received>, SourceError> {
-            self.inner.receive(queue, max, visibility, wait).await
-        }
-        async fn settle(
-            &self,
-            queue: &str,
-            receipts: &[String],
-        ) -> Result<Vec<Result<(), SourceError>>, SourceError> {
-            self.inner.settle(queue, receipts).await
-        }
-        async fn put_back(
-            &self,
-            queue: &str,
-            receipt: &str,
-            delay: Duration,
-        ) -> Result<(), SourceError> {
+    impl Twist for Counting {
+        async fn put_back(&self) -> Result<(), SourceError> {
             self.singles.fetch_add(1, Ordering::Relaxed);
-            self.inner.put_back(queue, receipt, delay).await
+            Ok(())
         }
-        async fn hold(
-            &self,
-            queue: &str,
-            receipt: &str,
-            hold: Duration,
-        ) -> Result<(), SourceError> {
-            self.inner.hold(queue, receipt, hold).await
-        }
-        async fn put_back_batch(
-            &self,
-            queue: &str,
-            entries: &[(String, Duration)],
-        ) -> Result<Vec<Result<(), SourceError>>, SourceError> {
+        async fn put_back_batch(&self) -> Result<(), SourceError> {
             self.batches.fetch_add(1, Ordering::Relaxed);
-            let mut results = Vec::new();
-            for (receipt, delay) in entries {
-                results.push(self.inner.put_back(queue, receipt, *delay).await);
-            }
-            Ok(results)
-        }
-        async fn send(&self, messages: &[Outgoing]) -> Result<Vec<String>, SourceError> {
-            self.inner.send(messages).await
-        }
-        async fn depth(&self, queue: &str) -> Result<crate::source::QueueDepth, SourceError> {
-            self.inner.depth(queue).await
+            Ok(())
         }
     }
 
     #[tokio::test]
     async fn put_backs_made_together_share_calls_and_each_gets_its_own_answer() {
-        let source = Arc::new(Counting {
-            inner: LocalQueue::open(None, std::collections::HashMap::new()).unwrap(),
-            singles: AtomicUsize::new(0),
-            batches: AtomicUsize::new(0),
+        let source = Arc::new(Twisted {
+            inner: Arc::new(LocalQueue::open(None, std::collections::HashMap::new()).unwrap()),
+            twist: Counting::default(),
         });
         let bodies: Vec<Outgoing> = (0..25)
             .map(|i| Outgoing::new("q", format!("m{i}")))
@@ -215,11 +168,11 @@ mod tests {
         assert_eq!(expired, 1, "{answers:?}");
         assert_eq!(answers.iter().filter(|a| a.is_ok()).count(), 25);
         assert_eq!(
-            source.batches.load(Ordering::Relaxed),
+            source.twist.batches.load(Ordering::Relaxed),
             3,
             "26 put-backs in 3 calls"
         );
-        assert_eq!(source.singles.load(Ordering::Relaxed), 0);
+        assert_eq!(source.twist.singles.load(Ordering::Relaxed), 0);
         let again = (source
             .receive("q", 10, Duration::from_secs(30), Duration::ZERO)
             .await)
