@@ -8,8 +8,9 @@
 //! interpreter guests also with an instance reused for up to 100 messages.
 //!
 //! `cargo bench -p qhost-e2e --bench languages` (QHOST_BENCH_MESSAGES overrides the 1,000;
-//! `QHOST_BENCH_ONLY=ack` times the first row's invocations alone, all N of them, without the
-//! pipeline, for `perf record`).
+//! `QHOST_BENCH_ONLY=ROW` times one row's invocations alone, all N of them, without the
+//! pipeline, for `perf record`: ROW is `ack`, `rust`, `python`, `python-reuse`, `js` or
+//! `js-reuse`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -139,48 +140,21 @@ async fn main() {
     let n = qhost_e2e::bench_messages(1000);
     let config = config();
     // Language, handler, instance, component, outbox messages each call sends.
+    let py = Source::Guest("email-reminder-py");
+    let js = Source::Guest("email-reminder-js");
+    let reminder = "email-reminder";
     let builds = [
-        ("Rust", "ack", "fresh", Source::Rust("ack"), 0),
-        (
-            "Rust",
-            "email-reminder",
-            "fresh",
-            Source::Rust("email-reminder"),
-            1,
-        ),
-        (
-            "Python",
-            "email-reminder",
-            "fresh",
-            Source::Guest("email-reminder-py"),
-            1,
-        ),
-        (
-            "Python",
-            "email-reminder",
-            "reuse 100",
-            Source::Guest("email-reminder-py"),
-            1,
-        ),
-        (
-            "JavaScript",
-            "email-reminder",
-            "fresh",
-            Source::Guest("email-reminder-js"),
-            1,
-        ),
-        (
-            "JavaScript",
-            "email-reminder",
-            "reuse 100",
-            Source::Guest("email-reminder-js"),
-            1,
-        ),
+        ("ack", "Rust", "ack", "fresh", Source::Rust("ack"), 0),
+        ("rust", "Rust", reminder, "fresh", Source::Rust(reminder), 1),
+        ("python", "Python", reminder, "fresh", py, 1),
+        ("python-reuse", "Python", reminder, "reuse 100", py, 1),
+        ("js", "JavaScript", reminder, "fresh", js, 1),
+        ("js-reuse", "JavaScript", reminder, "reuse 100", js, 1),
     ];
-    let only_ack = std::env::var("QHOST_BENCH_ONLY").is_ok_and(|o| o == "ack");
+    let only = std::env::var("QHOST_BENCH_ONLY").ok();
     let mut rows = Vec::new();
-    for (language, handler, mode, source, sends) in builds {
-        if only_ack && handler != "ack" {
+    for (row, language, handler, mode, source, sends) in builds {
+        if only.as_ref().is_some_and(|only| only != row) {
             continue;
         }
         let (bytes, mut manifest) = source.load();
@@ -189,7 +163,7 @@ async fn main() {
         }
         let plugin = load(&bytes, &manifest, &config);
         per_message(&plugin, 20, sends).await; // warm up
-        if only_ack {
+        if only.is_some() {
             // All n on the invoker, none through the pipeline: what a profile should see.
             let cost = per_message(&plugin, n, sends).await;
             rows.push((language, handler, mode, bytes.len() / 1024, cost, f64::NAN));
