@@ -26,6 +26,7 @@ mod guides;
 mod handler_tests;
 mod hostile;
 mod http;
+mod isolation;
 mod lanes;
 mod languages;
 mod new;
