@@ -22,9 +22,10 @@ fn scribble(i: usize) -> HandlerMessage {
     }
 }
 
-/// The fixture with `manifest`, on an engine of four slots.
-fn fixture(manifest: &str, dir: &tempfile::TempDir) -> Plugin {
-    let path = dir.path().join("fixture.wasm");
+/// The fixture with `manifest`, loaded from `dir` on an engine of its own.
+fn fixture(manifest: &str, dir: &std::path::Path) -> Plugin {
+    std::fs::create_dir_all(dir).expect("plugin directory");
+    let path = dir.join("fixture.wasm");
     std::fs::write(&path, qhost_e2e::plugin_bytes("fixture")).expect("plugin");
     std::fs::write(path.with_extension("toml"), manifest).expect("manifest");
     let mut config = qhost::Config::parse("max-in-flight = 2\n").expect("config");
@@ -36,7 +37,7 @@ fn fixture(manifest: &str, dir: &tempfile::TempDir) -> Plugin {
 #[tokio::test(flavor = "multi_thread")]
 async fn no_message_sees_what_an_earlier_one_wrote_to_memory() {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let plugin = fixture("", &dir);
+    let plugin = fixture("", &dir.path().join("fresh"));
     let costs = || plugin.costs().expect("a wasm plugin counts its costs");
     let before = costs().instances;
     for i in 0..20 {
@@ -49,7 +50,7 @@ async fn no_message_sees_what_an_earlier_one_wrote_to_memory() {
         "one fresh instance per message"
     );
 
-    let reused = fixture("[limits]\nreuse-instance = 5\n", &dir);
+    let reused = fixture("[limits]\nreuse-instance = 5\n", &dir.path().join("reused"));
     let first = reused.invoke(scribble(0)).await.expect("invoked");
     assert_eq!(first.outcome, Outcome::Ack);
     let second = reused.invoke(scribble(1)).await.expect("invoked");

@@ -21,7 +21,8 @@
 //! scattered pages) was nearly everything: a Python handler's fresh instance page-faulted about
 //! 290 times per message. qhost builds against a copy of wasmtime whose scan resumes where the
 //! kernel stopped (`vendor/wasmtime/QHOST.md`): 1.3 faults per message, and the Python
-//! email-reminder 3,048 → 1,359 µs fresh, JavaScript 1,080 → 704 µs (release, same run).
+//! email-reminder 3,048 → 1,359 µs fresh, JavaScript 1,080 → 704 µs (release, the two builds
+//! alternated).
 //!
 //! The price is memory: a slot that has served a message keeps up to 4 MiB of memory and 4 MiB
 //! of table resident while idle, so a host at `max-in-flight = 64` whose guests dirty that much
