@@ -139,10 +139,11 @@ impl Source {
 async fn main() {
     let n = qhost_e2e::bench_messages(1000);
     let config = config();
-    // Language, handler, instance, component, outbox messages each call sends.
     let py = Source::Guest("email-reminder-py");
     let js = Source::Guest("email-reminder-js");
     let reminder = "email-reminder";
+    // Row (for QHOST_BENCH_ONLY), language, handler, instance, component, outbox messages each
+    // call sends.
     let builds = [
         ("ack", "Rust", "ack", "fresh", Source::Rust("ack"), 0),
         ("rust", "Rust", reminder, "fresh", Source::Rust(reminder), 1),
