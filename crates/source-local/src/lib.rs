@@ -290,6 +290,7 @@ impl QueueSource for LocalQueue {
             delay: true,
             holds: Holds::Expire,
             delivery_count: true,
+            ordering_groups: true,
         }
     }
 

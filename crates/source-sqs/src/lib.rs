@@ -321,6 +321,7 @@ impl QueueSource for SqsQueue {
             delay: true,
             holds: Holds::Expire,
             delivery_count: true,
+            ordering_groups: true,
         }
     }
 

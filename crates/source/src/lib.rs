@@ -110,11 +110,14 @@ pub struct Capabilities {
     /// How its holds end.
     pub holds: Holds,
     /// It counts the deliveries of a message (`Received::delivery_count`); where it does not,
-    /// the store counts.
+    /// the count is a lower bound (the host's attempts count runs in the store either way).
     pub delivery_count: bool,
+    /// It keeps ordering groups (SQS FIFO queues' message groups): a group's messages come in
+    /// the order sent, none while an earlier one of its group is held, other groups meanwhile.
+    pub ordering_groups: bool,
 }
 
-/// A queue service: SQS, or the embedded local queue.
+/// A queue service: SQS, the embedded local queue, or RabbitMQ.
 #[async_trait]
 pub trait QueueSource: Send + Sync + std::fmt::Debug + 'static {
     /// What it can do natively.

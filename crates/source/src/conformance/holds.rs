@@ -1,6 +1,7 @@
 //! Holds: a received delivery is held from other consumers; put back, it comes again after its
 //! delay (or at once, given back); kept, it stays held past its first hold; left, it comes back
-//! when its hold lapses. Each delivery counts.
+//! when its hold lapses (where holds expire) or when the consumer's connection drops (where
+//! they end with it). Each delivery counts.
 
 use std::time::{Duration, Instant};
 
@@ -9,7 +10,16 @@ use super::{Fixture, LONG, cases};
 cases! {
     "holds: a delivery put back comes again after its delay, counted" => put_back_after_a_delay,
     "holds: a delivery given back comes again at once" => given_back,
+}
+
+cases! {
+    EXPIRING:
     "holds: a kept hold outlives its first time, and a lapsed one lets the delivery come back" => kept_and_lapsed,
+}
+
+cases! {
+    WITH_CONNECTION:
+    "holds: a hold outlives its time while the connection lives, and ends with it" => held_while_connected,
 }
 
 async fn put_back_after_a_delay(f: Fixture) {
@@ -73,4 +83,35 @@ async fn kept_and_lapsed(f: Fixture) {
         received.elapsed()
     );
     assert_eq!(back[0].delivery_count, 2);
+}
+
+async fn held_while_connected(f: Fixture) {
+    let q = f.queue().await;
+    f.send(&q, &["long run"], None).await;
+    let got = f
+        .receive_n(&q, 1, Duration::from_secs(1), Duration::from_secs(10))
+        .await;
+    assert_eq!(got.len(), 1);
+    // Past its hold, with no keeping, it is still held: the connection holds it...
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    f.source
+        .hold(&q, &got[0].handle, Duration::from_secs(1))
+        .await
+        .unwrap();
+    let held = f.receive(&q, 1, LONG, Duration::from_secs(1)).await;
+    assert!(held.is_empty(), "held while the connection lives");
+    // ...until the connection drops: then it comes back, its delivery counted, and the old
+    // handle names nothing.
+    f.end_holds(&q).await;
+    let back = f.receive_n(&q, 1, LONG, Duration::from_secs(10)).await;
+    assert_eq!(back.len(), 1, "back once the connection dropped");
+    assert_eq!(
+        (back[0].id.as_str(), back[0].delivery_count),
+        (got[0].id.as_str(), 2)
+    );
+    let stale = f.source.settle(&q, &[got[0].handle.clone()]).await.unwrap();
+    assert!(
+        matches!(stale[0], Err(crate::SourceError::HandleExpired)),
+        "{stale:?}"
+    );
 }

@@ -8,6 +8,12 @@
 //! they must be created), so cases run at once. Cases that wait for a hold to lapse or a
 //! delay to pass wait on the real clock, a few seconds at most: a broker's clock is its own.
 //!
+//! Cases follow the source's [`Capabilities`](crate::Capabilities): where holds end with the
+//! consumer's connection ([`Holds::WithConnection`], RabbitMQ) rather than by time, the caller
+//! gives the suite a way to drop what holds a queue's deliveries ([`DropHolds`]: a consumer's
+//! channel or connection closing, as when a host dies), and the cases that let a hold lapse
+//! drop it instead of waiting.
+//!
 //! Layout: `settle` (settle, depth, refusals), `holds` (put back, give back, keep holding,
 //! expiry, the delivery count), `groups` (ordering groups on FIFO queues).
 
@@ -24,18 +30,25 @@ use std::time::Duration;
 use futures_util::FutureExt as _;
 use qhost_message::{Outgoing, Received};
 
-use crate::QueueSource;
+use crate::{Holds, QueueSource};
 
 /// Makes a new, empty queue for a case, named after `name` (a FIFO queue when `fifo`), and
 /// answers its name.
 pub type NewQueue =
     Arc<dyn Fn(String, bool) -> Pin<Box<dyn Future<Output = String> + Send>> + Send + Sync>;
 
+/// Drops what holds the deliveries of a queue (the source's consumer of it: its channel or its
+/// connection), so that every delivery of it the source holds goes back to the queue, as when
+/// a host dies: for sources whose holds end with the connection. Other queues' cases run
+/// meanwhile, so it drops no more than the named queue's holds need.
+pub type DropHolds = Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
 /// What each case is given: the source, and a way to make queues of its own.
 #[derive(Clone)]
 pub(crate) struct Fixture {
     source: Arc<dyn QueueSource>,
     new_queue: NewQueue,
+    drop_holds: Option<DropHolds>,
     name: String,
 }
 
@@ -85,6 +98,15 @@ impl Fixture {
         self.source.receive(queue, max, hold, wait).await.unwrap()
     }
 
+    /// Lets the holds the source has given on `queue` end: where they end with the
+    /// connection, drops them (the caller's [`DropHolds`]); where they expire, nothing (a
+    /// case's short holds lapse).
+    async fn end_holds(&self, queue: &str) {
+        if let Some(drop_holds) = &self.drop_holds {
+            drop_holds(queue.to_string()).await;
+        }
+    }
+
     /// Receives from `queue` until `n` messages came or `limit` passed.
     async fn receive_n(
         &self,
@@ -113,32 +135,76 @@ type CaseFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// One behaviour: its name, and the case that shows it.
 type Case = (&'static str, fn(Fixture) -> CaseFuture);
 
-/// A module's cases: each a name and an `async fn(Fixture)`.
+/// A module's cases: each a name and an `async fn(Fixture)`; in `CASES`, or in a list named
+/// first (`LIST: "name" => case, …`) for cases that apply to some sources only.
 macro_rules! cases {
+    ($list:ident: $($name:literal => $case:path),* $(,)?) => {
+        pub(super) const $list: &[super::Case] = &[$(($name, |f| Box::pin($case(f)))),*];
+    };
     ($($name:literal => $case:path),* $(,)?) => {
-        pub(super) const CASES: &[super::Case] = &[$(($name, |f| Box::pin($case(f)))),*];
+        cases!(CASES: $($name => $case),*);
     };
 }
 use cases;
 
-fn all_cases() -> Vec<Case> {
-    [settle::CASES, holds::CASES, groups::CASES].concat()
+/// The cases for a source whose holds `expire` (or end with the connection), and that keeps
+/// ordering groups or not.
+fn all_cases(expire: bool, source_groups: bool) -> Vec<Case> {
+    let holds = if expire {
+        holds::EXPIRING
+    } else {
+        holds::WITH_CONNECTION
+    };
+    let groups = if source_groups { groups::CASES } else { &[] };
+    [settle::CASES, holds::CASES, holds, groups].concat()
 }
 
 /// Runs every case on `source` at once, each on queues `new_queue` makes for it; panics naming
-/// each case that failed and why. What passed is printed, under `label`.
+/// each case that failed and why. What passed is printed, under `label`. For a source whose
+/// holds expire; see [`assert_conforms_dropping`] for one whose holds end with its connection.
 pub async fn assert_conforms(source: Arc<dyn QueueSource>, new_queue: NewQueue, label: &str) {
-    let runs = all_cases().into_iter().map(|(name, case)| {
-        let fixture = Fixture {
-            source: Arc::clone(&source),
-            new_queue: Arc::clone(&new_queue),
-            name: name.split(':').next().unwrap_or("case").to_string(),
-        };
-        async move {
-            let outcome = AssertUnwindSafe(case(fixture)).catch_unwind().await;
-            (name, outcome.map_err(|panic| panic_text(&panic)))
-        }
-    });
+    run_cases(source, new_queue, None, label).await;
+}
+
+/// As [`assert_conforms`], for a source whose holds end with its connection:
+/// `drop_holds` drops its connections where a case lets holds end.
+pub async fn assert_conforms_dropping(
+    source: Arc<dyn QueueSource>,
+    new_queue: NewQueue,
+    drop_holds: DropHolds,
+    label: &str,
+) {
+    run_cases(source, new_queue, Some(drop_holds), label).await;
+}
+
+async fn run_cases(
+    source: Arc<dyn QueueSource>,
+    new_queue: NewQueue,
+    drop_holds: Option<DropHolds>,
+    label: &str,
+) {
+    let capabilities = source.capabilities();
+    let expire = capabilities.holds == Holds::Expire;
+    assert_eq!(
+        expire,
+        drop_holds.is_none(),
+        "a source whose holds end with its connection is checked with assert_conforms_dropping, \
+         one whose holds expire with assert_conforms"
+    );
+    let runs = all_cases(expire, capabilities.ordering_groups)
+        .into_iter()
+        .map(|(name, case)| {
+            let fixture = Fixture {
+                source: Arc::clone(&source),
+                new_queue: Arc::clone(&new_queue),
+                drop_holds: drop_holds.clone(),
+                name: name.split(':').next().unwrap_or("case").to_string(),
+            };
+            async move {
+                let outcome = AssertUnwindSafe(case(fixture)).catch_unwind().await;
+                (name, outcome.map_err(|panic| panic_text(&panic)))
+            }
+        });
     let outcomes = futures_util::future::join_all(runs).await;
     let failed: Vec<String> = (outcomes.iter())
         .filter_map(|(name, outcome)| Some(format!("- {name}: {}", outcome.as_ref().err()?)))

@@ -31,7 +31,9 @@ async fn settled_are_gone(f: Fixture) {
     let answers = f.source.settle(&q, &receipts).await.unwrap();
     assert_eq!(answers.len(), 2);
     assert!(answers.iter().all(Result::is_ok), "{answers:?}");
-    // The one left unsettled comes back once its hold lapses; the settled never do.
+    // The one left unsettled comes back once its hold ends (lapses, or its connection drops);
+    // the settled never do.
+    f.end_holds(&q).await;
     let again = f.receive_n(&q, 1, LONG, Duration::from_secs(10)).await;
     assert_eq!(
         bodies(&again),
