@@ -1,0 +1,212 @@
+//! Messages between AMQP's form and qhost's: a delivery's properties and headers into a
+//! [`Received`], an [`Outgoing`] into a publish's properties.
+//!
+//! Attributes travel as headers: strings as long strings, numbers as integers (or doubles),
+//! bytes as byte arrays. Headers the broker writes (`x-…`: `x-delivery-count`, `x-death`) and
+//! qhost's own bookkeeping are not attributes. A header holding a table or an array (Celery's
+//! `timelimit`, a producer's nested metadata) becomes a string attribute of its JSON.
+
+use lapin::BasicProperties;
+use lapin::message::Delivery;
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use qhost_message::{Attribute, AttributeValue, Outgoing, Received};
+
+/// The header qhost counts earlier deliveries in when it republishes a delivery to a delay
+/// queue (RabbitMQ's own count starts again on the copy).
+pub(crate) const DELIVERIES: &str = "qhost-deliveries";
+
+/// RabbitMQ's count of a quorum queue's earlier deliveries of a message.
+const X_DELIVERY_COUNT: &str = "x-delivery-count";
+
+/// How many times the message of `delivery` has been delivered, this delivery included:
+/// earlier deliveries of this copy (a quorum queue's `x-delivery-count`; on a classic queue,
+/// only whether it was redelivered) and of the copies before it (`qhost-deliveries`).
+pub(crate) fn delivery_count(delivery: &Delivery) -> u32 {
+    let headers = delivery.properties.headers().as_ref();
+    let header = |name: &str| headers.and_then(|h| h.inner().get(name)).and_then(as_u32);
+    let earlier = match header(X_DELIVERY_COUNT) {
+        Some(n) => n,
+        None => u32::from(delivery.redelivered),
+    };
+    1 + earlier + header(DELIVERIES).unwrap_or(0)
+}
+
+/// The message id: the `message_id` property, which qhost's sends and most producers set;
+/// without one, the body's sha256 (every delivery of one message has the same body).
+pub(crate) fn message_id(properties: &BasicProperties, body: &[u8]) -> String {
+    match properties.message_id() {
+        Some(id) if !id.as_str().is_empty() => id.as_str().to_string(),
+        _ => format!("sha256:{}", qhost_message::digest::sha256_hex(body)),
+    }
+}
+
+/// `delivery` of `queue`, named by `handle`.
+pub(crate) fn received(queue: &str, handle: String, delivery: &Delivery) -> Received {
+    let properties = &delivery.properties;
+    let sent_at_ms = properties
+        .timestamp()
+        .map(|secs| secs.saturating_mul(1000))
+        .unwrap_or_else(qhost_message::now_ms);
+    Received {
+        id: message_id(properties, &delivery.data),
+        handle,
+        queue: queue.to_string(),
+        body: delivery.data.clone(),
+        attributes: attributes(properties.headers().as_ref()),
+        delivery_count: delivery_count(delivery),
+        sent_at_ms,
+        group_id: None,
+        malformed: None,
+    }
+}
+
+fn attributes(headers: Option<&FieldTable>) -> Vec<Attribute> {
+    let Some(headers) = headers else {
+        return Vec::new();
+    };
+    (headers.inner().iter())
+        .filter(|(name, _)| !name.as_str().starts_with("x-") && name.as_str() != DELIVERIES)
+        .filter_map(|(name, value)| {
+            Some(Attribute {
+                name: name.as_str().to_string(),
+                value: attribute_value(value)?,
+            })
+        })
+        .collect()
+}
+
+fn attribute_value(value: &AMQPValue) -> Option<AttributeValue> {
+    Some(match value {
+        AMQPValue::LongString(s) => {
+            AttributeValue::String(String::from_utf8_lossy(s.as_bytes()).into_owned())
+        }
+        AMQPValue::ShortString(s) => AttributeValue::String(s.as_str().to_string()),
+        AMQPValue::ByteArray(b) => AttributeValue::Binary(b.as_slice().to_vec()),
+        AMQPValue::Boolean(b) => AttributeValue::String(b.to_string()),
+        AMQPValue::Void => return None,
+        AMQPValue::FieldArray(_) | AMQPValue::FieldTable(_) => {
+            AttributeValue::String(json(value).to_string())
+        }
+        number => AttributeValue::Number(json(number).to_string()),
+    })
+}
+
+/// A header value as JSON (numbers as numbers, byte strings as text where they are UTF-8).
+fn json(value: &AMQPValue) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        AMQPValue::Boolean(b) => Value::Bool(*b),
+        AMQPValue::ShortShortInt(n) => (*n).into(),
+        AMQPValue::ShortShortUInt(n) => (*n).into(),
+        AMQPValue::ShortInt(n) => (*n).into(),
+        AMQPValue::ShortUInt(n) => (*n).into(),
+        AMQPValue::LongInt(n) => (*n).into(),
+        AMQPValue::LongUInt(n) => (*n).into(),
+        AMQPValue::LongLongInt(n) => (*n).into(),
+        AMQPValue::Timestamp(n) => (*n).into(),
+        AMQPValue::Float(n) => f64::from(*n).into(),
+        AMQPValue::Double(n) => (*n).into(),
+        AMQPValue::DecimalValue(d) => (f64::from(d.value) / 10f64.powi(i32::from(d.scale))).into(),
+        AMQPValue::ShortString(s) => s.as_str().into(),
+        AMQPValue::LongString(s) => String::from_utf8_lossy(s.as_bytes()).into(),
+        AMQPValue::ByteArray(b) => String::from_utf8_lossy(b.as_slice()).into(),
+        AMQPValue::FieldArray(a) => a.as_slice().iter().map(json).collect(),
+        AMQPValue::FieldTable(t) => (t.inner().iter())
+            .map(|(k, v)| (k.as_str().to_string(), json(v)))
+            .collect::<serde_json::Map<_, _>>()
+            .into(),
+        AMQPValue::Void => Value::Null,
+    }
+}
+
+fn as_u32(value: &AMQPValue) -> Option<u32> {
+    json(value).as_u64().and_then(|n| u32::try_from(n).ok())
+}
+
+/// The properties qhost publishes `msg` with, under message id `id`: persistent, stamped with
+/// the time, its attributes as headers.
+pub(crate) fn properties(msg: &Outgoing, id: &str) -> BasicProperties {
+    let mut headers = FieldTable::default();
+    for a in &msg.attributes {
+        headers.insert(ShortString::from(a.name.as_str()), header_value(&a.value));
+    }
+    BasicProperties::default()
+        .with_message_id(ShortString::from(id))
+        .with_delivery_mode(PERSISTENT)
+        .with_timestamp(qhost_message::now_ms() / 1000)
+        .with_headers(headers)
+}
+
+/// `delivery_mode` 2: the broker writes the message to disk.
+pub(crate) const PERSISTENT: u8 = 2;
+
+fn header_value(value: &AttributeValue) -> AMQPValue {
+    match value {
+        AttributeValue::String(s) => AMQPValue::LongString(LongString::from(s.as_str())),
+        AttributeValue::Number(n) => match (n.parse::<i64>(), n.parse::<f64>()) {
+            (Ok(i), _) => AMQPValue::LongLongInt(i),
+            (_, Ok(f)) => AMQPValue::Double(f),
+            _ => AMQPValue::LongString(LongString::from(n.as_str())),
+        },
+        AttributeValue::Binary(b) => AMQPValue::ByteArray(b.clone().into()),
+    }
+}
+
+/// `properties` as they go to a delay queue: the same message (its id, headers and stamp),
+/// with `deliveries` counted so far.
+pub(crate) fn delayed(properties: &BasicProperties, deliveries: u32) -> BasicProperties {
+    let mut headers = properties.headers().clone().unwrap_or_default();
+    headers.insert(
+        ShortString::from(DELIVERIES),
+        AMQPValue::LongUInt(deliveries),
+    );
+    properties
+        .clone()
+        .with_headers(headers)
+        .with_delivery_mode(PERSISTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attributes_travel_as_headers_and_back() {
+        let msg = Outgoing::new("q", "body")
+            .with_attribute(Attribute::string("idempotency-key", "job-1"))
+            .with_attribute(Attribute::number("weight", 42))
+            .with_attribute(Attribute::number("ratio", "0.5"))
+            .with_attribute(Attribute {
+                name: "raw".into(),
+                value: AttributeValue::Binary(vec![0, 1, 2]),
+            });
+        let props = properties(&msg, "m-1");
+        assert_eq!(message_id(&props, b"body"), "m-1");
+        let mut back = attributes(props.headers().as_ref());
+        back.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut sent = msg.attributes.clone();
+        sent.sort_by(|a, b| a.name.cmp(&b.name));
+        assert_eq!(back, sent);
+    }
+
+    #[test]
+    fn broker_headers_are_not_attributes_and_nested_ones_are_json() {
+        let mut headers = FieldTable::default();
+        headers.insert("x-delivery-count".into(), AMQPValue::LongLongInt(2));
+        headers.insert(DELIVERIES.into(), AMQPValue::LongUInt(1));
+        headers.insert(
+            "timelimit".into(),
+            AMQPValue::FieldArray(vec![AMQPValue::Void, AMQPValue::LongInt(30)].into()),
+        );
+        let attrs = attributes(Some(&headers));
+        assert_eq!(attrs, [Attribute::string("timelimit", "[null,30]")]);
+    }
+
+    #[test]
+    fn a_message_without_an_id_is_named_by_its_body() {
+        let props = BasicProperties::default();
+        assert_eq!(message_id(&props, b"a"), message_id(&props, b"a"));
+        assert_ne!(message_id(&props, b"a"), message_id(&props, b"b"));
+        assert!(message_id(&props, b"a").starts_with("sha256:"));
+    }
+}

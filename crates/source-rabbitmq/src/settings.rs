@@ -1,0 +1,56 @@
+//! What a RabbitMQ source is told: where the broker is, how many deliveries a consumer may
+//! hold, whether qhost declares the queues it consumes (and as what), and how a delayed
+//! put-back waits. The host's configuration (`[source] kind = "rabbitmq"`) fills it in.
+
+use std::time::Duration;
+
+/// A RabbitMQ source's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RabbitSettings {
+    /// `amqp://` or `amqps://` (TLS through rustls, the platform's roots), with the user and
+    /// password in it and the virtual host as its path (`%2f` for `/`).
+    pub url: String,
+    /// How many unacknowledged deliveries each consumer may hold (`basic.qos`): the in-flight
+    /// bound of one queue on one lane.
+    pub prefetch: u16,
+    /// Whether qhost declares the queues it consumes and their dead-letter queues, and as
+    /// what; `None` uses them as they exist (a missing one is an error at start).
+    pub declare: Option<QueueType>,
+    /// How a delivery put back with a delay waits (a retry's backoff, a key held elsewhere).
+    pub delay_by: DelayBy,
+    /// The connection's name, as `rabbitmqctl list_connections` and the broker's logs show it.
+    pub connection_name: String,
+}
+
+/// The kind of queue qhost declares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueType {
+    /// A quorum queue (replicated; counts deliveries in `x-delivery-count`), with RabbitMQ's
+    /// own delivery limit: a message delivered this many times more (a host that crashes on
+    /// it, again and again) goes to the dead-letter queue without qhost.
+    Quorum {
+        /// `x-delivery-limit`.
+        delivery_limit: u32,
+    },
+    /// A classic queue (a delivery is only marked `redelivered`, not counted).
+    Classic,
+}
+
+/// How a delivery put back with a delay waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DelayBy {
+    /// Republished (with confirms) to a delay queue whose messages expire after the delay and
+    /// dead-letter back to their queue, then acknowledged: the delay survives the host, and
+    /// holds none of the consumer's prefetch.
+    DelayQueue,
+    /// Held unacknowledged by the consumer until the delay passes, then requeued: nothing
+    /// declared, but each waiting delivery holds one of the prefetch, and a host that dies
+    /// meanwhile lets it come back at once.
+    Hold,
+}
+
+impl RabbitSettings {
+    /// The longest a delayed put-back waits (RabbitMQ's `x-message-ttl` is at most 2^32-1 ms;
+    /// SQS's own bound is 12 hours, which the host already keeps).
+    pub const MAX_DELAY: Duration = Duration::from_secs(12 * 3600);
+}

@@ -1,0 +1,203 @@
+//! The source on the machine's RabbitMQ (`QHOST_RABBITMQ_URL`, by default guest on
+//! 127.0.0.1:5672): the contract's conformance suite, and what the contract leaves to
+//! RabbitMQ's own terms (a delay that outlives its host, a refused declare). Every queue is
+//! named for its test and deleted after it.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt as _;
+use qhost_message::Outgoing;
+use qhost_source::conformance::{DropHolds, NewQueue, assert_conforms_dropping};
+use qhost_source::{QueueAdmin, QueueSource, SourceError};
+
+use crate::{DelayBy, QueueType, RabbitQueue, RabbitSettings};
+
+fn settings(delay_by: DelayBy) -> RabbitSettings {
+    RabbitSettings {
+        url: std::env::var("QHOST_RABBITMQ_URL")
+            .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into()),
+        prefetch: 16,
+        declare: Some(QueueType::Quorum { delivery_limit: 20 }),
+        delay_by,
+        connection_name: format!("qhost-source-test-{}", std::process::id()),
+    }
+}
+
+fn unique(name: &str) -> String {
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    format!("qhost-test-{name}-{}", &tag[..8])
+}
+
+/// Deletes every queue a test made, and their delay and dead-letter queues.
+async fn clean_up(source: &RabbitQueue, queues: &[String]) {
+    for q in queues {
+        source.delete(q).await.expect("delete the test's queue");
+        source
+            .delete(&format!("{q}-dlq"))
+            .await
+            .expect("delete its dead-letter queue");
+    }
+}
+
+async fn conforms(delay_by: DelayBy, label: &str) {
+    let source = Arc::new(RabbitQueue::new(settings(delay_by)));
+    let made: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (s, m) = (Arc::clone(&source), Arc::clone(&made));
+    let new_queue: NewQueue = Arc::new(move |name, _fifo| {
+        let (s, m) = (Arc::clone(&s), Arc::clone(&m));
+        Box::pin(async move {
+            let q = unique(&name.replace(' ', "-"));
+            s.prepare(&q, &format!("{q}-dlq")).await.expect("declare");
+            m.lock().unwrap().push(q.clone());
+            q
+        })
+    });
+    let s = Arc::clone(&source);
+    let drop_holds: DropHolds = Arc::new(move |queue| {
+        let s = Arc::clone(&s);
+        Box::pin(async move { s.close_consumer(&queue).await })
+    });
+    let dyn_source: Arc<dyn QueueSource> = source.clone();
+    let outcome = AssertUnwindSafe(assert_conforms_dropping(
+        dyn_source, new_queue, drop_holds, label,
+    ))
+    .catch_unwind()
+    .await;
+    let queues = made.lock().unwrap().clone();
+    clean_up(&source, &queues).await;
+    if let Err(failed) = outcome {
+        std::panic::resume_unwind(failed);
+    }
+}
+
+#[tokio::test]
+async fn conforms_with_delay_queues() {
+    conforms(DelayBy::DelayQueue, "RabbitMQ, delay queues").await;
+}
+
+#[tokio::test]
+async fn conforms_holding_delayed_deliveries() {
+    conforms(DelayBy::Hold, "RabbitMQ, holding delays").await;
+}
+
+/// A delivery put back for a delay is in the broker, not in the host: the host that put it
+/// back closes (as one that dies), and another receives it after the delay, counted.
+#[tokio::test]
+async fn a_delay_outlives_the_host_that_asked_for_it() {
+    let q = unique("delay-outlives");
+    let first = RabbitQueue::new(settings(DelayBy::DelayQueue));
+    first.prepare(&q, &format!("{q}-dlq")).await.unwrap();
+    first.send(&[Outgoing::new(&q, "retry me")]).await.unwrap();
+    let got = first
+        .receive(&q, 1, Duration::ZERO, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    let put_back = Instant::now();
+    first
+        .put_back(&q, &got[0].handle, Duration::from_secs(2))
+        .await
+        .unwrap();
+    first.close().await;
+
+    let second = RabbitQueue::new(settings(DelayBy::DelayQueue));
+    let early = second
+        .receive(&q, 1, Duration::ZERO, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(early.is_empty(), "not before its delay");
+    let again = second
+        .receive(&q, 1, Duration::ZERO, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1, "it comes back after the delay");
+    assert!(
+        put_back.elapsed() >= Duration::from_millis(1900),
+        "{:?}",
+        put_back.elapsed()
+    );
+    assert_eq!(
+        (again[0].id.as_str(), again[0].delivery_count),
+        (got[0].id.as_str(), 2)
+    );
+    assert_eq!(again[0].body, b"retry me");
+    second.settle(&q, &[again[0].handle.clone()]).await.unwrap()[0]
+        .as_ref()
+        .unwrap();
+    // The delay queue this source never sent to is the first's: delete it by name too.
+    clean_up(&first, std::slice::from_ref(&q)).await;
+    let delay_queue = crate::delay::name(&q, Duration::from_secs(2));
+    first.delete(&delay_queue).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_send_to_a_missing_queue_is_refused_and_settling_twice_is_an_expired_handle() {
+    let source = RabbitQueue::new(settings(DelayBy::DelayQueue));
+    let missing = unique("missing");
+    let err = source
+        .send(&[Outgoing::new(&missing, "x")])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, SourceError::UnknownQueue(q) if *q == missing),
+        "{err:?}"
+    );
+    assert!(err.is_permanent());
+
+    let q = unique("twice");
+    source.prepare(&q, &format!("{q}-dlq")).await.unwrap();
+    source.send(&[Outgoing::new(&q, "once")]).await.unwrap();
+    let got = source
+        .receive(&q, 1, Duration::ZERO, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let h = vec![got[0].handle.clone()];
+    assert!(source.settle(&q, &h).await.unwrap()[0].is_ok());
+    let again = source.settle(&q, &h).await.unwrap();
+    assert!(
+        matches!(again[0], Err(SourceError::HandleExpired)),
+        "{again:?}"
+    );
+    // The channel survived the second settle: the consumer still receives.
+    source.send(&[Outgoing::new(&q, "next")]).await.unwrap();
+    let next = source
+        .receive(&q, 1, Duration::ZERO, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(next.len(), 1);
+    assert_eq!(
+        source.purge(&q).await.unwrap(),
+        qhost_source::Purged::Deleted(0)
+    );
+    clean_up(&source, &[q]).await;
+}
+
+#[tokio::test]
+async fn a_queue_declared_otherwise_is_a_clear_refusal() {
+    let q = unique("declared-otherwise");
+    let classic = RabbitQueue::new(RabbitSettings {
+        declare: Some(QueueType::Classic),
+        ..settings(DelayBy::DelayQueue)
+    });
+    classic.prepare(&q, &format!("{q}-dlq")).await.unwrap();
+    let quorum = RabbitQueue::new(settings(DelayBy::DelayQueue));
+    let err = quorum.prepare(&q, &format!("{q}-dlq")).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("exists with other arguments") && text.contains(&q),
+        "{text}"
+    );
+    let unknown = RabbitQueue::new(RabbitSettings {
+        declare: None,
+        ..settings(DelayBy::DelayQueue)
+    });
+    let missing = unique("never-declared");
+    let err = unknown.prepare(&missing, "whatever").await.unwrap_err();
+    assert!(
+        matches!(&err, SourceError::UnknownQueue(m) if *m == missing),
+        "{err:?}"
+    );
+    clean_up(&classic, &[q]).await;
+}
