@@ -1,31 +1,9 @@
 //! `[admin] token`: the secret the console's actions (a redrive) ask for. Without one the
-//! console is read-only. It is written as text, or as where to read it: `{ env = "NAME" }`
-//! (the host's environment) or `{ file = "PATH" }` (a final newline dropped), read when the
-//! configuration is, so a missing secret is a start-up error, not a refused click later.
+//! console is read-only. It is written as a secret is (`secret`: text, `{ env = "NAME" }` or
+//! `{ file = "PATH" }`), read when the configuration is, so a missing secret is a start-up
+//! error, not a refused click later.
 
-use std::path::{Path, PathBuf};
-
-use serde::Deserialize;
-
-/// `[admin] token` as written.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(untagged)]
-pub(crate) enum RawToken {
-    Text(String),
-    Env { env: String },
-    File { file: PathBuf },
-}
-
-impl RawToken {
-    /// Makes a file reference relative to `base`, as the file's other paths are.
-    pub(crate) fn relative_to(&mut self, base: &Path) {
-        if let RawToken::File { file } = self
-            && file.is_relative()
-        {
-            *file = base.join(&*file);
-        }
-    }
-}
+use super::secret::{RawSecret, read};
 
 /// The admin token. Its `Debug` does not show it.
 #[derive(Clone, PartialEq, Eq)]
@@ -46,19 +24,8 @@ impl AdminToken {
 }
 
 /// The token `raw` names, read now.
-pub(crate) fn token(raw: &RawToken) -> anyhow::Result<AdminToken> {
-    let text = match raw {
-        RawToken::Text(text) => text.clone(),
-        RawToken::Env { env } => std::env::var(env).map_err(|_| {
-            anyhow::anyhow!("admin.token: the environment variable `{env}` is not set")
-        })?,
-        RawToken::File { file } => {
-            let text = std::fs::read_to_string(file).map_err(|e| {
-                anyhow::anyhow!("admin.token: cannot read `{}`: {e}", file.display())
-            })?;
-            text.strip_suffix('\n').unwrap_or(&text).to_string()
-        }
-    };
+pub(crate) fn token(raw: &RawSecret) -> anyhow::Result<AdminToken> {
+    let text = read("admin.token", raw)?;
     if text.len() < 16 {
         anyhow::bail!(
             "admin.token must be at least 16 characters (it guards the console's actions); \
@@ -74,16 +41,16 @@ mod tests {
 
     #[test]
     fn a_token_is_read_from_where_it_is_written_and_never_shown() {
-        let text = RawToken::Text("0123456789abcdef".into());
+        let text = RawSecret::Text("0123456789abcdef".into());
         let t = token(&text).unwrap();
         assert!(t.accepts("0123456789abcdef") && !t.accepts("0123456789abcdeX") && !t.accepts(""));
         assert_eq!(format!("{t:?}"), "AdminToken(..)");
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("t"), "fedcba9876543210\n").unwrap();
-        let mut file = RawToken::File { file: "t".into() };
+        let mut file = RawSecret::File { file: "t".into() };
         file.relative_to(dir.path());
         assert!(token(&file).unwrap().accepts("fedcba9876543210"));
-        let unset = RawToken::Env {
+        let unset = RawSecret::Env {
             env: "QHOST_TEST_NO_SUCH_VARIABLE".into(),
         };
         let e = token(&unset).unwrap_err().to_string();
@@ -91,7 +58,7 @@ mod tests {
             e.contains("`QHOST_TEST_NO_SUCH_VARIABLE` is not set"),
             "{e}"
         );
-        let short = token(&RawToken::Text("short".into()))
+        let short = token(&RawSecret::Text("short".into()))
             .unwrap_err()
             .to_string();
         assert!(short.contains("at least 16 characters"), "{short}");

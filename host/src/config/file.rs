@@ -53,6 +53,9 @@ impl RawConfig {
         let http_ca = self.http.as_mut().and_then(|h| h.ca_file.as_mut());
         let redis_ca = self.idempotency.as_mut().and_then(|i| i.ca_file.as_mut());
         http_ca.into_iter().chain(redis_ca).for_each(at);
+        if let Some(password) = self.source.as_mut().and_then(|s| s.password.as_mut()) {
+            password.relative_to(base);
+        }
         if let Some(token) = self.admin.as_mut().and_then(|a| a.token.as_mut()) {
             token.relative_to(base);
         }
@@ -66,6 +69,13 @@ pub(crate) struct RawSource {
     pub queues: Option<Vec<String>>,
     pub region: Option<String>,
     pub endpoint_url: Option<String>,
+    pub url: Option<String>,
+    pub password: Option<super::secret::RawSecret>,
+    pub prefetch: Option<u32>,
+    pub declare: Option<bool>,
+    pub queue_type: Option<String>,
+    pub delivery_limit: Option<u32>,
+    pub delay_by: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -96,7 +106,7 @@ pub(crate) struct RawHttp {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub(crate) struct RawAdmin {
     pub listen: Option<String>,
-    pub token: Option<super::admin::RawToken>,
+    pub token: Option<super::secret::RawSecret>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -14,8 +14,10 @@ mod documented;
 mod file;
 pub(crate) mod format;
 pub(crate) mod load;
+mod rabbitmq;
 pub(crate) mod rollout;
 pub(crate) mod schedule;
+mod secret;
 pub(crate) mod typo;
 
 use std::net::SocketAddr;
@@ -42,15 +44,18 @@ pub enum SourceKind {
     Local,
     /// Amazon SQS, or an SQS-compatible server.
     Sqs(crate::aws::AwsSettings),
+    /// A RabbitMQ broker (AMQP 0-9-1).
+    Rabbitmq(crate::source::rabbitmq::RabbitSettings),
 }
 
 impl SourceKind {
     /// The `messaging.system` value metrics and traces carry: OpenTelemetry's well-known
-    /// `aws_sqs`, or `qhost_local` for the embedded queue.
+    /// `aws_sqs` and `rabbitmq`, or `qhost_local` for the embedded queue.
     pub(crate) fn messaging_system(&self) -> &'static str {
         match self {
             SourceKind::Sqs(_) => "aws_sqs",
             SourceKind::Local => "qhost_local",
+            SourceKind::Rabbitmq(_) => "rabbitmq",
         }
     }
 }
@@ -276,7 +281,7 @@ impl Config {
         }
         let data_dir = raw.data_dir.unwrap_or_else(|| ".qhost".into());
         let deadlines = deadlines::deadlines(raw.timeouts.unwrap_or_default())?;
-        let mut source = source_kind(raw.source.unwrap_or_default())?;
+        let mut source = source_kind(raw.source.unwrap_or_default(), max_in_flight)?;
         if let SourceKind::Sqs(settings) = &mut source {
             settings.deadlines = deadlines.sqs;
         }
@@ -292,7 +297,7 @@ impl Config {
             },
             match &source {
                 SourceKind::Sqs(settings) => Some(settings),
-                SourceKind::Local => None,
+                SourceKind::Local | SourceKind::Rabbitmq(_) => None,
             },
         )?;
         payload.s3.deadlines = deadlines.s3;
@@ -481,8 +486,11 @@ fn check_unique(queues: &[QueueConfig]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn source_kind(raw: file::RawSource) -> anyhow::Result<SourceKind> {
+fn source_kind(raw: file::RawSource, max_in_flight: u32) -> anyhow::Result<SourceKind> {
     let kind = raw.kind.as_deref().unwrap_or("local");
+    if kind != "rabbitmq" {
+        rabbitmq::refuse_fields(&raw, kind)?;
+    }
     match kind {
         "local" if raw.region.is_some() || raw.endpoint_url.is_some() => {
             bail!("source.region and source.endpoint-url are only for kind = \"sqs\"")
@@ -500,7 +508,13 @@ fn source_kind(raw: file::RawSource) -> anyhow::Result<SourceKind> {
                 deadlines: crate::aws::AwsDeadlines::SQS,
             }))
         }
-        other => bail!("source.kind `{other}` is not supported; expected `local` or `sqs`"),
+        "rabbitmq" => Ok(SourceKind::Rabbitmq(rabbitmq::settings(
+            raw,
+            max_in_flight,
+        )?)),
+        other => {
+            bail!("source.kind `{other}` is not supported; expected `local`, `sqs` or `rabbitmq`")
+        }
     }
 }
 

@@ -27,6 +27,7 @@ fn backends(config: &crate::config::Config) -> String {
     let queue = match config.source {
         SourceKind::Local => "local",
         SourceKind::Sqs(_) => "sqs",
+        SourceKind::Rabbitmq(_) => "rabbitmq",
     };
     let store = match &config.store {
         StoreKind::Local => "local",

@@ -20,8 +20,9 @@ use crate::plugin::registry::Registry;
 use crate::plugin::reload::PluginDir;
 use crate::runtime::{EngineSettings, Runtime};
 use crate::source::local::{LocalQueue, Redrive};
+use crate::source::rabbitmq::{RabbitQueue, RabbitSettings};
 use crate::source::sqs::SqsQueue;
-use crate::source::{QueueAdmin, SourceError};
+use crate::source::{QueueAdmin, QueueSource as _, SourceError};
 
 /// Why the host refused to start: each names what to fix. Other failures at start (a store
 /// that cannot be reached, a file that cannot be read) stay plain errors with their context.
@@ -138,7 +139,50 @@ pub(crate) async fn open_source(
     match &config.source {
         SourceKind::Local => Ok(Arc::new(open_local(config)?)),
         SourceKind::Sqs(settings) => Ok(Arc::new(open_sqs(config, settings, only).await?)),
+        SourceKind::Rabbitmq(settings) => {
+            Ok(Arc::new(open_rabbitmq(config, settings, only).await?))
+        }
     }
+}
+
+/// Connects to RabbitMQ with `settings` and declares (or, with `declare = false`, checks)
+/// `only` these queues, or every consumed queue with its dead-letter queue. A queue only named
+/// (a send's target, a dead-letter queue checked alone) must exist.
+async fn open_rabbitmq(
+    config: &Config,
+    settings: &RabbitSettings,
+    only: Option<&[&str]>,
+) -> anyhow::Result<RabbitQueue> {
+    let rabbit = RabbitQueue::new(settings.clone());
+    let started = |queue: &str, field: Option<String>, e: SourceError| match e {
+        SourceError::UnknownQueue(_) => StartError::NoQueue {
+            field,
+            queue: queue.to_string(),
+        },
+        error => StartError::Unreachable {
+            queue: queue.to_string(),
+            error,
+        },
+    };
+    match only {
+        None => {
+            for (i, q) in config.queues.iter().enumerate() {
+                (rabbit.prepare(&q.name, &q.dead_letter).await)
+                    .map_err(|e| started(&q.name, Some(format!("queue[{i}].name")), e))?;
+            }
+        }
+        Some(names) => {
+            for name in names {
+                let consumed = config.queues.iter().find(|q| q.name == *name);
+                let prepared = match consumed {
+                    Some(q) => rabbit.prepare(&q.name, &q.dead_letter).await,
+                    None => rabbit.depth(name).await.map(drop),
+                };
+                prepared.map_err(|e| started(name, None, e))?;
+            }
+        }
+    }
+    Ok(rabbit)
 }
 
 /// The embedded queue in the configuration's data directory (in memory without one), with the
