@@ -33,6 +33,7 @@ mod new;
 mod packaging;
 mod payload;
 mod pipeline;
+mod rabbitmq;
 mod rate;
 mod redis;
 mod reload;

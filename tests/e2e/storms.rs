@@ -12,8 +12,8 @@ use qhost::sources::LocalQueue;
 use qhost::sources::QueueSource;
 use qhost::{Attribute, Outgoing};
 use qhost_e2e::harness::{TestEnv, attr, contents};
-use qhost_e2e::processes::{HostProcess, summary_column};
-use qhost_e2e::redis_server::{connect, record_cmd, record_reply, shared_url, unique_namespace};
+use qhost_e2e::processes::{HostProcess, kill_repeatedly, summary_column};
+use qhost_e2e::redis_server::{records, shared_url, unique_namespace};
 
 const JOBS: usize = 2000;
 
@@ -88,23 +88,6 @@ async fn wait_until_drained(q: &LocalQueue, limit: Duration) {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// (state, fencing token) for each key, read in pipelines.
-async fn records(ns: &str, plugin: &str, keys: &[String]) -> Vec<(Option<String>, Option<u64>)> {
-    let mut conn = connect(&shared_url()).await;
-    let mut out = Vec::with_capacity(keys.len());
-    for chunk in keys.chunks(500) {
-        let mut pipe = redis::pipe();
-        for k in chunk {
-            let record = qhost::testing::scoped_key(ns, plugin, k);
-            pipe.add_command(record_cmd(&record));
-        }
-        let rows: Vec<(Option<String>, Option<u64>)> =
-            pipe.query_async(&mut conn).await.expect("pipeline");
-        out.extend(rows.into_iter().map(record_reply));
-    }
-    out
 }
 
 fn job_keys() -> Vec<String> {
@@ -199,16 +182,10 @@ async fn duplicate_storm_runs_each_key_once_across_two_hosts() {
     dead_letters_are_empty(&q).await;
 }
 
-/// Starts the host, lets it work for `busy` once it is consuming, SIGKILLs it; `kills` times,
-/// then leaves one running until the end and stops it cleanly.
+/// SIGKILLs the host `kills` times (see [`kill_repeatedly`]), then leaves one running for
+/// `busy` and stops it cleanly.
 fn restart_loop(config: &Path, kills: usize, busy: Duration) -> usize {
-    let mut killed = 0;
-    for _ in 0..kills {
-        let host = HostProcess::start_consuming(config);
-        std::thread::sleep(busy);
-        host.kill();
-        killed += 1;
-    }
+    let killed = kill_repeatedly(config, kills, busy);
     let host = HostProcess::start_consuming(config);
     std::thread::sleep(busy);
     host.stop();

@@ -23,6 +23,7 @@ pub mod harness;
 pub mod otlp;
 pub mod proc_tree;
 pub mod processes;
+pub mod rabbitmq;
 pub mod redis_cluster;
 pub mod redis_server;
 pub mod redis_tls;

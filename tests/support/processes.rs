@@ -243,6 +243,17 @@ impl Drop for HostProcess {
     }
 }
 
+/// Starts `qhost run` with `config`, lets it work for `busy` once it is consuming, and
+/// SIGKILLs it; `kills` times. Returns how many kills there were.
+pub fn kill_repeatedly(config: &Path, kills: usize, busy: Duration) -> usize {
+    for _ in 0..kills {
+        let host = HostProcess::start_consuming(config);
+        std::thread::sleep(busy);
+        host.kill();
+    }
+    kills
+}
+
 /// A column of the summary table summed over rows of `queue`.
 pub fn summary_column(summary: &str, queue: &str, column: &str) -> u64 {
     let mut lines = summary.lines();

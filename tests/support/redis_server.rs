@@ -65,6 +65,27 @@ pub async fn record(
     record_reply(reply)
 }
 
+/// The (state, fencing token) of each of `plugin`'s `keys` in namespace `ns` on the shared
+/// server, read in pipelines.
+pub async fn records(
+    ns: &str,
+    plugin: &str,
+    keys: &[String],
+) -> Vec<(Option<String>, Option<u64>)> {
+    let mut conn = connect(&shared_url()).await;
+    let mut out = Vec::with_capacity(keys.len());
+    for chunk in keys.chunks(500) {
+        let mut pipe = redis::pipe();
+        for k in chunk {
+            pipe.add_command(record_cmd(&qhost::testing::scoped_key(ns, plugin, k)));
+        }
+        let rows: Vec<(Option<String>, Option<u64>)> =
+            pipe.query_async(&mut conn).await.expect("pipeline");
+        out.extend(rows.into_iter().map(record_reply));
+    }
+    out
+}
+
 /// A `redis-server` of this test's own, killed on drop.
 #[derive(Debug)]
 pub struct RedisServer {

@@ -1,0 +1,304 @@
+//! qhost on the machine's RabbitMQ: `qhost run` processes consuming quorum queues that each
+//! test names for itself and deletes after it, the lease store in the shared Redis.
+//!
+//! Runs are counted where they cannot be double-counted: each grant of a key's lease bumps its
+//! fencing counter in Redis, and a handler runs only under a grant, so a completed record with
+//! token 1 means the handler ran exactly once for that key.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use qhost::sources::{QueueAdmin as _, QueueSource as _};
+use qhost::{Attribute, Outgoing};
+use qhost_e2e::harness::{TestEnv, attr};
+use qhost_e2e::processes::{HostProcess, kill_repeatedly, summary_column};
+use qhost_e2e::rabbitmq::{
+    TestQueues, client, close_connections, drain, ready, source_table, wait_for,
+};
+use qhost_e2e::redis_server::{records, shared_url, unique_namespace};
+
+/// A host configuration on RabbitMQ: `queues` (name, plugin) consumed with `in_flight` slots.
+fn config_file(
+    env: &TestEnv,
+    ns: &str,
+    file: &str,
+    queues: &[(&str, &str)],
+    in_flight: u32,
+) -> PathBuf {
+    let mut text = format!(
+        "plugins-dir = {:?}\ndata-dir = {:?}\nmax-in-flight = {in_flight}\nshutdown-grace-secs = 10\n\
+         [idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{ns}\"\n\
+         [retry]\nbase-secs = 2\nmax-secs = 2\n{}",
+        env.plugins_dir(),
+        env.data_dir(),
+        shared_url(),
+        source_table(in_flight),
+    );
+    for (name, plugin) in queues {
+        text.push_str(&format!(
+            "[[queue]]\nname = \"{name}\"\nplugin = \"{plugin}\"\nwait-time-secs = 1\npollers = 2\n"
+        ));
+    }
+    let path = env.plugins_dir().parent().expect("temp dir").join(file);
+    std::fs::write(&path, text).expect("config file");
+    path
+}
+
+async fn completed(ns: &str, plugin: &str, keys: &[String]) -> usize {
+    let rows = records(ns, plugin, keys).await;
+    rows.iter()
+        .filter(|r| r.0.as_deref() == Some("completed"))
+        .count()
+}
+
+fn job(queue: &str, body: &str, job_id: &str) -> Outgoing {
+    Outgoing::new(queue, body).with_attribute(Attribute::string("job-id", job_id))
+}
+
+fn keys(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn jobs_run_once_a_retry_comes_back_after_its_delay_and_a_reject_is_dead_lettered_with_why() {
+    let env = TestEnv::new();
+    env.install(
+        "jobs",
+        "fixture",
+        "[idempotency]\nkey = \"attribute:job-id\"\n",
+    );
+    let ns = unique_namespace("rabbit-basics");
+    let queues = TestQueues::new(&["jobs"]);
+    let q = queues.name(0).to_string();
+    let dlq = format!("{q}-dlq");
+    let rabbit = client();
+    rabbit.prepare(&q, &dlq).await.expect("declare");
+    // 20 jobs, each delivered twice under one message id (a redelivery), 5 of them sent again
+    // by their producer under a new one; a job that fails its first run; one rejected.
+    for i in 0..20 {
+        let msg = job(&q, "done", &format!("j-{i}"));
+        let copies = if i < 5 { 2 } else { 1 };
+        for _ in 0..copies {
+            rabbit
+                .send_copies(std::slice::from_ref(&msg), 2)
+                .await
+                .expect("send");
+        }
+    }
+    rabbit
+        .send(&[job(&q, "fail-below-fence:2", "retry")])
+        .await
+        .expect("send");
+    rabbit
+        .send(&[job(&q, "reject:bad input", "reject")])
+        .await
+        .expect("send");
+
+    let config = config_file(&env, &ns, "host.toml", &[(&q, "jobs")], 8);
+    let host = HostProcess::start_consuming(&config);
+    let all = keys("j", 20);
+    wait_for(Duration::from_secs(60), "every job completed", async || {
+        completed(&ns, "jobs", &all).await == 20
+            && completed(&ns, "jobs", &["retry".into()]).await == 1
+    })
+    .await;
+    let dead = drain(&rabbit, &dlq, Duration::from_secs(5)).await;
+    let summary = host.stop();
+
+    let rows = records(&ns, "jobs", &all).await;
+    assert!(
+        rows.iter()
+            .all(|r| *r == (Some("completed".into()), Some(1))),
+        "{rows:?}"
+    );
+    let retried = records(&ns, "jobs", &["retry".into()]).await;
+    assert_eq!(
+        retried[0],
+        (Some("completed".into()), Some(2)),
+        "ran twice: failed, then done"
+    );
+    // 20 jobs in 50 deliveries: each of the 30 extra found its job done (some after being
+    // put back while the first copy ran).
+    assert_eq!(
+        summary_column(&summary, &q, "duplicate"),
+        30,
+        "every extra delivery suppressed:\n{summary}"
+    );
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let reason = attr(&dead[0], "qhost-dead-letter-reason");
+    assert!(
+        reason.is_some_and(|r| r.contains("bad input")),
+        "{reason:?}"
+    );
+    assert_eq!(dead[0].body, b"reject:bad input");
+    assert_eq!(ready(&rabbit, &q).await, 0, "nothing left, nothing held");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dropped_connection_gives_every_unacked_delivery_back_and_each_runs_once() {
+    const JOBS: usize = 400;
+    let env = TestEnv::new();
+    env.install(
+        "jobs",
+        "fixture",
+        "[idempotency]\nkey = \"attribute:job-id\"\n",
+    );
+    let ns = unique_namespace("rabbit-drop");
+    let queues = TestQueues::new(&["drop"]);
+    let q = queues.name(0).to_string();
+    let rabbit = client();
+    rabbit
+        .prepare(&q, &format!("{q}-dlq"))
+        .await
+        .expect("declare");
+    let batch: Vec<Outgoing> = (0..JOBS)
+        .map(|i| job(&q, "sleep:40", &format!("j-{i}")))
+        .collect();
+    rabbit.send(&batch).await.expect("send");
+
+    let config = config_file(&env, &ns, "host.toml", &[(&q, "jobs")], 8);
+    let host = HostProcess::start_consuming(&config);
+    let all = keys("j", JOBS);
+    wait_for(Duration::from_secs(60), "a first share done", async || {
+        completed(&ns, "jobs", &all).await >= 40
+    })
+    .await;
+    // Mid-run: the broker drops the host's connection (as a network failure would).
+    let closed = close_connections(&format!("qhost pid {}", host.pid()));
+    wait_for(
+        Duration::from_secs(120),
+        "every job completed",
+        async || completed(&ns, "jobs", &all).await == JOBS,
+    )
+    .await;
+    wait_for(Duration::from_secs(30), "the queue empty", async || {
+        ready(&rabbit, &q).await == 0
+    })
+    .await;
+    let (summary, log) = host.stop_with_log();
+
+    assert!(closed >= 1, "the host's connection was found and closed");
+    let rows = records(&ns, "jobs", &all).await;
+    let once = rows
+        .iter()
+        .filter(|r| **r == (Some("completed".into()), Some(1)))
+        .count();
+    assert_eq!(once, JOBS, "each job ran once");
+    let duplicates = summary_column(&summary, &q, "duplicate");
+    println!("connection dropped mid-run: {closed} closed; {duplicates} redeliveries suppressed");
+    assert!(
+        duplicates > 0,
+        "deliveries acked-to-be when the connection dropped came back and were suppressed:\n{summary}\n{log}"
+    );
+    assert_eq!(
+        ready(&rabbit, &format!("{q}-dlq")).await,
+        0,
+        "nothing dead-lettered"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_storm_on_rabbitmq_runs_each_jobs_effect_once() {
+    const JOBS: usize = 3000;
+    let env = TestEnv::new();
+    env.install(
+        "stage1",
+        "fixture",
+        "[idempotency]\nkey = \"attribute:job-id\"\n",
+    );
+    let ns = unique_namespace("rabbit-crash");
+    let queues = TestQueues::new(&["storm", "sink"]);
+    let (q, sink) = (queues.name(0).to_string(), queues.name(1).to_string());
+    let rabbit = client();
+    rabbit
+        .prepare(&q, &format!("{q}-dlq"))
+        .await
+        .expect("declare");
+    rabbit
+        .prepare(&sink, &format!("{sink}-dlq"))
+        .await
+        .expect("declare");
+    // 30% delivered twice under one message id, 10% sent twice by the producer, the rest once;
+    // 20 ms per job keeps both hosts busy, so every kill lands mid-stream.
+    let body = format!("sleep:20;send:{sink}:done");
+    let mut deliveries = 0;
+    for i in 0..JOBS {
+        let msg = job(&q, &body, &format!("j-{i}"));
+        let (copies, sends) = match i % 10 {
+            0..=2 => (2, 1),
+            3 => (1, 2),
+            _ => (1, 1),
+        };
+        for _ in 0..sends {
+            rabbit
+                .send_copies(std::slice::from_ref(&msg), copies)
+                .await
+                .expect("send");
+            deliveries += copies;
+        }
+    }
+    let (a_cfg, b_cfg) = (
+        config_file(&env, &ns, "a.toml", &[(&q, "stage1")], 8),
+        config_file(&env, &ns, "b.toml", &[(&q, "stage1")], 8),
+    );
+    let b = HostProcess::start(&b_cfg);
+    let killer = std::thread::spawn(move || kill_repeatedly(&a_cfg, 5, Duration::from_millis(400)));
+    let killed = tokio::task::spawn_blocking(move || killer.join().expect("killer"))
+        .await
+        .expect("join");
+    let all = keys("j", JOBS);
+    wait_for(
+        Duration::from_secs(240),
+        "every job completed",
+        async || completed(&ns, "stage1", &all).await == JOBS,
+    )
+    .await;
+    wait_for(Duration::from_secs(60), "the queue empty", async || {
+        ready(&rabbit, &q).await == 0
+    })
+    .await;
+    let b_summary = b.stop();
+    let effects = drain(&rabbit, &sink, Duration::from_secs(3)).await;
+
+    let rows = records(&ns, "stage1", &all).await;
+    let rerun = rows.iter().filter(|r| r.1.unwrap_or(0) > 1).count();
+    let mut effect_keys: Vec<&str> = (effects.iter())
+        .filter_map(|m| attr(m, "qhost-idempotency-key"))
+        .collect();
+    effect_keys.sort();
+    effect_keys.dedup();
+    let mut effect_ids: Vec<&str> = effects.iter().map(|m| m.id.as_str()).collect();
+    effect_ids.sort();
+    effect_ids.dedup();
+    println!(
+        "crash storm on RabbitMQ: {JOBS} jobs, {deliveries} deliveries, host A SIGKILLed {killed} \
+         times; keys re-leased after a kill: {rerun}; effects: {} distinct of {} sent; host B \
+         suppressed {} duplicates",
+        effect_keys.len(),
+        effects.len(),
+        summary_column(&b_summary, &q, "duplicate"),
+    );
+    assert_eq!(killed, 5);
+    assert!(
+        rerun > 0,
+        "the kills interrupted handlers mid-run (else this proves nothing)"
+    );
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r.0.as_deref() == Some("completed"))
+            .count(),
+        JOBS,
+        "every job has its completed record"
+    );
+    assert_eq!(effect_keys.len(), JOBS, "one effect per job");
+    assert_eq!(
+        effect_ids.len(),
+        JOBS,
+        "a copy of an effect, resent after a kill, carries its key as its message id"
+    );
+    assert_eq!(
+        ready(&rabbit, &format!("{q}-dlq")).await,
+        0,
+        "nothing dead-lettered"
+    );
+}

@@ -1,0 +1,139 @@
+//! The machine's RabbitMQ for the tests (`QHOST_RABBITMQ_URL`, by default guest on
+//! 127.0.0.1:5672): queue names of each test's own, deleted after it, and `rabbitmqctl` to
+//! close one host's connection (never the whole server's: other tests share it).
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use qhost::sources::{DelayBy, QueueSource, QueueType, RabbitQueue, RabbitSettings};
+
+/// The broker's URL.
+pub fn url() -> String {
+    std::env::var("QHOST_RABBITMQ_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+}
+
+/// A client of the broker for a test's own sends, reads and clean-up, declaring quorum queues.
+pub fn client() -> RabbitQueue {
+    RabbitQueue::new(RabbitSettings {
+        url: url(),
+        prefetch: 500,
+        declare: Some(QueueType::Quorum { delivery_limit: 20 }),
+        delay_by: DelayBy::DelayQueue,
+        connection_name: format!("qhost-e2e {}", std::process::id()),
+    })
+}
+
+/// A queue name no other test uses.
+pub fn unique(name: &str) -> String {
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    format!("qhost-e2e-{name}-{}", &tag[..8])
+}
+
+/// The `[source]` table of a host on the broker.
+pub fn source_table(prefetch: u32) -> String {
+    format!(
+        "[source]\nkind = \"rabbitmq\"\nurl = \"{}\"\nprefetch = {prefetch}\n",
+        url()
+    )
+}
+
+/// Deletes `queues`, each with its dead-letter queue (`NAME-dlq`) and delay queues.
+pub async fn delete(client: &RabbitQueue, queues: &[String]) {
+    for q in queues {
+        for name in [q.to_string(), format!("{q}-dlq")] {
+            client.delete(&name).await.expect("delete a test queue");
+        }
+        for secs in (1..=10).chain((15..=60).step_by(5)) {
+            let delay = format!("{q}.qhost-delay-{secs}s");
+            client.delete(&delay).await.expect("delete a delay queue");
+        }
+    }
+}
+
+/// A test's queues: named for it, deleted when it ends, passed or failed.
+#[derive(Debug)]
+pub struct TestQueues(Vec<String>);
+
+impl TestQueues {
+    /// `names`, each made unique to this test.
+    pub fn new(names: &[&str]) -> TestQueues {
+        TestQueues(names.iter().map(|n| unique(n)).collect())
+    }
+
+    /// The `i`th queue's name.
+    pub fn name(&self, i: usize) -> &str {
+        &self.0[i]
+    }
+}
+
+impl Drop for TestQueues {
+    fn drop(&mut self) {
+        let names = std::mem::take(&mut self.0);
+        // A runtime of its own: the test's may be gone, or be the one dropping this.
+        let deleted = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            rt.block_on(async { delete(&client(), &names).await })
+        });
+        let _ = deleted.join();
+    }
+}
+
+/// Every message of `queue`, received and settled, until none came for `quiet`.
+pub async fn drain(client: &RabbitQueue, queue: &str, quiet: Duration) -> Vec<qhost::Received> {
+    let mut all = Vec::new();
+    loop {
+        let got = (client.receive(queue, 100, Duration::ZERO, quiet).await).expect("receive");
+        if got.is_empty() {
+            return all;
+        }
+        let handles: Vec<String> = got.iter().map(|m| m.handle.clone()).collect();
+        client.settle(queue, &handles).await.expect("settle");
+        all.extend(got);
+    }
+}
+
+/// Messages ready in `queue` (none held by a consumer).
+pub async fn ready(client: &RabbitQueue, queue: &str) -> u64 {
+    client.depth(queue).await.expect("depth").visible
+}
+
+/// Closes the broker-side connections whose client-given name contains `name` (`rabbitmqctl
+/// close_connection`), as a network failure or an operator would; returns how many.
+pub fn close_connections(name: &str) -> usize {
+    let out = Command::new("rabbitmqctl")
+        .args([
+            "list_connections",
+            "-q",
+            "--no-table-headers",
+            "pid",
+            "client_properties",
+        ])
+        .output()
+        .expect("rabbitmqctl runs");
+    let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+    let pids: Vec<&str> = (listed.lines())
+        .filter(|l| l.contains(name))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for pid in &pids {
+        let closed = Command::new("rabbitmqctl")
+            .args(["close_connection", pid, "closed by a qhost test"])
+            .output()
+            .expect("rabbitmqctl runs");
+        assert!(closed.status.success(), "{closed:?}");
+    }
+    pids.len()
+}
+
+/// Waits until `check` holds, up to `limit`; panics with `what` otherwise.
+pub async fn wait_for(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < limit, "not within {limit:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
