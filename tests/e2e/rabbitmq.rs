@@ -302,3 +302,122 @@ async fn a_crash_storm_on_rabbitmq_runs_each_jobs_effect_once() {
         "nothing dead-lettered"
     );
 }
+
+/// Celery's tasks on RabbitMQ, sent by Celery's own producer (tests/support/
+/// celery_amqp_producer.py) to the queue Celery declares: each routed task runs once, the
+/// producer's second send of one is suppressed, a countdown waits, msgpack and zlib read, and
+/// what qhost will not run is dead-lettered with why.
+#[tokio::test(flavor = "multi_thread")]
+async fn celery_s_tasks_on_rabbitmq_run_once_each_and_the_rest_is_dead_lettered() {
+    let env = TestEnv::new();
+    let queues = TestQueues::new(&["celery", "celery-sink"]);
+    let (q, sink) = (queues.name(0).to_string(), queues.name(1).to_string());
+    let dlq = format!("{q}-dlq");
+    let rabbit = client();
+    rabbit
+        .prepare(&sink, &format!("{sink}-dlq"))
+        .await
+        .expect("declare");
+    // Celery declares its queue (classic, no dead-letter route); qhost uses it as it is, and
+    // its dead-letter queue must exist.
+    let sink_dlq = format!("{sink}-dlq");
+    rabbit.prepare(&dlq, &sink_dlq).await.expect("declare");
+    env.install(
+        "fixture",
+        "fixture",
+        &format!("[outbox]\nqueues = [\"{sink}\"]\n[limits]\nmax-attempts = 1\n"),
+    );
+    let ids = celery_produce(&q, &sink);
+    rabbit
+        .send(&[Outgoing::new(&q, "not a celery message")])
+        .await
+        .expect("send");
+
+    let ns = unique_namespace("rabbit-celery");
+    let config = config_file(&env, &ns, "host.toml", &[], 8);
+    // The file ends in its [source] table, which `declare = false` joins.
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str(&format!(
+        "declare = false\n[[queue]]\nname = \"{q}\"\nformat = \"celery\"\n\
+         tasks = {{ \"proj.tasks.echo\" = \"fixture\" }}\naccept-content = [\"json\", \"msgpack\"]\n\
+         wait-time-secs = 1\n"
+    ));
+    std::fs::write(&config, text).expect("config");
+    let host = HostProcess::start_consuming(&config);
+    let mut ran = Vec::new();
+    wait_for(Duration::from_secs(60), "four tasks ran", async || {
+        ran.extend(drain(&rabbit, &sink, Duration::from_millis(500)).await);
+        ran.len() >= 4
+    })
+    .await;
+    let mut dead = Vec::new();
+    wait_for(Duration::from_secs(60), "four dead letters", async || {
+        dead.extend(drain(&rabbit, &dlq, Duration::from_millis(500)).await);
+        dead.len() >= 4
+    })
+    .await;
+    let summary = host.stop();
+
+    let tasks: std::collections::BTreeMap<String, serde_json::Value> = (ran.iter())
+        .map(|m| {
+            let task: serde_json::Value = serde_json::from_slice(&m.body).expect("task JSON");
+            (task["id"].as_str().expect("id").to_string(), task)
+        })
+        .collect();
+    assert_eq!(
+        (ran.len(), tasks.len()),
+        (4, 4),
+        "each ran once: {tasks:#?}"
+    );
+    for case in ["plain", "countdown", "msgpack", "zlib"] {
+        assert!(tasks.contains_key(&ids[case]), "{case} ran: {tasks:#?}");
+    }
+    let plain = &tasks[&ids["plain"]];
+    assert_eq!(plain["task"], "proj.tasks.echo");
+    assert_eq!(plain["kwargs"]["month"], "2026-12");
+    assert_eq!(tasks[&ids["msgpack"]]["args"][1], 3);
+    assert_eq!(tasks[&ids["zlib"]]["args"][1], 4);
+    assert!(
+        tasks[&ids["countdown"]]["eta"].is_string(),
+        "its countdown became an eta"
+    );
+    let mut reasons: Vec<String> = (dead.iter())
+        .map(|m| {
+            attr(m, "qhost-dead-letter-reason")
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    reasons.sort();
+    assert_eq!(reasons.len(), 4, "{reasons:#?}");
+    for says in [
+        "plugin timed out after 1s",
+        "pickle",
+        "task `proj.tasks.nobody_routes_this` is not one this queue routes",
+        "not a Celery message",
+    ] {
+        assert!(
+            reasons.iter().any(|r| r.contains(says)),
+            "{says}: {reasons:#?}"
+        );
+    }
+    assert_eq!(summary_column(&summary, &q, "duplicate"), 1, "{summary}");
+    assert_eq!(ready(&rabbit, &q).await, 0, "nothing left behind");
+}
+
+/// Runs Celery's producer on RabbitMQ: its task ids by case.
+fn celery_produce(queue: &str, sink: &str) -> std::collections::BTreeMap<String, String> {
+    let root = qhost_e2e::workspace();
+    let out = std::process::Command::new(root.join("target/tools/moto/bin/python"))
+        .arg(root.join("tests/support/celery_amqp_producer.py"))
+        .args([qhost_e2e::rabbitmq::url().as_str(), queue, sink])
+        .env("PYTHONPATH", root.join("tests/support"))
+        .output()
+        .expect("running Python");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the ids as JSON")
+}

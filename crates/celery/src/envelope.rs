@@ -1,5 +1,5 @@
 //! kombu's SQS envelope: the outer base64 (optional), the JSON envelope, and the inner body's
-//! encoding and compression.
+//! encoding and compression; and the same message as AMQP carries it, without an envelope.
 
 use std::borrow::Cow;
 use std::io::Read as _;
@@ -69,6 +69,16 @@ pub(super) fn open(raw: &[u8]) -> Result<Envelope, DecodeError> {
             )));
         }
     };
+    from_parts(content_type, headers, body)
+}
+
+/// A kombu message as AMQP carries it, with no envelope: the content type a property, the
+/// headers the message's own, the body as sent (compressed when the headers say so).
+pub(super) fn from_parts(
+    content_type: String,
+    headers: Map<String, Value>,
+    body: Vec<u8>,
+) -> Result<Envelope, DecodeError> {
     let body = match headers.get("compression") {
         None | Some(Value::Null) => body,
         Some(Value::String(c)) if c == ZLIB || c == "zlib" => inflate(&body)?,

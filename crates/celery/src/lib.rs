@@ -1,7 +1,9 @@
 //! Celery's task messages, read as a Celery worker reads them from SQS, so a queue that Celery
 //! producers send to can be consumed by qhost without touching the producers.
 //!
-//! A Celery message on SQS has three layers, each decoded here the way kombu and Celery do:
+//! A Celery message on SQS has three layers, each decoded here the way kombu and Celery do (on
+//! RabbitMQ the first is AMQP's own: headers and a content type beside the body,
+//! [`decode_amqp`]):
 //!
 //! 1. [`envelope`]: kombu's SQS transport sends base64 of a JSON envelope (or the JSON as is,
 //!    with `sqs_base64_encoding` off; kombu tells them apart by whether the body *is* strict
@@ -78,6 +80,20 @@ pub enum DecodeError {
 /// types in `accepted` only.
 pub fn decode(raw: &[u8], accepted: &[ContentType]) -> Result<Task, DecodeError> {
     let envelope = envelope::open(raw)?;
+    let body = content::read(&envelope, accepted)?;
+    task::read(envelope.headers, body)
+}
+
+/// Decodes a task as AMQP carries it (RabbitMQ): Celery's headers are the message's headers,
+/// its serializer the `content_type` property, and the body `[args, kwargs, embed]` itself,
+/// with no kombu envelope around it.
+pub fn decode_amqp(
+    body: &[u8],
+    content_type: &str,
+    headers: serde_json::Map<String, serde_json::Value>,
+    accepted: &[ContentType],
+) -> Result<Task, DecodeError> {
+    let envelope = envelope::from_parts(content_type.to_string(), headers, body.to_vec())?;
     let body = content::read(&envelope, accepted)?;
     task::read(envelope.headers, body)
 }

@@ -28,7 +28,7 @@ use futures_util::future::BoxFuture;
 
 use qhost_celery::follow::{self, FollowUp};
 use qhost_celery::{self as decode, ContentType, Task};
-use qhost_message::{Attribute, Outgoing, Received, wire};
+use qhost_message::{Attribute, AttributeValue, Outgoing, Received, wire};
 use qhost_redis_link::RedisDeadlines;
 
 use crate::results::{CeleryResults, ResultBackend, TaskState};
@@ -92,7 +92,15 @@ impl Format for Celery {
         body: &[u8],
         attributes: &[Attribute],
     ) -> Result<Vec<Run>, Unreadable> {
-        let task = decode::decode(body, &self.accept)?;
+        let task = match qhost_message::find_attribute(attributes, wire::AMQP_CONTENT_TYPE) {
+            Some(content_type) => decode::decode_amqp(
+                body,
+                content_type.text().unwrap_or_default(),
+                amqp_headers(attributes),
+                &self.accept,
+            )?,
+            None => decode::decode(body, &self.accept)?,
+        };
         let route = Route::Named {
             names: vec![task.name.clone()],
             noun: "task",
@@ -126,6 +134,33 @@ impl Format for Celery {
         }])
     }
 }
+
+/// Celery's headers of a message from RabbitMQ, from its attributes (all but qhost's own and
+/// the AMQP properties): numbers as numbers, and the strings the source wrote for a header's
+/// list or boolean (`timelimit`, `ignore_result`) read back as JSON.
+fn amqp_headers(attributes: &[Attribute]) -> serde_json::Map<String, serde_json::Value> {
+    use serde_json::Value;
+    (attributes.iter())
+        .filter(|a| !a.name.starts_with(wire::AMQP_PREFIX))
+        .filter(|a| !a.name.starts_with(wire::RESERVED_PREFIX))
+        .filter_map(|a| {
+            let value = match &a.value {
+                AttributeValue::Number(n) => serde_json::from_str::<serde_json::Number>(n)
+                    .map(Value::Number)
+                    .unwrap_or_else(|_| Value::String(n.clone())),
+                AttributeValue::String(s) if STRUCTURED.contains(&a.name.as_str()) => {
+                    serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))
+                }
+                AttributeValue::String(s) => Value::String(s.clone()),
+                AttributeValue::Binary(_) => return None,
+            };
+            Some((a.name.clone(), value))
+        })
+        .collect()
+}
+
+/// Celery's protocol 2 headers that hold a list or a boolean.
+const STRUCTURED: [&str; 4] = ["timelimit", "ignore_result", "stamped_headers", "stamps"];
 
 /// Whether `task` runs at `now`: not past its expiry, and due.
 fn admit(task: &Task, now: SystemTime) -> Admit {

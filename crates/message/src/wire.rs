@@ -35,6 +35,17 @@ pub const DEAD_LETTER_SOURCE_QUEUE: &str = "qhost-source-queue";
 /// fit beside qhost's own.
 pub const DEAD_LETTER_ORIGINAL_ATTRIBUTES: &str = "qhost-original-attributes";
 
+/// On a message from RabbitMQ: its AMQP `content_type` property (Celery's serializer).
+pub const AMQP_CONTENT_TYPE: &str = "amqp-content-type";
+/// On a message from RabbitMQ: its AMQP `content_encoding` property.
+pub const AMQP_CONTENT_ENCODING: &str = "amqp-content-encoding";
+/// On a message from RabbitMQ: its AMQP `correlation_id` property (Celery's task id).
+pub const AMQP_CORRELATION_ID: &str = "amqp-correlation-id";
+/// On a message from RabbitMQ: its AMQP `reply_to` property.
+pub const AMQP_REPLY_TO: &str = "amqp-reply-to";
+/// The prefix of the attributes a RabbitMQ message's AMQP properties become.
+pub const AMQP_PREFIX: &str = "amqp-";
+
 /// The Amazon SQS Extended Client's pointer class.
 pub const S3_POINTER_CLASS: &str = "software.amazon.payloadoffloading.PayloadS3Pointer";
 /// The pointer class older Java extended clients wrote.

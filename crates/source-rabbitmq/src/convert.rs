@@ -4,12 +4,14 @@
 //! Attributes travel as headers: strings as long strings, numbers as integers (or doubles),
 //! bytes as byte arrays. Headers the broker writes (`x-…`: `x-delivery-count`, `x-death`) and
 //! qhost's own bookkeeping are not attributes. A header holding a table or an array (Celery's
-//! `timelimit`, a producer's nested metadata) becomes a string attribute of its JSON.
+//! `timelimit`, a producer's nested metadata) becomes a string attribute of its JSON, a boolean
+//! the string `true` or `false`. The AMQP properties a reader of the message needs (Celery's
+//! serializer, its task id) become `amqp-…` attributes (`qhost_message::wire`).
 
 use lapin::BasicProperties;
 use lapin::message::Delivery;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use qhost_message::{Attribute, AttributeValue, Outgoing, Received};
+use qhost_message::{Attribute, AttributeValue, Outgoing, Received, wire};
 
 /// The header qhost counts earlier deliveries in when it republishes a delivery to a delay
 /// queue (RabbitMQ's own count starts again on the copy).
@@ -52,12 +54,28 @@ pub(crate) fn received(queue: &str, handle: String, delivery: &Delivery) -> Rece
         handle,
         queue: queue.to_string(),
         body: delivery.data.clone(),
-        attributes: attributes(properties.headers().as_ref()),
+        attributes: with_properties(attributes(properties.headers().as_ref()), properties),
         delivery_count: delivery_count(delivery),
         sent_at_ms,
         group_id: None,
         malformed: None,
     }
+}
+
+/// `attributes` with the AMQP properties a reader needs, as `amqp-…` attributes.
+fn with_properties(mut attributes: Vec<Attribute>, properties: &BasicProperties) -> Vec<Attribute> {
+    let named = [
+        (wire::AMQP_CONTENT_TYPE, properties.content_type()),
+        (wire::AMQP_CONTENT_ENCODING, properties.content_encoding()),
+        (wire::AMQP_CORRELATION_ID, properties.correlation_id()),
+        (wire::AMQP_REPLY_TO, properties.reply_to()),
+    ];
+    for (name, value) in named {
+        if let Some(value) = value {
+            attributes.push(Attribute::string(name, value.as_str()));
+        }
+    }
+    attributes
 }
 
 fn attributes(headers: Option<&FieldTable>) -> Vec<Attribute> {
@@ -127,14 +145,31 @@ fn as_u32(value: &AMQPValue) -> Option<u32> {
 /// the time, its attributes as headers.
 pub(crate) fn properties(msg: &Outgoing, id: &str) -> BasicProperties {
     let mut headers = FieldTable::default();
-    for a in &msg.attributes {
+    let (amqp, attributes): (Vec<&Attribute>, Vec<&Attribute>) =
+        (msg.attributes.iter()).partition(|a| a.name.starts_with(wire::AMQP_PREFIX));
+    for a in attributes {
         headers.insert(ShortString::from(a.name.as_str()), header_value(&a.value));
     }
-    BasicProperties::default()
+    let mut properties = BasicProperties::default()
         .with_message_id(ShortString::from(id))
         .with_delivery_mode(PERSISTENT)
         .with_timestamp(qhost_message::now_ms() / 1000)
-        .with_headers(headers)
+        .with_headers(headers);
+    // A message that came from RabbitMQ goes back (a dead letter, a redrive) with its
+    // properties, so a Celery worker still reads it.
+    for a in amqp {
+        let Some(text) = a.text().map(ShortString::from) else {
+            continue;
+        };
+        properties = match a.name.as_str() {
+            wire::AMQP_CONTENT_TYPE => properties.with_content_type(text),
+            wire::AMQP_CONTENT_ENCODING => properties.with_content_encoding(text),
+            wire::AMQP_CORRELATION_ID => properties.with_correlation_id(text),
+            wire::AMQP_REPLY_TO => properties.with_reply_to(text),
+            _ => properties,
+        };
+    }
+    properties
 }
 
 /// `delivery_mode` 2: the broker writes the message to disk.
@@ -200,6 +235,29 @@ mod tests {
         );
         let attrs = attributes(Some(&headers));
         assert_eq!(attrs, [Attribute::string("timelimit", "[null,30]")]);
+    }
+
+    #[test]
+    fn amqp_properties_travel_as_amqp_attributes_and_back() {
+        let msg = Outgoing::new("q", "[[], {}, {}]")
+            .with_attribute(Attribute::string(
+                wire::AMQP_CONTENT_TYPE,
+                "application/json",
+            ))
+            .with_attribute(Attribute::string(wire::AMQP_CORRELATION_ID, "task-1"))
+            .with_attribute(Attribute::string("task", "proj.tasks.echo"));
+        let props = properties(&msg, "m-1");
+        assert_eq!(
+            props.content_type().as_ref().map(|t| t.as_str()),
+            Some("application/json")
+        );
+        let headers = props.headers().as_ref().unwrap();
+        assert!(!headers.inner().contains_key(wire::AMQP_CONTENT_TYPE));
+        let mut back = with_properties(attributes(Some(headers)), &props);
+        back.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut sent = msg.attributes.clone();
+        sent.sort_by(|a, b| a.name.cmp(&b.name));
+        assert_eq!(back, sent);
     }
 
     #[test]
