@@ -421,3 +421,221 @@ fn celery_produce(queue: &str, sink: &str) -> std::collections::BTreeMap<String,
     );
     serde_json::from_slice(&out.stdout).expect("the ids as JSON")
 }
+
+/// Tasks in the side by side: each sleeps, does its effect, and sleeps again, so a kill can
+/// land before the effect or after it.
+const SIDE_BY_SIDE_TASKS: usize = 2000;
+const SIDE_BY_SIDE_KILLS: usize = 3;
+
+/// Celery's producer sends `n` `proj.tasks.work` tasks running `command` to `queue`.
+fn celery_send(queue: &str, n: usize, command: &str) {
+    let root = qhost_e2e::workspace();
+    let out = std::process::Command::new(root.join("target/tools/moto/bin/python"))
+        .arg(root.join("tests/support/celery_rabbit_worker.py"))
+        .args([
+            qhost_e2e::rabbitmq::url().as_str(),
+            queue,
+            &n.to_string(),
+            command,
+        ])
+        .env("PYTHONPATH", root.join("tests/support"))
+        .output()
+        .expect("running Python");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A Celery worker on `queue` (a thread pool of four), its effects appended to `effects`.
+fn celery_worker(queue: &str, effects: &std::path::Path, acks_late: bool) -> std::process::Child {
+    let root = qhost_e2e::workspace();
+    std::process::Command::new(root.join("target/tools/moto/bin/python"))
+        .args([
+            "-m",
+            "celery",
+            "-A",
+            "celery_rabbit_worker",
+            "worker",
+            "-Q",
+            queue,
+        ])
+        .args([
+            "--pool=threads",
+            "-c",
+            "4",
+            "--without-gossip",
+            "--without-mingle",
+        ])
+        .args(["--without-heartbeat", "-l", "WARNING"])
+        .env("PYTHONPATH", root.join("tests/support"))
+        .env("QHOST_E2E_AMQP", qhost_e2e::rabbitmq::url())
+        .env("QHOST_E2E_QUEUE", queue)
+        .env("QHOST_E2E_OUT", effects)
+        .env("QHOST_E2E_ACKS_LATE", if acks_late { "1" } else { "0" })
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("a Celery worker starts")
+}
+
+/// Lines of `path` (none while it does not exist).
+fn lines_of(path: &std::path::Path) -> Vec<String> {
+    (std::fs::read_to_string(path).unwrap_or_default().lines())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Runs `start` and SIGKILLs what it started once `effects` grew by a share of the tasks,
+/// `kills` times; then starts it once more and waits until `effects` stops growing with the
+/// queue empty. `start` returns a function that kills what it started.
+async fn kill_and_finish(
+    effects: impl Fn() -> usize,
+    queue: &str,
+    kills: usize,
+    mut start: impl FnMut() -> Box<dyn FnOnce()>,
+) {
+    let rabbit = client();
+    for k in 0..kills {
+        let stop = start();
+        let target = (k + 1) * SIDE_BY_SIDE_TASKS / (kills + 2);
+        wait_for(
+            Duration::from_secs(120),
+            "effects before a kill",
+            async || effects() >= target,
+        )
+        .await;
+        stop();
+    }
+    let stop = start();
+    let mut last = (usize::MAX, std::time::Instant::now());
+    wait_for(Duration::from_secs(240), "the run settled", async || {
+        let now = effects();
+        if now != last.0 {
+            last = (now, std::time::Instant::now());
+        }
+        last.1.elapsed() > Duration::from_secs(3) && ready(&rabbit, queue).await == 0
+    })
+    .await;
+    stop();
+}
+
+/// (lost, run twice, distinct) of the task ids in `effects`: a lost task left no effect; one
+/// run twice left two.
+fn lost_and_twice(effects: &[String]) -> (usize, usize, usize) {
+    let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+    for id in effects {
+        *counts.entry(id.as_str()).or_default() += 1;
+    }
+    let lost = SIDE_BY_SIDE_TASKS.saturating_sub(counts.len());
+    let twice = counts.values().filter(|n| **n > 1).count();
+    (lost, twice, counts.len())
+}
+
+/// Celery's worker with its default acknowledgement, then with `acks_late`, then qhost, each
+/// taking 2,000 tasks from Celery's own producer on the same RabbitMQ while SIGKILLed three
+/// times: what each loses and what each runs twice (the table `docs/rabbitmq.md` quotes).
+#[tokio::test(flavor = "multi_thread")]
+async fn celery_and_qhost_killed_mid_run_on_rabbitmq_side_by_side() {
+    let command = |sink: &str| format!("sleep:10;echo:{sink};sleep:10");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut rows = Vec::new();
+    for (label, acks_late) in [("Celery, default acks", false), ("Celery, acks_late", true)] {
+        let queues = TestQueues::new(&["side-celery"]);
+        let q = queues.name(0).to_string();
+        celery_send(&q, SIDE_BY_SIDE_TASKS, &command("effects"));
+        let effects = dir.path().join(format!("{acks_late}.effects"));
+        let count = || lines_of(&effects).len();
+        kill_and_finish(count, &q, SIDE_BY_SIDE_KILLS, || {
+            let mut worker = celery_worker(&q, &effects, acks_late);
+            Box::new(move || {
+                let _ = worker.kill();
+                let _ = worker.wait();
+            })
+        })
+        .await;
+        rows.push((label, lost_and_twice(&lines_of(&effects))));
+    }
+
+    // qhost: the same tasks, the effect through the outbox to a sink queue, read by task id.
+    let env = TestEnv::new();
+    let queues = TestQueues::new(&["side-qhost", "side-sink"]);
+    let (q, sink) = (queues.name(0).to_string(), queues.name(1).to_string());
+    let rabbit = client();
+    rabbit
+        .prepare(&sink, &format!("{sink}-dlq"))
+        .await
+        .expect("declare");
+    rabbit
+        .prepare(&format!("{q}-dlq"), &format!("{sink}-dlq"))
+        .await
+        .expect("declare");
+    env.install("work", "fixture", "");
+    celery_send(&q, SIDE_BY_SIDE_TASKS, &command(&sink));
+    let ns = unique_namespace("rabbit-side");
+    let config = config_file(&env, &ns, "host.toml", &[], 4);
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str(&format!(
+        "declare = false\n[[queue]]\nname = \"{q}\"\nformat = \"celery\"\n\
+         tasks = {{ \"proj.tasks.work\" = \"work\" }}\nwait-time-secs = 1\n"
+    ));
+    std::fs::write(&config, text).expect("config");
+    // Each effect by (task id, message id): an effect the outbox sent again after a kill is a
+    // copy under the same message id, which a consumer keyed by it suppresses.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, String)>::new()));
+    let reader = {
+        let (seen, sink) = (seen.clone(), sink.clone());
+        tokio::spawn(async move {
+            let rabbit = client();
+            loop {
+                let got = drain(&rabbit, &sink, Duration::from_millis(200)).await;
+                let ids = got.iter().map(|m| {
+                    let task: serde_json::Value = serde_json::from_slice(&m.body).expect("task");
+                    (task["id"].as_str().expect("id").to_string(), m.id.clone())
+                });
+                seen.lock().unwrap().extend(ids);
+            }
+        })
+    };
+    let count = || seen.lock().unwrap().len();
+    kill_and_finish(count, &q, SIDE_BY_SIDE_KILLS, || {
+        let host = HostProcess::start_consuming(&config);
+        Box::new(move || {
+            host.kill();
+        })
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    reader.abort();
+    let mut sent = seen.lock().unwrap().clone();
+    let copies = sent.len();
+    sent.sort();
+    sent.dedup();
+    let copies = copies - sent.len();
+    let qhost_effects: Vec<String> = sent.into_iter().map(|(task, _)| task).collect();
+    rows.push(("qhost", lost_and_twice(&qhost_effects)));
+
+    println!("{SIDE_BY_SIDE_TASKS} tasks, {SIDE_BY_SIDE_KILLS} SIGKILLs mid-run:");
+    println!("| consumer | tasks lost | tasks run twice | effects |");
+    for (label, (lost, twice, distinct)) in &rows {
+        println!("| {label} | {lost} | {twice} | {distinct} distinct |");
+    }
+    println!(
+        "qhost's outbox sent {copies} effects again after a kill, each under its first's message id"
+    );
+    let (default, late, qhost) = (rows[0].1, rows[1].1, rows[2].1);
+    assert!(
+        default.0 > 0,
+        "Celery's early acks lost tasks killed mid-run: {rows:?}"
+    );
+    assert!(
+        late.1 > 0,
+        "acks_late ran tasks killed after their effect again: {rows:?}"
+    );
+    assert_eq!(
+        (qhost.0, qhost.1),
+        (0, 0),
+        "qhost lost none and ran none twice: {rows:?}"
+    );
+}
