@@ -15,13 +15,19 @@ pub fn url() -> String {
 
 /// A client of the broker for a test's own sends, reads and clean-up, declaring quorum queues.
 pub fn client() -> RabbitQueue {
-    RabbitQueue::new(RabbitSettings {
+    RabbitQueue::new(settings(500))
+}
+
+/// The settings of a source on the broker whose consumers hold `prefetch`, declaring quorum
+/// queues.
+pub fn settings(prefetch: u16) -> RabbitSettings {
+    RabbitSettings {
         url: url(),
-        prefetch: 500,
+        prefetch,
         declare: Some(QueueType::Quorum { delivery_limit: 20 }),
         delay_by: DelayBy::DelayQueue,
         connection_name: format!("qhost-e2e {}", std::process::id()),
-    })
+    }
 }
 
 /// A queue name no other test uses.

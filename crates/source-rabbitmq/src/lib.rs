@@ -373,8 +373,14 @@ impl QueueSource for RabbitQueue {
         }
         let link = self.link().await?;
         let mut ids = Vec::with_capacity(messages.len());
+        let mut pending = Vec::new();
         for m in messages {
-            ids.push(self.send_one(&link, m).await?);
+            let (id, confirm) = self.send_one(&link, m).await?;
+            ids.push(id);
+            pending.extend(confirm.map(|c| (m.queue.as_str(), c)));
+        }
+        for (queue, confirm) in pending {
+            publish::confirm(queue, confirm).await?;
         }
         Ok(ids)
     }
@@ -405,18 +411,23 @@ impl QueueSource for RabbitQueue {
 }
 
 impl RabbitQueue {
-    /// Sends `m` (through its delay queue when it asks for a delay); its message id: the
+    /// Sends `m` (through its delay queue when it asks for a delay): its message id, and the
+    /// confirmation still to await (none for a delayed one, awaited here). The id is the
     /// deduplication id, or the idempotency key qhost derived for it (an outbox message), so a
     /// copy sent again is the same message to its consumer; else a new one.
-    async fn send_one(&self, link: &Link, m: &Outgoing) -> Result<String, SourceError> {
+    async fn send_one(
+        &self,
+        link: &Link,
+        m: &Outgoing,
+    ) -> Result<(String, Option<lapin::PublisherConfirm>), SourceError> {
         let key = qhost_message::find_attribute(&m.attributes, wire::IDEMPOTENCY_KEY)
             .and_then(|a| a.text());
         let id = (m.dedup_id.as_deref().or(key).map(str::to_string))
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let properties = convert::properties(m, &id);
         if m.delay_seconds == 0 {
-            publish::confirmed(link, &m.queue, &m.body, properties).await?;
-            return Ok(id);
+            let pending = publish::publish(link, &m.queue, &m.body, properties).await?;
+            return Ok((id, Some(pending)));
         }
         declare::exists(link, &m.queue).await?;
         let delay = delay::step(Duration::from_secs(u64::from(m.delay_seconds)));
@@ -427,7 +438,7 @@ impl RabbitQueue {
             .or_default()
             .insert(name.clone());
         publish::confirmed(link, &name, &m.body, properties).await?;
-        Ok(id)
+        Ok((id, None))
     }
 }
 

@@ -1,10 +1,11 @@
 //! Publishing with confirms: a message counts as sent once the broker confirms it. Sent to the
 //! default exchange with the queue's name as routing key and `mandatory` set, so a queue that
-//! does not exist comes back as a refusal instead of vanishing.
+//! does not exist comes back as a refusal instead of vanishing. A batch is published first and
+//! its confirmations awaited after, so it costs one round trip, not one per message.
 
 use lapin::BasicProperties;
-use lapin::Confirmation;
 use lapin::options::BasicPublishOptions;
+use lapin::{Confirmation, PublisherConfirm};
 use qhost_source::SourceError;
 
 use crate::link::Link;
@@ -17,16 +18,32 @@ pub(crate) async fn confirmed(
     body: &[u8],
     properties: BasicProperties,
 ) -> Result<(), SourceError> {
+    let pending = publish(link, queue, body, properties).await?;
+    confirm(queue, pending).await
+}
+
+/// Publishes `body` to `queue`; the broker's confirmation is to be awaited ([`confirm`]), so
+/// that many publishes share one wait.
+pub(crate) async fn publish(
+    link: &Link,
+    queue: &str,
+    body: &[u8],
+    properties: BasicProperties,
+) -> Result<PublisherConfirm, SourceError> {
     let channel = link.publisher().await.map_err(|e| amqp_error(queue, e))?;
     let mandatory = BasicPublishOptions {
         mandatory: true,
         ..Default::default()
     };
-    let confirm = channel
+    channel
         .basic_publish("".into(), queue.into(), mandatory, body, properties)
         .await
-        .map_err(|e| amqp_error(queue, e))?;
-    match confirm.await.map_err(|e| amqp_error(queue, e))? {
+        .map_err(|e| amqp_error(queue, e))
+}
+
+/// Waits for the broker's confirmation of a publish to `queue`.
+pub(crate) async fn confirm(queue: &str, pending: PublisherConfirm) -> Result<(), SourceError> {
+    match pending.await.map_err(|e| amqp_error(queue, e))? {
         Confirmation::Ack(None) => Ok(()),
         Confirmation::Ack(Some(_returned)) => Err(SourceError::UnknownQueue(queue.to_string())),
         Confirmation::Nack(_) => Err(backend(format!(

@@ -1,0 +1,174 @@
+//! The RabbitMQ source on the machine's broker: messages/second and CPU per message through a
+//! trivial WebAssembly plugin with a fresh sandbox per message and the Redis idempotency store,
+//! against what bounds it and what it replaces, in the same run on the same broker:
+//!
+//! - the broker's ceiling: a bare consume-and-ack loop through the same client, no host and no
+//!   store (its rate is what one consumer can get from this broker; its CPU the client's floor);
+//! - qhost, the same messages;
+//! - the Python worker a team writes today (`tests/support/rabbit_python_worker.py`: kombu on
+//!   py-amqp with manual acks, redis-py `SET NX` per message, the seed's shape), its CPU read
+//!   from its consuming loop alone.
+//!
+//! Each row has its queue of its own (a quorum queue, as qhost declares), filled before the row
+//! starts, so only consuming is timed. The broker's CPU is not counted in any row (it is
+//! another process, the same work for each).
+//!
+//! `cargo bench -p qhost-e2e --bench rabbitmq` (QHOST_BENCH_MESSAGES overrides the 20,000; run
+//! `scripts/install-test-tools` first).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use qhost::plugins::Registry;
+use qhost::sources::{QueueSource, RabbitQueue};
+use qhost::stores::{RedisStore, Store};
+use qhost::{Config, Host, Outgoing};
+use qhost_e2e::cpu::CpuTime;
+use qhost_e2e::rabbitmq::{TestQueues, client, settings, url};
+use qhost_e2e::redis_server::shared_url;
+use tokio_util::sync::CancellationToken;
+
+/// In-flight messages in each row: qhost's max-in-flight and prefetch, the peer's prefetch.
+const IN_FLIGHT: usize = 64;
+
+/// A row: messages per second and CPU per message.
+struct Row {
+    rate: f64,
+    cpu_us: f64,
+    kernel: f64,
+}
+
+async fn fill(rabbit: &RabbitQueue, queue: &str, n: usize) {
+    for start in (0..n).step_by(500) {
+        let batch: Vec<Outgoing> = (start..(start + 500).min(n))
+            .map(|_| Outgoing::new(queue, "ack"))
+            .collect();
+        rabbit.send(&batch).await.expect("fill");
+    }
+}
+
+/// A consumer of its own that acks each batch at once.
+async fn bare(queue: &str, n: usize) -> Row {
+    let rabbit = client();
+    let (cpu, started) = (CpuTime::now(), Instant::now());
+    let mut done = 0;
+    while done < n {
+        let got = (rabbit
+            .receive(queue, IN_FLIGHT, Duration::ZERO, Duration::from_secs(5))
+            .await)
+            .expect("receive");
+        let handles: Vec<String> = got.iter().map(|m| m.handle.clone()).collect();
+        rabbit.settle(queue, &handles).await.expect("ack");
+        done += handles.len();
+    }
+    row(n, started, cpu.elapsed())
+}
+
+fn row(n: usize, started: Instant, cpu: CpuTime) -> Row {
+    Row {
+        rate: n as f64 / started.elapsed().as_secs_f64(),
+        cpu_us: cpu.micros_per(n),
+        kernel: cpu.kernel_share(),
+    }
+}
+
+/// qhost consuming `n` messages of `queue` until it is idle.
+async fn qhost_row(queue: &str, n: usize) -> Row {
+    let mut config = Config::parse(&format!(
+        "max-in-flight = {IN_FLIGHT}\n\
+         [[queue]]\nname = \"{queue}\"\nplugin = \"trivial\"\nwait-time-secs = 1\n"
+    ))
+    .expect("config");
+    config.data_dir = None;
+    let plugin = qhost_e2e::fixture_plugin("trivial", &config);
+    let source = Arc::new(RabbitQueue::new(settings(IN_FLIGHT as u16)));
+    let store: Arc<dyn Store> = Arc::new(RedisStore::connect(&shared_url()).await.expect("Redis"));
+    let host = Host::new(config, source, store, Registry::new([plugin]));
+    let (cpu, started) = (CpuTime::now(), Instant::now());
+    host.run_until_idle(CancellationToken::new())
+        .await
+        .expect("run");
+    let measured = row(n, started, cpu.elapsed());
+    let c = host.stats().total();
+    assert_eq!(
+        (c.invoked, c.acked),
+        (n as u64, n as u64),
+        "every message handled once"
+    );
+    measured
+}
+
+/// The Python worker on `queue`, from its own report.
+fn python_row(queue: &str, n: usize) -> Row {
+    let root = qhost_e2e::workspace();
+    let out = std::process::Command::new(root.join("target/tools/moto/bin/python"))
+        .arg(root.join("tests/support/rabbit_python_worker.py"))
+        .args([url().as_str(), queue, &shared_url(), &n.to_string()])
+        .arg(format!("bench-peer-{}", uuid::Uuid::new_v4().simple()))
+        .arg(IN_FLIGHT.to_string())
+        .output()
+        .expect("the Python worker runs (scripts/install-test-tools installs kombu and redis-py)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("its report");
+    let secs = |k: &str| report[k].as_f64().expect("seconds");
+    assert_eq!(report["handled"].as_u64(), Some(n as u64), "{report}");
+    let cpu = secs("user") + secs("system");
+    Row {
+        rate: n as f64 / secs("wall"),
+        cpu_us: cpu * 1e6 / n as f64,
+        kernel: if cpu > 0.0 { secs("system") / cpu } else { 0.0 },
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let n = qhost_e2e::bench_messages(20_000);
+    let queues = TestQueues::new(&["bench-bare", "bench-qhost", "bench-python"]);
+    let rabbit = client();
+    for i in 0..3 {
+        let q = queues.name(i);
+        rabbit
+            .prepare(q, &format!("{q}-dlq"))
+            .await
+            .expect("declare");
+        fill(&rabbit, q, n).await;
+    }
+    let bare = bare(queues.name(0), n).await;
+    let qhost = qhost_row(queues.name(1), n).await;
+    let python = python_row(queues.name(2), n);
+
+    println!(
+        "RabbitMQ source on {}, {n} messages per row, {IN_FLIGHT} in flight, Redis store",
+        url().split('@').next_back().unwrap_or_default()
+    );
+    let line = |label: &str, r: &Row, note: String| {
+        println!(
+            "{label:<52}{:>9.0} msg/s {:>8.1} µs CPU ({:>2.0}% kernel)  {note}",
+            r.rate,
+            r.cpu_us,
+            r.kernel * 100.0
+        );
+    };
+    line(
+        "broker ceiling (consume + ack, no host, no store)",
+        &bare,
+        String::new(),
+    );
+    line(
+        "qhost, trivial wasm plugin, fresh sandbox",
+        &qhost,
+        format!("rate {:.2} of the ceiling", qhost.rate / bare.rate),
+    );
+    line(
+        "Python worker: kombu + redis-py SET NX",
+        &python,
+        format!(
+            "{:.1}× qhost's CPU per message",
+            python.cpu_us / qhost.cpu_us
+        ),
+    );
+}
