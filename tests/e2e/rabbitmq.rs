@@ -639,3 +639,36 @@ async fn celery_and_qhost_killed_mid_run_on_rabbitmq_side_by_side() {
         "qhost lost none and ran none twice: {rows:?}"
     );
 }
+
+/// A broker that refuses the credentials, and a queue that is not there where qhost does not
+/// declare, each stop the start with one error that names it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_login_or_a_missing_queue_stops_the_start_with_why() {
+    let env = TestEnv::new();
+    env.install("jobs", "fixture", "");
+    let queues = TestQueues::new(&["never-declared"]);
+    let q = queues.name(0).to_string();
+    let ns = unique_namespace("rabbit-start");
+    let config = config_file(&env, &ns, "host.toml", &[], 4);
+    let text = std::fs::read_to_string(&config).expect("config");
+    let queue = format!("[[queue]]\nname = \"{q}\"\nplugin = \"jobs\"\n");
+    let wrong = text.replace("guest:guest@", "guest:not-the-password@");
+    std::fs::write(&config, format!("{wrong}{queue}")).expect("config");
+    let (ok, _, err) = qhost_e2e::processes::run_with_config(&config, &["run", "--until-idle"]);
+    assert!(!ok);
+    assert!(
+        err.contains(&format!("cannot reach RabbitMQ to resolve queue `{q}`"))
+            && err.contains("ACCESS_REFUSED")
+            && !err.contains("not-the-password"),
+        "{err}"
+    );
+    std::fs::write(&config, format!("{text}declare = false\n{queue}")).expect("config");
+    let (ok, _, err) = qhost_e2e::processes::run_with_config(&config, &["run", "--until-idle"]);
+    assert!(!ok);
+    assert!(
+        err.contains(&format!(
+            "queue[0].name: RabbitMQ queue `{q}` does not exist"
+        )),
+        "{err}"
+    );
+}

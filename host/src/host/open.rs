@@ -28,17 +28,21 @@ use crate::source::{QueueAdmin, QueueSource as _, SourceError};
 /// that cannot be reached, a file that cannot be read) stay plain errors with their context.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// An SQS queue the configuration names does not exist.
-    #[error("{}SQS queue `{queue}` does not exist", .field.as_ref().map(|f| format!("{f}: ")).unwrap_or_default())]
+    /// A queue the configuration names does not exist.
+    #[error("{}{broker} queue `{queue}` does not exist", .field.as_ref().map(|f| format!("{f}: ")).unwrap_or_default())]
     NoQueue {
+        /// The broker (`SQS`, `RabbitMQ`).
+        broker: &'static str,
         /// The configuration field that names it (`queue[0].dead-letter`), if one does.
         field: Option<String>,
         /// The queue's name.
         queue: String,
     },
-    /// SQS could not be asked whether a queue exists.
-    #[error("cannot reach SQS to resolve queue `{queue}`: {error}")]
+    /// The broker could not be asked whether a queue exists.
+    #[error("cannot reach {broker} to resolve queue `{queue}`: {error}")]
     Unreachable {
+        /// The broker (`SQS`, `RabbitMQ`).
+        broker: &'static str,
         /// The queue being resolved.
         queue: String,
         /// What the call said (in the message, so not also a cause that `{:#}` would repeat).
@@ -156,10 +160,12 @@ async fn open_rabbitmq(
     let rabbit = RabbitQueue::new(settings.clone());
     let started = |queue: &str, field: Option<String>, e: SourceError| match e {
         SourceError::UnknownQueue(_) => StartError::NoQueue {
+            broker: "RabbitMQ",
             field,
             queue: queue.to_string(),
         },
         error => StartError::Unreachable {
+            broker: "RabbitMQ",
             queue: queue.to_string(),
             error,
         },
@@ -226,10 +232,12 @@ async fn open_sqs(
 async fn check_queue(sqs: &SqsQueue, name: &str, field: Option<String>) -> Result<(), StartError> {
     sqs.url(name).await.map(drop).map_err(|e| match e {
         SourceError::UnknownQueue(_) => StartError::NoQueue {
+            broker: "SQS",
             field,
             queue: name.to_string(),
         },
         error => StartError::Unreachable {
+            broker: "SQS",
             queue: name.to_string(),
             error,
         },
@@ -443,6 +451,7 @@ mod tests {
     #[test]
     fn a_refusal_names_the_field_to_fix_and_says_its_cause_once() {
         let missing = |field: Option<&str>| StartError::NoQueue {
+            broker: "SQS",
             field: field.map(String::from),
             queue: "jobs-dlq".into(),
         };
@@ -455,6 +464,7 @@ mod tests {
             "SQS queue `jobs-dlq` does not exist"
         );
         let unreachable = anyhow::Error::from(StartError::Unreachable {
+            broker: "SQS",
             queue: "jobs".into(),
             error: SourceError::TimedOut("GetQueueUrl".into()),
         });
