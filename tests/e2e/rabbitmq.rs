@@ -672,3 +672,88 @@ async fn a_refused_login_or_a_missing_queue_stops_the_start_with_why() {
         "{err}"
     );
 }
+
+/// The outbox to an exchange: a target named in `[source] exchanges` is published there with
+/// publisher confirms, its key as message id; a target whose exchange does not exist, or routes
+/// nowhere, dead-letters the run's message with why, once (never retried forever).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_outbox_publishes_to_an_exchange_and_a_missing_one_dead_letters_with_why() {
+    let env = TestEnv::new();
+    env.install(
+        "jobs",
+        "fixture",
+        "[idempotency]\nkey = \"attribute:job-id\"\n",
+    );
+    let queues = TestQueues::new(&["exchange-jobs", "exchange-bound"]);
+    let (q, bound) = (queues.name(0).to_string(), queues.name(1).to_string());
+    let dlq = format!("{q}-dlq");
+    let rabbit = client();
+    rabbit.prepare(&q, &dlq).await.expect("declare");
+    rabbit
+        .prepare(&bound, &format!("{bound}-dlq"))
+        .await
+        .expect("declare");
+    let key = format!("{bound}.created");
+    qhost_e2e::rabbitmq::bind(&bound, "amq.direct", &key);
+    let missing = format!(
+        "qhost-e2e-no-such-exchange-{}",
+        uuid::Uuid::new_v4().simple()
+    );
+    let ns = unique_namespace("rabbit-exchange");
+    let config = config_file(&env, &ns, "host.toml", &[], 4);
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str(&format!(
+        "exchanges = {{ created = {{ exchange = \"amq.direct\", routing-key = \"{key}\" }}, \
+         nowhere = {{ exchange = \"{missing}\", routing-key = \"k\" }}, \
+         unbound = {{ exchange = \"amq.direct\", routing-key = \"{key}.nobody\" }} }}\n\
+         [[queue]]\nname = \"{q}\"\nplugin = \"jobs\"\nwait-time-secs = 1\n"
+    ));
+    std::fs::write(&config, text).expect("config");
+    rabbit
+        .send(&[
+            job(&q, "send:created:hello", "sent"),
+            job(&q, "send:nowhere:lost?", "missing"),
+            job(&q, "send:unbound:lost?", "unbound"),
+        ])
+        .await
+        .expect("send");
+    let host = HostProcess::start_consuming(&config);
+    let mut dead = Vec::new();
+    wait_for(Duration::from_secs(60), "two dead letters", async || {
+        dead.extend(drain(&rabbit, &dlq, Duration::from_millis(500)).await);
+        dead.len() >= 2
+    })
+    .await;
+    let published = drain(&rabbit, &bound, Duration::from_secs(2)).await;
+    let summary = host.stop();
+
+    assert_eq!(published.len(), 1, "{published:?}");
+    assert_eq!(published[0].body, b"hello");
+    let derived = attr(&published[0], "qhost-idempotency-key").expect("its derived key");
+    assert_eq!(published[0].id, derived, "the key is the message id");
+    let mut reasons: Vec<String> = (dead.iter())
+        .map(|m| {
+            attr(m, "qhost-dead-letter-reason")
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    reasons.sort();
+    assert_eq!(reasons.len(), 2, "{reasons:#?}");
+    assert!(
+        reasons.iter().any(|r| r.contains(&format!(
+            "exchange `{missing}` (target `nowhere`) does not exist"
+        ))),
+        "{reasons:#?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("routes nothing for routing key") && r.contains("target `unbound`")),
+        "{reasons:#?}"
+    );
+    assert_eq!(
+        summary_column(&summary, &q, "ran"),
+        3,
+        "each ran once:\n{summary}"
+    );
+    assert_eq!(ready(&rabbit, &q).await, 0);
+}

@@ -27,6 +27,7 @@ pub fn settings(prefetch: u16) -> RabbitSettings {
         declare: Some(QueueType::Quorum { delivery_limit: 20 }),
         delay_by: DelayBy::DelayQueue,
         connection_name: format!("qhost-e2e {}", std::process::id()),
+        exchanges: Default::default(),
     }
 }
 
@@ -144,4 +145,23 @@ pub async fn wait_for(limit: Duration, what: &str, mut check: impl AsyncFnMut() 
         assert!(started.elapsed() < limit, "not within {limit:?}: {what}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Binds `queue` to `exchange` for `routing_key`, as a publisher's topology does (py-amqp, from
+/// the tools' virtual environment; qhost itself binds nothing). Deleting the queue unbinds it.
+pub fn bind(queue: &str, exchange: &str, routing_key: &str) {
+    let code = "import sys, amqp\n\
+        c = amqp.Connection('127.0.0.1:5672', userid='guest', password='guest'); c.connect()\n\
+        c.channel().queue_bind(sys.argv[1], exchange=sys.argv[2], routing_key=sys.argv[3])\n\
+        c.close()";
+    let python = crate::workspace().join("target/tools/moto/bin/python");
+    let out = Command::new(python)
+        .args(["-c", code, queue, exchange, routing_key])
+        .output()
+        .expect("Python runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

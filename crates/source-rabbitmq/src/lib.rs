@@ -12,8 +12,9 @@
 //!   form of: republished with confirms to a delay queue that dead-letters back once the delay
 //!   passes, then acked (`delay`), or held unacked until the delay passes
 //!   ([`DelayBy`] says which).
-//! - **send**: to the default exchange with the queue as routing key, persistent, `mandatory`
-//!   (a queue that does not exist is a refusal, not a silent drop), with publisher confirms,
+//! - **send**: to the default exchange with the queue as routing key (or to the exchange and
+//!   routing key the settings name for a target), persistent, `mandatory` (a message nothing
+//!   would receive is a refusal, not a silent drop), with publisher confirms,
 //!   the message id as `message_id`, attributes as headers. Every message is held to the same
 //!   rules as on SQS (`qhost_message::rules`), so a handler's outbox behaves alike on every
 //!   source.
@@ -46,7 +47,7 @@ use qhost_source::{Capabilities, Holds, Purged, QueueAdmin, QueueDepth, QueueSou
 
 use consumer::{Consumer, Held};
 use link::{Backoff, Link};
-pub use settings::{DelayBy, QueueType, RabbitSettings};
+pub use settings::{DelayBy, ExchangeTarget, QueueType, RabbitSettings};
 
 /// A RabbitMQ broker as a source: one connection (opened on first use, again after it drops),
 /// a consumer per queue on it.
@@ -379,8 +380,8 @@ impl QueueSource for RabbitQueue {
             ids.push(id);
             pending.extend(confirm.map(|c| (m.queue.as_str(), c)));
         }
-        for (queue, confirm) in pending {
-            publish::confirm(queue, confirm).await?;
+        for (target, confirm) in pending {
+            publish::confirm(self.route(target), confirm).await?;
         }
         Ok(ids)
     }
@@ -411,10 +412,22 @@ impl QueueSource for RabbitQueue {
 }
 
 impl RabbitQueue {
+    /// Where a send to `target` goes: its exchange, if the settings name one, else the queue.
+    fn route<'a>(&'a self, target: &'a str) -> publish::Route<'a> {
+        match self.settings.exchanges.get(target) {
+            Some(e) => publish::Route {
+                target,
+                exchange: &e.exchange,
+                routing_key: &e.routing_key,
+            },
+            None => publish::Route::queue(target),
+        }
+    }
+
     /// Sends `m` (through its delay queue when it asks for a delay): its message id, and the
     /// confirmation still to await (none for a delayed one, awaited here). The id is the
-    /// deduplication id, or the idempotency key qhost derived for it (an outbox message), so a
-    /// copy sent again is the same message to its consumer; else a new one.
+    /// idempotency key qhost derived for it (an outbox message), so a copy sent again is the
+    /// same message to its consumer; else its deduplication id; else a new one.
     async fn send_one(
         &self,
         link: &Link,
@@ -422,12 +435,19 @@ impl RabbitQueue {
     ) -> Result<(String, Option<lapin::PublisherConfirm>), SourceError> {
         let key = qhost_message::find_attribute(&m.attributes, wire::IDEMPOTENCY_KEY)
             .and_then(|a| a.text());
-        let id = (m.dedup_id.as_deref().or(key).map(str::to_string))
+        let id = (key.or(m.dedup_id.as_deref()).map(str::to_string))
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let properties = convert::properties(m, &id);
+        let route = self.route(&m.queue);
         if m.delay_seconds == 0 {
-            let pending = publish::publish(link, &m.queue, &m.body, properties).await?;
+            let pending = publish::publish(link, route, &m.body, properties).await?;
             return Ok((id, Some(pending)));
+        }
+        if !route.exchange.is_empty() {
+            return Err(SourceError::Refused(format!(
+                "`{}` is published to an exchange, which RabbitMQ cannot delay; send it without a delay",
+                m.queue
+            )));
         }
         declare::exists(link, &m.queue).await?;
         let delay = delay::step(Duration::from_secs(u64::from(m.delay_seconds)));

@@ -2,11 +2,12 @@
 //! lane's own thread), and opened again after it drops, with exponential backoff and jitter so
 //! that a fleet reconnecting after a broker restart does not arrive at once.
 //!
-//! A connection carries a channel for publishing (in confirm mode: a send counts once the
-//! broker has it) and a channel per consumed queue (`consumer`). A link is never repaired in
+//! A connection carries a channel for publishing per exchange (in confirm mode: a send counts
+//! once the broker has it) and a channel per consumed queue (`consumer`). A link is never repaired in
 //! place: when its connection drops, every delivery it held is back in its queue, so every
 //! handle of it must stop working, and a new link (with a new generation) replaces it.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use lapin::options::ConfirmSelectOptions;
@@ -15,11 +16,13 @@ use tokio::sync::Mutex;
 
 use crate::settings::RabbitSettings;
 
-/// One connection and its publishing channel.
+/// One connection and its publishing channels, one per exchange: a publish to an exchange that
+/// does not exist closes its channel, which must not fail the publishes to other exchanges in
+/// flight beside it.
 #[derive(Debug)]
 pub(crate) struct Link {
     pub(crate) connection: Connection,
-    publisher: Mutex<Channel>,
+    publishers: Mutex<HashMap<String, Channel>>,
 }
 
 impl Link {
@@ -28,14 +31,18 @@ impl Link {
         self.connection.status().connected()
     }
 
-    /// The publishing channel, opened again if the broker closed it (a publish to a missing
-    /// exchange closes a channel, not the connection).
-    pub(crate) async fn publisher(&self) -> lapin::Result<Channel> {
-        let mut channel = self.publisher.lock().await;
-        if !channel.status().connected() {
-            *channel = confirming(&self.connection).await?;
+    /// The publishing channel of `exchange`, opened (again, if the broker closed it) as
+    /// needed.
+    pub(crate) async fn publisher(&self, exchange: &str) -> lapin::Result<Channel> {
+        let mut channels = self.publishers.lock().await;
+        match channels.get(exchange) {
+            Some(channel) if channel.status().connected() => Ok(channel.clone()),
+            _ => {
+                let channel = confirming(&self.connection).await?;
+                channels.insert(exchange.to_string(), channel.clone());
+                Ok(channel)
+            }
         }
-        Ok(channel.clone())
     }
 
     /// A channel of its own, for a call that may close it (a passive declare of a queue that
@@ -58,10 +65,10 @@ pub(crate) async fn open(settings: &RabbitSettings) -> lapin::Result<Link> {
     let properties = ConnectionProperties::default()
         .with_connection_name(settings.connection_name.as_str().into());
     let connection = Connection::connect(&settings.url, properties).await?;
-    let publisher = Mutex::new(confirming(&connection).await?);
+    let default = confirming(&connection).await?;
     Ok(Link {
         connection,
-        publisher,
+        publishers: Mutex::new(HashMap::from([(String::new(), default)])),
     })
 }
 

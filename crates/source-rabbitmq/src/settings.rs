@@ -1,7 +1,8 @@
 //! What a RabbitMQ source is told: where the broker is, how many deliveries a consumer may
-//! hold, whether qhost declares the queues it consumes (and as what), and how a delayed
-//! put-back waits. The host's configuration (`[source] kind = "rabbitmq"`) fills it in.
+//! hold, whether qhost declares the queues it consumes (and as what), how a delayed put-back
+//! waits, and which send targets are exchanges. The host's configuration (`[source] kind = "rabbitmq"`) fills it in.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// A RabbitMQ source's settings.
@@ -20,6 +21,18 @@ pub struct RabbitSettings {
     pub delay_by: DelayBy,
     /// The connection's name, as `rabbitmqctl list_connections` and the broker's logs show it.
     pub connection_name: String,
+    /// Targets published to an exchange instead of a queue: a handler's outbox, `qhost send`
+    /// and a grant name them as they name queues.
+    pub exchanges: BTreeMap<String, ExchangeTarget>,
+}
+
+/// Where a target named in `exchanges` is published.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExchangeTarget {
+    /// The exchange (it must exist: qhost does not declare exchanges).
+    pub exchange: String,
+    /// The routing key.
+    pub routing_key: String,
 }
 
 /// The kind of queue qhost declares.

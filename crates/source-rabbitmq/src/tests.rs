@@ -22,6 +22,7 @@ fn settings(delay_by: DelayBy) -> RabbitSettings {
         declare: Some(QueueType::Quorum { delivery_limit: 20 }),
         delay_by,
         connection_name: format!("qhost-source-test-{}", std::process::id()),
+        exchanges: Default::default(),
     }
 }
 

@@ -76,6 +76,14 @@ pub(crate) struct RawSource {
     pub queue_type: Option<String>,
     pub delivery_limit: Option<u32>,
     pub delay_by: Option<String>,
+    pub exchanges: Option<std::collections::BTreeMap<String, RawExchange>>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawExchange {
+    pub exchange: String,
+    pub routing_key: String,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -11,13 +11,15 @@
 //! queue-type = "quorum"    # or "classic"
 //! delivery-limit = 20      # quorum queues: RabbitMQ's own limit, a net under max-attempts
 //! delay-by = "delay-queue" # or "hold": how a retry's delay waits (docs/rabbitmq.md)
+//! # send targets that are exchanges, named as queues are (outbox grants, `qhost send`):
+//! exchanges = { order-created = { exchange = "orders", routing-key = "order.created" } }
 //! ```
 
 use anyhow::{Context as _, bail};
 
 use super::file::RawSource;
 use super::secret;
-use crate::source::rabbitmq::{DelayBy, QueueType, RabbitSettings};
+use crate::source::rabbitmq::{DelayBy, ExchangeTarget, QueueType, RabbitSettings};
 
 /// The settings `raw` gives, with consumers holding `max_in_flight` unless it says otherwise.
 pub(super) fn settings(raw: RawSource, max_in_flight: u32) -> anyhow::Result<RabbitSettings> {
@@ -63,7 +65,35 @@ pub(super) fn settings(raw: RawSource, max_in_flight: u32) -> anyhow::Result<Rab
         declare: declare.then_some(queue_type),
         delay_by,
         connection_name: format!("qhost pid {}", std::process::id()),
+        exchanges: exchanges(raw.exchanges.unwrap_or_default())?,
     })
+}
+
+/// The exchange targets, each named as a queue is (a grant and a handler's send name it so).
+fn exchanges(
+    raw: std::collections::BTreeMap<String, super::file::RawExchange>,
+) -> anyhow::Result<std::collections::BTreeMap<String, ExchangeTarget>> {
+    (raw.into_iter())
+        .map(|(name, e)| {
+            if !crate::message::wire::valid_queue_name(&name) {
+                bail!(
+                    "source.exchanges: `{name}` must be named as a queue is (letters, digits, \
+                     `-` and `_`, at most 80), so handlers and grants can name it"
+                );
+            }
+            if e.exchange.is_empty() {
+                bail!(
+                    "source.exchanges.{name}: exchange is empty (the default exchange routes by \
+                     queue name: send to the queue instead)"
+                );
+            }
+            let target = ExchangeTarget {
+                exchange: e.exchange,
+                routing_key: e.routing_key,
+            };
+            Ok((name, target))
+        })
+        .collect()
 }
 
 /// The URL with the password in it (from `password`, when the URL carries none).
@@ -111,6 +141,7 @@ pub(super) fn refuse_fields(raw: &RawSource, kind: &str) -> anyhow::Result<()> {
         ("queue-type", raw.queue_type.is_some()),
         ("delivery-limit", raw.delivery_limit.is_some()),
         ("delay-by", raw.delay_by.is_some()),
+        ("exchanges", raw.exchanges.is_some()),
     ];
     if let Some((field, _)) = set.iter().find(|(_, is_set)| *is_set) {
         bail!("source.{field} is only for kind = \"rabbitmq\" (this source is `{kind}`)");
@@ -166,6 +197,27 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("amqp://") && !e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn exchange_targets_are_named_as_queues_are() {
+        let c = parse(
+            "url = \"amqp://h/\"\n\
+             exchanges = { order-created = { exchange = \"orders\", routing-key = \"order.created\" } }",
+        )
+        .unwrap();
+        let SourceKind::Rabbitmq(s) = c.source else {
+            panic!()
+        };
+        let target = &s.exchanges["order-created"];
+        assert_eq!(
+            (target.exchange.as_str(), target.routing_key.as_str()),
+            ("orders", "order.created")
+        );
+        let e = parse("url = \"amqp://h/\"\nexchanges = { \"a/b\" = { exchange = \"x\", routing-key = \"k\" } }")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("must be named as a queue is"), "{e}");
     }
 
     #[test]
