@@ -7,7 +7,9 @@
 //! - qhost, the same messages;
 //! - the Python worker a team writes today (`tests/support/rabbit_python_worker.py`: kombu on
 //!   py-amqp with manual acks, redis-py `SET NX` per message, the seed's shape), its CPU read
-//!   from its consuming loop alone.
+//!   from its consuming loop alone;
+//! - and the two ways a retry's delay can wait (`delay-by`): messages that each fail their
+//!   first run and are retried after a second, through delay queues or held unacked.
 //!
 //! Each row has its queue of its own (a quorum queue, as qhost declares), filled before the row
 //! starts, so only consuming is timed. The broker's CPU is not counted in any row (it is
@@ -20,9 +22,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use qhost::plugins::Registry;
-use qhost::sources::{QueueSource, RabbitQueue};
+use qhost::sources::{DelayBy, QueueSource, RabbitQueue, RabbitSettings};
 use qhost::stores::{RedisStore, Store};
-use qhost::{Config, Host, Outgoing};
+use qhost::{Config, Counts, Host, Outgoing};
 use qhost_e2e::cpu::CpuTime;
 use qhost_e2e::rabbitmq::{TestQueues, client, settings, url};
 use qhost_e2e::redis_server::shared_url;
@@ -31,6 +33,9 @@ use tokio_util::sync::CancellationToken;
 /// In-flight messages in each row: qhost's max-in-flight and prefetch, the peer's prefetch.
 const IN_FLIGHT: usize = 64;
 
+/// The fixture's command for a message that fails its first run and acks its second.
+const RETRY_ONCE: &str = "fail-below-fence:2";
+
 /// A row: messages per second and CPU per message.
 struct Row {
     rate: f64,
@@ -38,10 +43,10 @@ struct Row {
     kernel: f64,
 }
 
-async fn fill(rabbit: &RabbitQueue, queue: &str, n: usize) {
+async fn fill(rabbit: &RabbitQueue, queue: &str, n: usize, body: &str) {
     for start in (0..n).step_by(500) {
         let batch: Vec<Outgoing> = (start..(start + 500).min(n))
-            .map(|_| Outgoing::new(queue, "ack"))
+            .map(|_| Outgoing::new(queue, body))
             .collect();
         rabbit.send(&batch).await.expect("fill");
     }
@@ -53,9 +58,8 @@ async fn bare(queue: &str, n: usize) -> Row {
     let (cpu, started) = (CpuTime::now(), Instant::now());
     let mut done = 0;
     while done < n {
-        let got = (rabbit
-            .receive(queue, IN_FLIGHT, Duration::ZERO, Duration::from_secs(5))
-            .await)
+        let got = (rabbit.receive(queue, IN_FLIGHT, Duration::ZERO, Duration::from_secs(5)))
+            .await
             .expect("receive");
         let handles: Vec<String> = got.iter().map(|m| m.handle.clone()).collect();
         rabbit.settle(queue, &handles).await.expect("ack");
@@ -74,28 +78,45 @@ fn row(n: usize, started: Instant, cpu: CpuTime) -> Row {
 
 /// qhost consuming `n` messages of `queue` until it is idle.
 async fn qhost_row(queue: &str, n: usize) -> Row {
+    let (measured, c) = run_host(queue, n, settings(IN_FLIGHT as u16)).await;
+    let handled = (c.invoked, c.acked);
+    assert_eq!(handled, (n as u64, n as u64), "every message handled once");
+    measured
+}
+
+/// Messages that each fail their first run and ack their second, retried after a second: the
+/// delay through delay queues, or held unacked by the consumer.
+async fn retry_row(queue: &str, n: usize, delay_by: DelayBy) -> Row {
+    let source = RabbitSettings {
+        delay_by,
+        ..settings(IN_FLIGHT as u16)
+    };
+    let (measured, c) = run_host(queue, n, source).await;
+    let handled = (c.invoked, c.acked);
+    assert_eq!(
+        handled,
+        (2 * n as u64, n as u64),
+        "each ran twice, acked once"
+    );
+    measured
+}
+
+/// qhost on a source of `source` consuming `queue` (`n` messages) until it is idle, with the
+/// trivial plugin and retries after a second: the row, and the host's counts.
+async fn run_host(queue: &str, n: usize, source: RabbitSettings) -> (Row, Counts) {
     let mut config = Config::parse(&format!(
-        "max-in-flight = {IN_FLIGHT}\n\
+        "max-in-flight = {IN_FLIGHT}\n[retry]\nbase-secs = 1\nmax-secs = 1\n\
          [[queue]]\nname = \"{queue}\"\nplugin = \"trivial\"\nwait-time-secs = 1\n"
     ))
     .expect("config");
     config.data_dir = None;
     let plugin = qhost_e2e::fixture_plugin("trivial", &config);
-    let source = Arc::new(RabbitQueue::new(settings(IN_FLIGHT as u16)));
+    let source = Arc::new(RabbitQueue::new(source));
     let store: Arc<dyn Store> = Arc::new(RedisStore::connect(&shared_url()).await.expect("Redis"));
     let host = Host::new(config, source, store, Registry::new([plugin]));
     let (cpu, started) = (CpuTime::now(), Instant::now());
-    host.run_until_idle(CancellationToken::new())
-        .await
-        .expect("run");
-    let measured = row(n, started, cpu.elapsed());
-    let c = host.stats().total();
-    assert_eq!(
-        (c.invoked, c.acked),
-        (n as u64, n as u64),
-        "every message handled once"
-    );
-    measured
+    (host.run_until_idle(CancellationToken::new()).await).expect("run");
+    (row(n, started, cpu.elapsed()), host.stats().total())
 }
 
 /// The Python worker on `queue`, from its own report.
@@ -108,11 +129,8 @@ fn python_row(queue: &str, n: usize) -> Row {
         .arg(IN_FLIGHT.to_string())
         .output()
         .expect("the Python worker runs (scripts/install-test-tools installs kombu and redis-py)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("its report");
     let secs = |k: &str| report[k].as_f64().expect("seconds");
     assert_eq!(report["handled"].as_u64(), Some(n as u64), "{report}");
@@ -124,51 +142,75 @@ fn python_row(queue: &str, n: usize) -> Row {
     }
 }
 
+fn line(label: &str, r: &Row, note: String) {
+    println!(
+        "{label:<52}{:>9.0} msg/s {:>8.1} µs CPU ({:>2.0}% kernel)  {note}",
+        r.rate,
+        r.cpu_us,
+        r.kernel * 100.0
+    );
+}
+
 #[tokio::main]
 async fn main() {
     let n = qhost_e2e::bench_messages(20_000);
-    let queues = TestQueues::new(&["bench-bare", "bench-qhost", "bench-python"]);
+    let retries = n.min(1_000);
+    let names = [
+        "bench-bare",
+        "bench-qhost",
+        "bench-python",
+        "bench-delay",
+        "bench-hold",
+    ];
+    let queues = TestQueues::new(&names);
     let rabbit = client();
-    for i in 0..3 {
+    let fills = [
+        (n, "ack"),
+        (n, "ack"),
+        (n, "ack"),
+        (retries, RETRY_ONCE),
+        (retries, RETRY_ONCE),
+    ];
+    for (i, (count, body)) in fills.into_iter().enumerate() {
         let q = queues.name(i);
         rabbit
             .prepare(q, &format!("{q}-dlq"))
             .await
             .expect("declare");
-        fill(&rabbit, q, n).await;
+        fill(&rabbit, q, count, body).await;
     }
     let bare = bare(queues.name(0), n).await;
     let qhost = qhost_row(queues.name(1), n).await;
     let python = python_row(queues.name(2), n);
+    let delayed = retry_row(queues.name(3), retries, DelayBy::DelayQueue).await;
+    let held = retry_row(queues.name(4), retries, DelayBy::Hold).await;
 
+    let broker = url().split('@').next_back().unwrap_or_default().to_string();
     println!(
-        "RabbitMQ source on {}, {n} messages per row, {IN_FLIGHT} in flight, Redis store",
-        url().split('@').next_back().unwrap_or_default()
+        "RabbitMQ source on {broker}, {n} messages per row, {IN_FLIGHT} in flight, Redis store"
     );
-    let line = |label: &str, r: &Row, note: String| {
-        println!(
-            "{label:<52}{:>9.0} msg/s {:>8.1} µs CPU ({:>2.0}% kernel)  {note}",
-            r.rate,
-            r.cpu_us,
-            r.kernel * 100.0
-        );
-    };
     line(
         "broker ceiling (consume + ack, no host, no store)",
         &bare,
         String::new(),
     );
+    let of_ceiling = format!("rate {:.2} of the ceiling", qhost.rate / bare.rate);
     line(
         "qhost, trivial wasm plugin, fresh sandbox",
         &qhost,
-        format!("rate {:.2} of the ceiling", qhost.rate / bare.rate),
+        of_ceiling,
     );
+    let ratio = format!(
+        "{:.1}× qhost's CPU per message",
+        python.cpu_us / qhost.cpu_us
+    );
+    line("Python worker: kombu + redis-py SET NX", &python, ratio);
+    println!("{retries} messages, each retried once after 1 s (per message, both runs):");
     line(
-        "Python worker: kombu + redis-py SET NX",
-        &python,
-        format!(
-            "{:.1}× qhost's CPU per message",
-            python.cpu_us / qhost.cpu_us
-        ),
+        "  delay-by = \"delay-queue\" (the default)",
+        &delayed,
+        String::new(),
     );
+    let slower = format!("{:.1}× the delay queue's time", delayed.rate / held.rate);
+    line("  delay-by = \"hold\"", &held, slower);
 }
