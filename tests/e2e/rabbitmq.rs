@@ -757,3 +757,70 @@ async fn the_outbox_publishes_to_an_exchange_and_a_missing_one_dead_letters_with
     );
     assert_eq!(ready(&rabbit, &q).await, 0);
 }
+
+/// `qhost dlq` on RabbitMQ: `peek` shows each dead letter with its verdict and leaves it there;
+/// `redrive` sends each back (here to another queue) and removes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn dead_letters_are_peeked_and_redriven_on_rabbitmq() {
+    let env = TestEnv::new();
+    env.install("jobs", "fixture", "");
+    let queues = TestQueues::new(&["dlq-jobs", "dlq-again"]);
+    let (q, again) = (queues.name(0).to_string(), queues.name(1).to_string());
+    let dlq = format!("{q}-dlq");
+    let rabbit = client();
+    rabbit
+        .prepare(&again, &format!("{again}-dlq"))
+        .await
+        .expect("declare");
+    let ns = unique_namespace("rabbit-dlq");
+    let config = config_file(&env, &ns, "host.toml", &[(&q, "jobs")], 4);
+    rabbit.prepare(&q, &dlq).await.expect("declare");
+    let bad: Vec<Outgoing> = (0..3)
+        .map(|i| Outgoing::new(&q, format!("reject:bad input {i}")))
+        .collect();
+    rabbit.send(&bad).await.expect("send");
+    let host = HostProcess::start_consuming(&config);
+    wait_for(Duration::from_secs(60), "three dead letters", async || {
+        ready(&rabbit, &dlq).await == 3
+    })
+    .await;
+    host.stop();
+
+    let qhost = |args: &[&str]| qhost_e2e::processes::run_with_config(&config, args);
+    let (ok, out, err) = qhost(&["dlq", "peek", "--queue", &dlq]);
+    assert!(ok, "{err}");
+    assert!(out.ends_with("3 dead letter(s) shown\n"), "{out}");
+    assert_eq!(
+        out.matches("reason: bad input").count(),
+        3,
+        "{out}"
+    );
+    wait_for(
+        Duration::from_secs(10),
+        "the letters still there",
+        async || ready(&rabbit, &dlq).await == 3,
+    )
+    .await;
+    let (ok, out, err) = qhost(&["dlq", "redrive", "--queue", &dlq, "--to", &again]);
+    assert!(ok, "{out}{err}");
+    assert!(out.ends_with("3 redriven, 0 left\n"), "{out}");
+    let back = drain(&rabbit, &again, Duration::from_secs(2)).await;
+    let mut bodies: Vec<String> = back
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.body).into_owned())
+        .collect();
+    bodies.sort();
+    assert_eq!(
+        bodies,
+        [
+            "reject:bad input 0",
+            "reject:bad input 1",
+            "reject:bad input 2"
+        ]
+    );
+    assert_eq!(
+        ready(&rabbit, &dlq).await,
+        0,
+        "each removed once its copy was sent"
+    );
+}

@@ -37,7 +37,14 @@ pub(crate) struct Consumer {
     /// Deliveries held back unacknowledged until a delay passes (`DelayBy::Hold`).
     pub(crate) waiting: AtomicUsize,
     alive: Arc<AtomicBool>,
+    /// When it started, until its first delivery was taken (then `None`).
+    fresh_since: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// How long a new consumer's receive that would not wait waits for the broker's first push: a
+/// queue's messages reach a consumer a round trip after it starts, so without it a one-off
+/// read (`qhost dlq peek`) of a full queue would find nothing.
+const FIRST_PUSH: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl Consumer {
     /// Starts consuming `queue` on `link`, holding at most `prefetch` unacknowledged.
@@ -88,6 +95,7 @@ impl Consumer {
             held: Default::default(),
             waiting: AtomicUsize::new(0),
             alive,
+            fresh_since: std::sync::Mutex::new(Some(std::time::Instant::now())),
         })
     }
 
@@ -104,11 +112,13 @@ impl Consumer {
         wait: std::time::Duration,
     ) -> Option<Vec<Delivery>> {
         let mut buffer = self.buffer.lock().await;
+        let wait = wait.max(self.first_push_left());
         let first = match tokio::time::timeout(wait, buffer.recv()).await {
             Err(_) => return Some(Vec::new()),
             Ok(None) => return None,
             Ok(Some(d)) => d,
         };
+        *self.fresh_lock() = None;
         let mut got = vec![first];
         while got.len() < max {
             match buffer.try_recv() {
@@ -117,6 +127,17 @@ impl Consumer {
             }
         }
         Some(got)
+    }
+
+    /// What is left of [`FIRST_PUSH`] for a consumer that has taken nothing yet.
+    fn first_push_left(&self) -> std::time::Duration {
+        (*self.fresh_lock()).map_or(std::time::Duration::ZERO, |since| {
+            FIRST_PUSH.saturating_sub(since.elapsed())
+        })
+    }
+
+    fn fresh_lock(&self) -> std::sync::MutexGuard<'_, Option<std::time::Instant>> {
+        self.fresh_since.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Remembers a delivery handed out.
