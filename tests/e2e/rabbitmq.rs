@@ -790,11 +790,7 @@ async fn dead_letters_are_peeked_and_redriven_on_rabbitmq() {
     let (ok, out, err) = qhost(&["dlq", "peek", "--queue", &dlq]);
     assert!(ok, "{err}");
     assert!(out.ends_with("3 dead letter(s) shown\n"), "{out}");
-    assert_eq!(
-        out.matches("reason: bad input").count(),
-        3,
-        "{out}"
-    );
+    assert_eq!(out.matches("reason: bad input").count(), 3, "{out}");
     wait_for(
         Duration::from_secs(10),
         "the letters still there",

@@ -4,9 +4,9 @@
 //! handle from a consumer whose connection dropped (its deliveries already back in the queue)
 //! is refused as expired instead of acknowledging some other delivery under the same tag.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures_util::StreamExt as _;
 use lapin::message::Delivery;
@@ -15,7 +15,9 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel};
 use tokio::sync::{Mutex, mpsc};
 
+use crate::convert;
 use crate::link::Link;
+use qhost_message::Received;
 
 /// What qhost keeps of a delivery it handed out: enough to republish it to a delay queue.
 #[derive(Debug)]
@@ -34,11 +36,15 @@ pub(crate) struct Consumer {
     pub(crate) link: Arc<Link>,
     buffer: Mutex<mpsc::UnboundedReceiver<Delivery>>,
     held: std::sync::Mutex<HashMap<u64, Held>>,
-    /// Deliveries held back unacknowledged until a delay passes (`DelayBy::Hold`).
-    pub(crate) waiting: AtomicUsize,
+    /// Deliveries held back unacknowledged until a delay passes (`DelayBy::Hold`), by tag.
+    waiting: std::sync::Mutex<BTreeSet<u64>>,
     alive: Arc<AtomicBool>,
     /// When it started, until its first delivery was taken (then `None`).
     fresh_since: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Held while acks are sent; the highest tag a `multiple` ack has covered, so that a
+    /// settle behind it skips what that ack already took (acking a tag twice closes the
+    /// channel).
+    pub(crate) acked_through: Mutex<u64>,
 }
 
 /// How long a new consumer's receive that would not wait waits for the broker's first push: a
@@ -93,9 +99,10 @@ impl Consumer {
             link,
             buffer: Mutex::new(rx),
             held: Default::default(),
-            waiting: AtomicUsize::new(0),
+            waiting: Default::default(),
             alive,
             fresh_since: std::sync::Mutex::new(Some(std::time::Instant::now())),
+            acked_through: Mutex::new(0),
         })
     }
 
@@ -104,13 +111,16 @@ impl Consumer {
         self.alive.load(Ordering::Acquire) && self.channel.status().connected()
     }
 
-    /// Up to `max` deliveries, waiting up to `wait` for the first; `None` once the consumer
-    /// stopped with nothing left to give.
+    /// Up to `max` deliveries of `queue`, waiting up to `wait` for the first, each held (see
+    /// [`Consumer::hold`]) before the buffer is let go: a settle's `multiple` ack must never
+    /// find a delivery handed out but not yet held. `None` once the consumer stopped with
+    /// nothing left to give.
     pub(crate) async fn take(
         &self,
+        queue: &str,
         max: usize,
         wait: std::time::Duration,
-    ) -> Option<Vec<Delivery>> {
+    ) -> Option<Vec<Received>> {
         let mut buffer = self.buffer.lock().await;
         let wait = wait.max(self.first_push_left());
         let first = match tokio::time::timeout(wait, buffer.recv()).await {
@@ -119,14 +129,27 @@ impl Consumer {
             Ok(Some(d)) => d,
         };
         *self.fresh_lock() = None;
-        let mut got = vec![first];
+        let mut got = vec![self.hand_out(queue, first)];
         while got.len() < max {
             match buffer.try_recv() {
-                Ok(d) => got.push(d),
+                Ok(d) => got.push(self.hand_out(queue, d)),
                 Err(_) => break,
             }
         }
         Some(got)
+    }
+
+    /// `delivery` as handed out: held, and named by this consumer's generation and its tag.
+    fn hand_out(&self, queue: &str, delivery: Delivery) -> Received {
+        let handle = format!("{}.{}", self.generation, delivery.delivery_tag);
+        let got = convert::received(queue, handle, &delivery);
+        let held = Held {
+            properties: delivery.properties,
+            body: delivery.data,
+            delivery_count: got.delivery_count,
+        };
+        self.hold(delivery.delivery_tag, held);
+        got
     }
 
     /// What is left of [`FIRST_PUSH`] for a consumer that has taken nothing yet.
@@ -141,7 +164,7 @@ impl Consumer {
     }
 
     /// Remembers a delivery handed out.
-    pub(crate) fn hold(&self, tag: u64, held: Held) {
+    fn hold(&self, tag: u64, held: Held) {
         self.held_map().insert(tag, held);
     }
 
@@ -164,6 +187,28 @@ impl Consumer {
 
     /// Deliveries received and not yet settled, or held back for a delay.
     pub(crate) fn unsettled(&self) -> usize {
-        self.held_map().len() + self.waiting.load(Ordering::Relaxed)
+        self.held_map().len() + self.waiting_set().len()
+    }
+
+    /// Marks `tag` as held back for a delay (`true`), or no longer (`false`).
+    pub(crate) fn wait(&self, tag: u64, waiting: bool) {
+        let mut set = self.waiting_set();
+        if waiting {
+            set.insert(tag);
+        } else {
+            set.remove(&tag);
+        }
+    }
+
+    fn waiting_set(&self) -> std::sync::MutexGuard<'_, BTreeSet<u64>> {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether every delivery this consumer was given up to `tag` is settled or being settled:
+    /// none of them is still handed out or held back. Then one `multiple` ack up to `tag` acks
+    /// exactly those (what is still in the buffer came after `tag`).
+    pub(crate) fn settled_through(&self, tag: u64) -> bool {
+        let below = |first: Option<&u64>| first.is_none_or(|t| *t > tag);
+        below(self.held_map().keys().min()) && below(self.waiting_set().first())
     }
 }

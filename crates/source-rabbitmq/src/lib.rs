@@ -228,19 +228,62 @@ impl RabbitQueue {
             .map_err(|e| backend(format!("ack after the delay copy: {e}")))
     }
 
-    /// Holds a delivery unacked for `after`, then requeues it (if its consumer still lives).
+    /// Holds a delivery (marked waiting) unacked for `after`, then requeues it (if its
+    /// consumer still lives).
     fn hold_then_requeue(consumer: Arc<Consumer>, tag: u64, after: Duration) {
-        consumer.waiting.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
-            consumer.waiting.fetch_sub(1, Ordering::Relaxed);
             if consumer.alive()
                 && let Err(e) = nack(&consumer, tag).await
             {
                 tracing::warn!(error = %e, "cannot requeue a delivery after its delay");
             }
+            consumer.wait(tag, false);
         });
     }
+}
+
+/// Acks the deliveries `acking` names (by their place in a settle call, consumer and tag), each
+/// consumer's under its ack lock: one `multiple` ack up to the highest tag where nothing below
+/// it is still held (the usual case: a batch settled in order), else one ack each; a tag an
+/// earlier `multiple` ack covered (a settle that ran beside this one) is not acked again. The
+/// failures, by place.
+async fn ack(acking: &[(usize, Arc<Consumer>, u64)]) -> Vec<(usize, SourceError)> {
+    let mut failures = Vec::new();
+    let mut rest: Vec<&(usize, Arc<Consumer>, u64)> = acking.iter().collect();
+    while let Some((_, consumer, _)) = rest.first().copied() {
+        let (mine, others): (Vec<_>, Vec<_>) = rest
+            .into_iter()
+            .partition(|(_, c, _)| Arc::ptr_eq(c, consumer));
+        rest = others;
+        let mut through = consumer.acked_through.lock().await;
+        let mine: Vec<_> = mine.into_iter().filter(|(_, _, t)| *t > *through).collect();
+        let highest = mine.iter().map(|(_, _, t)| *t).max().unwrap_or(0);
+        if mine.len() > 1 && consumer.settled_through(highest) {
+            let multiple = BasicAckOptions { multiple: true };
+            match consumer.channel.basic_ack(highest, multiple).await {
+                Ok(()) => *through = highest,
+                Err(e) => {
+                    let text = e.to_string();
+                    let failed = mine
+                        .iter()
+                        .map(|(i, _, _)| (*i, backend(format!("ack: {text}"))));
+                    failures.extend(failed);
+                }
+            }
+            continue;
+        }
+        for (i, _, tag) in mine {
+            if let Err(e) = consumer
+                .channel
+                .basic_ack(*tag, BasicAckOptions::default())
+                .await
+            {
+                failures.push((*i, backend(format!("ack: {e}"))));
+            }
+        }
+    }
+    failures
 }
 
 async fn nack(consumer: &Consumer, tag: u64) -> Result<(), SourceError> {
@@ -254,11 +297,7 @@ async fn nack(consumer: &Consumer, tag: u64) -> Result<(), SourceError> {
         .map_err(|e| backend(format!("nack: {e}")))
 }
 
-/// A handle: the consumer's generation and the delivery tag.
-fn handle(generation: u64, tag: u64) -> String {
-    format!("{generation}.{tag}")
-}
-
+/// A handle: the consumer's generation and the delivery tag (`Consumer::hand_out` writes it).
 fn parse_handle(handle: &str) -> Result<(u64, u64), SourceError> {
     let parsed = handle
         .split_once('.')
@@ -301,24 +340,13 @@ impl QueueSource for RabbitQueue {
         wait: Duration,
     ) -> Result<Vec<Received>, SourceError> {
         let consumer = self.consumer(queue).await?;
-        let Some(deliveries) = consumer.take(max, wait).await else {
+        let Some(got) = consumer.take(queue, max, wait).await else {
             return Err(backend(format!(
                 "the consumer of `{queue}` stopped (its connection or channel closed); \
                  its deliveries went back to the queue"
             )));
         };
-        Ok((deliveries.into_iter())
-            .map(|d| {
-                let got = convert::received(queue, handle(consumer.generation, d.delivery_tag), &d);
-                let held = Held {
-                    properties: d.properties,
-                    body: d.data,
-                    delivery_count: got.delivery_count,
-                };
-                consumer.hold(d.delivery_tag, held);
-                got
-            })
-            .collect())
+        Ok(got)
     }
 
     async fn settle(
@@ -326,19 +354,26 @@ impl QueueSource for RabbitQueue {
         queue: &str,
         handles: &[String],
     ) -> Result<Vec<Result<(), SourceError>>, SourceError> {
-        let mut results = Vec::with_capacity(handles.len());
-        for h in handles {
-            let acked = async {
-                let (consumer, tag) = self.holder(queue, h)?;
-                // Acking a tag the channel does not hold would close the channel: only what
-                // is held is acked, once.
+        // Each handle's own answer; the ones still held are acked together below.
+        let mut results: Vec<Result<(), SourceError>> = Vec::with_capacity(handles.len());
+        let mut acking: Vec<(usize, Arc<Consumer>, u64)> = Vec::new();
+        for (i, h) in handles.iter().enumerate() {
+            // Acking a tag the channel does not hold would close the channel: only what is
+            // held is acked, once.
+            let held = self.holder(queue, h).and_then(|(consumer, tag)| {
                 consumer.release(tag).ok_or(SourceError::HandleExpired)?;
-                (consumer.channel)
-                    .basic_ack(tag, BasicAckOptions::default())
-                    .await
-                    .map_err(|e| backend(format!("ack: {e}")))
-            };
-            results.push(acked.await);
+                Ok((consumer, tag))
+            });
+            match held {
+                Ok((consumer, tag)) => {
+                    acking.push((i, consumer, tag));
+                    results.push(Ok(()));
+                }
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        for (i, e) in ack(&acking).await {
+            results[i] = Err(e);
         }
         Ok(results)
     }
@@ -350,17 +385,23 @@ impl QueueSource for RabbitQueue {
         after: Duration,
     ) -> Result<(), SourceError> {
         let (consumer, tag) = self.holder(queue, handle)?;
-        let held = consumer.release(tag).ok_or(SourceError::HandleExpired)?;
-        if after.is_zero() {
-            return nack(&consumer, tag).await;
-        }
-        match self.settings.delay_by {
-            DelayBy::DelayQueue => self.delay(&consumer, queue, tag, held, after).await,
-            DelayBy::Hold => {
+        // Marked as held back before it stops being handed out, so that a `multiple` ack of a
+        // settle meanwhile never covers it; unmarked once it is nacked or acked.
+        consumer.wait(tag, true);
+        let Some(held) = consumer.release(tag) else {
+            consumer.wait(tag, false);
+            return Err(SourceError::HandleExpired);
+        };
+        let done = match (after.is_zero(), self.settings.delay_by) {
+            (true, _) => nack(&consumer, tag).await,
+            (false, DelayBy::DelayQueue) => self.delay(&consumer, queue, tag, held, after).await,
+            (false, DelayBy::Hold) => {
                 Self::hold_then_requeue(consumer, tag, after);
-                Ok(())
+                return Ok(());
             }
-        }
+        };
+        consumer.wait(tag, false);
+        done
     }
 
     async fn hold(&self, queue: &str, handle: &str, _hold: Duration) -> Result<(), SourceError> {

@@ -202,3 +202,69 @@ async fn a_queue_declared_otherwise_is_a_clear_refusal() {
     );
     clean_up(&classic, &[q]).await;
 }
+
+/// Settling a batch acks it with one `multiple` ack when nothing below it is still held, and
+/// one by one otherwise: either way exactly the settled deliveries are gone, and one still
+/// held (or put back meanwhile) comes back when its channel closes.
+#[tokio::test]
+async fn a_batch_is_acked_as_one_only_when_nothing_below_it_is_held() {
+    let q = unique("multiple-ack");
+    let source = RabbitQueue::new(settings(DelayBy::Hold));
+    source.prepare(&q, &format!("{q}-dlq")).await.unwrap();
+    let bodies: Vec<Outgoing> = ["a", "b", "c", "d", "e"]
+        .iter()
+        .map(|b| Outgoing::new(&q, *b))
+        .collect();
+    source.send(&bodies).await.unwrap();
+    let mut got = Vec::new();
+    while got.len() < 5 {
+        got.extend(
+            source
+                .receive(&q, 5, Duration::ZERO, Duration::from_secs(5))
+                .await
+                .unwrap(),
+        );
+    }
+    let handles: Vec<String> = got.iter().map(|m| m.handle.clone()).collect();
+    // The first stays held and the second waits out a delay: the later three are acked one
+    // by one, never through a `multiple` ack that would take the first two too.
+    source
+        .put_back(&q, &handles[1], Duration::from_secs(30))
+        .await
+        .unwrap();
+    let settled = source.settle(&q, &handles[2..]).await.unwrap();
+    assert!(settled.iter().all(Result::is_ok), "{settled:?}");
+    source.close_consumer(&q).await;
+    let mut back = Vec::new();
+    while back.len() < 2 {
+        let more = source
+            .receive(&q, 5, Duration::ZERO, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(
+            !more.is_empty(),
+            "the held and the waiting one come back: {back:?}"
+        );
+        back.extend(more);
+    }
+    let mut bodies: Vec<&[u8]> = back.iter().map(|m| m.body.as_slice()).collect();
+    bodies.sort();
+    assert_eq!(bodies, [b"a".as_slice(), b"b".as_slice()]);
+    // Now nothing is held below them: both go in one ack, and nothing comes back.
+    let handles: Vec<String> = back.iter().map(|m| m.handle.clone()).collect();
+    assert!(
+        source
+            .settle(&q, &handles)
+            .await
+            .unwrap()
+            .iter()
+            .all(Result::is_ok)
+    );
+    source.close_consumer(&q).await;
+    let none = source
+        .receive(&q, 5, Duration::ZERO, Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert!(none.is_empty(), "{none:?}");
+    clean_up(&source, &[q]).await;
+}
