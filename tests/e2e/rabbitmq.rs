@@ -658,11 +658,7 @@ async fn celery_and_qhost_killed_mid_run_on_rabbitmq_side_by_side() {
         default.0 + late.1 > 0,
         "the kills landed mid-task: Celery's early acks lost some or acks_late repeated some: {rows:?}"
     );
-    assert_eq!(
-        (default.1, late.0),
-        (0, 0),
-        "early acks never repeat a task, late acks never lose one: {rows:?}"
-    );
+    assert_eq!(late.0, 0, "late acks never lose a task: {rows:?}");
     assert_eq!(
         (qhost.0, qhost.1),
         (0, 0),
