@@ -23,10 +23,12 @@
 //!   bound (the host counts a handler's attempts in its store either way).
 //!
 //! Layout: `settings` (what the host configures), `link` (the connection, reconnecting with
-//! backoff), `consumer` (a queue's consumer and the deliveries it holds), `convert` (AMQP's
+//! backoff), `consumer` (a queue's consumer and the deliveries it holds), `ack` (acks, one
+//! `multiple` ack for a batch where that is safe, and nacks), `convert` (AMQP's
 //! properties and headers to and from qhost's messages), `delay` (delay queues), `declare`
 //! (declaring and checking queues), `publish` (sends with confirms).
 
+mod ack;
 mod consumer;
 mod convert;
 mod declare;
@@ -41,10 +43,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lapin::options::{BasicAckOptions, BasicNackOptions, QueuePurgeOptions};
+use lapin::options::{BasicAckOptions, QueuePurgeOptions};
 use qhost_message::{Outgoing, Received, wire};
 use qhost_source::{Capabilities, Holds, Purged, QueueAdmin, QueueDepth, QueueSource, SourceError};
 
+use ack::{ack, nack};
 use consumer::{Consumer, Held};
 use link::{Backoff, Link};
 pub use settings::{DelayBy, ExchangeTarget, QueueType, RabbitSettings};
@@ -241,60 +244,6 @@ impl RabbitQueue {
             consumer.wait(tag, false);
         });
     }
-}
-
-/// Acks the deliveries `acking` names (by their place in a settle call, consumer and tag), each
-/// consumer's under its ack lock: one `multiple` ack up to the highest tag where nothing below
-/// it is still held (the usual case: a batch settled in order), else one ack each; a tag an
-/// earlier `multiple` ack covered (a settle that ran beside this one) is not acked again. The
-/// failures, by place.
-async fn ack(acking: &[(usize, Arc<Consumer>, u64)]) -> Vec<(usize, SourceError)> {
-    let mut failures = Vec::new();
-    let mut rest: Vec<&(usize, Arc<Consumer>, u64)> = acking.iter().collect();
-    while let Some((_, consumer, _)) = rest.first().copied() {
-        let (mine, others): (Vec<_>, Vec<_>) = rest
-            .into_iter()
-            .partition(|(_, c, _)| Arc::ptr_eq(c, consumer));
-        rest = others;
-        let mut through = consumer.acked_through.lock().await;
-        let mine: Vec<_> = mine.into_iter().filter(|(_, _, t)| *t > *through).collect();
-        let highest = mine.iter().map(|(_, _, t)| *t).max().unwrap_or(0);
-        if mine.len() > 1 && consumer.settled_through(highest) {
-            let multiple = BasicAckOptions { multiple: true };
-            match consumer.channel.basic_ack(highest, multiple).await {
-                Ok(()) => *through = highest,
-                Err(e) => {
-                    let text = e.to_string();
-                    let failed = mine
-                        .iter()
-                        .map(|(i, _, _)| (*i, backend(format!("ack: {text}"))));
-                    failures.extend(failed);
-                }
-            }
-            continue;
-        }
-        for (i, _, tag) in mine {
-            if let Err(e) = consumer
-                .channel
-                .basic_ack(*tag, BasicAckOptions::default())
-                .await
-            {
-                failures.push((*i, backend(format!("ack: {e}"))));
-            }
-        }
-    }
-    failures
-}
-
-async fn nack(consumer: &Consumer, tag: u64) -> Result<(), SourceError> {
-    let requeue = BasicNackOptions {
-        multiple: false,
-        requeue: true,
-    };
-    (consumer.channel)
-        .basic_nack(tag, requeue)
-        .await
-        .map_err(|e| backend(format!("nack: {e}")))
 }
 
 /// A handle: the consumer's generation and the delivery tag (`Consumer::hand_out` writes it).
