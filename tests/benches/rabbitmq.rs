@@ -8,6 +8,10 @@
 //! - the Python worker a team writes today (`tests/support/rabbit_python_worker.py`: kombu on
 //!   py-amqp with manual acks, redis-py `SET NX` per message, the seed's shape), its CPU read
 //!   from its consuming loop alone;
+//! - Celery's own tasks (sent by Celery's producer): a Celery worker on RabbitMQ (a thread pool
+//!   of four, Celery's default early acks) running the task, whose one act is noting its id in
+//!   a file, its CPU (process and children) from its first task to its last; and qhost running
+//!   the same messages through its `celery` format with the trivial plugin;
 //! - and the two ways a retry's delay can wait (`delay-by`): messages that each fail their
 //!   first run and are retried after a second, through delay queues or held unacked.
 //!
@@ -26,7 +30,9 @@ use qhost::sources::{DelayBy, QueueSource, RabbitQueue, RabbitSettings};
 use qhost::stores::{RedisStore, Store};
 use qhost::{Config, Counts, Host, Outgoing};
 use qhost_e2e::cpu::CpuTime;
-use qhost_e2e::rabbitmq::{TestQueues, client, settings, url};
+use qhost_e2e::rabbitmq::{
+    TestQueues, celery_send, celery_worker, client, lines_of, settings, url,
+};
 use qhost_e2e::redis_server::shared_url;
 use tokio_util::sync::CancellationToken;
 
@@ -104,9 +110,20 @@ async fn retry_row(queue: &str, n: usize, delay_by: DelayBy) -> Row {
 /// qhost on a source of `source` consuming `queue` (`n` messages) until it is idle, with the
 /// trivial plugin and retries after a second: the row, and the host's counts.
 async fn run_host(queue: &str, n: usize, source: RabbitSettings) -> (Row, Counts) {
+    let routing = "plugin = \"trivial\"";
+    run_host_with(queue, n, source, routing).await
+}
+
+/// As [`run_host`], the queue routed by `routing` (a plugin, or a format and its tasks).
+async fn run_host_with(
+    queue: &str,
+    n: usize,
+    source: RabbitSettings,
+    routing: &str,
+) -> (Row, Counts) {
     let mut config = Config::parse(&format!(
         "max-in-flight = {IN_FLIGHT}\n[retry]\nbase-secs = 1\nmax-secs = 1\n\
-         [[queue]]\nname = \"{queue}\"\nplugin = \"trivial\"\nwait-time-secs = 1\n"
+         [[queue]]\nname = \"{queue}\"\n{routing}\nwait-time-secs = 1\n"
     ))
     .expect("config");
     config.data_dir = None;
@@ -117,6 +134,48 @@ async fn run_host(queue: &str, n: usize, source: RabbitSettings) -> (Row, Counts
     let (cpu, started) = (CpuTime::now(), Instant::now());
     (host.run_until_idle(CancellationToken::new()).await).expect("run");
     (row(n, started, cpu.elapsed()), host.stats().total())
+}
+
+/// A Celery worker on `queue` (`n` tasks sent by Celery's producer), from its first task's
+/// effect to its last: tasks per second, and the CPU of its process and children.
+async fn celery_row(queue: &str, n: usize) -> Row {
+    let dir = tempfile::tempdir().expect("a directory");
+    let effects = dir.path().join("effects");
+    let mut worker = celery_worker(queue, &effects, false);
+    let pid = worker.id();
+    let wait = |done: usize| {
+        let effects = effects.clone();
+        async move {
+            while lines_of(&effects).len() < done {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    wait(1).await;
+    let (cpu, started) = (qhost_e2e::proc_tree::cpu(pid), Instant::now());
+    wait(n).await;
+    let used = qhost_e2e::proc_tree::cpu(pid).saturating_sub(cpu);
+    let elapsed = started.elapsed().as_secs_f64();
+    let _ = worker.kill();
+    let _ = worker.wait();
+    Row {
+        rate: (n - 1) as f64 / elapsed,
+        cpu_us: used.as_secs_f64() * 1e6 / (n - 1) as f64,
+        kernel: f64::NAN,
+    }
+}
+
+/// qhost on the same Celery tasks: the `celery` format routes them to the trivial plugin.
+async fn qhost_celery_row(queue: &str, n: usize) -> Row {
+    let routing = "format = \"celery\"\ntasks = { \"proj.tasks.work\" = \"trivial\" }";
+    let source = RabbitSettings {
+        declare: None,
+        ..settings(IN_FLIGHT as u16)
+    };
+    let (measured, c) = run_host_with(queue, n, source, routing).await;
+    let handled = (c.invoked, c.acked);
+    assert_eq!(handled, (n as u64, n as u64), "every task handled once");
+    measured
 }
 
 /// The Python worker on `queue`, from its own report.
@@ -143,11 +202,13 @@ fn python_row(queue: &str, n: usize) -> Row {
 }
 
 fn line(label: &str, r: &Row, note: String) {
+    let kernel = match r.kernel {
+        k if k.is_nan() => "              ".to_string(),
+        k => format!("({:>2.0}% kernel)", k * 100.0),
+    };
     println!(
-        "{label:<52}{:>9.0} msg/s {:>8.1} µs CPU ({:>2.0}% kernel)  {note}",
-        r.rate,
-        r.cpu_us,
-        r.kernel * 100.0
+        "{label:<52}{:>9.0} msg/s {:>8.1} µs CPU {kernel}  {note}",
+        r.rate, r.cpu_us
     );
 }
 
@@ -184,6 +245,23 @@ async fn main() {
     let python = python_row(queues.name(2), n);
     let delayed = retry_row(queues.name(3), retries, DelayBy::DelayQueue).await;
     let held = retry_row(queues.name(4), retries, DelayBy::Hold).await;
+    let tasks = n.min(5_000);
+    let celery_queues = TestQueues::new(&["bench-celery", "bench-celery-qhost"]);
+    for i in 0..2 {
+        let q = celery_queues.name(i);
+        celery_send(q, tasks, if i == 0 { "echo:effects" } else { "ack" });
+        rabbit
+            .prepare(&format!("{q}-dlq"), &format!("{q}-dlq-dlq"))
+            .await
+            .expect("declare");
+    }
+    let celery = celery_row(celery_queues.name(0), tasks).await;
+    let qhost_celery = qhost_celery_row(celery_queues.name(1), tasks).await;
+    // Each dead-letter queue's own (declared with it above): the rest goes with the names.
+    for i in 0..2 {
+        let beyond = format!("{}-dlq-dlq", celery_queues.name(i));
+        rabbit.delete(&beyond).await.expect("clean up");
+    }
 
     let broker = url().split('@').next_back().unwrap_or_default().to_string();
     println!(
@@ -213,4 +291,19 @@ async fn main() {
     );
     let slower = format!("{:.1}× the delay queue's time", delayed.rate / held.rate);
     line("  delay-by = \"hold\"", &held, slower);
+    println!("{tasks} Celery tasks from Celery's producer (Celery's CPU: process and children):");
+    line(
+        "  Celery 5.7 worker, threads pool of 4",
+        &celery,
+        String::new(),
+    );
+    let ratio = format!(
+        "{:.1}× less CPU per task than Celery",
+        celery.cpu_us / qhost_celery.cpu_us
+    );
+    line(
+        "  qhost, celery format, trivial plugin",
+        &qhost_celery,
+        ratio,
+    );
 }

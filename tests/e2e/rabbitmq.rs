@@ -13,7 +13,8 @@ use qhost::{Attribute, Outgoing};
 use qhost_e2e::harness::{TestEnv, attr};
 use qhost_e2e::processes::{HostProcess, kill_repeatedly, summary_column};
 use qhost_e2e::rabbitmq::{
-    TestQueues, client, close_connections, drain, ready, source_table, wait_for,
+    TestQueues, celery_send, celery_worker, client, close_connections, drain, lines_of, ready,
+    source_table, wait_for,
 };
 use qhost_e2e::redis_server::{records, shared_url, unique_namespace};
 
@@ -426,66 +427,6 @@ fn celery_produce(queue: &str, sink: &str) -> std::collections::BTreeMap<String,
 /// land before the effect or after it.
 const SIDE_BY_SIDE_TASKS: usize = 2000;
 const SIDE_BY_SIDE_KILLS: usize = 3;
-
-/// Celery's producer sends `n` `proj.tasks.work` tasks running `command` to `queue`.
-fn celery_send(queue: &str, n: usize, command: &str) {
-    let root = qhost_e2e::workspace();
-    let out = std::process::Command::new(root.join("target/tools/moto/bin/python"))
-        .arg(root.join("tests/support/celery_rabbit_worker.py"))
-        .args([
-            qhost_e2e::rabbitmq::url().as_str(),
-            queue,
-            &n.to_string(),
-            command,
-        ])
-        .env("PYTHONPATH", root.join("tests/support"))
-        .output()
-        .expect("running Python");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A Celery worker on `queue` (a thread pool of four), its effects appended to `effects`.
-fn celery_worker(queue: &str, effects: &std::path::Path, acks_late: bool) -> std::process::Child {
-    let root = qhost_e2e::workspace();
-    std::process::Command::new(root.join("target/tools/moto/bin/python"))
-        .args([
-            "-m",
-            "celery",
-            "-A",
-            "celery_rabbit_worker",
-            "worker",
-            "-Q",
-            queue,
-        ])
-        .args([
-            "--pool=threads",
-            "-c",
-            "4",
-            "--without-gossip",
-            "--without-mingle",
-        ])
-        .args(["--without-heartbeat", "-l", "WARNING"])
-        .env("PYTHONPATH", root.join("tests/support"))
-        .env("QHOST_E2E_AMQP", qhost_e2e::rabbitmq::url())
-        .env("QHOST_E2E_QUEUE", queue)
-        .env("QHOST_E2E_OUT", effects)
-        .env("QHOST_E2E_ACKS_LATE", if acks_late { "1" } else { "0" })
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("a Celery worker starts")
-}
-
-/// Lines of `path` (none while it does not exist).
-fn lines_of(path: &std::path::Path) -> Vec<String> {
-    (std::fs::read_to_string(path).unwrap_or_default().lines())
-        .map(str::to_string)
-        .collect()
-}
 
 /// Runs `start` and SIGKILLs what it started once `effects` grew by a share of the tasks,
 /// `kills` times; then runs it to the end: until every task has its effect (`every`: qhost,

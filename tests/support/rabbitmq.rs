@@ -58,7 +58,24 @@ pub async fn delete(client: &RabbitQueue, queues: &[String]) {
     }
 }
 
-/// A test's queues: named for it, deleted when it ends, passed or failed.
+/// Deletes the exchanges named `names` (gone already is fine): Celery declares a direct
+/// exchange named after each queue it sends to or consumes, its worker again at each start.
+pub async fn delete_exchanges(names: &[String]) {
+    let props = lapin::ConnectionProperties::default();
+    let conn = lapin::Connection::connect(&url(), props)
+        .await
+        .expect("RabbitMQ");
+    for name in names {
+        let channel = conn.create_channel().await.expect("a channel");
+        let options = lapin::options::ExchangeDeleteOptions::default();
+        // A missing exchange closes the channel with 404: nothing to clean up.
+        let _ = channel.exchange_delete(name.as_str().into(), options).await;
+    }
+    let _ = conn.close(200, "cleaned up".into()).await;
+}
+
+/// A test's queues: named for it, deleted when it ends (with any exchange of the same name
+/// Celery declared), passed or failed.
 #[derive(Debug)]
 pub struct TestQueues(Vec<String>);
 
@@ -83,7 +100,10 @@ impl Drop for TestQueues {
                 .enable_all()
                 .build()
                 .expect("a runtime");
-            rt.block_on(async { delete(&client(), &names).await })
+            rt.block_on(async {
+                delete(&client(), &names).await;
+                delete_exchanges(&names).await;
+            })
         });
         if deleted.join().is_err() {
             eprintln!("the test's RabbitMQ queues were not all deleted (the panic above says why)");
@@ -164,4 +184,63 @@ pub fn bind(queue: &str, exchange: &str, routing_key: &str) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Celery's producer sends `n` `proj.tasks.work` tasks running `command` to `queue`.
+pub fn celery_send(queue: &str, n: usize, command: &str) {
+    let root = crate::workspace();
+    let out = std::process::Command::new(root.join("target/tools/moto/bin/python"))
+        .arg(root.join("tests/support/celery_rabbit_worker.py"))
+        .args([url().as_str(), queue, &n.to_string(), command])
+        .env("PYTHONPATH", root.join("tests/support"))
+        .output()
+        .expect("running Python");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A Celery worker on `queue` (a thread pool of four), its effects appended to `effects`.
+pub fn celery_worker(
+    queue: &str,
+    effects: &std::path::Path,
+    acks_late: bool,
+) -> std::process::Child {
+    let root = crate::workspace();
+    std::process::Command::new(root.join("target/tools/moto/bin/python"))
+        .args([
+            "-m",
+            "celery",
+            "-A",
+            "celery_rabbit_worker",
+            "worker",
+            "-Q",
+            queue,
+        ])
+        .args([
+            "--pool=threads",
+            "-c",
+            "4",
+            "--without-gossip",
+            "--without-mingle",
+        ])
+        .args(["--without-heartbeat", "-l", "WARNING"])
+        .env("PYTHONPATH", root.join("tests/support"))
+        .env("QHOST_E2E_AMQP", url())
+        .env("QHOST_E2E_QUEUE", queue)
+        .env("QHOST_E2E_OUT", effects)
+        .env("QHOST_E2E_ACKS_LATE", if acks_late { "1" } else { "0" })
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("a Celery worker starts")
+}
+
+/// Lines of `path` (none while it does not exist).
+pub fn lines_of(path: &std::path::Path) -> Vec<String> {
+    (std::fs::read_to_string(path).unwrap_or_default().lines())
+        .map(str::to_string)
+        .collect()
 }
