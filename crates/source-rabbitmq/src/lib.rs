@@ -81,11 +81,6 @@ impl RabbitQueue {
         }
     }
 
-    /// The settings it was made with.
-    pub fn settings(&self) -> &RabbitSettings {
-        &self.settings
-    }
-
     /// The open link, or a new one: after a failure, not before the backoff's wait.
     async fn link(&self) -> Result<Arc<Link>, SourceError> {
         let mut slot = self.link.lock().await;

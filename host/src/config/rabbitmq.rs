@@ -19,6 +19,7 @@ use anyhow::{Context as _, bail};
 
 use super::file::RawSource;
 use super::secret;
+use crate::redis_link::redacted;
 use crate::source::rabbitmq::{DelayBy, ExchangeTarget, QueueType, RabbitSettings};
 
 /// The settings `raw` gives, with consumers holding `max_in_flight` unless it says otherwise.
@@ -118,17 +119,6 @@ fn url(raw: &RawSource) -> anyhow::Result<String> {
             .map_err(|()| anyhow::anyhow!("source.url has no user to go with source.password"))?;
     }
     Ok(url.to_string())
-}
-
-/// `text` with any password in it replaced, for errors.
-fn redacted(text: &str) -> String {
-    match url::Url::parse(text) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("…"));
-            u.to_string()
-        }
-        _ => text.to_string(),
-    }
 }
 
 /// Refuses the RabbitMQ fields on a source of another `kind`.
