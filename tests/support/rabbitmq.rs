@@ -130,7 +130,7 @@ pub async fn ready(client: &RabbitQueue, queue: &str) -> u64 {
     client.depth(queue).await.expect("depth").visible
 }
 
-/// Closes the broker-side connections whose client-given name contains `name` (`rabbitmqctl
+/// Closes the broker-side connections whose client-given name is `name` (`rabbitmqctl
 /// close_connection`), as a network failure or an operator would; returns how many.
 pub fn close_connections(name: &str) -> usize {
     let out = Command::new("rabbitmqctl")
@@ -145,7 +145,8 @@ pub fn close_connections(name: &str) -> usize {
         .expect("rabbitmqctl runs");
     let listed = String::from_utf8_lossy(&out.stdout).into_owned();
     let pids: Vec<&str> = (listed.lines())
-        .filter(|l| l.contains(name))
+        // The name whole, quoted as the broker lists it: `qhost pid 12` must not match `…123`.
+        .filter(|l| l.contains(&format!("{{\"connection_name\",\"{name}\"}}")))
         .filter_map(|l| l.split_whitespace().next())
         .collect();
     for pid in &pids {
@@ -174,32 +175,34 @@ pub fn bind(queue: &str, exchange: &str, routing_key: &str) {
         c = amqp.Connection('127.0.0.1:5672', userid='guest', password='guest'); c.connect()\n\
         c.channel().queue_bind(sys.argv[1], exchange=sys.argv[2], routing_key=sys.argv[3])\n\
         c.close()";
-    let python = crate::workspace().join("target/tools/moto/bin/python");
-    let out = Command::new(python)
-        .args(["-c", code, queue, exchange, routing_key])
-        .output()
-        .expect("Python runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    python(&["-c", code, queue, exchange, routing_key]);
 }
 
 /// Celery's producer sends `n` `proj.tasks.work` tasks running `command` to `queue`.
 pub fn celery_send(queue: &str, n: usize, command: &str) {
+    let n = n.to_string();
+    python(&[
+        "tests/support/celery_rabbit_worker.py",
+        &url(),
+        queue,
+        &n,
+        command,
+    ]);
+}
+
+/// Runs the tools' Python (the virtual environment `scripts/install-test-tools` makes, with
+/// `tests/support` on its path) with `args`; its stdout. It must exit 0.
+pub fn python(args: &[&str]) -> Vec<u8> {
     let root = crate::workspace();
-    let out = std::process::Command::new(root.join("target/tools/moto/bin/python"))
-        .arg(root.join("tests/support/celery_rabbit_worker.py"))
-        .args([url().as_str(), queue, &n.to_string(), command])
+    let out = Command::new(root.join("target/tools/moto/bin/python"))
+        .current_dir(&root)
+        .args(args)
         .env("PYTHONPATH", root.join("tests/support"))
         .output()
         .expect("running Python");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "python {args:?}: {stderr}");
+    out.stdout
 }
 
 /// A Celery worker on `queue` (a thread pool of four), its effects appended to `effects`.
