@@ -109,8 +109,11 @@ fn made(kind: &str, body: Option<&str>, queue: &str) -> Result<Fixture, String> 
                 "args": [],
                 "kwargs": {"email": "alice@example.com", "month": "2026-12"},
             }))?;
-            let body = crate::celery::send::task_message(task.to_string().as_bytes(), &id(), queue)
-                .map_err(|e| format!("--body: {e}"))?;
+            let kombu = crate::message::rules::Envelope::Kombu;
+            let body =
+                crate::celery::send::task_message(task.to_string().as_bytes(), &id(), queue, kombu)
+                    .map_err(|e| format!("--body: {e}"))?
+                    .body;
             Fixture {
                 body: String::from_utf8_lossy(&body).into_owned(),
                 note: Some(

@@ -119,9 +119,9 @@ mod traces;
 pub use config::deadlines::Deadlines;
 pub use config::load::Overrides;
 pub use config::typo::nearest;
-pub use config::{Config, DEFAULT_ADMIN_LISTEN, MessageFormat, RetryPolicy};
+pub use config::{Config, DEFAULT_ADMIN_LISTEN, MessageFormat, RetryPolicy, SourceKind};
 pub use host::Host;
-pub use host::open::{StartError, load_plugins, runtime_for};
+pub use host::open::{StartError, check_deadlines, load_plugins, runtime_for};
 
 // Messages.
 pub use message::{Attribute, AttributeValue, Outgoing, Received};

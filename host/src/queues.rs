@@ -93,6 +93,12 @@ impl Queues {
         Ok(self.backend.peek(queue, limit).await?)
     }
 
+    /// Whether `queue` and its `dead_letter` queue exist (or will be declared), as `qhost
+    /// check` says it: an error where `qhost run` would refuse them.
+    pub async fn inspect(&self, queue: &str, dead_letter: &str) -> anyhow::Result<String> {
+        Ok(self.backend.inspect(queue, dead_letter).await?)
+    }
+
     /// Deletes every message of `queue`.
     pub async fn purge(&self, queue: &str) -> anyhow::Result<Purged> {
         Ok(self.backend.purge(queue).await?)

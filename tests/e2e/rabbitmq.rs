@@ -11,7 +11,7 @@ use std::time::Duration;
 use qhost::sources::{QueueAdmin as _, QueueSource as _};
 use qhost::{Attribute, Outgoing};
 use qhost_e2e::harness::{TestEnv, attr};
-use qhost_e2e::processes::{HostProcess, kill_repeatedly, summary_column};
+use qhost_e2e::processes::{HostProcess, kill_repeatedly, run_with_config, summary_column};
 use qhost_e2e::rabbitmq::{
     TestQueues, celery_send, celery_worker, client, close_connections, drain, lines_of, python,
     ready, source_table, wait_for,
@@ -43,6 +43,47 @@ fn config_file(
     let path = env.plugins_dir().parent().expect("temp dir").join(file);
     std::fs::write(&path, text).expect("config file");
     path
+}
+
+/// A host configuration on RabbitMQ consuming the Celery queue `queue` (declared by Celery,
+/// so used as it is) with `in_flight` slots, routing task `task` to its plugin (`TASK =
+/// PLUGIN`), with `more` in its `[[queue]]` table.
+fn celery_config(
+    env: &TestEnv,
+    ns: &str,
+    (queue, task): (&str, &str),
+    in_flight: u32,
+    more: &str,
+) -> PathBuf {
+    let config = config_file(env, ns, "host.toml", &[], in_flight);
+    // The file ends in its [source] table, which `declare = false` joins.
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str(&format!(
+        "declare = false\n[[queue]]\nname = \"{queue}\"\nformat = \"celery\"\n\
+         tasks = {{ {task} }}\nwait-time-secs = 1\n{more}\n"
+    ));
+    std::fs::write(&config, text).expect("config");
+    config
+}
+
+/// The echo task's route to the fixture plugin.
+const ECHO: &str = "\"proj.tasks.echo\" = \"fixture\"";
+
+/// The Celery tasks the fixture echoed (each its task as JSON), by task id.
+fn tasks_by_id(ran: &[qhost::Received]) -> std::collections::BTreeMap<String, serde_json::Value> {
+    (ran.iter())
+        .map(|m| {
+            let task: serde_json::Value = serde_json::from_slice(&m.body).expect("task JSON");
+            (task["id"].as_str().expect("id").to_string(), task)
+        })
+        .collect()
+}
+
+/// Adds `lines` to the `[source]` table of the configuration file `config`.
+fn add_to_source(config: &std::path::Path, lines: &str) {
+    let text = std::fs::read_to_string(config).expect("config");
+    let text = text.replacen("[[queue]]", &format!("{lines}\n[[queue]]"), 1);
+    std::fs::write(config, text).expect("config");
 }
 
 async fn completed(ns: &str, plugin: &str, keys: &[String]) -> usize {
@@ -337,15 +378,8 @@ async fn celery_s_tasks_on_rabbitmq_run_once_each_and_the_rest_is_dead_lettered(
         .expect("send");
 
     let ns = unique_namespace("rabbit-celery");
-    let config = config_file(&env, &ns, "host.toml", &[], 8);
-    // The file ends in its [source] table, which `declare = false` joins.
-    let mut text = std::fs::read_to_string(&config).expect("config");
-    text.push_str(&format!(
-        "declare = false\n[[queue]]\nname = \"{q}\"\nformat = \"celery\"\n\
-         tasks = {{ \"proj.tasks.echo\" = \"fixture\" }}\naccept-content = [\"json\", \"msgpack\"]\n\
-         wait-time-secs = 1\n"
-    ));
-    std::fs::write(&config, text).expect("config");
+    let accept = "accept-content = [\"json\", \"msgpack\"]";
+    let config = celery_config(&env, &ns, (&q, ECHO), 8, accept);
     let host = HostProcess::start_consuming(&config);
     let mut ran = Vec::new();
     wait_for(Duration::from_secs(60), "four tasks ran", async || {
@@ -361,12 +395,7 @@ async fn celery_s_tasks_on_rabbitmq_run_once_each_and_the_rest_is_dead_lettered(
     .await;
     let summary = host.stop();
 
-    let tasks: std::collections::BTreeMap<String, serde_json::Value> = (ran.iter())
-        .map(|m| {
-            let task: serde_json::Value = serde_json::from_slice(&m.body).expect("task JSON");
-            (task["id"].as_str().expect("id").to_string(), task)
-        })
-        .collect();
+    let tasks = tasks_by_id(&ran);
     assert_eq!(
         (ran.len(), tasks.len()),
         (4, 4),
@@ -406,6 +435,109 @@ async fn celery_s_tasks_on_rabbitmq_run_once_each_and_the_rest_is_dead_lettered(
     }
     assert_eq!(summary_column(&summary, &q, "duplicate"), 1, "{summary}");
     assert_eq!(ready(&rabbit, &q).await, 0, "nothing left behind");
+}
+
+/// Celery's chains and callbacks on RabbitMQ: Celery's producer sends them, qhost runs the
+/// steps routed to it and sends on the rest as Celery's producers send on RabbitMQ, so the
+/// chain's step routed to a Celery worker's queue runs there, once, under the id the producer
+/// froze for it.
+#[tokio::test(flavor = "multi_thread")]
+async fn celery_s_chains_on_rabbitmq_carry_on_once_on_qhost_and_on_a_celery_worker() {
+    let env = TestEnv::new();
+    let queues = TestQueues::new(&["celery-chain", "celery-chain-sink", "celery-onward"]);
+    let (q, sink, onward) = (queues.name(0), queues.name(1), queues.name(2));
+    let dlq = format!("{q}-dlq");
+    let rabbit = client();
+    let sink_dlq = format!("{sink}-dlq");
+    rabbit.prepare(sink, &sink_dlq).await.expect("declare");
+    rabbit.prepare(&dlq, &sink_dlq).await.expect("declare");
+    env.install(
+        "fixture",
+        "fixture",
+        &format!("[outbox]\nqueues = [\"{sink}\"]\ncelery = [\"{q}\", \"{onward}\"]\n"),
+    );
+    // The Celery worker declares its queue as Celery does before anything is sent to it.
+    let effects = env
+        .plugins_dir()
+        .parent()
+        .expect("temp dir")
+        .join("worker-effects");
+    let mut worker = celery_worker(onward, &effects, false);
+    wait_for(
+        Duration::from_secs(60),
+        "the Celery worker's queue",
+        async || rabbit.depth(onward).await.is_ok(),
+    )
+    .await;
+    let out = python(&[
+        "tests/support/celery_amqp_workflows.py",
+        &qhost_e2e::rabbitmq::url(),
+        q,
+        sink,
+        onward,
+    ]);
+    let ids: std::collections::BTreeMap<String, String> =
+        serde_json::from_slice(&out).expect("the ids");
+
+    let ns = unique_namespace("rabbit-celery-chain");
+    let config = celery_config(&env, &ns, (q, ECHO), 8, "");
+    let host = HostProcess::start_consuming(&config);
+    let mut ran = Vec::new();
+    wait_for(Duration::from_secs(60), "five tasks on qhost", async || {
+        ran.extend(drain(&rabbit, sink, Duration::from_millis(500)).await);
+        ran.len() >= 5
+    })
+    .await;
+    let handed_on = "the Celery worker ran the step qhost sent it";
+    let worker_ran = async || {
+        let n = (rabbit.depth(onward).await).map(|d| d.visible);
+        !lines_of(&effects).is_empty() || {
+            eprintln!("{onward}: {n:?} ready, the Celery worker: {:?}", worker.try_wait());
+            false
+        }
+    };
+    wait_for(Duration::from_secs(120), handed_on, worker_ran).await;
+    tokio::time::sleep(Duration::from_secs(2)).await; // time for a second copy, if one came
+    ran.extend(drain(&rabbit, sink, Duration::from_millis(500)).await);
+    let summary = host.stop();
+    let _ = worker.kill();
+    let _ = worker.wait();
+
+    let tasks = tasks_by_id(&ran);
+    assert_eq!(
+        (ran.len(), tasks.len()),
+        (5, 5),
+        "each ran once: {tasks:#?}"
+    );
+    for case in ["first", "second", "parent", "handoff"] {
+        assert!(
+            tasks.contains_key(&ids[case]),
+            "{case} ran under its id: {tasks:#?}"
+        );
+    }
+    let second = &tasks[&ids["second"]];
+    assert_eq!(
+        (&second["parent_id"], &second["root_id"]),
+        (
+            &serde_json::json!(ids["first"]),
+            &serde_json::json!(ids["first"])
+        ),
+        "the chain's next task names the first as parent and root"
+    );
+    let linked: Vec<&serde_json::Value> = tasks
+        .values()
+        .filter(|t| t["args"][1] == "linked")
+        .collect();
+    assert_eq!(linked.len(), 1, "the callback ran once: {tasks:#?}");
+    assert_eq!(linked[0]["parent_id"], serde_json::json!(ids["parent"]));
+    assert_eq!(
+        lines_of(&effects),
+        [ids["worker"].clone()],
+        "the Celery worker ran the step qhost sent on, once, under its frozen id"
+    );
+    assert_eq!(summary_column(&summary, q, "ran"), 5, "{summary}");
+    assert_eq!(ready(&rabbit, &dlq).await, 0, "nothing dead-lettered");
+    assert_eq!(ready(&rabbit, q).await, 0, "nothing left behind");
 }
 
 /// Runs Celery's producer on RabbitMQ: its task ids by case.
@@ -528,14 +660,8 @@ async fn celery_and_qhost_killed_mid_run_on_rabbitmq_side_by_side() {
     env.install("work", "fixture", "");
     celery_send(&q, SIDE_BY_SIDE_TASKS, &command(&sink));
     let ns = unique_namespace("rabbit-side");
-    let config = config_file(&env, &ns, "host.toml", &[], 4);
-    let mut text = std::fs::read_to_string(&config).expect("config");
-    text.push_str(&format!(
-        "declare = false\n[[queue]]\nname = \"{q}\"\nformat = \"celery\"\n\
-         tasks = {{ \"proj.tasks.work\" = \"work\" }}\nwait-time-secs = 1\n\
-         visibility-timeout-secs = 5\n"
-    ));
-    std::fs::write(&config, text).expect("config");
+    let work = "\"proj.tasks.work\" = \"work\"";
+    let config = celery_config(&env, &ns, (&q, work), 4, "visibility-timeout-secs = 5");
     // Each effect by (task id, message id): an effect the outbox sent again after a kill is a
     // copy under the same message id, which a consumer keyed by it suppresses.
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, String)>::new()));
@@ -777,5 +903,185 @@ async fn dead_letters_are_peeked_and_redriven_on_rabbitmq() {
         ready(&rabbit, &dlq).await,
         0,
         "each removed once its copy was sent"
+    );
+}
+
+/// `source.ordered`: a queue consumed by a single active consumer, one delivery at a time,
+/// its retries held in place. Two hosts consume it; the one that took it first is SIGKILLed
+/// mid-run and the other takes over; one message fails its first run. Every message's effect
+/// arrives once, in the order the messages were sent, through the retry and the take-over.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ordered_queue_runs_in_order_through_a_retry_and_a_host_killed_mid_run() {
+    let env = TestEnv::new();
+    env.install("jobs", "fixture", "");
+    let queues = TestQueues::new(&["ordered", "ordered-seen"]);
+    let (q, seen) = (queues.name(0).to_string(), queues.name(1).to_string());
+    let ordered = qhost::sources::RabbitSettings {
+        ordered: [q.clone()].into(),
+        ..qhost_e2e::rabbitmq::settings(1)
+    };
+    let rabbit = qhost::sources::RabbitQueue::new(ordered);
+    rabbit
+        .prepare(&q, &format!("{q}-dlq"))
+        .await
+        .expect("declare");
+    rabbit
+        .prepare(&seen, &format!("{seen}-dlq"))
+        .await
+        .expect("declare");
+    let n = 40;
+    let msgs: Vec<Outgoing> = (0..n)
+        .map(|i| {
+            let step = if i == 12 { "flaky:2;" } else { "sleep:50;" };
+            Outgoing::new(&q, format!("{step}send:{seen}:{i:02}"))
+        })
+        .collect();
+    let ids = rabbit.send(&msgs).await.expect("send");
+    let ns = unique_namespace("rabbit-ordered");
+    let config = config_file(&env, &ns, "host.toml", &[(&q, "jobs")], 8);
+    add_to_source(&config, &format!("ordered = [\"{q}\"]"));
+
+    let mut got: Vec<qhost::Received> = Vec::new();
+    let first = HostProcess::start_consuming(&config);
+    wait_for(
+        Duration::from_secs(60),
+        "the first host under way",
+        async || {
+            got.extend(drain(&rabbit, &seen, Duration::from_millis(200)).await);
+            got.len() >= 5
+        },
+    )
+    .await;
+    let second = HostProcess::start_consuming(&config);
+    wait_for(Duration::from_secs(60), "past the retry", async || {
+        got.extend(drain(&rabbit, &seen, Duration::from_millis(200)).await);
+        got.len() >= 20
+    })
+    .await;
+    first.kill();
+    wait_for(
+        Duration::from_secs(90),
+        "every effect, after the take-over",
+        async || {
+            got.extend(drain(&rabbit, &seen, Duration::from_millis(200)).await);
+            let mut ids: Vec<&str> = got.iter().map(|m| m.id.as_str()).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            ids.len() >= n
+        },
+    )
+    .await;
+    got.extend(drain(&rabbit, &seen, Duration::from_secs(1)).await);
+    let summary = second.stop();
+
+    // A copy re-sent after the kill carries its first send's id; each effect counts once.
+    let mut firsts = std::collections::HashSet::new();
+    let order: Vec<String> = (got.iter())
+        .filter(|m| firsts.insert(m.id.clone()))
+        .map(|m| String::from_utf8_lossy(&m.body).into_owned())
+        .collect();
+    let sent: Vec<String> = (0..n).map(|i| format!("{i:02}")).collect();
+    assert_eq!(order, sent, "the effects in the order sent");
+    let rows = records(&ns, "jobs", &ids).await;
+    assert!(
+        rows.iter().all(|r| r.0.as_deref() == Some("completed")),
+        "{rows:?}"
+    );
+    assert!(
+        rows[12].1 >= Some(2),
+        "failed once, then ran: {:?}",
+        rows[12]
+    );
+    assert_eq!(ready(&rabbit, &q).await, 0, "{summary}");
+    assert_eq!(
+        ready(&rabbit, &format!("{q}-dlq")).await,
+        0,
+        "nothing dead-lettered"
+    );
+}
+
+/// `qhost check` on RabbitMQ says what `qhost run` would declare without declaring it, and
+/// fails on what `qhost run` would refuse: a queue declared before with other arguments, a
+/// plugin that may run past the broker's `consumer_timeout`, and (with `declare = false`) a
+/// queue that does not exist.
+#[tokio::test(flavor = "multi_thread")]
+async fn check_says_what_run_would_declare_and_fails_on_what_it_would_refuse() {
+    let env = TestEnv::new();
+    env.install("jobs", "fixture", "[limits]\ntimeout-ms = 40000\n");
+    let queues = TestQueues::new(&["check-new", "check-classic"]);
+    let (fresh, classic) = (queues.name(0).to_string(), queues.name(1).to_string());
+    let classic_source = qhost::sources::RabbitQueue::new(qhost::sources::RabbitSettings {
+        declare: Some(qhost::sources::QueueType::Classic),
+        ..qhost_e2e::rabbitmq::settings(1)
+    });
+    (classic_source
+        .prepare(&classic, &format!("{classic}-dlq"))
+        .await)
+        .expect("declare");
+    let ns = unique_namespace("rabbit-check");
+    let queue_list = [(fresh.as_str(), "jobs"), (classic.as_str(), "jobs")];
+    let config = config_file(&env, &ns, "host.toml", &queue_list, 4);
+    add_to_source(
+        &config,
+        &format!("ordered = [\"{fresh}\"]\nconsumer-timeout-ms = 60000"),
+    );
+
+    let (ok, stdout, stderr) = run_with_config(&config, &["check"]);
+    assert!(!ok, "{stdout}");
+    let declares = format!(
+        "queue {fresh}: does not exist yet: `qhost run` declares it (quorum, delivery limit \
+         20, single active consumer, dead-lettering to `{fresh}-dlq`)"
+    );
+    assert!(stdout.contains(&declares), "{stdout}");
+    assert!(
+        stdout.contains(&format!("queue {classic}: "))
+            && stdout.contains("exists with other arguments than qhost declares"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "deadline: queue[0] `{fresh}`: plugin `jobs` may run for 40s"
+        )) && stdout.contains("within half of it (30s)"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("2 problem(s): `qhost run` would refuse to start"),
+        "{stderr}"
+    );
+    let rabbit = client();
+    let absent = rabbit
+        .depth(&fresh)
+        .await
+        .expect_err("check declared nothing");
+    assert!(
+        matches!(absent, qhost::sources::SourceError::UnknownQueue(_)),
+        "{absent}"
+    );
+
+    // Used as they exist, a queue that does not exist is a problem, named.
+    env.install("jobs", "fixture", "");
+    let used = config_file(&env, &ns, "used.toml", &[(&fresh, "jobs")], 4);
+    add_to_source(&used, "declare = false");
+    let (ok, stdout, stderr) = run_with_config(&used, &["check"]);
+    assert!(!ok, "{stdout}");
+    assert!(
+        stdout.contains(&format!("queue {fresh}: ")) && stdout.contains("does not exist"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("1 problem(s)"), "{stderr}");
+    // Declared as qhost declares it, it passes, and says so.
+    let made = config_file(&env, &ns, "made.toml", &[(&fresh, "jobs")], 4);
+    rabbit
+        .prepare(&fresh, &format!("{fresh}-dlq"))
+        .await
+        .expect("declare");
+    let (ok, stdout, stderr) = run_with_config(&made, &["check"]);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "queue {fresh}: exists as qhost declares it (quorum, delivery limit 20, \
+             dead-lettering to `{fresh}-dlq`), 0 ready"
+        )),
+        "{stdout}"
     );
 }

@@ -27,6 +27,8 @@ pub fn settings(prefetch: u16) -> RabbitSettings {
         declare: Some(QueueType::Quorum { delivery_limit: 20 }),
         delay_by: DelayBy::DelayQueue,
         connection_name: format!("qhost-e2e {}", std::process::id()),
+        ordered: Default::default(),
+        consumer_timeout: RabbitSettings::DEFAULT_CONSUMER_TIMEOUT,
         exchanges: Default::default(),
     }
 }

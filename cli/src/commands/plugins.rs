@@ -63,6 +63,11 @@ pub(crate) async fn check_deploy(
             }
         }
     }
+    if let Err(e) = qhost::check_deadlines(config, &registry) {
+        problems += 1;
+        println!("deadline: {e}");
+    }
+    problems += check_queues(config).await;
     let mut schedule_problems = 0;
     for s in qhost::schedule::check(config) {
         schedule_problems += usize::from(s.problem);
@@ -85,6 +90,32 @@ pub(crate) async fn check_deploy(
         ),
     }
     Ok(())
+}
+
+/// Each consumed queue and its dead-letter queue as the source sees them; the number that
+/// `qhost run` would refuse.
+async fn check_queues(config: &Config) -> usize {
+    if matches!(config.source, qhost::SourceKind::Local) {
+        return 0; // the embedded queue makes the configured queues itself
+    }
+    let queues = match qhost::Queues::open(config, &[]).await {
+        Ok(queues) => queues,
+        Err(e) => {
+            println!("source: cannot be reached: {e:#}");
+            return 1;
+        }
+    };
+    let mut problems = 0;
+    for q in &config.queues {
+        match queues.inspect(&q.name, &q.dead_letter).await {
+            Ok(line) => println!("queue {}: {line}", q.name),
+            Err(e) => {
+                problems += 1;
+                println!("queue {}: {e:#}", q.name);
+            }
+        }
+    }
+    problems
 }
 
 /// What the plugins directory holds instead of `name`: the nearest name first if one is near.

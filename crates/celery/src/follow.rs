@@ -11,8 +11,9 @@
 //!
 //! A signature's task id is the one the producer froze into it (a chain's tasks all have one),
 //! so the ids a caller holds are the ones that run; otherwise it is derived from the outbox key
-//! like a handler's own task. Its queue is the signature's `queue` option, named as kombu's SQS
-//! transport names queues, or the queue the task came from. The follow-ups go through the
+//! like a handler's own task. Its queue is the signature's `queue` option (named as kombu's SQS
+//! transport names queues, on SQS), or the queue the task came from. It is laid out as the
+//! broker's Celery producers lay it out (`Envelope`), so a Celery worker there can run it. The follow-ups go through the
 //! outbox, committed with the task's completion: sent once, and only when the run acked.
 //!
 //! Refused before the task runs (each with why, dead-lettered so it can be redriven to a
@@ -25,12 +26,15 @@ use super::DecodeError;
 use super::send::{self, Request};
 use super::task::Task;
 use qhost_message::Outgoing;
+use qhost_message::rules::Envelope;
 
 /// A task to send once the consumed task's run is complete.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FollowUp {
-    /// The SQS queue it goes to.
+    /// The queue it goes to.
     pub queue: String,
+    /// How it is laid out.
+    envelope: Envelope,
     /// The task, with the signature's own arguments.
     request: Request,
     /// The id the producer gave it, if any.
@@ -44,15 +48,16 @@ impl FollowUp {
     /// task when the producer did not, and `parent` the consumed task's return value.
     pub fn outgoing(&self, derived: &str, parent: &Value) -> Outgoing {
         let id = (self.id.clone()).unwrap_or_else(|| send::task_id(derived));
-        let body = if self.takes_result {
+        let encoded = if self.takes_result {
             let mut request = self.request.clone();
             let own = as_list(std::mem::take(&mut request.args));
             request.args = Value::Array(std::iter::once(parent.clone()).chain(own).collect());
-            request.message(&id, &self.queue)
+            request.encode(&id, &self.queue, self.envelope)
         } else {
-            self.request.message(&id, &self.queue)
+            self.request.encode(&id, &self.queue, self.envelope)
         };
-        let mut msg = Outgoing::new(&self.queue, body);
+        let mut msg = Outgoing::new(&self.queue, encoded.body);
+        msg.attributes = encoded.attributes;
         if self.queue.ends_with(".fifo") {
             // kombu's group on a FIFO queue.
             msg.group_id = Some("default".into());
@@ -61,10 +66,14 @@ impl FollowUp {
     }
 }
 
-/// The tasks `task` sends when it succeeds: its callbacks, then the next task of its chain;
-/// `home` is the SQS queue it came from. Refused: what qhost does not carry on (see the module
-/// docs).
-pub fn follow_ups(task: &Task, home: &str) -> Result<Vec<FollowUp>, DecodeError> {
+/// The tasks `task` sends when it succeeds: its callbacks, then the next task of its chain,
+/// laid out as `envelope` says; `home` is the queue it came from. Refused: what qhost does not
+/// carry on (see the module docs).
+pub fn follow_ups(
+    task: &Task,
+    home: &str,
+    envelope: Envelope,
+) -> Result<Vec<FollowUp>, DecodeError> {
     let links = &task.links;
     if links.chord {
         return Err(unsupported(
@@ -80,6 +89,7 @@ pub fn follow_ups(task: &Task, home: &str) -> Result<Vec<FollowUp>, DecodeError>
         id: &task.id,
         root: task.root_id.as_deref().unwrap_or(&task.id),
         chain,
+        envelope,
     };
     let mut out = Vec::with_capacity(links.callbacks.len() + 1);
     for sig in &links.callbacks {
@@ -101,6 +111,7 @@ struct Parent<'a> {
     root: &'a str,
     /// The chain it carries on.
     chain: Value,
+    envelope: Envelope,
 }
 
 /// One signature applied as a worker applies it on success.
@@ -128,7 +139,10 @@ fn follow_up(sig: &Value, parent: &Parent<'_>, home: &str) -> Result<FollowUp, D
     let (eta, expires) = send::schedule(&mut options).map_err(|e| bad(&e))?;
     let queue = match options.get("queue") {
         None | Some(Value::Null) => home.to_string(),
-        Some(Value::String(queue)) => sqs_name(queue),
+        Some(Value::String(queue)) => match parent.envelope {
+            Envelope::Kombu => sqs_name(queue),
+            Envelope::Amqp => queue.clone(),
+        },
         Some(_) => return Err(bad("a signature's queue option is not a queue name")),
     };
     let id = options
@@ -147,6 +161,7 @@ fn follow_up(sig: &Value, parent: &Parent<'_>, home: &str) -> Result<FollowUp, D
     };
     Ok(FollowUp {
         queue,
+        envelope: parent.envelope,
         request,
         id,
         takes_result: !immutable,
@@ -225,7 +240,7 @@ mod tests {
             false,
         );
         let task = task_with(json!({"chain": [third, second], "callbacks": null}));
-        let ups = follow_ups(&task, "celery").unwrap();
+        let ups = follow_ups(&task, "celery", Envelope::Kombu).unwrap();
         assert_eq!(ups.len(), 1);
         assert_eq!(
             ups[0].queue, "proj-slow",
@@ -251,7 +266,7 @@ mod tests {
             (Some("id-1"), Some("id-1"))
         );
         // The third is sent by whoever runs the second.
-        let after = follow_ups(&next, "proj-slow").unwrap();
+        let after = follow_ups(&next, "proj-slow", Envelope::Kombu).unwrap();
         assert_eq!(after.len(), 1);
         let last = sent_after(&after[0], "q:id-2/0", &json!("ignored"));
         assert_eq!(
@@ -261,8 +276,44 @@ mod tests {
         assert_eq!(last.args, json!([3]), "immutable: its own arguments only");
         assert_eq!(last.root_id.as_deref(), Some("id-1"));
         assert!(
-            follow_ups(&last, "celery").unwrap().is_empty(),
+            follow_ups(&last, "celery", Envelope::Kombu)
+                .unwrap()
+                .is_empty(),
             "the chain ends"
+        );
+    }
+
+    #[test]
+    fn on_amqp_a_follow_up_keeps_its_queue_s_name_and_travels_as_celery_sends_there() {
+        let next = sig(
+            "proj.next",
+            json!([2]),
+            json!({"task_id": "n", "queue": "proj.slow"}),
+            true,
+        );
+        let task = task_with(json!({"chain": [next], "callbacks": null}));
+        let ups = follow_ups(&task, "celery", Envelope::Amqp).unwrap();
+        assert_eq!(
+            ups[0].queue, "proj.slow",
+            "RabbitMQ's queue names are Celery's own"
+        );
+        let msg = ups[0].outgoing("p:k/0", &Value::Null);
+        let headers = (msg.attributes.iter())
+            .find(|a| a.name == qhost_message::wire::AMQP_HEADERS)
+            .and_then(qhost_message::Attribute::text)
+            .expect("its headers");
+        let Value::Object(headers) = serde_json::from_str(headers).unwrap() else {
+            panic!("{headers}")
+        };
+        let read = crate::decode_amqp(&msg.body, "application/json", headers, &[ContentType::Json])
+            .unwrap();
+        assert_eq!(
+            (
+                read.name.as_str(),
+                read.id.as_str(),
+                read.parent_id.as_deref()
+            ),
+            ("proj.next", "n", Some("id-1"))
         );
     }
 
@@ -271,7 +322,7 @@ mod tests {
         let link = sig("proj.notify", json!([]), json!({}), true);
         let next = sig("proj.next", json!([]), json!({"task_id": "n"}), true);
         let task = task_with(json!({"callbacks": [link], "chain": [next]}));
-        let ups = follow_ups(&task, "orders.fifo").unwrap();
+        let ups = follow_ups(&task, "orders.fifo", Envelope::Kombu).unwrap();
         let names: Vec<String> = ups.iter().map(|f| sent(f, "p:k/0").name).collect();
         assert_eq!(names, ["proj.notify", "proj.next"]);
         let first = ups[0].outgoing("p:k/0", &Value::Null);
@@ -299,7 +350,7 @@ mod tests {
             ),
         ];
         for (embed, says) in cases {
-            let err = follow_ups(&task_with(embed.clone()), "celery").unwrap_err();
+            let err = follow_ups(&task_with(embed.clone()), "celery", Envelope::Kombu).unwrap_err();
             assert!(err.to_string().contains(says), "{embed}: {err}");
         }
     }

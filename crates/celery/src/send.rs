@@ -1,8 +1,9 @@
 //! Celery tasks a handler sends: an outbox message to a queue its manifest lists under
 //! `[outbox] celery` is a task, written by the handler as
 //! `{"task": NAME, "args": [...], "kwargs": {...}, "countdown": SECS | "eta": ISO, "expires": SECS | ISO}`
-//! and sent by the host as a Celery producer would (protocol 2, JSON, kombu's SQS envelope), so
-//! the Celery workers that remain can run it.
+//! and sent by the host as a Celery producer on its broker would (protocol 2, JSON; in kombu's
+//! envelope on SQS, as AMQP properties and headers on RabbitMQ), so the Celery workers that
+//! remain can run it.
 //!
 //! The task id is derived from the outbox message's own derived key (the consumed message's key
 //! and the message's place in the outbox): a re-send after a crash sends the same task id, and
@@ -19,7 +20,20 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 use sha2::{Digest as _, Sha256};
 
+use qhost_message::rules::Envelope;
+use qhost_message::{Attribute, wire};
+
 use super::task::iso8601;
+
+/// A Celery task as it travels: its body, and the attributes that carry AMQP's properties and
+/// headers (none in kombu's envelope, which holds them in the body).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Encoded {
+    /// The message body.
+    pub body: Vec<u8>,
+    /// The attributes to send beside it.
+    pub attributes: Vec<Attribute>,
+}
 
 /// The task id for the outbox message whose derived key is `derived`: a UUID's form of its
 /// sha256.
@@ -88,26 +102,37 @@ impl Request {
         })
     }
 
+    /// Celery's message for this task, sent to `queue` as task `id` (protocol 2, JSON), laid
+    /// out as `envelope` says.
+    pub fn encode(&self, id: &str, queue: &str, envelope: Envelope) -> Encoded {
+        match envelope {
+            Envelope::Kombu => Encoded {
+                body: self.message(id, queue),
+                attributes: Vec::new(),
+            },
+            Envelope::Amqp => {
+                let text = |name: &str, value: &str| Attribute::string(name, value);
+                Encoded {
+                    body: self.body().into_bytes(),
+                    attributes: vec![
+                        text(wire::AMQP_CONTENT_TYPE, "application/json"),
+                        text(wire::AMQP_CONTENT_ENCODING, "utf-8"),
+                        text(wire::AMQP_CORRELATION_ID, id),
+                        text(wire::AMQP_HEADERS, &self.headers(id).to_string()),
+                    ],
+                }
+            }
+        }
+    }
+
     /// Celery's message for this task, sent to `queue` as task `id` (protocol 2, JSON, in
     /// kombu's SQS envelope).
     pub fn message(&self, id: &str, queue: &str) -> Vec<u8> {
-        let root_id = self.root_id.as_deref().unwrap_or(id);
-        let headers = json!({
-            "lang": "py", "task": self.name, "id": id, "shadow": null, "eta": self.eta,
-            "expires": self.expires, "group": null, "group_index": null, "retries": 0,
-            "timelimit": [null, null], "root_id": root_id, "parent_id": self.parent_id,
-            "argsrepr": self.args.to_string(), "kwargsrepr": self.kwargs.to_string(),
-            "origin": "qhost", "ignore_result": false, "replaced_task_nesting": 0,
-            "stamped_headers": null, "stamps": {},
-        });
-        let embed =
-            json!({"callbacks": null, "errbacks": null, "chain": self.chain, "chord": null});
-        let inner = json!([self.args, self.kwargs, embed]).to_string();
         let envelope = json!({
-            "body": STANDARD.encode(inner),
+            "body": STANDARD.encode(self.body()),
             "content-encoding": "utf-8",
             "content-type": "application/json",
-            "headers": headers,
+            "headers": self.headers(id),
             "properties": {
                 "correlation_id": id,
                 "reply_to": "",
@@ -120,12 +145,37 @@ impl Request {
         });
         STANDARD.encode(envelope.to_string()).into_bytes()
     }
+
+    /// Protocol 2's headers of this task as task `id`.
+    fn headers(&self, id: &str) -> Value {
+        let root_id = self.root_id.as_deref().unwrap_or(id);
+        json!({
+            "lang": "py", "task": self.name, "id": id, "shadow": null, "eta": self.eta,
+            "expires": self.expires, "group": null, "group_index": null, "retries": 0,
+            "timelimit": [null, null], "root_id": root_id, "parent_id": self.parent_id,
+            "argsrepr": self.args.to_string(), "kwargsrepr": self.kwargs.to_string(),
+            "origin": "qhost", "ignore_result": false, "replaced_task_nesting": 0,
+            "stamped_headers": null, "stamps": {},
+        })
+    }
+
+    /// Protocol 2's body: `[args, kwargs, embed]`, as JSON.
+    fn body(&self) -> String {
+        let embed =
+            json!({"callbacks": null, "errbacks": null, "chain": self.chain, "chord": null});
+        json!([self.args, self.kwargs, embed]).to_string()
+    }
 }
 
 /// Celery's message for the task a handler's outbox `body` describes, sent to `queue` as task
-/// `id`; the error is for the handler.
-pub fn task_message(body: &[u8], id: &str, queue: &str) -> Result<Vec<u8>, String> {
-    Ok(Request::from_handler(body)?.message(id, queue))
+/// `id` and laid out as `envelope` says; the error is for the handler.
+pub fn task_message(
+    body: &[u8],
+    id: &str,
+    queue: &str,
+    envelope: Envelope,
+) -> Result<Encoded, String> {
+    Ok(Request::from_handler(body)?.encode(id, queue, envelope))
 }
 
 /// `args`: a list; absent or null is empty.
@@ -190,8 +240,9 @@ mod tests {
         assert_eq!(id, task_id("p:k/0"), "a re-sent outbox sends the same id");
         let body =
             br#"{"task": "proj.tasks.add", "args": [1, 2], "kwargs": {"x": "y"}, "countdown": 60}"#;
-        let raw = task_message(body, &id, "celery").unwrap();
-        let task = decode(&raw, &[ContentType::Json]).unwrap();
+        let raw = task_message(body, &id, "celery", Envelope::Kombu).unwrap();
+        assert!(raw.attributes.is_empty());
+        let task = decode(&raw.body, &[ContentType::Json]).unwrap();
         assert_eq!(
             (task.name.as_str(), task.id.as_str()),
             ("proj.tasks.add", id.as_str())
@@ -208,6 +259,40 @@ mod tests {
     }
 
     #[test]
+    fn on_amqp_a_task_is_its_body_with_properties_and_headers_beside_it() {
+        let body = br#"{"task": "proj.tasks.add", "args": [1, 2], "kwargs": {"x": "y"}}"#;
+        let sent = task_message(body, "id-7", "celery", Envelope::Amqp).unwrap();
+        let attr = |name: &str| {
+            let found = sent.attributes.iter().find(|a| a.name == name);
+            found.and_then(Attribute::text).map(String::from)
+        };
+        assert_eq!(
+            attr(wire::AMQP_CONTENT_TYPE).as_deref(),
+            Some("application/json")
+        );
+        assert_eq!(attr(wire::AMQP_CORRELATION_ID).as_deref(), Some("id-7"));
+        let headers: Value = serde_json::from_str(&attr(wire::AMQP_HEADERS).unwrap()).unwrap();
+        let Value::Object(headers) = headers else {
+            panic!("{headers}")
+        };
+        let task = crate::decode_amqp(
+            &sent.body,
+            "application/json",
+            headers,
+            &[ContentType::Json],
+        )
+        .unwrap();
+        assert_eq!(
+            (task.name.as_str(), task.id.as_str(), &task.args),
+            ("proj.tasks.add", "id-7", &json!([1, 2]))
+        );
+        assert!(
+            sent.attributes.len() <= 4,
+            "four attributes, whatever the headers"
+        );
+    }
+
+    #[test]
     fn what_is_not_a_task_is_refused_to_the_handler() {
         let cases: [(&[u8], &str); 6] = [
             (b"send it", "is a task as JSON"),
@@ -218,7 +303,7 @@ mod tests {
             (br#"{"task": "t", "queue": "q"}"#, "has no `queue`"),
         ];
         for (body, says) in cases {
-            let err = task_message(body, "id", "q").unwrap_err();
+            let err = task_message(body, "id", "q", Envelope::Kombu).unwrap_err();
             assert!(
                 err.contains(says),
                 "{}: {err}",

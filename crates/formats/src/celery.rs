@@ -1,4 +1,5 @@
-//! Celery's task messages (`format = "celery"`), read as a Celery worker reads them from SQS.
+//! Celery's task messages (`format = "celery"`), read as a Celery worker reads them from SQS
+//! (kombu's envelope) or RabbitMQ (AMQP properties and headers).
 //!
 //! The message is decoded (`qhost_celery`) and routed by its task name through the queue's
 //! `tasks` (or its default `plugin`); nothing in the message can pick another. The lease is
@@ -28,6 +29,7 @@ use futures_util::future::BoxFuture;
 
 use qhost_celery::follow::{self, FollowUp};
 use qhost_celery::{self as decode, ContentType, Task};
+use qhost_message::rules::Envelope;
 use qhost_message::{Attribute, AttributeValue, Outgoing, Received, wire};
 use qhost_redis_link::RedisDeadlines;
 
@@ -46,24 +48,26 @@ const NO_LIMIT_SECS: f64 = 43_200.0;
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
     results: Option<Arc<ResultBackend>>,
+    /// How follow-ups are laid out on the host's broker.
+    envelope: Envelope,
 }
 
 impl Shared {
     /// The result backend `settings` names (it connects on its first record, within
     /// `deadlines`).
-    pub(crate) fn open(settings: Option<&CeleryResults>, deadlines: RedisDeadlines) -> Shared {
-        let Some(settings) = settings else {
-            return Shared::default();
-        };
-        match ResultBackend::new(settings, deadlines) {
-            Ok(backend) => Shared {
-                results: Some(Arc::new(backend)),
-            },
+    pub(crate) fn open(
+        settings: Option<&CeleryResults>,
+        deadlines: RedisDeadlines,
+        envelope: Envelope,
+    ) -> Shared {
+        let results = settings.and_then(|settings| match ResultBackend::new(settings, deadlines) {
+            Ok(backend) => Some(Arc::new(backend)),
             Err(e) => {
                 tracing::error!(error = %e, "Celery result records will not be written");
-                Shared::default()
+                None
             }
-        }
+        });
+        Shared { results, envelope }
     }
 
     /// The format of Celery queue `queue`, reading the serializers in `accept`.
@@ -72,6 +76,7 @@ impl Shared {
             queue: queue.to_string(),
             accept,
             results: self.results.clone(),
+            envelope: self.envelope,
         }
     }
 }
@@ -79,10 +84,11 @@ impl Shared {
 /// A Celery queue's format.
 #[derive(Debug)]
 pub(crate) struct Celery {
-    /// The SQS queue it reads (a follow-up with no queue of its own goes back there).
+    /// The queue it reads (a follow-up with no queue of its own goes back there).
     queue: String,
     accept: Vec<ContentType>,
     results: Option<Arc<ResultBackend>>,
+    envelope: Envelope,
 }
 
 impl Format for Celery {
@@ -106,7 +112,7 @@ impl Format for Celery {
             noun: "task",
             table: "tasks",
         };
-        let (follow_ups, admit) = match follow::follow_ups(&task, &self.queue) {
+        let (follow_ups, admit) = match follow::follow_ups(&task, &self.queue, self.envelope) {
             Ok(follow_ups) => (follow_ups, admit(&task, SystemTime::now())),
             Err(e) => (Vec::new(), Admit::Refused(e.to_string())),
         };

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use qhost_message::rules::Envelope;
+
 use qhost_celery::ContentType;
 use qhost_redis_link::RedisDeadlines;
 
@@ -77,10 +79,15 @@ pub struct Formats {
 
 impl Formats {
     /// The formats of a host whose Celery results go to `results` (none: no records are
-    /// written), sharing one connection to it, reached within `deadlines`.
-    pub fn open(results: Option<&CeleryResults>, deadlines: RedisDeadlines) -> Formats {
+    /// written), sharing one connection to it, reached within `deadlines`, and whose Celery
+    /// follow-ups are laid out as `envelope` says (the broker's Celery producers' way).
+    pub fn open(
+        results: Option<&CeleryResults>,
+        deadlines: RedisDeadlines,
+        envelope: Envelope,
+    ) -> Formats {
         Formats {
-            celery: celery::Shared::open(results, deadlines),
+            celery: celery::Shared::open(results, deadlines, envelope),
         }
     }
 

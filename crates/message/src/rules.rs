@@ -82,15 +82,30 @@ fn size_with(msg: &Outgoing, sent: AsSent) -> usize {
 }
 
 /// How the host sends a message a handler asked for: as it is, or its body offloaded to the
-/// payload store with a pointer in its place.
+/// payload store with a pointer in its place; and a message in a producer's own envelope (a
+/// Celery task) laid out as the broker's own producers lay it out.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SendShape {
+    /// How a Celery task is laid out.
+    pub envelope: Envelope,
     /// Messages larger than this as sent are offloaded; `None` without a payload store.
     pub offload_above: Option<usize>,
     /// Every message is offloaded, whatever its size.
     pub offload_always: bool,
     /// Attributes the store's pointer adds to a message.
     pub pointer_attributes: usize,
+}
+
+/// How a message in a producer's envelope (a Celery task) travels on the host's broker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Envelope {
+    /// In kombu's JSON envelope, the body: as Celery's producers send on SQS (and on the
+    /// embedded queue, which is SQS's shape).
+    #[default]
+    Kombu,
+    /// As AMQP properties and headers beside the body (`wire::AMQP_*` attributes): as Celery's
+    /// producers send on RabbitMQ.
+    Amqp,
 }
 
 impl SendShape {
@@ -404,6 +419,7 @@ mod tests {
     #[test]
     fn an_offloaded_message_is_checked_beside_its_pointer() {
         let s3 = SendShape {
+            envelope: Envelope::Kombu,
             offload_above: Some(1000),
             offload_always: false,
             pointer_attributes: 2,

@@ -43,6 +43,10 @@ pub const AMQP_CONTENT_ENCODING: &str = "amqp-content-encoding";
 pub const AMQP_CORRELATION_ID: &str = "amqp-correlation-id";
 /// On a message from RabbitMQ: its AMQP `reply_to` property.
 pub const AMQP_REPLY_TO: &str = "amqp-reply-to";
+/// On a message to RabbitMQ: a JSON object whose entries are sent as the message's AMQP
+/// headers, typed as JSON types them. A Celery task carries a score of headers, more than an
+/// SQS message's ten attributes: they travel as one.
+pub const AMQP_HEADERS: &str = "amqp-headers";
 /// The prefix of the attributes a RabbitMQ message's AMQP properties become.
 pub const AMQP_PREFIX: &str = "amqp-";
 

@@ -118,6 +118,7 @@ impl PayloadConfig {
     /// How messages leave the host under this configuration, for checking them beforehand.
     pub fn send_shape(&self) -> SendShape {
         SendShape {
+            envelope: Default::default(),
             offload_above: self.store.as_ref().map(|_| self.threshold),
             offload_always: self.always,
             pointer_attributes: match self.store {

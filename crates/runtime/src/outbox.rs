@@ -121,7 +121,9 @@ impl OutboxPolicy {
         let derived = wire::derived_key(sender.plugin, sender.key, held.len());
         if self.grant.is_celery(&msg.queue) {
             let id = celery::send::task_id(&derived);
-            msg.body = celery::send::task_message(&msg.body, &id, &msg.queue)?;
+            let task = celery::send::task_message(&msg.body, &id, &msg.queue, self.shape.envelope)?;
+            msg.body = task.body;
+            msg.attributes.extend(task.attributes);
         }
         wire::stamp(&mut msg, &derived, sender.producer);
         let total = held

@@ -6,7 +6,10 @@
 //! qhost's own bookkeeping are not attributes. A header holding a table or an array (Celery's
 //! `timelimit`, a producer's nested metadata) becomes a string attribute of its JSON, a boolean
 //! the string `true` or `false`. The AMQP properties a reader of the message needs (Celery's
-//! serializer, its task id) become `amqp-…` attributes (`qhost_message::wire`).
+//! serializer, its task id) become `amqp-…` attributes (`qhost_message::wire`), and go back to
+//! properties when sent; an `amqp-headers` attribute (a JSON object: the score of headers a
+//! Celery task carries, past SQS's ten attributes) is sent as that many headers, typed as JSON
+//! types them.
 
 use lapin::BasicProperties;
 use lapin::message::Delivery;
@@ -153,14 +156,20 @@ pub(crate) fn properties(msg: &Outgoing, id: &str) -> BasicProperties {
     let mut properties = BasicProperties::default()
         .with_message_id(ShortString::from(id))
         .with_delivery_mode(PERSISTENT)
-        .with_timestamp(qhost_message::now_ms() / 1000)
-        .with_headers(headers);
+        .with_timestamp(qhost_message::now_ms() / 1000);
     // A message that came from RabbitMQ goes back (a dead letter, a redrive) with its
-    // properties, so a Celery worker still reads it.
+    // properties, so a Celery worker still reads it; a Celery task qhost sends, likewise.
     for a in amqp {
-        let Some(text) = a.text().map(ShortString::from) else {
+        let Some(text) = a.text() else {
             continue;
         };
+        if a.name == wire::AMQP_HEADERS {
+            for (name, value) in json_headers(text) {
+                headers.insert(ShortString::from(name.as_str()), value);
+            }
+            continue;
+        }
+        let text = ShortString::from(text);
         properties = match a.name.as_str() {
             wire::AMQP_CONTENT_TYPE => properties.with_content_type(text),
             wire::AMQP_CONTENT_ENCODING => properties.with_content_encoding(text),
@@ -169,7 +178,41 @@ pub(crate) fn properties(msg: &Outgoing, id: &str) -> BasicProperties {
             _ => properties,
         };
     }
-    properties
+    properties.with_headers(headers)
+}
+
+/// The headers an `amqp-headers` attribute holds (a JSON object; anything else holds none).
+fn json_headers(text: &str) -> Vec<(String, AMQPValue)> {
+    match serde_json::from_str(text) {
+        Ok(serde_json::Value::Object(map)) => (map.into_iter())
+            .map(|(name, value)| (name, from_json(&value)))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A JSON value as the AMQP value a Celery producer (py-amqp) would send for it.
+fn from_json(value: &serde_json::Value) -> AMQPValue {
+    use serde_json::Value;
+    match value {
+        Value::Null => AMQPValue::Void,
+        Value::Bool(b) => AMQPValue::Boolean(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => AMQPValue::LongLongInt(i),
+            None => AMQPValue::Double(n.as_f64().unwrap_or_default()),
+        },
+        Value::String(s) => AMQPValue::LongString(LongString::from(s.as_str())),
+        Value::Array(items) => {
+            AMQPValue::FieldArray(items.iter().map(from_json).collect::<Vec<_>>().into())
+        }
+        Value::Object(map) => {
+            let mut table = FieldTable::default();
+            for (k, v) in map {
+                table.insert(ShortString::from(k.as_str()), from_json(v));
+            }
+            AMQPValue::FieldTable(table)
+        }
+    }
 }
 
 /// `delivery_mode` 2: the broker writes the message to disk.

@@ -13,15 +13,27 @@ use crate::settings::QueueType;
 use crate::{amqp_error, delay};
 use qhost_source::SourceError;
 
-/// Declares `queue` (durable, of `kind`), dead-lettering to `dead_letter`, declared too.
+/// Declares `queue` (durable, of `kind`, with a single active consumer when `ordered`),
+/// dead-lettering to `dead_letter`, declared too.
 pub(crate) async fn declare(
     link: &Link,
     queue: &str,
     dead_letter: &str,
     kind: QueueType,
+    ordered: bool,
 ) -> Result<(), SourceError> {
     declare_one(link, dead_letter, arguments(kind, None)).await?;
-    declare_one(link, queue, arguments(kind, Some(dead_letter))).await
+    declare_one(link, queue, queue_arguments(kind, dead_letter, ordered)).await
+}
+
+/// A consumed queue's arguments: dead-lettering to `dead_letter`, with a single active
+/// consumer when `ordered`.
+fn queue_arguments(kind: QueueType, dead_letter: &str, ordered: bool) -> FieldTable {
+    let mut args = arguments(kind, Some(dead_letter));
+    if ordered {
+        args.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
+    }
+    args
 }
 
 fn arguments(kind: QueueType, dead_letter: Option<&str>) -> FieldTable {
@@ -81,6 +93,59 @@ pub(crate) async fn delay_queue(
     delay: Duration,
 ) -> Result<(), SourceError> {
     declare_one(link, name, delay::arguments(queue, delay)).await
+}
+
+/// What `qhost check` says of `queue` and `dead_letter`. Declaring qhost's way (`declare`):
+/// each that exists is declared again with qhost's arguments, a no-op that RabbitMQ refuses
+/// when the queue was declared otherwise (so a mismatch shows now, not at `qhost run`); one
+/// that does not exist yet is named as what `qhost run` will declare. Used as they are: both
+/// must exist (AMQP does not show a queue's arguments, so the dead-letter route is the
+/// operator's to check).
+pub(crate) async fn inspect(
+    link: &Link,
+    queue: &str,
+    dead_letter: &str,
+    declare: Option<QueueType>,
+    ordered: bool,
+) -> Result<String, SourceError> {
+    let ready = match exists(link, queue).await {
+        Ok(n) => Some(n),
+        Err(SourceError::UnknownQueue(_)) if declare.is_some() => None,
+        Err(e) => return Err(e),
+    };
+    let dead_ready = match exists(link, dead_letter).await {
+        Ok(n) => Some(n),
+        Err(SourceError::UnknownQueue(_)) if declare.is_some() => None,
+        Err(e) => return Err(e),
+    };
+    let Some(kind) = declare else {
+        return Ok(format!(
+            "exists ({} ready); its dead-letter queue `{dead_letter}` exists (declare = false: \
+             check that the broker's own dead-letter route leads there)",
+            ready.unwrap_or(0)
+        ));
+    };
+    let what = match (kind, ordered) {
+        (QueueType::Quorum { delivery_limit }, o) => format!(
+            "quorum, delivery limit {delivery_limit}{}",
+            if o { ", single active consumer" } else { "" }
+        ),
+        (QueueType::Classic, o) => {
+            format!("classic{}", if o { ", single active consumer" } else { "" })
+        }
+    };
+    if dead_ready.is_some() {
+        declare_one(link, dead_letter, arguments(kind, None)).await?;
+    }
+    if let Some(n) = ready {
+        declare_one(link, queue, queue_arguments(kind, dead_letter, ordered)).await?;
+        return Ok(format!(
+            "exists as qhost declares it ({what}, dead-lettering to `{dead_letter}`), {n} ready"
+        ));
+    }
+    Ok(format!(
+        "does not exist yet: `qhost run` declares it ({what}, dead-lettering to `{dead_letter}`)"
+    ))
 }
 
 /// The number of messages ready in `queue`, which must exist.

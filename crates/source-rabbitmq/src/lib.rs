@@ -11,7 +11,10 @@
 //! - **put back**: at once, `basic.nack` with requeue. After a delay, which RabbitMQ has no
 //!   form of: republished with confirms to a delay queue that dead-letters back once the delay
 //!   passes, then acked (`delay`), or held unacked until the delay passes
-//!   ([`DelayBy`] says which).
+//!   ([`DelayBy`] says which), never longer than half the broker's `consumer_timeout`.
+//! - **order**: a queue named in `ordered` is declared with a single active consumer and
+//!   consumed one delivery at a time, its delays held where the delivery is: one consumer of
+//!   the fleet runs its messages, each after the one before it settled.
 //! - **send**: to the default exchange with the queue as routing key (or to the exchange and
 //!   routing key the settings name for a target), persistent, `mandatory` (a message nothing
 //!   would receive is a refusal, not a silent drop), with publisher confirms,
@@ -119,7 +122,12 @@ impl RabbitQueue {
         }
         let link = self.link().await?;
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        let consumer = Consumer::start(link, queue, self.settings.prefetch, generation)
+        // An ordered queue's next delivery comes only once the one before it has settled.
+        let prefetch = match self.settings.is_ordered(queue) {
+            true => 1,
+            false => self.settings.prefetch,
+        };
+        let consumer = Consumer::start(link, queue, prefetch, generation)
             .await
             .map_err(|e| amqp_error(queue, e))?;
         let consumer = Arc::new(consumer);
@@ -173,7 +181,10 @@ impl RabbitQueue {
     pub async fn prepare(&self, queue: &str, dead_letter: &str) -> Result<(), SourceError> {
         let link = self.link().await?;
         match self.settings.declare {
-            Some(kind) => declare::declare(&link, queue, dead_letter, kind).await,
+            Some(kind) => {
+                let ordered = self.settings.is_ordered(queue);
+                declare::declare(&link, queue, dead_letter, kind, ordered).await
+            }
             None => declare::exists(&link, queue).await.map(drop),
         }
     }
@@ -336,10 +347,17 @@ impl QueueSource for RabbitQueue {
             consumer.wait(tag, false);
             return Err(SourceError::HandleExpired);
         };
-        let done = match (after.is_zero(), self.settings.delay_by) {
+        // An ordered queue's delivery waits where it is: through a delay queue it would come
+        // back behind the messages sent after it.
+        let delay_by = match self.settings.is_ordered(queue) {
+            true => DelayBy::Hold,
+            false => self.settings.delay_by,
+        };
+        let done = match (after.is_zero(), delay_by) {
             (true, _) => nack(&consumer, tag).await,
             (false, DelayBy::DelayQueue) => self.delay(&consumer, queue, tag, held, after).await,
             (false, DelayBy::Hold) => {
+                let after = after.min(self.settings.longest_hold());
                 Self::hold_then_requeue(consumer, tag, after);
                 return Ok(());
             }
@@ -457,6 +475,12 @@ impl QueueAdmin for RabbitQueue {
             .await
             .map_err(|e| amqp_error(queue, e))?;
         Ok(Purged::Deleted(u64::from(n)))
+    }
+
+    async fn inspect(&self, queue: &str, dead_letter: &str) -> Result<String, SourceError> {
+        let link = self.link().await?;
+        let ordered = self.settings.is_ordered(queue);
+        declare::inspect(&link, queue, dead_letter, self.settings.declare, ordered).await
     }
 
     async fn peek(&self, queue: &str, limit: usize) -> Result<Vec<Received>, SourceError> {

@@ -1,8 +1,9 @@
 //! What a RabbitMQ source is told: where the broker is, how many deliveries a consumer may
 //! hold, whether qhost declares the queues it consumes (and as what), how a delayed put-back
-//! waits, and which send targets are exchanges. The host's configuration (`[source] kind = "rabbitmq"`) fills it in.
+//! waits, which queues keep their order, how long the broker lets a delivery stay unacked,
+//! and which send targets are exchanges. The host's configuration (`[source] kind = "rabbitmq"`) fills it in.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// A RabbitMQ source's settings.
@@ -19,6 +20,14 @@ pub struct RabbitSettings {
     pub declare: Option<QueueType>,
     /// How a delivery put back with a delay waits (a retry's backoff, a key held elsewhere).
     pub delay_by: DelayBy,
+    /// Queues consumed in order: declared with RabbitMQ's single active consumer (one consumer
+    /// of the whole fleet gets deliveries, the rest stand by), consumed one delivery at a time,
+    /// and a delayed put-back held rather than sent round a delay queue, so each message runs
+    /// after the one before it has settled.
+    pub ordered: BTreeSet<String>,
+    /// The broker's `consumer_timeout`: a delivery left unacknowledged longer closes its
+    /// channel (30 minutes by default). A held-back delivery is requeued before it.
+    pub consumer_timeout: Duration,
     /// The connection's name, as `rabbitmqctl list_connections` and the broker's logs show it.
     pub connection_name: String,
     /// Targets published to an exchange instead of a queue: a handler's outbox, `qhost send`
@@ -63,6 +72,21 @@ pub enum DelayBy {
 }
 
 impl RabbitSettings {
+    /// RabbitMQ's default `consumer_timeout`.
+    pub const DEFAULT_CONSUMER_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+    /// The longest a delivery is held back on a consumer (`DelayBy::Hold`, an ordered queue):
+    /// half the broker's `consumer_timeout`, so the requeue lands well before the broker would
+    /// close the channel for it. A longer delay is cut short: early, never lost.
+    pub fn longest_hold(&self) -> Duration {
+        self.consumer_timeout / 2
+    }
+
+    /// Whether `queue` is consumed in order.
+    pub fn is_ordered(&self, queue: &str) -> bool {
+        self.ordered.contains(queue)
+    }
+
     /// The longest a delayed put-back waits (RabbitMQ's `x-message-ttl` is at most 2^32-1 ms;
     /// SQS's own bound is 12 hours, which the host already keeps).
     pub const MAX_DELAY: Duration = Duration::from_secs(12 * 3600);

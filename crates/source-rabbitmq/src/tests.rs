@@ -22,6 +22,8 @@ fn settings(delay_by: DelayBy) -> RabbitSettings {
         declare: Some(QueueType::Quorum { delivery_limit: 20 }),
         delay_by,
         connection_name: format!("qhost-source-test-{}", std::process::id()),
+        ordered: Default::default(),
+        consumer_timeout: RabbitSettings::DEFAULT_CONSUMER_TIMEOUT,
         exchanges: Default::default(),
     }
 }
@@ -266,5 +268,94 @@ async fn a_batch_is_acked_as_one_only_when_nothing_below_it_is_held() {
         .await
         .unwrap();
     assert!(none.is_empty(), "{none:?}");
+    clean_up(&source, &[q]).await;
+}
+
+/// An ordered queue: declared with a single active consumer and consumed one delivery at a
+/// time. Of two sources on it, the first consuming gets one delivery and the other none; a
+/// delayed put-back keeps its place (the next is not handed out meanwhile); when the first's
+/// connection closes, the other takes over from the message it had not settled.
+#[tokio::test]
+async fn an_ordered_queue_hands_out_one_at_a_time_to_one_consumer_of_the_fleet() {
+    let q = unique("ordered");
+    let ordered = || {
+        RabbitQueue::new(RabbitSettings {
+            ordered: [q.clone()].into(),
+            ..settings(DelayBy::DelayQueue)
+        })
+    };
+    let (first, second) = (ordered(), ordered());
+    first.prepare(&q, &format!("{q}-dlq")).await.unwrap();
+    let sent: Vec<Outgoing> = (0..3).map(|i| Outgoing::new(&q, format!("{i}"))).collect();
+    first.send(&sent).await.unwrap();
+    let wait = Duration::from_secs(2);
+    let got = first.receive(&q, 10, Duration::ZERO, wait).await.unwrap();
+    assert_eq!(got.len(), 1, "one delivery at a time");
+    assert_eq!(got[0].body, b"0");
+    let standby = second.receive(&q, 10, Duration::ZERO, wait).await.unwrap();
+    assert!(
+        standby.is_empty(),
+        "a second consumer stands by: {standby:?}"
+    );
+    // Put back after a delay: held in place, not sent round a delay queue behind `1` and `2`.
+    let after = Duration::from_millis(1500);
+    first.put_back(&q, &got[0].handle, after).await.unwrap();
+    let meanwhile = first
+        .receive(&q, 10, Duration::ZERO, Duration::from_millis(500))
+        .await;
+    assert!(meanwhile.unwrap().is_empty(), "nothing overtakes it");
+    let again = first.receive(&q, 10, Duration::ZERO, wait).await.unwrap();
+    assert_eq!((again.len(), again[0].body.as_slice()), (1, &b"0"[..]));
+    first.close().await;
+    let taken = second.receive(&q, 10, Duration::ZERO, wait).await.unwrap();
+    assert_eq!(taken.len(), 1);
+    assert_eq!(
+        taken[0].body, b"0",
+        "the one the first left unsettled, first"
+    );
+    second.settle(&q, &[taken[0].handle.clone()]).await.unwrap();
+    let next = second.receive(&q, 10, Duration::ZERO, wait).await.unwrap();
+    assert_eq!(next[0].body, b"1");
+    second.settle(&q, &[next[0].handle.clone()]).await.unwrap();
+    clean_up(&second, &[q]).await;
+}
+
+/// A Celery task qhost sends on RabbitMQ travels as Celery's producers send it: its headers
+/// (one `amqp-headers` attribute, past SQS's ten) as AMQP headers typed as JSON types them,
+/// its content type and task id as properties; read back, each is an attribute again.
+#[tokio::test]
+async fn an_amqp_headers_attribute_is_sent_as_typed_headers_beside_the_properties() {
+    use qhost_message::{Attribute, wire};
+    let source = RabbitQueue::new(settings(DelayBy::DelayQueue));
+    let q = unique("headers");
+    source.prepare(&q, &format!("{q}-dlq")).await.unwrap();
+    let mut msg = Outgoing::new(&q, "[[], {}, {}]");
+    msg.attributes = vec![
+        Attribute::string(wire::AMQP_CONTENT_TYPE, "application/json"),
+        Attribute::string(wire::AMQP_CORRELATION_ID, "task-1"),
+        Attribute::string(
+            wire::AMQP_HEADERS,
+            r#"{"task": "proj.add", "retries": 0, "timelimit": [null, null], "ignore_result": false}"#,
+        ),
+    ];
+    source.send(&[msg]).await.unwrap();
+    let got = source
+        .receive(&q, 1, Duration::ZERO, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let attr = |name: &str| {
+        let found = got[0].attributes.iter().find(|a| a.name == name);
+        found.and_then(Attribute::text).map(String::from)
+    };
+    assert_eq!(attr("task").as_deref(), Some("proj.add"));
+    assert_eq!(attr("retries").as_deref(), Some("0"));
+    assert_eq!(attr("timelimit").as_deref(), Some("[null,null]"));
+    assert_eq!(
+        attr(wire::AMQP_CONTENT_TYPE).as_deref(),
+        Some("application/json")
+    );
+    assert_eq!(attr(wire::AMQP_CORRELATION_ID).as_deref(), Some("task-1"));
+    assert_eq!(attr(wire::AMQP_HEADERS), None, "not a header of its own");
+    source.settle(&q, &[got[0].handle.clone()]).await.unwrap();
     clean_up(&source, &[q]).await;
 }

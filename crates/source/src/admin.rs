@@ -37,6 +37,19 @@ pub trait QueueAdmin: QueueSource {
         ))
     }
 
+    /// What `qhost check` says of a consumed `queue` and its `dead_letter` queue: whether each
+    /// exists (or, where the source declares queues, will be declared as the host declares
+    /// it), as one line; an error when `qhost run` would refuse it.
+    async fn inspect(&self, queue: &str, dead_letter: &str) -> Result<String, SourceError> {
+        let depth = self.depth(queue).await?;
+        self.depth(dead_letter).await?;
+        Ok(format!(
+            "exists ({} waiting, {} held or delayed); its dead-letter queue `{dead_letter}` \
+             exists",
+            depth.visible, depth.invisible
+        ))
+    }
+
     /// Sends each message `copies` times under one message id, as an at-least-once queue may
     /// deliver it by accident, so a handler's duplicate suppression can be watched at work;
     /// returns the ids. Called with no messages it sends nothing and answers whether the source

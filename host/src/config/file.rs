@@ -76,6 +76,8 @@ pub(crate) struct RawSource {
     pub queue_type: Option<String>,
     pub delivery_limit: Option<u32>,
     pub delay_by: Option<String>,
+    pub ordered: Option<std::collections::BTreeSet<String>>,
+    pub consumer_timeout_ms: Option<u64>,
     pub exchanges: Option<std::collections::BTreeMap<String, RawExchange>>,
 }
 

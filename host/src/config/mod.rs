@@ -58,6 +58,14 @@ impl SourceKind {
             SourceKind::Rabbitmq(_) => "rabbitmq",
         }
     }
+
+    /// How a Celery task travels on it.
+    pub(crate) fn envelope(&self) -> crate::message::rules::Envelope {
+        match self {
+            SourceKind::Rabbitmq(_) => crate::message::rules::Envelope::Amqp,
+            SourceKind::Sqs(_) | SourceKind::Local => crate::message::rules::Envelope::Kombu,
+        }
+    }
 }
 
 /// Where leases and completed records live.
@@ -220,6 +228,15 @@ pub(crate) fn database_in(data_dir: &Path) -> PathBuf {
 }
 
 impl Config {
+    /// How the host sends an outbox's messages: offloaded as the payload store says, and a
+    /// Celery task laid out as the source's own Celery producers lay it out.
+    pub(crate) fn send_shape(&self) -> crate::message::rules::SendShape {
+        crate::message::rules::SendShape {
+            envelope: self.source.envelope(),
+            ..self.payload.send_shape()
+        }
+    }
+
     /// The embedded backends' database file, or `None` to keep it in memory.
     pub(crate) fn database(&self) -> Option<PathBuf> {
         self.data_dir.as_deref().map(database_in)
@@ -285,6 +302,9 @@ impl Config {
         if let SourceKind::Sqs(settings) = &mut source {
             settings.deadlines = deadlines.sqs;
         }
+        if let SourceKind::Rabbitmq(settings) = &source {
+            rabbitmq::check_ordered(settings, &queues)?;
+        }
         let mut store = store_kind(raw.idempotency.unwrap_or_default())?;
         if let StoreKind::Redis(target) = &mut store {
             target.deadlines = deadlines.redis;
@@ -314,7 +334,10 @@ impl Config {
         let admin_listen = admin_listen(admin.listen.as_deref().unwrap_or(DEFAULT_ADMIN_LISTEN))?;
         let admin_token = admin.token.as_ref().map(admin::token).transpose()?;
         let rollout = rollout::RolloutConfig::check(&raw.rollout.unwrap_or_default())?;
-        let schedules = schedule::schedules(raw.schedules)?;
+        let mut schedules = schedule::schedules(raw.schedules)?;
+        for s in &mut schedules {
+            s.target.lay_out(source.envelope());
+        }
         for s in &schedules {
             if let Err(why) = crate::schedule::tick::Tick::check(s) {
                 bail!("schedule `{}`: its ticks would be refused: {why}", s.name);

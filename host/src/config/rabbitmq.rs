@@ -1,5 +1,6 @@
 //! `[source] kind = "rabbitmq"`: the broker's URL and password, the consumers' prefetch,
-//! whether qhost declares its queues (and as what), and how a delayed put-back waits.
+//! whether qhost declares its queues (and as what), how a delayed put-back waits, which queues
+//! keep their order, and the broker's `consumer_timeout`.
 //!
 //! ```toml
 //! [source]
@@ -11,6 +12,8 @@
 //! queue-type = "quorum"    # or "classic"
 //! delivery-limit = 20      # quorum queues: RabbitMQ's own limit, a net under max-attempts
 //! delay-by = "delay-queue" # or "hold": how a retry's delay waits (docs/rabbitmq.md)
+//! ordered = ["payments"]   # one message at a time, in order, one consumer fleet-wide
+//! consumer-timeout-ms = 1800000 # the broker's consumer_timeout, if it was changed
 //! # send targets that are exchanges, named as queues are (outbox grants, `qhost send`):
 //! exchanges = { order-created = { exchange = "orders", routing-key = "order.created" } }
 //! ```
@@ -60,14 +63,44 @@ pub(super) fn settings(raw: RawSource, max_in_flight: u32) -> anyhow::Result<Rab
             bail!("source.delay-by `{other}` is not supported; expected `delay-queue` or `hold`")
         }
     };
+    let consumer_timeout = match raw.consumer_timeout_ms {
+        None => RabbitSettings::DEFAULT_CONSUMER_TIMEOUT,
+        Some(ms) if ms >= MIN_CONSUMER_TIMEOUT_MS => std::time::Duration::from_millis(ms),
+        Some(ms) => bail!(
+            "source.consumer-timeout-ms is {ms}; RabbitMQ checks it about once a minute, so \
+             below {MIN_CONSUMER_TIMEOUT_MS} ms it cannot be kept: give the broker's value"
+        ),
+    };
     Ok(RabbitSettings {
         url,
         prefetch: prefetch as u16,
         declare: declare.then_some(queue_type),
         delay_by,
+        ordered: raw.ordered.unwrap_or_default(),
+        consumer_timeout,
         connection_name: format!("qhost pid {}", std::process::id()),
         exchanges: exchanges(raw.exchanges.unwrap_or_default())?,
     })
+}
+
+/// The shortest `consumer-timeout-ms` taken: the broker checks its timeout once a minute.
+const MIN_CONSUMER_TIMEOUT_MS: u64 = 60_000;
+
+/// Refuses an `ordered` name no `[[queue]]` consumes (a typo would leave a queue unordered).
+pub(super) fn check_ordered(
+    settings: &RabbitSettings,
+    queues: &[super::QueueConfig],
+) -> anyhow::Result<()> {
+    for name in &settings.ordered {
+        if !queues.iter().any(|q| &q.name == name) {
+            let names = queues.iter().map(|q| q.name.as_str());
+            let near = crate::nearest(names, name)
+                .map(|n| format!(" (did you mean `{n}`?)"))
+                .unwrap_or_default();
+            bail!("source.ordered names `{name}`, which no [[queue]] consumes{near}");
+        }
+    }
+    Ok(())
 }
 
 /// The exchange targets, each named as a queue is (a grant and a handler's send name it so).
@@ -131,6 +164,8 @@ pub(super) fn refuse_fields(raw: &RawSource, kind: &str) -> anyhow::Result<()> {
         ("queue-type", raw.queue_type.is_some()),
         ("delivery-limit", raw.delivery_limit.is_some()),
         ("delay-by", raw.delay_by.is_some()),
+        ("ordered", raw.ordered.is_some()),
+        ("consumer-timeout-ms", raw.consumer_timeout_ms.is_some()),
         ("exchanges", raw.exchanges.is_some()),
     ];
     if let Some((field, _)) = set.iter().find(|(_, is_set)| *is_set) {
@@ -190,6 +225,28 @@ mod tests {
     }
 
     #[test]
+    fn ordered_queues_are_consumed_queues_and_holds_end_before_the_consumer_timeout() {
+        let c = Config::parse(
+            "[source]\nkind = \"rabbitmq\"\nurl = \"amqp://h/\"\nordered = [\"payments\"]\n\
+             consumer-timeout-ms = 600000\n\
+             [[queue]]\nname = \"payments\"\nplugin = \"p\"\n[[queue]]\nname = \"mail\"\nplugin = \"p\"\n",
+        )
+        .unwrap();
+        let SourceKind::Rabbitmq(s) = c.source else {
+            panic!()
+        };
+        assert!(s.is_ordered("payments") && !s.is_ordered("mail"));
+        assert_eq!(s.longest_hold(), std::time::Duration::from_secs(300));
+        let e = Config::parse(
+            "[source]\nkind = \"rabbitmq\"\nurl = \"amqp://h/\"\nordered = [\"payment\"]\n\
+             [[queue]]\nname = \"payments\"\nplugin = \"p\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("did you mean `payments`?"), "{e}");
+    }
+
+    #[test]
     fn exchange_targets_are_named_as_queues_are() {
         let c = parse(
             "url = \"amqp://h/\"\n\
@@ -231,6 +288,14 @@ mod tests {
                 "`delay-queue` or `hold`",
             ),
             ("url = \"amqp://h/\"\nprefetch = 0", "between 1 and 65535"),
+            (
+                "url = \"amqp://h/\"\nordered = [\"nope\"]",
+                "source.ordered names `nope`, which no [[queue]] consumes",
+            ),
+            (
+                "url = \"amqp://h/\"\nconsumer-timeout-ms = 1000",
+                "below 60000 ms it cannot be kept",
+            ),
             (
                 "url = \"amqp://h/\"\npassword = { env = \"QHOST_TEST_UNSET_PW\" }",
                 "QHOST_TEST_UNSET_PW",

@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use serde::Deserialize;
 
+use crate::message::rules::Envelope;
 use crate::message::{Attribute, wire};
 use crate::schedule::calendar::Calendar;
 
@@ -82,10 +83,19 @@ pub enum ScheduleTarget {
         kwargs: serde_json::Value,
         /// The queue the task goes to (`celery` unless named).
         queue: String,
+        /// How the task is laid out: as the source's Celery producers lay it out.
+        envelope: Envelope,
     },
 }
 
 impl ScheduleTarget {
+    /// Lays a Celery task out as `on` says (the host's source's way).
+    pub(crate) fn lay_out(&mut self, on: Envelope) {
+        if let ScheduleTarget::Celery { envelope, .. } = self {
+            *envelope = on;
+        }
+    }
+
     /// The queue a tick's message goes to.
     pub fn queue(&self) -> &str {
         match self {
@@ -364,6 +374,7 @@ fn celery_target(
         args,
         kwargs,
         queue,
+        envelope: Envelope::Kombu,
     })
 }
 
@@ -436,6 +447,7 @@ mod tests {
                 args: serde_json::json!([]),
                 kwargs: serde_json::json!({"dry": false}),
                 queue: "celery".into(),
+                envelope: crate::message::rules::Envelope::Kombu,
             }
         );
     }

@@ -28,7 +28,11 @@ use crate::plugin::manifest::Manifest;
 
 /// The formats `config` names, sharing one connection to each backend they write to.
 pub(crate) fn open(config: &Config) -> Formats {
-    Formats::open(config.celery_results.as_ref(), config.deadlines.redis)
+    Formats::open(
+        config.celery_results.as_ref(),
+        config.deadlines.redis,
+        config.source.envelope(),
+    )
 }
 
 /// The format of `queue` among `formats`.

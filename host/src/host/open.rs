@@ -111,6 +111,24 @@ pub enum StartError {
         /// How long the plugin may run.
         timeout: std::time::Duration,
     },
+    /// On RabbitMQ, a plugin may run longer than the broker lets a delivery stay unacked.
+    #[error(
+        "queue[{index}] `{queue}`: plugin `{plugin}` may run for {timeout:?} (limits.timeout-ms), but RabbitMQ closes the channel of a delivery unacknowledged for {consumer_timeout:?} (source.consumer-timeout-ms), and qhost keeps a run within half of it ({longest:?}): lower the plugin's timeout, or raise the broker's consumer_timeout and source.consumer-timeout-ms with it"
+    )]
+    OutlivesConsumerTimeout {
+        /// The queue's place in the configuration.
+        index: usize,
+        /// The queue's name.
+        queue: String,
+        /// The broker's consumer timeout, as configured.
+        consumer_timeout: std::time::Duration,
+        /// The longest run kept within it.
+        longest: std::time::Duration,
+        /// The plugin.
+        plugin: String,
+        /// How long the plugin may run.
+        timeout: std::time::Duration,
+    },
 }
 
 /// The local queue's redrive policies, from the queue configuration.
@@ -290,7 +308,7 @@ fn engine_for(config: &Config) -> anyhow::Result<Runtime> {
     let runtime = Runtime::new(EngineSettings {
         max_instances: config.max_in_flight as u32 + SPARE_INSTANCES,
         max_memory_mib: config.max_plugin_memory_mib,
-        send: config.payload.send_shape(),
+        send: config.send_shape(),
         idle_instances: SPARE_INSTANCES / 2,
     })?
     .with_secrets(config.secrets.clone());
@@ -384,22 +402,30 @@ pub async fn load_plugins(config: &Config) -> anyhow::Result<Arc<Registry>> {
     Ok(Arc::clone(open_plugins_unchecked(config).await?.registry()))
 }
 
-/// Without a heartbeat nothing extends a message's visibility while its handler runs, so a
-/// plugin that may run longer than that would have its message delivered again mid-run:
-/// refused at start.
-fn check_deadlines(config: &Config, registry: &Registry) -> Result<(), StartError> {
-    for (i, q) in config
-        .queues
-        .iter()
-        .enumerate()
-        .filter(|(_, q)| !q.heartbeat)
-    {
+/// A plugin that may run longer than its message stays held is refused at start: without a
+/// heartbeat nothing extends a message's visibility while its handler runs, so it would be
+/// delivered again mid-run; on RabbitMQ nothing extends a delivery past the broker's
+/// `consumer_timeout`, so a run is kept within half of it. `qhost check` reports the same.
+pub fn check_deadlines(config: &Config, registry: &Registry) -> Result<(), StartError> {
+    for (i, q) in config.queues.iter().enumerate() {
         for name in q.plugins() {
             let Some(plugin) = registry.get(name) else {
                 continue;
             };
             let timeout = plugin.manifest.timeout();
-            if timeout > q.visibility {
+            if let SourceKind::Rabbitmq(settings) = &config.source
+                && timeout > settings.longest_hold()
+            {
+                return Err(StartError::OutlivesConsumerTimeout {
+                    index: i,
+                    queue: q.name.clone(),
+                    consumer_timeout: settings.consumer_timeout,
+                    longest: settings.longest_hold(),
+                    plugin: name.to_string(),
+                    timeout,
+                });
+            }
+            if !q.heartbeat && timeout > q.visibility {
                 return Err(StartError::OutlivesVisibility {
                     index: i,
                     queue: q.name.clone(),

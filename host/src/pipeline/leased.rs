@@ -309,7 +309,7 @@ impl Leased {
         let mut outbox = outbox::stamp(&self.key.handler, &self.plugin, outbox);
         self.delivery
             .span()
-            .propagate(&mut outbox, &shared.config.payload.send_shape());
+            .propagate(&mut outbox, &shared.config.send_shape());
         // Large messages are offloaded before the outbox is recorded, so the completed record
         // holds pointers, and a re-send after a crash reuses the same payload keys.
         let token = self.lease.fencing_token;

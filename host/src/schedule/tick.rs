@@ -120,11 +120,12 @@ impl Tick {
                 args,
                 kwargs,
                 queue,
+                envelope,
             } => {
                 let what = json!({"task": task, "args": args, "kwargs": kwargs}).to_string();
-                let body = task_message(what.as_bytes(), &self.celery_task_id(), queue)
+                let task = task_message(what.as_bytes(), &self.celery_task_id(), queue, *envelope)
                     .unwrap_or_else(|e| unreachable!("a checked schedule's task: {e}"));
-                (queue, body, Vec::new(), None)
+                (queue, task.body, task.attributes, None)
             }
         };
         attributes.push(Attribute::string(SCHEDULE_ATTRIBUTE, &schedule.name));
@@ -164,6 +165,7 @@ mod tests {
     use super::*;
     use crate::config::schedule::{CatchUpPolicy, Overlap};
     use crate::message::find_attribute;
+    use crate::message::rules::Envelope;
     use crate::schedule::calendar::Calendar;
 
     fn schedule(target: ScheduleTarget) -> ScheduleConfig {
@@ -237,6 +239,7 @@ mod tests {
             args: json!([]),
             kwargs: json!({"dry": false}),
             queue: "celery".into(),
+            envelope: Envelope::Kombu,
         });
         let tick = Tick::at("monthly", "2026-12-01T09:00:00Z".parse().unwrap());
         let m = tick.message(&s);
@@ -244,5 +247,32 @@ mod tests {
         assert_eq!(task.id, tick.celery_task_id());
         assert_eq!(task.name, "proj.tasks.cron_monthly_email_reminder");
         assert_eq!(m.group_id, None);
+    }
+
+    #[test]
+    fn on_rabbitmq_a_task_tick_is_sent_as_celery_sends_there() {
+        let mut target = ScheduleTarget::Celery {
+            task: "proj.tasks.cron_monthly_email_reminder".into(),
+            args: json!([]),
+            kwargs: json!({}),
+            queue: "celery".into(),
+            envelope: Envelope::Kombu,
+        };
+        target.lay_out(Envelope::Amqp);
+        let tick = Tick::at("monthly", "2026-12-01T09:00:00Z".parse().unwrap());
+        let m = tick.message(&schedule(target));
+        let attr = |name: &str| find_attribute(&m.attributes, name);
+        let headers = attr(wire::AMQP_HEADERS)
+            .and_then(|a| a.text())
+            .expect("its headers");
+        let headers: serde_json::Value = serde_json::from_str(headers).unwrap();
+        assert_eq!(headers["id"], json!(tick.celery_task_id()));
+        assert!(attr(wire::AMQP_CONTENT_TYPE).is_some());
+        let body: serde_json::Value = serde_json::from_slice(&m.body).unwrap();
+        assert_eq!(body[0], json!([]), "the body is [args, kwargs, embed]");
+        assert!(
+            rules::check(&m).is_ok(),
+            "a tick SQS's rules take, on every source"
+        );
     }
 }

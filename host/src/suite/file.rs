@@ -441,8 +441,11 @@ fn message(
         (None, None, None, Some(task)) => {
             let task = serde_json::to_vec(&super::expect::json_of(task))
                 .map_err(|e| format!("celery-task: {e}"))?;
-            crate::celery::send::task_message(&task, &id, &queue.name)
+            // `qhost test` runs on the embedded queue: kombu's envelope, as on SQS.
+            let kombu = crate::message::rules::Envelope::Kombu;
+            crate::celery::send::task_message(&task, &id, &queue.name, kombu)
                 .map_err(|e| format!("celery-task: {e}"))?
+                .body
         }
         (None, None, None, None) => {
             return Err(
