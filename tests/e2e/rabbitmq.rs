@@ -1085,3 +1085,79 @@ async fn check_says_what_run_would_declare_and_fails_on_what_it_would_refuse() {
         "{stdout}"
     );
 }
+
+/// A schedule and a batch handler on RabbitMQ, as on SQS: two hosts share the store and a
+/// schedule firing every second to a RabbitMQ queue (each tick sent once by the fleet), and
+/// consume orders with order-tally, whose calls take batches (each order's effect once,
+/// though a fifth of the orders are sent twice).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_schedule_and_a_batch_handler_on_rabbitmq_do_as_on_sqs() {
+    let env = TestEnv::new();
+    let queues = TestQueues::new(&["orders", "tallied", "ticks"]);
+    let (orders, tallied, ticks) = (queues.name(0), queues.name(1), queues.name(2));
+    let rabbit = client();
+    for q in [orders, tallied, ticks] {
+        rabbit.prepare(q, &format!("{q}-dlq")).await.expect("declare");
+    }
+    env.install(
+        "order-tally",
+        "order-tally",
+        &format!(
+            "[idempotency]\nkey = \"json:/order-id\"\n[batch]\nmax-messages = 10\nmax-wait-ms = 50\n\
+             [capabilities]\nkeyvalue = [\"tally\"]\n[outbox]\nqueues = [\"{tallied}\"]\n\
+             [config]\ntallied-queue = \"{tallied}\"\n"
+        ),
+    );
+    let bodies: Vec<Outgoing> = (0..60)
+        .chain(0..12)
+        .map(|i| {
+            let order = format!(r#"{{"order-id":"o-{i}","customer":"c-{}","cents":100}}"#, i % 3);
+            Outgoing::new(orders, order)
+        })
+        .collect();
+    rabbit.send(&bodies).await.expect("send");
+    let ns = unique_namespace("rabbit-schedule");
+    let schedule = format!(
+        "[[schedule]]\nname = \"every-second\"\ncron = \"* * * * * *\"\nqueue = \"{ticks}\"\n\
+         body = \"tick\"\n"
+    );
+    let hosts: Vec<HostProcess> = ["a.toml", "b.toml"]
+        .into_iter()
+        .map(|file| {
+            let config = config_file(&env, &ns, file, &[(orders, "order-tally")], 8);
+            let text = std::fs::read_to_string(&config).expect("config") + &schedule;
+            std::fs::write(&config, text).expect("config");
+            HostProcess::start_consuming(&config)
+        })
+        .collect();
+    let mut effects = Vec::new();
+    wait_for(Duration::from_secs(60), "every order's effect", async || {
+        effects.extend(drain(&rabbit, tallied, Duration::from_millis(300)).await);
+        effects.len() >= 60
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await; // ticks, and time for a second copy
+    effects.extend(drain(&rabbit, tallied, Duration::from_millis(500)).await);
+    for host in hosts {
+        host.stop();
+    }
+
+    let mut by_key = std::collections::BTreeMap::<String, usize>::new();
+    for m in &effects {
+        let key = attr(m, "qhost-idempotency-key").expect("a derived key");
+        *by_key.entry(key.to_string()).or_default() += 1;
+    }
+    assert_eq!(by_key.len(), 60, "one effect per order: {by_key:?}");
+    assert!(by_key.values().all(|n| *n == 1), "none twice: {by_key:?}");
+    let mut per_tick = std::collections::BTreeMap::<String, usize>::new();
+    for m in drain(&rabbit, ticks, Duration::from_millis(500)).await {
+        let tick = attr(&m, "qhost-tick").expect("the tick").to_string();
+        *per_tick.entry(tick).or_default() += 1;
+    }
+    assert!(per_tick.len() >= 4, "ticks fired while both hosts ran: {per_tick:?}");
+    assert!(
+        per_tick.values().all(|n| *n == 1),
+        "each tick sent once by the fleet: {per_tick:?}"
+    );
+    assert_eq!(ready(&rabbit, orders).await, 0);
+}
