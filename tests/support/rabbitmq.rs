@@ -207,7 +207,8 @@ pub fn python(args: &[&str]) -> Vec<u8> {
     out.stdout
 }
 
-/// A Celery worker on `queue` (a thread pool of four), its effects appended to `effects`.
+/// A Celery worker on `queue` (a thread pool of four, a node name of its own), its effects
+/// appended to `effects`.
 pub fn celery_worker(
     queue: &str,
     effects: &std::path::Path,
@@ -231,6 +232,9 @@ pub fn celery_worker(
             "--without-gossip",
             "--without-mingle",
         ])
+        // A node name of its own: workers of two tests at once would otherwise share
+        // `celery@HOST`, and its exclusive control queue, and one of them would not start.
+        .args(["-n", &format!("{}@%h", unique("worker"))])
         .args(["--without-heartbeat", "-l", "WARNING"])
         .env("PYTHONPATH", root.join("tests/support"))
         .env("QHOST_E2E_AMQP", url())

@@ -45,6 +45,12 @@ pub(crate) struct Consumer {
     /// settle behind it skips what that ack already took (acking a tag twice closes the
     /// channel).
     pub(crate) acked_through: Mutex<u64>,
+    /// Settled deliveries whose ack waits for a lower one still handed out or held back, to go
+    /// in one `multiple` ack with it (`ack::flush`).
+    deferred: std::sync::Mutex<BTreeSet<u64>>,
+    /// How many may wait so: a quarter of the prefetch, so that a slow delivery holding the
+    /// acks behind it back costs the consumer at most that much of its prefetch.
+    defer_limit: usize,
 }
 
 /// How long a new consumer's receive that would not wait waits for the broker's first push: a
@@ -103,6 +109,8 @@ impl Consumer {
             alive,
             fresh_since: std::sync::Mutex::new(Some(std::time::Instant::now())),
             acked_through: Mutex::new(0),
+            deferred: Default::default(),
+            defer_limit: usize::from(prefetch / 4),
         })
     }
 
@@ -204,11 +212,33 @@ impl Consumer {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether every delivery this consumer was given up to `tag` is settled or being settled:
-    /// none of them is still handed out or held back. Then one `multiple` ack up to `tag` acks
-    /// exactly those (what is still in the buffer came after `tag`).
-    pub(crate) fn settled_through(&self, tag: u64) -> bool {
-        let below = |first: Option<&u64>| first.is_none_or(|t| *t > tag);
-        below(self.held_map().keys().min()) && below(self.waiting_set().first())
+    /// Takes the settled tags `settled` and what is ready to ack now: the highest settled tag
+    /// below every delivery still handed out or held back (one `multiple` ack up to it acks
+    /// exactly the settled ones; what is still in the buffer came after them), and the settled
+    /// tags above such a delivery once more of them wait than the limit allows (each acked on
+    /// its own). Called under the ack lock (`acked_through`).
+    pub(crate) fn ready_to_ack(&self, settled: &[u64]) -> (Option<u64>, Vec<u64>) {
+        let mut deferred = self.deferred_set();
+        deferred.extend(settled);
+        let open = {
+            let held = self.held_map().keys().min().copied();
+            let waiting = self.waiting_set().first().copied();
+            held.into_iter().chain(waiting).min()
+        };
+        let above = match open {
+            Some(open) => deferred.split_off(&open),
+            None => BTreeSet::new(),
+        };
+        let through = deferred.last().copied();
+        *deferred = above;
+        let singles = match deferred.len() > self.defer_limit {
+            true => std::mem::take(&mut *deferred).into_iter().collect(),
+            false => Vec::new(),
+        };
+        (through, singles)
+    }
+
+    fn deferred_set(&self) -> std::sync::MutexGuard<'_, BTreeSet<u64>> {
+        self.deferred.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
