@@ -45,18 +45,16 @@ pub(crate) struct Consumer {
     /// settle behind it skips what that ack already took (acking a tag twice closes the
     /// channel).
     pub(crate) acked_through: Mutex<u64>,
-    /// Settled deliveries whose ack waits for a lower one still handed out or held back, to go
-    /// in one `multiple` ack with it (`ack::flush`).
-    deferred: std::sync::Mutex<BTreeSet<u64>>,
-    /// How many may wait so: a quarter of the prefetch, so that a slow delivery holding the
-    /// acks behind it back costs the consumer at most that much of its prefetch.
-    defer_limit: usize,
 }
 
 /// How long a new consumer's receive that would not wait waits for the broker's first push: a
 /// queue's messages reach a consumer a round trip after it starts, so without it a one-off
 /// read (`qhost dlq peek`) of a full queue would find nothing.
 const FIRST_PUSH: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// How long a new consumer's first receive waits for each next delivery of the broker's first
+/// burst before it answers with what it has.
+const BURST_QUIET: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Consumer {
     /// Starts consuming `queue` on `link`, holding at most `prefetch` unacknowledged.
@@ -109,8 +107,6 @@ impl Consumer {
             alive,
             fresh_since: std::sync::Mutex::new(Some(std::time::Instant::now())),
             acked_through: Mutex::new(0),
-            deferred: Default::default(),
-            defer_limit: usize::from(prefetch / 4),
         })
     }
 
@@ -130,6 +126,7 @@ impl Consumer {
         wait: std::time::Duration,
     ) -> Option<Vec<Received>> {
         let mut buffer = self.buffer.lock().await;
+        let fresh = self.fresh_lock().is_some();
         let wait = wait.max(self.first_push_left());
         let first = match tokio::time::timeout(wait, buffer.recv()).await {
             Err(_) => return Some(Vec::new()),
@@ -139,9 +136,17 @@ impl Consumer {
         *self.fresh_lock() = None;
         let mut got = vec![self.hand_out(queue, first)];
         while got.len() < max {
-            match buffer.try_recv() {
-                Ok(d) => got.push(self.hand_out(queue, d)),
-                Err(_) => break,
+            let next = match fresh {
+                // The broker's first burst arrives a delivery at a time: a one-off read
+                // (`qhost dlq peek`) takes all of it, not the first alone.
+                true => (tokio::time::timeout(BURST_QUIET, buffer.recv()).await)
+                    .ok()
+                    .flatten(),
+                false => buffer.try_recv().ok(),
+            };
+            match next {
+                Some(d) => got.push(self.hand_out(queue, d)),
+                None => break,
             }
         }
         Some(got)
@@ -212,33 +217,11 @@ impl Consumer {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes the settled tags `settled` and what is ready to ack now: the highest settled tag
-    /// below every delivery still handed out or held back (one `multiple` ack up to it acks
-    /// exactly the settled ones; what is still in the buffer came after them), and the settled
-    /// tags above such a delivery once more of them wait than the limit allows (each acked on
-    /// its own). Called under the ack lock (`acked_through`).
-    pub(crate) fn ready_to_ack(&self, settled: &[u64]) -> (Option<u64>, Vec<u64>) {
-        let mut deferred = self.deferred_set();
-        deferred.extend(settled);
-        let open = {
-            let held = self.held_map().keys().min().copied();
-            let waiting = self.waiting_set().first().copied();
-            held.into_iter().chain(waiting).min()
-        };
-        let above = match open {
-            Some(open) => deferred.split_off(&open),
-            None => BTreeSet::new(),
-        };
-        let through = deferred.last().copied();
-        *deferred = above;
-        let singles = match deferred.len() > self.defer_limit {
-            true => std::mem::take(&mut *deferred).into_iter().collect(),
-            false => Vec::new(),
-        };
-        (through, singles)
-    }
-
-    fn deferred_set(&self) -> std::sync::MutexGuard<'_, BTreeSet<u64>> {
-        self.deferred.lock().unwrap_or_else(|p| p.into_inner())
+    /// Whether every delivery this consumer was given up to `tag` is settled or being settled:
+    /// none of them is still handed out or held back. Then one `multiple` ack up to `tag` acks
+    /// exactly those (what is still in the buffer came after `tag`).
+    pub(crate) fn settled_through(&self, tag: u64) -> bool {
+        let below = |first: Option<&u64>| first.is_none_or(|t| *t > tag);
+        below(self.held_map().keys().min()) && below(self.waiting_set().first())
     }
 }

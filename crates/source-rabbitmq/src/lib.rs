@@ -50,7 +50,7 @@ use lapin::options::{BasicAckOptions, QueuePurgeOptions};
 use qhost_message::{Outgoing, Received, wire};
 use qhost_source::{Capabilities, Holds, Purged, QueueAdmin, QueueDepth, QueueSource, SourceError};
 
-use ack::{ack, flush, nack};
+use ack::{ack, nack};
 use consumer::{Consumer, Held};
 use link::{Backoff, Link};
 pub use settings::{DelayBy, ExchangeTarget, QueueType, RabbitSettings};
@@ -248,17 +248,7 @@ impl RabbitQueue {
                 tracing::warn!(error = %e, "cannot requeue a delivery after its delay");
             }
             consumer.wait(tag, false);
-            Self::flush_after_put_back(&consumer).await;
         });
-    }
-
-    /// Sends the acks a put-back delivery was holding back (`ack::flush`).
-    async fn flush_after_put_back(consumer: &Consumer) {
-        if consumer.alive()
-            && let Err(e) = flush(consumer).await
-        {
-            tracing::warn!(error = %e, "cannot ack the deliveries settled behind a put-back one");
-        }
     }
 }
 
@@ -373,7 +363,6 @@ impl QueueSource for RabbitQueue {
             }
         };
         consumer.wait(tag, false);
-        Self::flush_after_put_back(&consumer).await;
         done
     }
 
