@@ -95,6 +95,7 @@ impl Consumer {
                     }
                 }
             }
+            tracing::debug!(queue = %queue_name, "the consumer's deliveries ended");
             pump_alive.store(false, Ordering::Release);
         });
         Ok(Consumer {

@@ -120,6 +120,14 @@ impl RabbitQueue {
         if let Some(c) = self.live_consumer(queue) {
             return Ok(c);
         }
+        // A consumer that stopped (cancelled by the broker) may sit on an open channel still
+        // holding its unacknowledged deliveries: closed first, they go back to the queue (its
+        // handles are refused as expired), and never run beside the new consumer's (an ordered
+        // queue would otherwise have two deliveries out at once).
+        let stopped = self.consumer_map().remove(queue);
+        if let Some(old) = stopped {
+            let _ = old.channel.close(200, "consumer stopped".into()).await;
+        }
         let link = self.link().await?;
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         // An ordered queue's next delivery comes only once the one before it has settled.
