@@ -41,6 +41,10 @@ pub(crate) struct Consumer {
     alive: Arc<AtomicBool>,
     /// When it started, until its first delivery was taken (then `None`).
     fresh_since: std::sync::Mutex<Option<std::time::Instant>>,
+    /// An ordered queue's: one delivery out at a time, whatever the broker sent.
+    one_at_a_time: bool,
+    /// Told when a delivery stops being out (settled, put back or requeued).
+    settled: tokio::sync::Notify,
     /// Held while acks are sent; the highest tag a `multiple` ack has covered, so that a
     /// settle behind it skips what that ack already took (acking a tag twice closes the
     /// channel).
@@ -57,12 +61,14 @@ const FIRST_PUSH: std::time::Duration = std::time::Duration::from_millis(500);
 const BURST_QUIET: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Consumer {
-    /// Starts consuming `queue` on `link`, holding at most `prefetch` unacknowledged.
+    /// Starts consuming `queue` on `link`, holding at most `prefetch` unacknowledged; with
+    /// `one_at_a_time`, handing out a delivery only once the one before it is settled.
     pub(crate) async fn start(
         link: Arc<Link>,
         queue: &str,
         prefetch: u16,
         generation: u64,
+        one_at_a_time: bool,
     ) -> lapin::Result<Consumer> {
         let channel = link.connection.create_channel().await?;
         channel
@@ -107,6 +113,8 @@ impl Consumer {
             waiting: Default::default(),
             alive,
             fresh_since: std::sync::Mutex::new(Some(std::time::Instant::now())),
+            one_at_a_time,
+            settled: tokio::sync::Notify::new(),
             acked_through: Mutex::new(0),
         })
     }
@@ -127,9 +135,16 @@ impl Consumer {
         wait: std::time::Duration,
     ) -> Option<Vec<Received>> {
         let mut buffer = self.buffer.lock().await;
+        let deadline = tokio::time::Instant::now() + wait.max(self.first_push_left());
+        // An ordered queue's consumer has a prefetch of one, yet the broker's count of what it
+        // may send is its own (one take-over under load saw two out at once): the host does
+        // not rely on it, and hands out nothing while a delivery is out.
+        if self.one_at_a_time && !self.none_out_by(deadline).await {
+            return Some(Vec::new());
+        }
+        let max = if self.one_at_a_time { 1 } else { max };
         let fresh = self.fresh_lock().is_some();
-        let wait = wait.max(self.first_push_left());
-        let first = match tokio::time::timeout(wait, buffer.recv()).await {
+        let first = match tokio::time::timeout_at(deadline, buffer.recv()).await {
             Err(_) => return Some(Vec::new()),
             Ok(None) => return None,
             Ok(Some(d)) => d,
@@ -151,6 +166,20 @@ impl Consumer {
             }
         }
         Some(got)
+    }
+
+    /// Waits until no delivery is out, up to `deadline`: whether none is.
+    async fn none_out_by(&self, deadline: tokio::time::Instant) -> bool {
+        loop {
+            // Registered before the check: a settle between the two still wakes it.
+            let settled = self.settled.notified();
+            if self.unsettled() == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, settled).await.is_err() {
+                return false;
+            }
+        }
     }
 
     /// `delivery` as handed out: held, and named by this consumer's generation and its tag.
@@ -185,7 +214,9 @@ impl Consumer {
     /// Forgets a delivery handed out, as it is settled or put back: `None` if it was not held
     /// (settled already, or never given).
     pub(crate) fn release(&self, tag: u64) -> Option<Held> {
-        self.held_map().remove(&tag)
+        let held = self.held_map().remove(&tag);
+        self.settled.notify_waiters();
+        held
     }
 
     fn held_map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Held>> {
@@ -211,6 +242,8 @@ impl Consumer {
             set.insert(tag);
         } else {
             set.remove(&tag);
+            drop(set);
+            self.settled.notify_waiters();
         }
     }
 
@@ -218,11 +251,12 @@ impl Consumer {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether every delivery this consumer was given up to `tag` is settled or being settled:
-    /// none of them is still handed out or held back. Then one `multiple` ack up to `tag` acks
-    /// exactly those (what is still in the buffer came after `tag`).
-    pub(crate) fn settled_through(&self, tag: u64) -> bool {
-        let below = |first: Option<&u64>| first.is_none_or(|t| *t > tag);
-        below(self.held_map().keys().min()) && below(self.waiting_set().first())
+    /// The lowest tag still out: handed out and not settled, or held back for a delay. A
+    /// `multiple` ack below it takes only deliveries settled or being settled (what is still
+    /// in the buffer came after every tag handed out).
+    pub(crate) fn lowest_out(&self) -> Option<u64> {
+        let held = self.held_map().keys().min().copied();
+        let waiting = self.waiting_set().first().copied();
+        held.into_iter().chain(waiting).min()
     }
 }

@@ -13,8 +13,9 @@
 //!   passes, then acked (`delay`), or held unacked until the delay passes
 //!   ([`DelayBy`] says which), never longer than half the broker's `consumer_timeout`.
 //! - **order**: a queue named in `ordered` is declared with a single active consumer and
-//!   consumed one delivery at a time, its delays held where the delivery is: one consumer of
-//!   the fleet runs its messages, each after the one before it settled.
+//!   consumed one delivery at a time (prefetch 1, and the consumer hands out nothing while a
+//!   delivery is out, whatever the broker sent), its delays held where the delivery is: one
+//!   consumer of the fleet runs its messages, each after the one before it settled.
 //! - **send**: to the default exchange with the queue as routing key (or to the exchange and
 //!   routing key the settings name for a target), persistent, `mandatory` (a message nothing
 //!   would receive is a refusal, not a silent drop), with publisher confirms,
@@ -131,11 +132,9 @@ impl RabbitQueue {
         let link = self.link().await?;
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         // An ordered queue's next delivery comes only once the one before it has settled.
-        let prefetch = match self.settings.is_ordered(queue) {
-            true => 1,
-            false => self.settings.prefetch,
-        };
-        let consumer = Consumer::start(link, queue, prefetch, generation)
+        let ordered = self.settings.is_ordered(queue);
+        let prefetch = if ordered { 1 } else { self.settings.prefetch };
+        let consumer = Consumer::start(link, queue, prefetch, generation, ordered)
             .await
             .map_err(|e| amqp_error(queue, e))?;
         let consumer = Arc::new(consumer);
@@ -517,6 +516,17 @@ impl QueueAdmin for RabbitQueue {
             ids.push(id);
         }
         Ok(ids)
+    }
+}
+
+#[cfg(test)]
+impl RabbitQueue {
+    /// The highest tag a `multiple` ack has covered on `queue`'s live consumer (0: none).
+    pub(crate) async fn acked_through(&self, queue: &str) -> u64 {
+        match self.live_consumer(queue) {
+            Some(c) => *c.acked_through.lock().await,
+            None => 0,
+        }
     }
 }
 

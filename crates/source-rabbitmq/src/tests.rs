@@ -271,6 +271,96 @@ async fn a_batch_is_acked_as_one_only_when_nothing_below_it_is_held() {
     clean_up(&source, &[q]).await;
 }
 
+/// Runs that end out of order: of a settled batch, the tags below the lowest delivery still
+/// out go in one `multiple` ack, the rest one each. Exactly the settled deliveries are gone,
+/// the channel stays open (a tag acked twice would close it), and the ones still out come back
+/// when it closes.
+#[tokio::test]
+async fn a_batch_s_part_below_every_delivery_still_out_goes_in_one_ack() {
+    let q = unique("partial-ack");
+    let source = RabbitQueue::new(settings(DelayBy::Hold));
+    source.prepare(&q, &format!("{q}-dlq")).await.unwrap();
+    let names = ["a", "b", "c", "d", "e", "f"];
+    let bodies: Vec<Outgoing> = names.iter().map(|b| Outgoing::new(&q, *b)).collect();
+    source.send(&bodies).await.unwrap();
+    let mut got = Vec::new();
+    while got.len() < names.len() {
+        let more = source.receive(&q, 6, Duration::ZERO, Duration::from_secs(5));
+        got.extend(more.await.unwrap());
+    }
+    got.sort_by_key(|m| m.body.clone());
+    let handles: Vec<String> = got.iter().map(|m| m.handle.clone()).collect();
+    let tag = |h: &str| h.rsplit('.').next().unwrap().parse::<u64>().unwrap();
+    // c and f still out: a and b in one ack up to b's tag, d and e one each.
+    let batch = [&handles[3], &handles[0], &handles[4], &handles[1]].map(String::clone);
+    let settled = source.settle(&q, &batch).await.unwrap();
+    assert!(settled.iter().all(Result::is_ok), "{settled:?}");
+    assert_eq!(source.acked_through(&q).await, tag(&handles[1]));
+    // c now, acked alone: d and e's acks before it never made the channel take it.
+    let settled = source.settle(&q, std::slice::from_ref(&handles[2])).await;
+    assert!(settled.unwrap().iter().all(Result::is_ok));
+    source.close_consumer(&q).await;
+    let mut back = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while back.is_empty() && Instant::now() < deadline {
+        let more = source.receive(&q, 6, Duration::ZERO, Duration::from_millis(500));
+        back.extend(more.await.unwrap());
+    }
+    back.extend(
+        (source
+            .receive(&q, 6, Duration::ZERO, Duration::from_secs(1))
+            .await)
+            .unwrap(),
+    );
+    let bodies: Vec<&[u8]> = back.iter().map(|m| m.body.as_slice()).collect();
+    assert_eq!(
+        bodies,
+        [b"f".as_slice()],
+        "only what was still out comes back"
+    );
+    let handles: Vec<String> = back.iter().map(|m| m.handle.clone()).collect();
+    let settled = source.settle(&q, &handles).await.unwrap();
+    assert!(settled.iter().all(Result::is_ok));
+    clean_up(&source, &[q]).await;
+}
+
+/// An ordered queue's consumer hands out one delivery at a time even when the broker sends
+/// more (here a prefetch of five): the next only once the one out is settled, in order.
+#[tokio::test]
+async fn an_ordered_consumer_hands_out_nothing_while_a_delivery_is_out() {
+    let q = unique("one-out");
+    let source = RabbitQueue::new(settings(DelayBy::Hold));
+    source.prepare(&q, &format!("{q}-dlq")).await.unwrap();
+    let bodies: Vec<Outgoing> = ["a", "b", "c"]
+        .iter()
+        .map(|b| Outgoing::new(&q, *b))
+        .collect();
+    source.send(&bodies).await.unwrap();
+    let link = source.link().await.unwrap();
+    let consumer = crate::consumer::Consumer::start(link, &q, 5, 1, true)
+        .await
+        .unwrap();
+    let wait = Duration::from_secs(2);
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        let got = consumer.take(&q, 5, wait).await.unwrap();
+        assert_eq!(got.len(), 1, "one at a time: {got:?}");
+        let none = consumer
+            .take(&q, 5, Duration::from_millis(200))
+            .await
+            .unwrap();
+        assert!(none.is_empty(), "nothing while one is out: {none:?}");
+        let tag: u64 = got[0].handle.rsplit('.').next().unwrap().parse().unwrap();
+        assert!(consumer.release(tag).is_some());
+        let ack = lapin::options::BasicAckOptions::default();
+        consumer.channel.basic_ack(tag, ack).await.unwrap();
+        order.push(String::from_utf8(got[0].body.clone()).unwrap());
+    }
+    assert_eq!(order, ["a", "b", "c"]);
+    let _ = consumer.channel.close(200, "done".into()).await;
+    clean_up(&source, &[q]).await;
+}
+
 /// An ordered queue: declared with a single active consumer and consumed one delivery at a
 /// time. Of two sources on it, the first consuming gets one delivery and the other none; a
 /// delayed put-back keeps its place (the next is not handed out meanwhile); when the first's
