@@ -30,6 +30,7 @@ use qhost::sources::{DelayBy, QueueSource, RabbitQueue, RabbitSettings};
 use qhost::stores::{RedisStore, Store};
 use qhost::{Config, Counts, Host, Outgoing};
 use qhost_e2e::cpu::CpuTime;
+use qhost_e2e::proc_tree;
 use qhost_e2e::rabbitmq::{
     TestQueues, celery_send, celery_worker, client, lines_of, settings, url,
 };
@@ -42,11 +43,60 @@ const IN_FLIGHT: usize = 64;
 /// The fixture's command for a message that fails its first run and acks its second.
 const RETRY_ONCE: &str = "fail-below-fence:2";
 
-/// A row: messages per second and CPU per message.
+/// A row: messages per second and CPU per message, and what the servers beside it used.
 struct Row {
     rate: f64,
     cpu_us: f64,
     kernel: f64,
+    beside: Beside,
+}
+
+/// Over a row, per message: the broker's CPU and Redis's, and how busy the machine was (in
+/// cores). What bounds a row's rate shows here: with the machine's cores all busy, the
+/// process using most of them does.
+#[derive(Clone, Copy, Default)]
+struct Beside {
+    broker_us: f64,
+    redis_us: f64,
+    busy_cores: f64,
+}
+
+/// The CPU the broker and Redis have used so far, and the machine's (busy, in all).
+#[derive(Clone, Copy)]
+struct Servers {
+    broker: Duration,
+    redis: Duration,
+    machine: (Duration, Duration),
+}
+
+impl Servers {
+    fn now() -> Servers {
+        let used = |pids: Vec<u32>| pids.into_iter().map(proc_tree::cpu).sum();
+        let port = shared_url()
+            .rsplit(':')
+            .next()
+            .unwrap_or_default()
+            .replace('/', "");
+        Servers {
+            broker: used(proc_tree::named("beam.smp", "rabbit")),
+            redis: used(proc_tree::named("redis-server", &format!(":{port}"))),
+            machine: proc_tree::machine(),
+        }
+    }
+
+    /// Per message over `n` messages since `self`.
+    fn since(self, n: usize) -> Beside {
+        let now = Servers::now();
+        let per = |a: Duration, b: Duration| a.saturating_sub(b).as_secs_f64() * 1e6 / n as f64;
+        let busy = now.machine.0.saturating_sub(self.machine.0).as_secs_f64();
+        let all = now.machine.1.saturating_sub(self.machine.1).as_secs_f64();
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get()) as f64;
+        Beside {
+            broker_us: per(now.broker, self.broker),
+            redis_us: per(now.redis, self.redis),
+            busy_cores: if all > 0.0 { busy / all * cores } else { 0.0 },
+        }
+    }
 }
 
 async fn fill(rabbit: &RabbitQueue, queue: &str, n: usize, body: &str) {
@@ -61,7 +111,7 @@ async fn fill(rabbit: &RabbitQueue, queue: &str, n: usize, body: &str) {
 /// A consumer of its own that acks each batch at once.
 async fn bare(queue: &str, n: usize) -> Row {
     let rabbit = client();
-    let (cpu, started) = (CpuTime::now(), Instant::now());
+    let (cpu, started, servers) = (CpuTime::now(), Instant::now(), Servers::now());
     let mut done = 0;
     while done < n {
         let got = (rabbit.receive(queue, IN_FLIGHT, Duration::ZERO, Duration::from_secs(5)))
@@ -71,14 +121,15 @@ async fn bare(queue: &str, n: usize) -> Row {
         rabbit.settle(queue, &handles).await.expect("ack");
         done += handles.len();
     }
-    row(n, started, cpu.elapsed())
+    row(n, started, cpu.elapsed(), servers.since(n))
 }
 
-fn row(n: usize, started: Instant, cpu: CpuTime) -> Row {
+fn row(n: usize, started: Instant, cpu: CpuTime, beside: Beside) -> Row {
     Row {
         rate: n as f64 / started.elapsed().as_secs_f64(),
         cpu_us: cpu.micros_per(n),
         kernel: cpu.kernel_share(),
+        beside,
     }
 }
 
@@ -114,7 +165,9 @@ async fn run_host(queue: &str, n: usize, source: RabbitSettings) -> (Row, Counts
     run_host_with(queue, n, source, routing).await
 }
 
-/// As [`run_host`], the queue routed by `routing` (a plugin, or a format and its tasks).
+/// As [`run_host`], the queue routed by `routing` (a plugin, or a format and its tasks). The
+/// row ends at the `acks`-th ack, not when the host has seen the queue stay empty long enough
+/// to stop (`run --until-idle`'s checks would add their wait to every row).
 async fn run_host_with(
     queue: &str,
     n: usize,
@@ -130,10 +183,18 @@ async fn run_host_with(
     let plugin = qhost_e2e::fixture_plugin("trivial", &config);
     let source = Arc::new(RabbitQueue::new(source));
     let store: Arc<dyn Store> = Arc::new(RedisStore::connect(&shared_url()).await.expect("Redis"));
-    let host = Host::new(config, source, store, Registry::new([plugin]));
-    let (cpu, started) = (CpuTime::now(), Instant::now());
-    (host.run_until_idle(CancellationToken::new()).await).expect("run");
-    (row(n, started, cpu.elapsed()), host.stats().total())
+    let host = Arc::new(Host::new(config, source, store, Registry::new([plugin])));
+    let (cpu, started, servers) = (CpuTime::now(), Instant::now(), Servers::now());
+    let running = tokio::spawn({
+        let host = Arc::clone(&host);
+        async move { host.run_until_idle(CancellationToken::new()).await }
+    });
+    while host.stats().total().acked < n as u64 && !running.is_finished() {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let measured = row(n, started, cpu.elapsed(), servers.since(n));
+    (running.await.expect("the host's task")).expect("run");
+    (measured, host.stats().total())
 }
 
 /// A Celery worker on `queue` (`n` tasks sent by Celery's producer), from its first task's
@@ -152,9 +213,10 @@ async fn celery_row(queue: &str, n: usize) -> Row {
         }
     };
     wait(1).await;
-    let (cpu, started) = (qhost_e2e::proc_tree::cpu(pid), Instant::now());
+    let (cpu, started, servers) = (proc_tree::cpu(pid), Instant::now(), Servers::now());
     wait(n).await;
-    let used = qhost_e2e::proc_tree::cpu(pid).saturating_sub(cpu);
+    let used = proc_tree::cpu(pid).saturating_sub(cpu);
+    let beside = servers.since(n - 1);
     let elapsed = started.elapsed().as_secs_f64();
     let _ = worker.kill();
     let _ = worker.wait();
@@ -162,6 +224,7 @@ async fn celery_row(queue: &str, n: usize) -> Row {
         rate: (n - 1) as f64 / elapsed,
         cpu_us: used.as_secs_f64() * 1e6 / (n - 1) as f64,
         kernel: f64::NAN,
+        beside,
     }
 }
 
@@ -178,9 +241,11 @@ async fn qhost_celery_row(queue: &str, n: usize) -> Row {
     measured
 }
 
-/// The Python worker on `queue`, from its own report.
+/// The Python worker on `queue`, from its own report (the servers' CPU over its whole run,
+/// its start-up too).
 fn python_row(queue: &str, n: usize) -> Row {
     let root = qhost_e2e::workspace();
+    let servers = Servers::now();
     let out = std::process::Command::new(root.join("target/tools/moto/bin/python"))
         .arg(root.join("tests/support/rabbit_python_worker.py"))
         .args([url().as_str(), queue, &shared_url(), &n.to_string()])
@@ -198,6 +263,7 @@ fn python_row(queue: &str, n: usize) -> Row {
         rate: n as f64 / secs("wall"),
         cpu_us: cpu * 1e6 / n as f64,
         kernel: if cpu > 0.0 { secs("system") / cpu } else { 0.0 },
+        beside: servers.since(n),
     }
 }
 
@@ -206,9 +272,11 @@ fn line(label: &str, r: &Row, note: String) {
         k if k.is_nan() => "              ".to_string(),
         k => format!("({:>2.0}% kernel)", k * 100.0),
     };
+    let b = r.beside;
     println!(
-        "{label:<52}{:>9.0} msg/s {:>8.1} µs CPU {kernel}  {note}",
-        r.rate, r.cpu_us
+        "{label:<52}{:>9.0} msg/s {:>8.1} µs CPU {kernel}  broker {:>6.1} µs  Redis {:>5.1} µs  \
+         machine {:.2} cores busy  {note}",
+        r.rate, r.cpu_us, b.broker_us, b.redis_us, b.busy_cores
     );
 }
 

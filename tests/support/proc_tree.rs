@@ -107,3 +107,36 @@ pub fn peak_rss(pid: u32) -> u64 {
         })
         .sum()
 }
+
+/// The processes whose command name (`/proc/PID/comm`) is `name` and whose command line holds
+/// `holding` (a port, to tell one server of several apart; empty for any).
+pub fn named(name: &str, holding: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let pids = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok());
+    pids.filter(|pid| {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        comm.trim_end() == name && String::from_utf8_lossy(&cmdline).contains(holding)
+    })
+    .collect()
+}
+
+/// The machine's CPU time so far, busy and in all, over every core (`/proc/stat`'s `cpu`
+/// line: busy is all but idle and iowait).
+pub fn machine() -> (Duration, Duration) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = (stat.lines().next().unwrap_or_default())
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let all: u64 = ticks.iter().sum();
+    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+    let secs = |t: u64| Duration::from_secs_f64(t as f64 / ticks_per_second());
+    (secs(all - idle), secs(all))
+}
