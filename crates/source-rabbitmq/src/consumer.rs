@@ -25,6 +25,8 @@ pub(crate) struct Held {
     pub(crate) properties: BasicProperties,
     pub(crate) body: Vec<u8>,
     pub(crate) delivery_count: u32,
+    /// When this consumer first handed it out: how long the broker has seen it unacked.
+    pub(crate) since: std::time::Instant,
 }
 
 /// One queue's consumer on one link.
@@ -45,6 +47,9 @@ pub(crate) struct Consumer {
     one_at_a_time: bool,
     /// Told when a delivery stops being out (settled, put back or requeued).
     settled: tokio::sync::Notify,
+    /// Deliveries whose delay was waited out on this consumer, to hand out again before the
+    /// buffer, still unacknowledged (an ordered queue's: see [`Consumer::offer_again`]).
+    again: std::sync::Mutex<std::collections::VecDeque<(u64, Held)>>,
     /// Held while acks are sent; the highest tag a `multiple` ack has covered, so that a
     /// settle behind it skips what that ack already took (acking a tag twice closes the
     /// channel).
@@ -115,6 +120,7 @@ impl Consumer {
             fresh_since: std::sync::Mutex::new(Some(std::time::Instant::now())),
             one_at_a_time,
             settled: tokio::sync::Notify::new(),
+            again: Default::default(),
             acked_through: Mutex::new(0),
         })
     }
@@ -143,6 +149,10 @@ impl Consumer {
             return Some(Vec::new());
         }
         let max = if self.one_at_a_time { 1 } else { max };
+        let again = self.again_lock().pop_front();
+        if let Some((tag, held)) = again {
+            return Some(vec![self.hand_out_again(queue, tag, held)]);
+        }
         let fresh = self.fresh_lock().is_some();
         let first = match tokio::time::timeout_at(deadline, buffer.recv()).await {
             Err(_) => return Some(Vec::new()),
@@ -173,7 +183,7 @@ impl Consumer {
         loop {
             // Registered before the check: a settle between the two still wakes it.
             let settled = self.settled.notified();
-            if self.unsettled() == 0 {
+            if self.out() == 0 {
                 return true;
             }
             if tokio::time::timeout_at(deadline, settled).await.is_err() {
@@ -190,9 +200,34 @@ impl Consumer {
             properties: delivery.properties,
             body: delivery.data,
             delivery_count: got.delivery_count,
+            since: std::time::Instant::now(),
         };
         self.hold(delivery.delivery_tag, held);
         got
+    }
+
+    /// A delivery held back for a delay, handed out again as its next delivery (the broker
+    /// has not seen it come back: its count of deliveries stays where it was).
+    fn hand_out_again(&self, queue: &str, tag: u64, mut held: Held) -> Received {
+        let handle = format!("{}.{tag}", self.generation);
+        held.delivery_count += 1;
+        let count = held.delivery_count;
+        let got = convert::received_as(queue, handle, &held.properties, &held.body, count);
+        self.hold(tag, held);
+        got
+    }
+
+    /// Hands `held` out again at the next receive, its delay waited out, without giving it
+    /// back to the broker: a requeue counts against a quorum queue's delivery limit, so a
+    /// delivery of an ordered queue held back again and again (its key leased by a host that
+    /// died, until the lease lapses) would be dead-lettered by the broker after twenty.
+    pub(crate) fn offer_again(&self, tag: u64, held: Held) {
+        self.again_lock().push_back((tag, held));
+        self.wait(tag, false);
+    }
+
+    fn again_lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(u64, Held)>> {
+        self.again.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// What is left of [`FIRST_PUSH`] for a consumer that has taken nothing yet.
@@ -230,8 +265,14 @@ impl Consumer {
         self.buffer.try_lock().map_or(0, |b| b.len())
     }
 
-    /// Deliveries received and not yet settled, or held back for a delay.
+    /// Deliveries received and not yet settled, held back for a delay, or waiting to be handed
+    /// out again.
     pub(crate) fn unsettled(&self) -> usize {
+        self.out() + self.again_lock().len()
+    }
+
+    /// Deliveries handed out and not settled, or held back for a delay.
+    fn out(&self) -> usize {
         self.held_map().len() + self.waiting_set().len()
     }
 

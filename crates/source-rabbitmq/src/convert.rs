@@ -47,18 +47,29 @@ pub(crate) fn message_id(properties: &BasicProperties, body: &[u8]) -> String {
 
 /// `delivery` of `queue`, named by `handle`.
 pub(crate) fn received(queue: &str, handle: String, delivery: &Delivery) -> Received {
-    let properties = &delivery.properties;
+    let count = delivery_count(delivery);
+    received_as(queue, handle, &delivery.properties, &delivery.data, count)
+}
+
+/// A delivery of `queue` with these properties and body, its `count`-th, named by `handle`.
+pub(crate) fn received_as(
+    queue: &str,
+    handle: String,
+    properties: &BasicProperties,
+    body: &[u8],
+    count: u32,
+) -> Received {
     let sent_at_ms = properties
         .timestamp()
         .map(|secs| secs.saturating_mul(1000))
         .unwrap_or_else(qhost_message::now_ms);
     Received {
-        id: message_id(properties, &delivery.data),
+        id: message_id(properties, body),
         handle,
         queue: queue.to_string(),
-        body: delivery.data.clone(),
+        body: body.to_vec(),
         attributes: with_properties(attributes(properties.headers().as_ref()), properties),
-        delivery_count: delivery_count(delivery),
+        delivery_count: count,
         sent_at_ms,
         group_id: None,
         malformed: None,

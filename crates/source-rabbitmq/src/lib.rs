@@ -244,11 +244,15 @@ impl RabbitQueue {
             .map_err(|e| backend(format!("ack after the delay copy: {e}")))
     }
 
-    /// Holds a delivery (marked waiting) unacked for `after`, then requeues it (if its
-    /// consumer still lives).
-    fn hold_then_requeue(consumer: Arc<Consumer>, tag: u64, after: Duration) {
+    /// Holds a delivery (marked waiting) unacked for `after`, then, if its consumer still
+    /// lives, hands it out again (`again`: the delivery) or requeues it.
+    fn hold_then_requeue(consumer: Arc<Consumer>, tag: u64, after: Duration, again: Option<Held>) {
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
+            match again {
+                Some(held) if consumer.alive() => return consumer.offer_again(tag, held),
+                _ => {}
+            }
             if consumer.alive()
                 && let Err(e) = nack(&consumer, tag).await
             {
@@ -364,8 +368,14 @@ impl QueueSource for RabbitQueue {
             (true, _) => nack(&consumer, tag).await,
             (false, DelayBy::DelayQueue) => self.delay(&consumer, queue, tag, held, after).await,
             (false, DelayBy::Hold) => {
-                let after = after.min(self.settings.longest_hold());
-                Self::hold_then_requeue(consumer, tag, after);
+                let longest = self.settings.longest_hold();
+                let after = after.min(longest);
+                // An ordered queue's delivery is handed out again by its consumer, never
+                // requeued (which counts against the delivery limit), while the broker has
+                // seen it unacked for less than half its `consumer_timeout`.
+                let again =
+                    self.settings.is_ordered(queue) && held.since.elapsed() + after < longest;
+                Self::hold_then_requeue(consumer, tag, after, again.then_some(held));
                 return Ok(());
             }
         };

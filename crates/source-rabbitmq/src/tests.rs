@@ -361,6 +361,49 @@ async fn an_ordered_consumer_hands_out_nothing_while_a_delivery_is_out() {
     clean_up(&source, &[q]).await;
 }
 
+/// An ordered queue's delivery held back again and again (as one whose key a dead host's
+/// lease holds is, until the lease lapses) comes back from its consumer each time, never
+/// through the broker: more times than the queue's delivery limit (20), it is not
+/// dead-lettered, its count grows, and the message behind it waits.
+#[tokio::test]
+async fn an_ordered_delivery_held_back_past_the_delivery_limit_is_not_dead_lettered() {
+    let q = unique("held-again");
+    let source = RabbitQueue::new(RabbitSettings {
+        ordered: [q.clone()].into(),
+        ..settings(DelayBy::DelayQueue)
+    });
+    let dlq = format!("{q}-dlq");
+    source.prepare(&q, &dlq).await.unwrap();
+    let sent: Vec<Outgoing> = ["first", "second"]
+        .iter()
+        .map(|b| Outgoing::new(&q, *b))
+        .collect();
+    source.send(&sent).await.unwrap();
+    let wait = Duration::from_secs(2);
+    let mut counts = Vec::new();
+    for _ in 0..25 {
+        let got = source.receive(&q, 10, Duration::ZERO, wait).await.unwrap();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].body, b"first", "nothing overtakes it");
+        counts.push(got[0].delivery_count);
+        let after = Duration::from_millis(50);
+        source.put_back(&q, &got[0].handle, after).await.unwrap();
+    }
+    assert!(counts.windows(2).all(|w| w[1] == w[0] + 1), "{counts:?}");
+    let got = source.receive(&q, 10, Duration::ZERO, wait).await.unwrap();
+    assert_eq!(got[0].body, b"first");
+    source.settle(&q, &[got[0].handle.clone()]).await.unwrap();
+    let next = source.receive(&q, 10, Duration::ZERO, wait).await.unwrap();
+    assert_eq!(next[0].body, b"second");
+    source.settle(&q, &[next[0].handle.clone()]).await.unwrap();
+    assert_eq!(
+        source.depth(&dlq).await.unwrap().visible,
+        0,
+        "nothing dead-lettered"
+    );
+    clean_up(&source, &[q]).await;
+}
+
 /// An ordered queue: declared with a single active consumer and consumed one delivery at a
 /// time. Of two sources on it, the first consuming gets one delivery and the other none; a
 /// delayed put-back keeps its place (the next is not handed out meanwhile); when the first's
