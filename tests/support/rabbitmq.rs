@@ -170,6 +170,19 @@ pub async fn wait_for(limit: Duration, what: &str, mut check: impl AsyncFnMut() 
     }
 }
 
+/// Each message of `queue` with its headers, read without taking it (`basic_get`, never
+/// acked, so each goes back when the connection closes): the broker's `x-death` header says
+/// why it dead-lettered one.
+pub fn headers_in(queue: &str) -> String {
+    let code = "import sys, amqp\n\
+        c = amqp.Connection('127.0.0.1:5672', userid='guest', password='guest'); c.connect()\n\
+        ch = c.channel()\n\
+        for m in iter(lambda: ch.basic_get(sys.argv[1]), None): \
+        print(m.body, m.properties.get('application_headers'))\n\
+        c.close()";
+    String::from_utf8_lossy(&python(&["-c", code, queue])).into_owned()
+}
+
 /// Binds `queue` to `exchange` for `routing_key`, as a publisher's topology does (py-amqp, from
 /// the tools' virtual environment; qhost itself binds nothing). Deleting the queue unbinds it.
 pub fn bind(queue: &str, exchange: &str, routing_key: &str) {
