@@ -292,12 +292,13 @@ impl Consumer {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The lowest tag still out: handed out and not settled, or held back for a delay. A
-    /// `multiple` ack below it takes only deliveries settled or being settled (what is still
-    /// in the buffer came after every tag handed out).
+    /// The lowest tag still unsettled: handed out, held back for a delay, or waiting to be
+    /// handed out again. A `multiple` ack below it takes only deliveries settled or being
+    /// settled (what is still in the buffer came after every tag handed out).
     pub(crate) fn lowest_out(&self) -> Option<u64> {
         let held = self.held_map().keys().min().copied();
         let waiting = self.waiting_set().first().copied();
-        held.into_iter().chain(waiting).min()
+        let again = self.again_lock().iter().map(|(tag, _)| *tag).min();
+        held.into_iter().chain(waiting).chain(again).min()
     }
 }
