@@ -193,9 +193,14 @@ async fn two_hosts_drain_sqs_through_errors_resets_delays_and_black_holes() {
         );
     }
     let ns = unique_namespace("faults-sqs");
+    // A call's deadline well above what the test's own server takes on a loaded machine, so
+    // the calls that time out are the black holes above, not a slow answer: with 1 s, a
+    // loaded CI run's moto missed it on visibility changes and deletes (faults never injected
+    // as black holes), each lost delete came back after its visibility timeout, and 411 of
+    // 880 messages were still queued after 300 s.
     let source = format!(
         "[source]\nkind = \"sqs\"\nendpoint-url = \"{}\"\nregion = \"us-east-1\"\n\
-         [timeouts]\nconnect-ms = 1000\nsqs-call-ms = 1000\nsqs-receive-margin-ms = 1000\n",
+         [timeouts]\nconnect-ms = 1000\nsqs-call-ms = 3000\nsqs-receive-margin-ms = 1000\n",
         proxy.endpoint()
     );
     let store = format!(
