@@ -34,6 +34,7 @@ mod packaging;
 mod payload;
 mod pipeline;
 mod rabbitmq;
+mod rabbitmq_flow;
 mod rate;
 mod redis;
 mod reload;
