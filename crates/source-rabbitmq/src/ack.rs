@@ -1,8 +1,9 @@
 //! Acknowledging deliveries. The tags of a settled batch that lie below every delivery still
 //! out (handed out, or held back for a delay) go in one `multiple` ack up to the highest of
 //! them: all of a batch when the consumer settles in order, its older part when runs end out
-//! of order. The rest are acked one each, their frames sent together and their writes awaited
-//! together, so a batch costs one wake of the client's connection thread, not one per tag.
+//! of order. The rest are acked one each. Every frame of a batch, the `multiple` ack's too, is
+//! queued before any is awaited, so the client writes the batch in one go: each write wakes the
+//! broker, which costs more than the frames.
 //! Three things keep a `multiple` ack from taking a delivery it must not: a delivery is held
 //! before the buffer it came from is let go (`Consumer::take`), a put-back marks its delivery
 //! before it stops being held (`RabbitQueue::put_back`), and acks are sent under the
@@ -36,23 +37,33 @@ pub(crate) async fn ack(acking: &[Acking]) -> Vec<(usize, SourceError)> {
         mine.sort_unstable_by_key(|(_, _, t)| *t);
         let out = consumer.lowest_out();
         let below = mine.partition_point(|(_, _, t)| out.is_none_or(|o| *t < o));
-        let alone = match below {
-            0 | 1 => &mine[..],
-            _ => {
-                let highest = mine[below - 1].2;
-                let multiple = BasicAckOptions { multiple: true };
-                match consumer.channel.basic_ack(highest, multiple).await {
-                    Ok(()) => *through = highest,
-                    Err(e) => failures.extend(failed(&mine[..below], &e)),
-                }
-                &mine[below..]
-            }
+        let (together, alone) = match below {
+            0 | 1 => (&mine[..0], &mine[..]),
+            _ => mine.split_at(below),
         };
+        let multiple = together.last().map(|(_, _, highest)| async move {
+            let options = BasicAckOptions { multiple: true };
+            (
+                *highest,
+                consumer.channel.basic_ack(*highest, options).await,
+            )
+        });
         let one_each = alone.iter().map(|(i, _, tag)| async move {
             let sent = consumer.channel.basic_ack(*tag, BasicAckOptions::default());
             (*i, sent.await)
         });
-        for (i, sent) in futures_util::future::join_all(one_each).await {
+        // Every frame is queued before the first write is awaited: one write for the batch.
+        let (multiple, one_each) = futures_util::future::join(
+            futures_util::future::OptionFuture::from(multiple),
+            futures_util::future::join_all(one_each),
+        )
+        .await;
+        match multiple {
+            Some((highest, Ok(()))) => *through = highest,
+            Some((_, Err(e))) => failures.extend(failed(together, &e)),
+            None => {}
+        }
+        for (i, sent) in one_each {
             if let Err(e) = sent {
                 failures.push((i, backend(format!("ack: {e}"))));
             }

@@ -1,0 +1,1 @@
+/// Server confirmation of a `basic.consume` request, returning the consumer tag.

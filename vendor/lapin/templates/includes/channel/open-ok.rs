@@ -1,0 +1,1 @@
+/// Server confirmation that the channel has been opened and is ready for use.

@@ -1,0 +1,1 @@
+/// Acknowledgement of a `connection.close` request; the TCP connection may now be closed.

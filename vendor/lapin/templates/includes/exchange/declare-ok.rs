@@ -1,0 +1,1 @@
+/// Server confirmation that the exchange has been declared.

@@ -1,0 +1,1 @@
+/// Server confirmation that the queue-to-exchange binding has been created.
