@@ -4,7 +4,9 @@
 //!
 //! - the broker's ceiling: a bare consume-and-ack loop through the same client, no host and no
 //!   store (its rate is what one consumer can get from this broker; its CPU the client's floor);
-//! - qhost, the same messages;
+//! - qhost, the same messages, its data path on the host's runtime (a worker per core, the
+//!   default) and on two lanes (`lanes = 2`: a thread each, what docs/operations.md advises for
+//!   the least CPU per message);
 //! - the Python worker a team writes today (`tests/support/rabbit_python_worker.py`: kombu on
 //!   py-amqp with manual acks, redis-py `SET NX` per message, the seed's shape), its CPU read
 //!   from its consuming loop alone;
@@ -133,9 +135,11 @@ fn row(n: usize, started: Instant, cpu: CpuTime, beside: Beside) -> Row {
     }
 }
 
-/// qhost consuming `n` messages of `queue` until it is idle.
-async fn qhost_row(queue: &str, n: usize) -> Row {
-    let (measured, c) = run_host(queue, n, settings(IN_FLIGHT as u16)).await;
+/// qhost consuming `n` messages of `queue` until it is idle, its data path on `lanes` lanes
+/// (1: on the host's runtime, a worker per core).
+async fn qhost_row(queue: &str, n: usize, lanes: usize) -> Row {
+    let source = settings(IN_FLIGHT as u16);
+    let (measured, c) = run_host_with(queue, n, source, TRIVIAL, lanes).await;
     let handled = (c.invoked, c.acked);
     assert_eq!(handled, (n as u64, n as u64), "every message handled once");
     measured
@@ -161,9 +165,11 @@ async fn retry_row(queue: &str, n: usize, delay_by: DelayBy) -> Row {
 /// qhost on a source of `source` consuming `queue` (`n` messages) until it is idle, with the
 /// trivial plugin and retries after a second: the row, and the host's counts.
 async fn run_host(queue: &str, n: usize, source: RabbitSettings) -> (Row, Counts) {
-    let routing = "plugin = \"trivial\"";
-    run_host_with(queue, n, source, routing).await
+    run_host_with(queue, n, source, TRIVIAL, 1).await
 }
+
+/// The routing of a queue to the trivial plugin.
+const TRIVIAL: &str = "plugin = \"trivial\"";
 
 /// As [`run_host`], the queue routed by `routing` (a plugin, or a format and its tasks). The
 /// row ends at the `acks`-th ack, not when the host has seen the queue stay empty long enough
@@ -173,9 +179,10 @@ async fn run_host_with(
     n: usize,
     source: RabbitSettings,
     routing: &str,
+    lanes: usize,
 ) -> (Row, Counts) {
     let mut config = Config::parse(&format!(
-        "max-in-flight = {IN_FLIGHT}\n[retry]\nbase-secs = 1\nmax-secs = 1\n\
+        "max-in-flight = {IN_FLIGHT}\nlanes = {lanes}\n[retry]\nbase-secs = 1\nmax-secs = 1\n\
          [[queue]]\nname = \"{queue}\"\n{routing}\nwait-time-secs = 1\n"
     ))
     .expect("config");
@@ -235,7 +242,7 @@ async fn qhost_celery_row(queue: &str, n: usize) -> Row {
         declare: None,
         ..settings(IN_FLIGHT as u16)
     };
-    let (measured, c) = run_host_with(queue, n, source, routing).await;
+    let (measured, c) = run_host_with(queue, n, source, routing, 1).await;
     let handled = (c.invoked, c.acked);
     assert_eq!(handled, (n as u64, n as u64), "every task handled once");
     measured
@@ -290,6 +297,7 @@ async fn main() {
         "bench-python",
         "bench-delay",
         "bench-hold",
+        "bench-qhost-lanes",
     ];
     let queues = TestQueues::new(&names);
     let rabbit = client();
@@ -299,6 +307,7 @@ async fn main() {
         (n, "ack"),
         (retries, RETRY_ONCE),
         (retries, RETRY_ONCE),
+        (n, "ack"),
     ];
     for (i, (count, body)) in fills.into_iter().enumerate() {
         let q = queues.name(i);
@@ -309,7 +318,8 @@ async fn main() {
         fill(&rabbit, q, count, body).await;
     }
     let bare = bare(queues.name(0), n).await;
-    let qhost = qhost_row(queues.name(1), n).await;
+    let qhost = qhost_row(queues.name(1), n, 1).await;
+    let lanes = qhost_row(queues.name(5), n, 2).await;
     let python = python_row(queues.name(2), n);
     let delayed = retry_row(queues.name(3), retries, DelayBy::DelayQueue).await;
     let held = retry_row(queues.name(4), retries, DelayBy::Hold).await;
@@ -346,9 +356,11 @@ async fn main() {
         &qhost,
         of_ceiling,
     );
+    line("qhost, the same, `lanes = 2`", &lanes, String::new());
     let ratio = format!(
-        "{:.1}× qhost's CPU per message",
-        python.cpu_us / qhost.cpu_us
+        "{:.1}× qhost's CPU per message, {:.1}× with lanes",
+        python.cpu_us / qhost.cpu_us,
+        python.cpu_us / lanes.cpu_us
     );
     line("Python worker: kombu + redis-py SET NX", &python, ratio);
     println!("{retries} messages, each retried once after 1 s (per message, both runs):");
