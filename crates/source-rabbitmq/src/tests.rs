@@ -492,3 +492,44 @@ async fn an_amqp_headers_attribute_is_sent_as_typed_headers_beside_the_propertie
     source.settle(&q, &[got[0].handle.clone()]).await.unwrap();
     clean_up(&source, &[q]).await;
 }
+
+/// The client's socket loop runs as a task on the runtime (vendor/lapin/QHOST.md), here the
+/// only worker, beside the consumer: a long stream of deliveries, all prefetched at once and
+/// read without pause, gets through, each settled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_stream_of_large_deliveries_gets_through_the_client_s_loop() {
+    const N: usize = 2000;
+    let source = RabbitQueue::new(RabbitSettings {
+        prefetch: N as u16,
+        ..settings(DelayBy::DelayQueue)
+    });
+    let q = unique("large-stream");
+    source
+        .prepare(&q, &format!("{q}-dlq"))
+        .await
+        .expect("declare");
+    let body = "x".repeat(32 * 1024);
+    for _ in 0..N / 50 {
+        let batch: Vec<Outgoing> = (0..50).map(|_| Outgoing::new(&q, body.as_str())).collect();
+        source.send(&batch).await.expect("send");
+    }
+    let receiving = async {
+        let mut got = 0;
+        while got < N {
+            let batch = (source.receive(&q, 100, Duration::from_secs(60), Duration::from_secs(1)))
+                .await
+                .expect("receive");
+            let handles: Vec<String> = batch.iter().map(|m| m.handle.clone()).collect();
+            source.settle(&q, &handles).await.expect("settle");
+            got += handles.len();
+        }
+        got
+    };
+    let got = tokio::time::timeout(Duration::from_secs(60), receiving).await;
+    clean_up(&source, std::slice::from_ref(&q)).await;
+    assert_eq!(
+        got.ok(),
+        Some(N),
+        "every large delivery received within 60 s"
+    );
+}

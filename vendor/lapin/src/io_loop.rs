@@ -28,6 +28,30 @@ use tracing::{Level, debug, error, trace};
 
 const FRAMES_STORAGE: usize = 32;
 
+/// Turns of the loop without a wait that blocked after which it gives the runtime a turn. A task that never
+/// returns `Pending` would hold its worker, and once the runtime's budget for the task is spent
+/// (tokio's coop: 128 operations a poll) every read and write answers `Pending` and wakes the
+/// loop's own waker, which would turn the loop forever without progress. Giving a turn every 32
+/// renews the budget; turns after it is spent end at their first poll, so they cost little.
+const BUSY_TURNS: u32 = 32;
+
+/// Returns `Pending` once, waking its task at once: the task goes back to the runtime's queue,
+/// which lets others run and renews its budget.
+struct YieldNow(bool);
+
+impl Future for YieldNow {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
 #[derive(Debug, PartialEq)]
 enum Status {
     Initial,
@@ -63,6 +87,8 @@ pub(crate) struct IoLoop<RK: RuntimeKit + Clone + Send + 'static> {
     serialized_frames: VecDeque<(FrameSize, FrameSending)>,
     half_closed: bool,
     first_connection: bool,
+    /// Turns of the loop since it last gave the runtime a turn (see [`BUSY_TURNS`]).
+    busy_turns: u32,
 }
 
 impl<RK: RuntimeKit + Clone + Send + 'static> IoLoop<RK> {
@@ -106,6 +132,7 @@ impl<RK: RuntimeKit + Clone + Send + 'static> IoLoop<RK> {
             serialized_frames: VecDeque::default(),
             half_closed: false,
             first_connection: true,
+            busy_turns: 0,
         }
     }
 
@@ -329,7 +356,15 @@ impl<RK: RuntimeKit + Clone + Send + 'static> IoLoop<RK> {
         );
         if !self.can_read() && !self.can_write() && self.should_continue(connection_killswitch) {
             trace!("io_loop cannot do anything for now, waiting for socket events.");
-            self.socket_state.wait().await;
+            if self.socket_state.wait().await {
+                self.busy_turns = 0;
+            }
+        }
+        // A wait that found an event already there did not give the runtime a turn either.
+        self.busy_turns += 1;
+        if self.busy_turns >= BUSY_TURNS {
+            self.busy_turns = 0;
+            YieldNow(false).await;
         }
         self.run_io(stream.as_mut(), readable_waker, writable_waker, connection_killswitch)
     }

@@ -51,11 +51,18 @@ impl SocketState {
         self.writable
     }
 
-    pub(crate) async fn wait(&mut self) {
+    /// Waits for the next event: whether it had to (an event already there is taken at once,
+    /// without giving the runtime a turn).
+    pub(crate) async fn wait(&mut self) -> bool {
+        if let Ok(event) = self.events.try_recv() {
+            self.handle_event(event);
+            return false;
+        }
         match self.events.recv_async().await {
             Ok(event) => self.handle_event(event),
             Err(err) => error!(?err, "waiting for socket event failed"),
         }
+        true
     }
 
     pub(crate) fn reset(&mut self) {
