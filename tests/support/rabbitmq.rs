@@ -174,23 +174,27 @@ pub async fn wait_for(limit: Duration, what: &str, mut check: impl AsyncFnMut() 
 /// acked, so each goes back when the connection closes): the broker's `x-death` header says
 /// why it dead-lettered one.
 pub fn headers_in(queue: &str) -> String {
-    let code = "import sys, amqp\n\
-        c = amqp.Connection('127.0.0.1:5672', userid='guest', password='guest'); c.connect()\n\
-        ch = c.channel()\n\
-        for m in iter(lambda: ch.basic_get(sys.argv[1]), None): \
-        print(m.body, m.properties.get('application_headers'))\n\
-        c.close()";
-    String::from_utf8_lossy(&python(&["-c", code, queue])).into_owned()
+    let code = "for m in iter(lambda: ch.basic_get(sys.argv[1]), None): \
+        print(m.body, m.properties.get('application_headers'))";
+    String::from_utf8_lossy(&py_amqp(code, &[queue])).into_owned()
+}
+
+/// Runs `code` (Python, with `ch` a channel of a py-amqp connection to the broker and the
+/// arguments in `sys.argv[1:]`) from the tools' Python; its stdout.
+fn py_amqp(code: &str, args: &[&str]) -> Vec<u8> {
+    let code = format!(
+        "import sys, amqp\n\
+         c = amqp.Connection('127.0.0.1:5672', userid='guest', password='guest'); c.connect()\n\
+         ch = c.channel()\n{code}\nc.close()"
+    );
+    python(&[["-c", code.as_str()].as_slice(), args].concat())
 }
 
 /// Binds `queue` to `exchange` for `routing_key`, as a publisher's topology does (py-amqp, from
 /// the tools' virtual environment; qhost itself binds nothing). Deleting the queue unbinds it.
 pub fn bind(queue: &str, exchange: &str, routing_key: &str) {
-    let code = "import sys, amqp\n\
-        c = amqp.Connection('127.0.0.1:5672', userid='guest', password='guest'); c.connect()\n\
-        c.channel().queue_bind(sys.argv[1], exchange=sys.argv[2], routing_key=sys.argv[3])\n\
-        c.close()";
-    python(&["-c", code, queue, exchange, routing_key]);
+    let code = "ch.queue_bind(sys.argv[1], exchange=sys.argv[2], routing_key=sys.argv[3])";
+    py_amqp(code, &[queue, exchange, routing_key]);
 }
 
 /// Celery's producer sends `n` `proj.tasks.work` tasks running `command` to `queue`.

@@ -246,7 +246,12 @@ impl RabbitQueue {
 
     /// Holds a delivery (marked waiting) unacked for `after`, then, if its consumer still
     /// lives, hands it out again (`again`: the delivery) or requeues it.
-    fn hold_then_requeue(consumer: Arc<Consumer>, tag: u64, after: Duration, again: Option<Held>) {
+    fn hold_then_give_back(
+        consumer: Arc<Consumer>,
+        tag: u64,
+        after: Duration,
+        again: Option<Held>,
+    ) {
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
             match again {
@@ -375,7 +380,7 @@ impl QueueSource for RabbitQueue {
                 // seen it unacked for less than half its `consumer_timeout`.
                 let again =
                     self.settings.is_ordered(queue) && held.since.elapsed() + after < longest;
-                Self::hold_then_requeue(consumer, tag, after, again.then_some(held));
+                Self::hold_then_give_back(consumer, tag, after, again.then_some(held));
                 return Ok(());
             }
         };
