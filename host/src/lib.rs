@@ -121,7 +121,7 @@ pub use config::load::Overrides;
 pub use config::typo::nearest;
 pub use config::{Config, DEFAULT_ADMIN_LISTEN, MessageFormat, RetryPolicy, SourceKind};
 pub use host::Host;
-pub use host::open::{StartError, check_deadlines, load_plugins, runtime_for};
+pub use host::open::{StartError, check_deadlines, check_store, load_plugins, runtime_for};
 
 // Messages.
 pub use message::{Attribute, AttributeValue, Outgoing, Received};
@@ -129,6 +129,7 @@ pub use message::{Attribute, AttributeValue, Outgoing, Received};
 /// The idempotency store: its contract (`qhost-store`) and its backends.
 pub mod stores {
     pub use crate::idempotency::local::LocalStore;
+    pub use crate::idempotency::postgres::{PostgresStore, PostgresTarget};
     pub use crate::idempotency::redis::RedisStore;
     pub use crate::redis_link::{RedisDeadlines, RedisTarget};
     pub use qhost_store::rate::Rate;

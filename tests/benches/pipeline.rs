@@ -4,7 +4,9 @@
 //! `QHOST_TEST_REDIS_URL`), printing messages/second and CPU per message (with the kernel's
 //! share), each with its ratio to the baseline, and Redis round trips per message; the same
 //! plugin on a local Redis Cluster (three primaries, started here when redis-cli is
-//! installed); and the memory a completed key costs in Redis. The cases run
+//! installed); the same plugin with the PostgreSQL store (the tests' database, a schema of its
+//! own, dropped after), with its round trips per message and the database server's CPU per
+//! message; and the memory a completed key costs in Redis. The cases run
 //! interleaved in three rounds and each figure is its median round.
 //!
 //! A batch handler (`handle-batch`, the `batch-fixture` plugin, acking each message it is
@@ -250,6 +252,9 @@ async fn main() {
     let (mut native, mut wasm, mut traced, mut with_redis, mut on_cluster) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut canary, mut flowed) = (Vec::new(), Vec::new());
+    let pg_schema = qhost_e2e::postgres::unique_schema("bench");
+    let postgres = qhost_e2e::postgres::store(&pg_schema).await;
+    let (mut on_postgres, mut pg_server) = (Vec::new(), Vec::new());
     let mut batched: [Vec<Run>; 2] = [Vec::new(), Vec::new()];
     for _ in 0..rounds {
         native.push(measure(native_plugin(), local_store(), n).await);
@@ -269,6 +274,11 @@ async fn main() {
         }
         if let Some(store) = &cluster_store {
             on_cluster.push(measure(wasm_plugin(), Arc::new(store.clone()), n).await);
+        }
+        if let Ok(store) = &postgres {
+            let server = qhost_e2e::postgres::server_cpu();
+            on_postgres.push(measure(wasm_plugin(), Arc::new(store.clone()), n).await);
+            pg_server.push(qhost_e2e::postgres::server_cpu().saturating_sub(server));
         }
     }
     println!(
@@ -388,6 +398,31 @@ async fn main() {
             );
         }
         _ => println!("wasm plugin, Redis Cluster: skipped (no redis-cli, or no Redis)"),
+    }
+    match (&postgres, single_cpu) {
+        (Ok(store), Some(redis_cpu)) => {
+            let per_message = store.round_trips() as f64 / (n * rounds) as f64;
+            let server: std::time::Duration = pg_server.iter().sum();
+            let server_us = server.as_secs_f64() * 1e6 / (n * rounds) as f64;
+            let run = median(on_postgres);
+            row(
+                "wasm plugin, PostgreSQL store",
+                &run,
+                &native,
+                n,
+                &format!(
+                    "({per_message:.3} round trips per message; {:+.1} µs CPU per message \
+                     against the Redis store; the database server {server_us:.1} µs per message)",
+                    run.cpu.micros_per(n) - redis_cpu
+                ),
+            );
+            store.drop_schema().await.expect("drop the bench's schema");
+        }
+        (Err(e), _) => println!("wasm plugin, PostgreSQL store: skipped ({e:#})"),
+        (Ok(store), None) => {
+            store.drop_schema().await.expect("drop the bench's schema");
+            println!("wasm plugin, PostgreSQL store: skipped (no Redis to compare with)");
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! Handler state under the crash storm: two `qhost` processes on one queue of the
 //! SQS-compatible server, producer duplicates, one host SIGKILLed and restarted twice mid-run;
-//! on the tests' Redis, and on a local Redis Cluster (three primaries, one replica each) whose
+//! on the tests' Redis, on the tests' PostgreSQL, and on a local Redis Cluster (three primaries, one replica each) whose
 //! primary holding the counters' bucket is killed mid-run as well. Every job increments two
 //! counters; each counter must end equal to the number of distinct jobs that incremented it,
 //! exactly, whatever ran twice. Each job sleeps 300 ms first, so the kills find runs in
@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use qhost::sources::{QueueSource, SqsQueue};
 use qhost::{Attribute, Outgoing};
 use qhost_e2e::harness::{TestEnv, attr, take_all};
+use qhost_e2e::postgres;
 use qhost_e2e::processes::HostProcess;
 use qhost_e2e::redis_cluster::RedisCluster;
 use qhost_e2e::redis_server::{shared_url, unique_namespace};
@@ -157,6 +158,18 @@ async fn counters_are_exact_through_killed_hosts_on_redis() {
         unique_namespace("state-storm")
     );
     storm("state-storm", &redis, Box::new(|| {})).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn counters_are_exact_through_killed_hosts_on_postgres() {
+    let schema = postgres::unique_schema("state_storm");
+    storm(
+        "state-storm-pg",
+        &postgres::store_table(&schema),
+        Box::new(|| {}),
+    )
+    .await;
+    postgres::drop_schemas(&[&schema]).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

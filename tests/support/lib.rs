@@ -21,6 +21,7 @@ pub mod flow_fleet;
 pub mod flow_use;
 pub mod harness;
 pub mod otlp;
+pub mod postgres;
 pub mod proc_tree;
 pub mod processes;
 pub mod rabbitmq;

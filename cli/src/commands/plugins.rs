@@ -68,6 +68,14 @@ pub(crate) async fn check_deploy(
         println!("deadline: {e}");
     }
     problems += check_queues(config).await;
+    match qhost::check_store(config).await {
+        Ok(Some(line)) => println!("store:    {line}"),
+        Ok(None) => {}
+        Err(e) => {
+            problems += 1;
+            println!("store:    {e:#}");
+        }
+    }
     let mut schedule_problems = 0;
     for s in qhost::schedule::check(config) {
         schedule_problems += usize::from(s.problem);

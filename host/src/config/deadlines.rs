@@ -1,4 +1,4 @@
-//! `[timeouts]`: how long each call to SQS, S3 and Redis may take, and how long a queue may go
+//! `[timeouts]`: how long each call to SQS, S3, Redis and PostgreSQL may take, and how long a queue may go
 //! without finishing a message before readiness reports it stalled.
 //!
 //! Every remote call has a deadline, because one answer that never arrives (a half-open
@@ -23,6 +23,7 @@ pub(crate) struct RawTimeouts {
     pub sqs_receive_margin_ms: Option<u64>,
     pub s3_call_ms: Option<u64>,
     pub redis_response_ms: Option<u64>,
+    pub postgres_statement_ms: Option<u64>,
     pub stalled_after_secs: Option<u64>,
 }
 
@@ -35,6 +36,9 @@ pub struct Deadlines {
     pub s3: AwsDeadlines,
     /// Redis calls (the idempotency store, and the Redis payload store).
     pub redis: RedisDeadlines,
+    /// PostgreSQL: connecting (and waiting for a pooled connection), and how long the server
+    /// lets one statement run before it cancels it.
+    pub postgres: PostgresDeadlines,
     /// A queue with messages visible that finishes none for this long is reported not ready.
     pub stalled_after: Duration,
 }
@@ -45,9 +49,22 @@ impl Default for Deadlines {
             sqs: AwsDeadlines::SQS,
             s3: AwsDeadlines::S3,
             redis: RedisDeadlines::default(),
+            postgres: PostgresDeadlines {
+                connect: AwsDeadlines::SQS.connect,
+                statement: Duration::from_secs(5),
+            },
             stalled_after: Duration::from_secs(60),
         }
     }
+}
+
+/// How long the PostgreSQL store's calls may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PostgresDeadlines {
+    /// Connecting, and waiting for a free connection of the pool.
+    pub connect: Duration,
+    /// One statement, on the server (`statement_timeout`).
+    pub statement: Duration,
 }
 
 /// A field in milliseconds, within `min..=max`, or its default.
@@ -98,6 +115,16 @@ pub(crate) fn deadlines(raw: RawTimeouts) -> anyhow::Result<Deadlines> {
             300_000,
         )?,
     };
+    let postgres = PostgresDeadlines {
+        connect,
+        statement: ms(
+            "postgres-statement-ms",
+            raw.postgres_statement_ms,
+            d.postgres.statement,
+            10,
+            300_000,
+        )?,
+    };
     let stalled_after = match raw.stalled_after_secs {
         None => d.stalled_after,
         Some(secs) if (5..=86_400).contains(&secs) => Duration::from_secs(secs),
@@ -109,6 +136,7 @@ pub(crate) fn deadlines(raw: RawTimeouts) -> anyhow::Result<Deadlines> {
         sqs,
         s3,
         redis,
+        postgres,
         stalled_after,
     })
 }

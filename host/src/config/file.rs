@@ -59,6 +59,9 @@ impl RawConfig {
         if let Some(token) = self.admin.as_mut().and_then(|a| a.token.as_mut()) {
             token.relative_to(base);
         }
+        if let Some(password) = self.idempotency.as_mut().and_then(|i| i.password.as_mut()) {
+            password.relative_to(base);
+        }
     }
 }
 
@@ -97,6 +100,9 @@ pub(crate) struct RawIdempotency {
     pub urls: Option<Vec<String>>,
     pub cluster: Option<bool>,
     pub ca_file: Option<std::path::PathBuf>,
+    pub password: Option<super::secret::RawSecret>,
+    pub schema: Option<String>,
+    pub pool_size: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

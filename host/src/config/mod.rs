@@ -14,6 +14,7 @@ mod documented;
 mod file;
 pub(crate) mod format;
 pub(crate) mod load;
+mod postgres;
 mod rabbitmq;
 pub(crate) mod rollout;
 pub(crate) mod schedule;
@@ -35,6 +36,7 @@ pub(crate) use deadlines::Deadlines;
 use file::{RawConfig, RawQueue};
 pub use format::MessageFormat;
 pub(crate) use format::Routes;
+pub(crate) use postgres::PostgresStoreSettings;
 pub(crate) use qhost_runtime::SecretsGrant;
 
 /// Where messages come from.
@@ -75,6 +77,8 @@ pub enum StoreKind {
     Local,
     /// A Redis server, or a Redis Cluster.
     Redis(RedisTarget),
+    /// A PostgreSQL database.
+    Postgres(postgres::PostgresStoreSettings),
 }
 
 /// The shortest first retry delay: put-backs that use up no attempt (a store down, a key
@@ -305,15 +309,17 @@ impl Config {
         if let SourceKind::Rabbitmq(settings) = &source {
             rabbitmq::check_ordered(settings, &queues)?;
         }
-        let mut store = store_kind(raw.idempotency.unwrap_or_default())?;
-        if let StoreKind::Redis(target) = &mut store {
-            target.deadlines = deadlines.redis;
+        let mut store = store_kind(raw.idempotency.unwrap_or_default(), max_in_flight, lanes)?;
+        match &mut store {
+            StoreKind::Redis(target) => target.deadlines = deadlines.redis,
+            StoreKind::Postgres(settings) => settings.deadlines = deadlines.postgres,
+            StoreKind::Local => {}
         }
         let mut payload = crate::payload::config::payload_config(
             raw.payload.unwrap_or_default(),
             match &store {
                 StoreKind::Redis(target) => Some(target),
-                StoreKind::Local => None,
+                StoreKind::Local | StoreKind::Postgres(_) => None,
             },
             match &source {
                 SourceKind::Sqs(settings) => Some(settings),
@@ -541,7 +547,11 @@ fn source_kind(raw: file::RawSource, max_in_flight: u32) -> anyhow::Result<Sourc
     }
 }
 
-fn store_kind(raw: file::RawIdempotency) -> anyhow::Result<StoreKind> {
+fn store_kind(
+    raw: file::RawIdempotency,
+    max_in_flight: u32,
+    lanes: u32,
+) -> anyhow::Result<StoreKind> {
     let kind = raw.kind.as_deref().unwrap_or("local");
     match kind {
         "local"
@@ -550,11 +560,27 @@ fn store_kind(raw: file::RawIdempotency) -> anyhow::Result<StoreKind> {
                 || raw.cluster.is_some()
                 || raw.ca_file.is_some() =>
         {
-            bail!("idempotency.url, urls, cluster and ca-file are only for kind = \"redis\"")
+            bail!(
+                "idempotency.url, urls, cluster and ca-file are only for kind = \"redis\" or \"postgres\""
+            )
+        }
+        "local" | "redis"
+            if raw.password.is_some() || raw.schema.is_some() || raw.pool_size.is_some() =>
+        {
+            bail!(
+                "idempotency.password, schema and pool-size are only for kind = \"postgres\" (a Redis URL carries its password)"
+            )
         }
         "local" => Ok(StoreKind::Local),
         "redis" => Ok(StoreKind::Redis(redis_target(raw)?)),
-        other => bail!("idempotency.kind `{other}` is not supported; expected `local` or `redis`"),
+        "postgres" => Ok(StoreKind::Postgres(postgres::settings(
+            raw,
+            max_in_flight,
+            lanes,
+        )?)),
+        other => bail!(
+            "idempotency.kind `{other}` is not supported; expected `local`, `redis` or `postgres`"
+        ),
     }
 }
 

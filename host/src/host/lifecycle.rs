@@ -33,6 +33,7 @@ fn backends(config: &crate::config::Config) -> String {
         StoreKind::Local => "local",
         StoreKind::Redis(t) if t.cluster => "redis-cluster",
         StoreKind::Redis(_) => "redis",
+        StoreKind::Postgres(_) => "postgres",
     };
     format!("{queue} + {store}")
 }

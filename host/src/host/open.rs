@@ -7,11 +7,14 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use anyhow::Context as _;
+
 use super::SPARE_INSTANCES;
 use crate::aws::AwsSettings;
-use crate::config::{Config, SourceKind, StoreKind};
+use crate::config::{Config, PostgresStoreSettings, SourceKind, StoreKind};
 use crate::idempotency::Store;
 use crate::idempotency::local::LocalStore;
+use crate::idempotency::postgres::{PostgresStore, PostgresTarget};
 use crate::idempotency::redis::RedisStore;
 use crate::payload::Payloads;
 use crate::payload::s3::S3Payloads;
@@ -294,7 +297,59 @@ pub(crate) async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>
             Ok(Arc::new(LocalStore::open(path.as_deref())?))
         }
         StoreKind::Redis(target) => Ok(Arc::new(RedisStore::connect_to(target).await?)),
+        StoreKind::Postgres(settings) => Ok(Arc::new(open_postgres(settings).await?)),
     }
+}
+
+/// Where the PostgreSQL store is, as its crate connects to it.
+fn postgres_target(settings: &PostgresStoreSettings) -> anyhow::Result<PostgresTarget> {
+    Ok(PostgresTarget {
+        url: settings.url.clone(),
+        password: settings.password.clone(),
+        schema: settings.schema.clone(),
+        pool_size: settings.pool_size,
+        tls: qhost_runtime::http::tls_client(settings.ca_file.as_deref())?,
+        wait: settings.deadlines.connect,
+        statement_timeout: settings.deadlines.statement,
+    })
+}
+
+/// The PostgreSQL store in words, for errors: where, and which schema.
+fn postgres_named(settings: &PostgresStoreSettings) -> String {
+    let at = crate::redis_link::redacted(&settings.url);
+    format!("the PostgreSQL store at {at} (schema {})", settings.schema)
+}
+
+/// Connects to the PostgreSQL store, migrating its schema.
+async fn open_postgres(settings: &PostgresStoreSettings) -> anyhow::Result<PostgresStore> {
+    let target = postgres_target(settings)?;
+    (PostgresStore::connect(&target).await).with_context(|| postgres_named(settings))
+}
+
+/// What `qhost check` says of the store, without changing it: for PostgreSQL, whether it
+/// answers and what version its schema is at (an error: one `qhost run` would refuse to start
+/// on). `None` for the stores it does not reach out to.
+pub async fn check_store(config: &Config) -> anyhow::Result<Option<String>> {
+    let StoreKind::Postgres(settings) = &config.store else {
+        return Ok(None);
+    };
+    let target = postgres_target(settings)?;
+    let version =
+        (PostgresStore::schema_version(&target).await).with_context(|| postgres_named(settings))?;
+    let known = qhost_store_postgres::SCHEMA_VERSION;
+    let schema = &settings.schema;
+    Ok(Some(match version {
+        None => {
+            format!("postgres, schema {schema} absent: `qhost run` creates it (version {known})")
+        }
+        Some(v) if v > known => anyhow::bail!(
+            "postgres, schema {schema} is at version {v}, newer than this qhost knows ({known})"
+        ),
+        Some(v) if v < known => {
+            format!("postgres, schema {schema} at version {v}: `qhost run` migrates it to {known}")
+        }
+        Some(v) => format!("postgres, schema {schema} at version {v}"),
+    }))
 }
 
 /// The engine sized for this configuration, with its compiled-code cache.

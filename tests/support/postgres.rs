@@ -1,0 +1,72 @@
+//! The machine's PostgreSQL for the tests (`QHOST_POSTGRES_URL`, by default
+//! `postgres://postgres@127.0.0.1:5432/test`): each test in schemas of its own, dropped after
+//! it.
+
+/// The database's URL.
+pub fn url() -> String {
+    std::env::var("QHOST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// A schema name no other test uses.
+pub fn unique_schema(name: &str) -> String {
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    format!("qhost_e2e_{}_{}", name.replace('-', "_"), &tag[..8])
+}
+
+/// The `[idempotency]` table of a host whose store is the database, in `schema`.
+pub fn store_table(schema: &str) -> String {
+    format!(
+        "[idempotency]\nkind = \"postgres\"\nurl = \"{}\"\nschema = \"{schema}\"\n",
+        url()
+    )
+}
+
+/// A connection for a test's own statements.
+pub async fn client() -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect to the tests' PostgreSQL");
+    tokio::spawn(connection);
+    client
+}
+
+/// Drops `schemas` and everything in them.
+pub async fn drop_schemas(schemas: &[&str]) {
+    let client = client().await;
+    for schema in schemas {
+        let sql = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
+        client
+            .batch_execute(&sql)
+            .await
+            .expect("drop a test schema");
+    }
+}
+
+/// The store in `schema` of the tests' database, as a host opens it (sslmode as the URL says;
+/// the loopback server's certificate is not checked).
+pub async fn store(schema: &str) -> anyhow::Result<qhost::stores::PostgresStore> {
+    let ring = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(ring)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    let target = qhost::stores::PostgresTarget {
+        url: url(),
+        password: None,
+        schema: schema.to_string(),
+        pool_size: 16,
+        tls: std::sync::Arc::new(tls),
+        wait: std::time::Duration::from_secs(5),
+        statement_timeout: std::time::Duration::from_secs(5),
+    };
+    qhost::stores::PostgresStore::connect(&target).await
+}
+
+/// The CPU time the database's server has used so far: its postmaster (started with `-D`)
+/// and every process below it (backends, WAL writer, checkpointer), those that ended
+/// included: what messages cost the database.
+pub fn server_cpu() -> std::time::Duration {
+    let postmasters = crate::proc_tree::named("postgres", "-D");
+    postmasters.into_iter().map(crate::proc_tree::cpu).sum()
+}
