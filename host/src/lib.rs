@@ -129,7 +129,7 @@ pub use message::{Attribute, AttributeValue, Outgoing, Received};
 /// The idempotency store: its contract (`qhost-store`) and its backends.
 pub mod stores {
     pub use crate::idempotency::local::LocalStore;
-    pub use crate::idempotency::postgres::{PostgresStore, PostgresTarget};
+    pub use crate::idempotency::postgres::{PgTarget, PostgresStore, PostgresTarget};
     pub use crate::idempotency::redis::RedisStore;
     pub use crate::redis_link::{RedisDeadlines, RedisTarget};
     pub use qhost_store::rate::Rate;

@@ -33,6 +33,7 @@ mod new;
 mod packaging;
 mod payload;
 mod pipeline;
+mod postgres;
 mod rabbitmq;
 mod rabbitmq_flow;
 mod rate;

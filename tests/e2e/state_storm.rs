@@ -7,12 +7,12 @@
 //! flight.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use qhost::sources::{QueueSource, SqsQueue};
 use qhost::{Attribute, Outgoing};
-use qhost_e2e::harness::{TestEnv, attr, take_all};
+use qhost_e2e::harness::{TestEnv, attr, counters_exact, take_all};
 use qhost_e2e::postgres;
 use qhost_e2e::processes::HostProcess;
 use qhost_e2e::redis_cluster::RedisCluster;
@@ -130,24 +130,11 @@ async fn storm(test: &str, idempotency: &str, mut mid_run: Storm<'_>) {
         drain(&format!("{jobs}-dlq")).await.is_empty(),
         "no dead letter"
     );
-    check_counters(&configs[0]).await;
+    counters_exact(&configs[0], JOBS, SPREAD).await;
     println!(
         "{test}: {JOBS} jobs on two hosts, host 0 killed twice, {:.1}s",
         started.elapsed().as_secs_f64()
     );
-}
-
-async fn check_counters(config: &Path) {
-    let config = qhost::Config::load(Some(config), qhost::Overrides::default()).expect("config");
-    let get = async |key: &str| {
-        let value = (qhost::kv_get(&config, "counter", "counts", key).await).expect("the store");
-        value.map(|v| String::from_utf8_lossy(&v).into_owned())
-    };
-    assert_eq!(get("total").await, Some(JOBS.to_string()), "total");
-    for d in 0..SPREAD {
-        let key = format!("d{d}");
-        assert_eq!(get(&key).await, Some((JOBS / SPREAD).to_string()), "{key}");
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,7 +1,7 @@
 //! A host in a temporary directory: plugins installed from the built fixtures, the local
 //! backends in a file database there, and helpers to send, run until idle and look inside.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -302,5 +302,21 @@ impl Running {
             .expect("host task")
             .expect("host ran cleanly");
         self.host
+    }
+}
+
+/// Checks the `counts` bucket of the plugin `counter` in the store of the host configured by
+/// `config`, after `jobs` jobs each added one to `total` and one to `dN`, N its number modulo
+/// `spread`: each counter exact, whatever ran twice.
+pub async fn counters_exact(config: &Path, jobs: usize, spread: usize) {
+    let config = qhost::Config::load(Some(config), qhost::Overrides::default()).expect("config");
+    let get = async |key: &str| {
+        let value = (qhost::kv_get(&config, "counter", "counts", key).await).expect("the store");
+        value.map(|v| String::from_utf8_lossy(&v).into_owned())
+    };
+    assert_eq!(get("total").await, Some(jobs.to_string()), "total");
+    for d in 0..spread {
+        let key = format!("d{d}");
+        assert_eq!(get(&key).await, Some((jobs / spread).to_string()), "{key}");
     }
 }

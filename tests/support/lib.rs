@@ -213,3 +213,18 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest as _;
     hex::encode(sha2::Sha256::digest(bytes))
 }
+
+/// Runs the tools' Python (the virtual environment `scripts/install-test-tools` makes, with
+/// `tests/support` on its path) with `args`; its stdout. It must exit 0.
+pub fn python(args: &[&str]) -> Vec<u8> {
+    let root = crate::workspace();
+    let out = std::process::Command::new(root.join("target/tools/moto/bin/python"))
+        .current_dir(&root)
+        .args(args)
+        .env("PYTHONPATH", root.join("tests/support"))
+        .output()
+        .expect("running Python");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "python {args:?}: {stderr}");
+    out.stdout
+}

@@ -52,13 +52,15 @@ pub async fn store(schema: &str) -> anyhow::Result<qhost::stores::PostgresStore>
         .with_root_certificates(rustls::RootCertStore::empty())
         .with_no_client_auth();
     let target = qhost::stores::PostgresTarget {
-        url: url(),
-        password: None,
+        pg: qhost::stores::PgTarget {
+            url: url(),
+            password: None,
+            pool_size: 16,
+            tls: std::sync::Arc::new(tls),
+            wait: std::time::Duration::from_secs(5),
+            statement_timeout: std::time::Duration::from_secs(5),
+        },
         schema: schema.to_string(),
-        pool_size: 16,
-        tls: std::sync::Arc::new(tls),
-        wait: std::time::Duration::from_secs(5),
-        statement_timeout: std::time::Duration::from_secs(5),
     };
     qhost::stores::PostgresStore::connect(&target).await
 }
@@ -69,4 +71,57 @@ pub async fn store(schema: &str) -> anyhow::Result<qhost::stores::PostgresStore>
 pub fn server_cpu() -> std::time::Duration {
     let postmasters = crate::proc_tree::named("postgres", "-D");
     postmasters.into_iter().map(crate::proc_tree::cpu).sum()
+}
+
+/// A database of a test's own on the tests' server (pgmq's schema has a fixed name, so a
+/// test of pgmq cannot share one), dropped by [`Database::drop`].
+#[derive(Debug)]
+pub struct Database {
+    name: String,
+}
+
+impl Database {
+    /// A new, empty database named after `name`.
+    pub async fn new(name: &str) -> Database {
+        let name = unique_schema(name);
+        let sql = format!("CREATE DATABASE {name}");
+        client()
+            .await
+            .batch_execute(&sql)
+            .await
+            .expect("create a test database");
+        Database { name }
+    }
+
+    /// Its URL: the server's, with this database.
+    pub fn url(&self) -> String {
+        let server = url();
+        let base = server.rsplit_once('/').map_or(server.as_str(), |(b, _)| b);
+        format!("{base}/{}", self.name)
+    }
+
+    /// A connection to it, for a test's own statements.
+    pub async fn client(&self) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(&self.url(), tokio_postgres::NoTls)
+            .await
+            .expect("connect to a test database");
+        tokio::spawn(connection);
+        client
+    }
+
+    /// Drops it, whoever is still connected.
+    pub async fn drop(self) {
+        let sql = format!("DROP DATABASE {} WITH (FORCE)", self.name);
+        client()
+            .await
+            .batch_execute(&sql)
+            .await
+            .expect("drop a test database");
+    }
+}
+
+/// The `[source]` table of a host reading pgmq's queues in the database at `url`, installing
+/// pgmq's SQL-only schema where there is none.
+pub fn pgmq_source_table(url: &str) -> String {
+    format!("[source]\nkind = \"pgmq\"\nurl = \"{url}\"\ninstall-pgmq = true\npoll-ms = 100\n")
 }

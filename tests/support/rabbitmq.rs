@@ -209,20 +209,7 @@ pub fn celery_send(queue: &str, n: usize, command: &str) {
     ]);
 }
 
-/// Runs the tools' Python (the virtual environment `scripts/install-test-tools` makes, with
-/// `tests/support` on its path) with `args`; its stdout. It must exit 0.
-pub fn python(args: &[&str]) -> Vec<u8> {
-    let root = crate::workspace();
-    let out = Command::new(root.join("target/tools/moto/bin/python"))
-        .current_dir(&root)
-        .args(args)
-        .env("PYTHONPATH", root.join("tests/support"))
-        .output()
-        .expect("running Python");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "python {args:?}: {stderr}");
-    out.stdout
-}
+pub use crate::python;
 
 /// A Celery worker on `queue` (a thread pool of four, a node name of its own), its effects
 /// appended to `effects`.

@@ -12,12 +12,11 @@
 //! fleets share a database safely; expired rows are deleted by the store itself, in small
 //! batches that skip locked rows (`sweep`).
 //!
-//! Layout: the store and its leases and completions here; `connect` (the pool, TLS, the
-//! schema's name), `migrate` (versions), `state` (completions that read), `fleet` (claims,
+//! Layout: the store and its leases and completions here (its connections are
+//! `qhost-postgres-link`'s); `migrate` (versions), `state` (completions that read), `fleet` (claims,
 //! shared records, the fleet rate), `slots` (flow slots), `sweep` (expired rows), `error`
 //! (what a driver error is to the pipeline). It passes the store contract's conformance suite.
 
-mod connect;
 mod error;
 mod fleet;
 mod migrate;
@@ -41,7 +40,16 @@ use qhost_store::{
     Released, StoreResult,
 };
 
-pub use connect::PostgresTarget;
+pub use qhost_postgres_link::PgTarget;
+
+/// A PostgreSQL store to connect to: the database, and the schema its tables live in.
+#[derive(Clone, Debug)]
+pub struct PostgresTarget {
+    /// The database.
+    pub pg: PgTarget,
+    /// The schema the store's tables live in (created when absent).
+    pub schema: String,
+}
 pub use migrate::SCHEMA_VERSION;
 
 use error::failed;
@@ -70,8 +78,8 @@ impl PostgresStore {
     /// Connects to `target`, creates or migrates its schema, and starts the sweeper. Fails with
     /// why when the database cannot be reached or holds a schema newer than this qhost knows.
     pub async fn connect(target: &PostgresTarget) -> anyhow::Result<Self> {
-        let pool = connect::pool(target)?;
-        let schema: Arc<str> = connect::quoted(&target.schema).into();
+        let pool = qhost_postgres_link::pool(&target.pg)?;
+        let schema: Arc<str> = qhost_postgres_link::quoted(&target.schema).into();
         migrate::migrate(&pool, &target.schema, &schema).await?;
         let sweeper = sweep::Sweeper::start(pool.clone(), Arc::clone(&schema));
         Ok(PostgresStore {
@@ -85,8 +93,8 @@ impl PostgresStore {
     /// The version of the store's schema in `target`'s database, read without changing
     /// anything (`qhost check`): `None` when the schema holds no store yet.
     pub async fn schema_version(target: &PostgresTarget) -> anyhow::Result<Option<i32>> {
-        let pool = connect::pool(target)?;
-        migrate::applied(&pool, &connect::quoted(&target.schema)).await
+        let pool = qhost_postgres_link::pool(&target.pg)?;
+        migrate::applied(&pool, &qhost_postgres_link::quoted(&target.schema)).await
     }
 
     /// Drops the store's schema and everything in it (tests, and `qhost` commands that reset).

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use qhost_store::conformance::assert_conforms;
 use qhost_store::{Acquired, IdempotencyError, IdempotencyStore as _, LeaseRequest};
-use qhost_store_postgres::{PostgresStore, PostgresTarget, SCHEMA_VERSION};
+use qhost_store_postgres::{PgTarget, PostgresStore, PostgresTarget, SCHEMA_VERSION};
 
 fn url() -> String {
     std::env::var("QHOST_POSTGRES_URL")
@@ -36,14 +36,23 @@ fn tls() -> Arc<rustls::ClientConfig> {
 }
 
 fn target(schema: &str) -> PostgresTarget {
-    PostgresTarget {
+    with(schema, |_| {})
+}
+
+/// The target of `schema`, its connections changed by `change`.
+fn with(schema: &str, change: impl FnOnce(&mut PgTarget)) -> PostgresTarget {
+    let mut pg = PgTarget {
         url: url(),
         password: None,
-        schema: schema.to_string(),
         pool_size: 8,
         tls: tls(),
         wait: Duration::from_secs(5),
         statement_timeout: Duration::from_secs(5),
+    };
+    change(&mut pg);
+    PostgresTarget {
+        pg,
+        schema: schema.to_string(),
     }
 }
 
@@ -180,10 +189,9 @@ async fn expired_rows_are_deleted_by_the_store_in_batches() {
 
 /// A target whose connections carry `name` (to find them in `pg_stat_activity`).
 fn named(schema: &str, name: &str) -> PostgresTarget {
-    PostgresTarget {
-        url: format!("{}?application_name={name}", url()),
-        ..target(schema)
-    }
+    with(schema, |pg| {
+        pg.url = format!("{}?application_name={name}", url())
+    })
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -245,10 +253,9 @@ async fn hold_row(schema: &str, key: &str) -> tokio_postgres::Client {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_statement_past_its_timeout_is_cancelled_and_says_so() {
     let schema = unique("timeout");
-    let store = PostgresStore::connect(&PostgresTarget {
-        statement_timeout: Duration::from_millis(300),
-        ..target(&schema)
-    })
+    let store = PostgresStore::connect(&with(&schema, |pg| {
+        pg.statement_timeout = Duration::from_millis(300)
+    }))
     .await
     .unwrap();
     store.acquire(&[request("held")]).await.unwrap();
@@ -268,11 +275,10 @@ async fn a_statement_past_its_timeout_is_cancelled_and_says_so() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_exhausted_pool_answers_in_time_with_why() {
     let schema = unique("pool");
-    let store = PostgresStore::connect(&PostgresTarget {
-        pool_size: 1,
-        wait: Duration::from_millis(300),
-        ..target(&schema)
-    })
+    let store = PostgresStore::connect(&with(&schema, |pg| {
+        pg.pool_size = 1;
+        pg.wait = Duration::from_millis(300);
+    }))
     .await
     .unwrap();
     store.acquire(&[request("held")]).await.unwrap();

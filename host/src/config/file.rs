@@ -52,7 +52,12 @@ impl RawConfig {
         secret_dirs.into_iter().flatten().for_each(at);
         let http_ca = self.http.as_mut().and_then(|h| h.ca_file.as_mut());
         let redis_ca = self.idempotency.as_mut().and_then(|i| i.ca_file.as_mut());
-        http_ca.into_iter().chain(redis_ca).for_each(at);
+        let source_ca = self.source.as_mut().and_then(|s| s.ca_file.as_mut());
+        http_ca
+            .into_iter()
+            .chain(redis_ca)
+            .chain(source_ca)
+            .for_each(at);
         if let Some(password) = self.source.as_mut().and_then(|s| s.password.as_mut()) {
             password.relative_to(base);
         }
@@ -82,6 +87,10 @@ pub(crate) struct RawSource {
     pub ordered: Option<std::collections::BTreeSet<String>>,
     pub consumer_timeout_ms: Option<u64>,
     pub exchanges: Option<std::collections::BTreeMap<String, RawExchange>>,
+    pub install_pgmq: Option<bool>,
+    pub poll_ms: Option<u64>,
+    pub pool_size: Option<u32>,
+    pub ca_file: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -14,6 +14,7 @@ mod documented;
 mod file;
 pub(crate) mod format;
 pub(crate) mod load;
+mod pgmq;
 mod postgres;
 mod rabbitmq;
 pub(crate) mod rollout;
@@ -36,7 +37,8 @@ pub(crate) use deadlines::Deadlines;
 use file::{RawConfig, RawQueue};
 pub use format::MessageFormat;
 pub(crate) use format::Routes;
-pub(crate) use postgres::PostgresStoreSettings;
+pub(crate) use pgmq::PgmqSourceSettings;
+pub(crate) use postgres::{PgConnection, PostgresStoreSettings};
 pub(crate) use qhost_runtime::SecretsGrant;
 
 /// Where messages come from.
@@ -48,6 +50,8 @@ pub enum SourceKind {
     Sqs(crate::aws::AwsSettings),
     /// A RabbitMQ broker (AMQP 0-9-1).
     Rabbitmq(crate::source::rabbitmq::RabbitSettings),
+    /// pgmq's queues in a PostgreSQL database.
+    Pgmq(pgmq::PgmqSourceSettings),
 }
 
 impl SourceKind {
@@ -58,6 +62,7 @@ impl SourceKind {
             SourceKind::Sqs(_) => "aws_sqs",
             SourceKind::Local => "qhost_local",
             SourceKind::Rabbitmq(_) => "rabbitmq",
+            SourceKind::Pgmq(_) => "pgmq",
         }
     }
 
@@ -65,7 +70,9 @@ impl SourceKind {
     pub(crate) fn envelope(&self) -> crate::message::rules::Envelope {
         match self {
             SourceKind::Rabbitmq(_) => crate::message::rules::Envelope::Amqp,
-            SourceKind::Sqs(_) | SourceKind::Local => crate::message::rules::Envelope::Kombu,
+            SourceKind::Sqs(_) | SourceKind::Local | SourceKind::Pgmq(_) => {
+                crate::message::rules::Envelope::Kombu
+            }
         }
     }
 }
@@ -302,9 +309,11 @@ impl Config {
         }
         let data_dir = raw.data_dir.unwrap_or_else(|| ".qhost".into());
         let deadlines = deadlines::deadlines(raw.timeouts.unwrap_or_default())?;
-        let mut source = source_kind(raw.source.unwrap_or_default(), max_in_flight)?;
-        if let SourceKind::Sqs(settings) = &mut source {
-            settings.deadlines = deadlines.sqs;
+        let mut source = source_kind(raw.source.unwrap_or_default(), max_in_flight, lanes)?;
+        match &mut source {
+            SourceKind::Sqs(settings) => settings.deadlines = deadlines.sqs,
+            SourceKind::Pgmq(settings) => settings.db.deadlines = deadlines.postgres,
+            SourceKind::Local | SourceKind::Rabbitmq(_) => {}
         }
         if let SourceKind::Rabbitmq(settings) = &source {
             rabbitmq::check_ordered(settings, &queues)?;
@@ -312,7 +321,7 @@ impl Config {
         let mut store = store_kind(raw.idempotency.unwrap_or_default(), max_in_flight, lanes)?;
         match &mut store {
             StoreKind::Redis(target) => target.deadlines = deadlines.redis,
-            StoreKind::Postgres(settings) => settings.deadlines = deadlines.postgres,
+            StoreKind::Postgres(settings) => settings.db.deadlines = deadlines.postgres,
             StoreKind::Local => {}
         }
         let mut payload = crate::payload::config::payload_config(
@@ -323,7 +332,7 @@ impl Config {
             },
             match &source {
                 SourceKind::Sqs(settings) => Some(settings),
-                SourceKind::Local | SourceKind::Rabbitmq(_) => None,
+                SourceKind::Local | SourceKind::Rabbitmq(_) | SourceKind::Pgmq(_) => None,
             },
         )?;
         payload.s3.deadlines = deadlines.s3;
@@ -515,10 +524,15 @@ fn check_unique(queues: &[QueueConfig]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn source_kind(raw: file::RawSource, max_in_flight: u32) -> anyhow::Result<SourceKind> {
+fn source_kind(raw: file::RawSource, max_in_flight: u32, lanes: u32) -> anyhow::Result<SourceKind> {
     let kind = raw.kind.as_deref().unwrap_or("local");
     if kind != "rabbitmq" {
         rabbitmq::refuse_fields(&raw, kind)?;
+    }
+    if kind != "pgmq"
+        && let Some((field, _)) = pgmq::only_pgmq(&raw).into_iter().find(|(_, set)| *set)
+    {
+        bail!("source.{field} is only for kind = \"pgmq\" (this source is `{kind}`)");
     }
     match kind {
         "local" if raw.region.is_some() || raw.endpoint_url.is_some() => {
@@ -541,8 +555,11 @@ fn source_kind(raw: file::RawSource, max_in_flight: u32) -> anyhow::Result<Sourc
             raw,
             max_in_flight,
         )?)),
+        "pgmq" => Ok(SourceKind::Pgmq(pgmq::settings(raw, max_in_flight, lanes)?)),
         other => {
-            bail!("source.kind `{other}` is not supported; expected `local`, `sqs` or `rabbitmq`")
+            bail!(
+                "source.kind `{other}` is not supported; expected `local`, `sqs`, `rabbitmq` or `pgmq`"
+            )
         }
     }
 }

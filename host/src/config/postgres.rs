@@ -18,15 +18,13 @@ use super::deadlines::PostgresDeadlines;
 use super::file::RawIdempotency;
 use super::secret;
 
-/// Where the PostgreSQL store is, and how its connections are made.
+/// A PostgreSQL database and how its connections are made (the store's, and pgmq's).
 #[derive(Clone, PartialEq, Eq)]
-pub struct PostgresStoreSettings {
+pub struct PgConnection {
     /// The database's URL.
     pub url: String,
     /// The password, when the URL carries none.
     pub password: Option<String>,
-    /// The schema the store's tables live in.
-    pub schema: String,
     /// Connections at most.
     pub pool_size: usize,
     /// A private CA's certificates to trust (beside the platform's) for `sslmode=verify-full`.
@@ -35,14 +33,67 @@ pub struct PostgresStoreSettings {
     pub deadlines: PostgresDeadlines,
 }
 
-impl std::fmt::Debug for PostgresStoreSettings {
+impl std::fmt::Debug for PgConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostgresStoreSettings")
+        f.debug_struct("PgConnection")
             .field("url", &crate::redis_link::redacted(&self.url))
-            .field("schema", &self.schema)
             .field("pool_size", &self.pool_size)
             .finish_non_exhaustive()
     }
+}
+
+/// Where the PostgreSQL store is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PostgresStoreSettings {
+    /// The database.
+    pub db: PgConnection,
+    /// The schema the store's tables live in.
+    pub schema: String,
+}
+
+/// A connection's fields as written, under `section` (`idempotency`, `source`).
+pub(super) struct RawConnection<'a> {
+    pub section: &'a str,
+    pub url: Option<String>,
+    pub password: Option<&'a secret::RawSecret>,
+    pub pool_size: Option<u32>,
+    pub ca_file: Option<PathBuf>,
+}
+
+/// The connection `raw` gives; the pool sized from `max_in_flight` and `lanes` unless it says.
+pub(super) fn connection(
+    raw: RawConnection<'_>,
+    max_in_flight: u32,
+    lanes: u32,
+) -> anyhow::Result<PgConnection> {
+    let section = raw.section;
+    let Some(url) = raw.url else {
+        bail!("{section}.url is required (postgres://USER@HOST:5432/DATABASE)");
+    };
+    if !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
+        bail!(
+            "{section}.url `{}` must start with postgres:// or postgresql://",
+            crate::redis_link::redacted(&url)
+        );
+    }
+    let password = (raw.password)
+        .map(|p| secret::read(&format!("{section}.password"), p))
+        .transpose()?;
+    let pool_size = match raw.pool_size {
+        Some(n) if (1..=256).contains(&n) => n as usize,
+        Some(n) => bail!("{section}.pool-size is {n}; it must be between 1 and 256"),
+        None => default_pool(max_in_flight, lanes),
+    };
+    Ok(PgConnection {
+        url,
+        password,
+        pool_size,
+        ca_file: raw.ca_file,
+        deadlines: PostgresDeadlines {
+            connect: std::time::Duration::ZERO,
+            statement: std::time::Duration::ZERO,
+        },
+    })
 }
 
 /// The default schema.
@@ -57,44 +108,25 @@ pub(super) fn settings(
     if raw.urls.is_some() || raw.cluster.is_some() {
         bail!("idempotency.urls and cluster are only for kind = \"redis\"");
     }
-    let Some(url) = raw.url else {
-        bail!(
-            "idempotency.url is required for kind = \"postgres\" (postgres://USER@HOST:5432/DATABASE)"
-        );
-    };
-    if !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
-        bail!(
-            "idempotency.url `{}` must start with postgres:// or postgresql://",
-            crate::redis_link::redacted(&url)
-        );
-    }
-    let password = (raw.password.as_ref())
-        .map(|p| secret::read("idempotency.password", p))
-        .transpose()?;
     let schema = raw.schema.unwrap_or_else(|| SCHEMA.into());
     check_schema(&schema)?;
-    let pool_size = match raw.pool_size {
-        Some(n) if (1..=256).contains(&n) => n as usize,
-        Some(n) => bail!("idempotency.pool-size is {n}; it must be between 1 and 256"),
-        None => default_pool(max_in_flight, lanes),
+    let raw_connection = RawConnection {
+        section: "idempotency",
+        url: raw.url,
+        password: raw.password.as_ref(),
+        pool_size: raw.pool_size,
+        ca_file: raw.ca_file,
     };
     Ok(PostgresStoreSettings {
-        url,
-        password,
+        db: connection(raw_connection, max_in_flight, lanes)?,
         schema,
-        pool_size,
-        ca_file: raw.ca_file,
-        deadlines: PostgresDeadlines {
-            connect: std::time::Duration::ZERO,
-            statement: std::time::Duration::ZERO,
-        },
     })
 }
 
 /// Connections for a host: each call holds one for a round trip, and leases and completions
 /// go a batch per call, so a quarter of the messages in flight (4 to 16) per lane keeps calls
 /// from waiting without filling the server's `max_connections` (100 by default) with a fleet.
-fn default_pool(max_in_flight: u32, lanes: u32) -> usize {
+pub(super) fn default_pool(max_in_flight: u32, lanes: u32) -> usize {
     ((max_in_flight / 4).clamp(4, 16) * lanes) as usize
 }
 
@@ -131,9 +163,9 @@ mod tests {
             panic!("{:?}", c.store)
         };
         assert_eq!(s.schema, "qhost");
-        assert_eq!(s.pool_size, 16, "8 per lane at 32 in flight");
-        assert_eq!(s.password, None);
-        assert_eq!(s.deadlines.statement, std::time::Duration::from_secs(5));
+        assert_eq!(s.db.pool_size, 16, "8 per lane at 32 in flight");
+        assert_eq!(s.db.password, None);
+        assert_eq!(s.db.deadlines.statement, std::time::Duration::from_secs(5));
         assert_eq!(super::default_pool(4096, 1), 16);
         assert_eq!(super::default_pool(1, 1), 4);
     }
@@ -152,7 +184,7 @@ mod tests {
             panic!("{:?}", c.store)
         };
         assert_eq!(
-            (s.password.as_deref(), s.schema.as_str()),
+            (s.db.password.as_deref(), s.schema.as_str()),
             (Some("s3cret"), "fleet_b")
         );
         assert!(!format!("{c:?}").contains("s3cret"));

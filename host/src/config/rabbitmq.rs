@@ -154,13 +154,15 @@ fn url(raw: &RawSource) -> anyhow::Result<String> {
     Ok(url.to_string())
 }
 
-/// Refuses the RabbitMQ fields on a source of another `kind`.
+/// Refuses the RabbitMQ fields on a source of another `kind` (`url`, `password` and
+/// `declare` are pgmq's too).
 pub(super) fn refuse_fields(raw: &RawSource, kind: &str) -> anyhow::Result<()> {
+    let shared = kind != "pgmq";
     let set = [
-        ("url", raw.url.is_some()),
-        ("password", raw.password.is_some()),
+        ("url", shared && raw.url.is_some()),
+        ("password", shared && raw.password.is_some()),
         ("prefetch", raw.prefetch.is_some()),
-        ("declare", raw.declare.is_some()),
+        ("declare", shared && raw.declare.is_some()),
         ("queue-type", raw.queue_type.is_some()),
         ("delivery-limit", raw.delivery_limit.is_some()),
         ("delay-by", raw.delay_by.is_some()),

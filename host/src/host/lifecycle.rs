@@ -28,6 +28,7 @@ fn backends(config: &crate::config::Config) -> String {
         SourceKind::Local => "local",
         SourceKind::Sqs(_) => "sqs",
         SourceKind::Rabbitmq(_) => "rabbitmq",
+        SourceKind::Pgmq(_) => "pgmq",
     };
     let store = match &config.store {
         StoreKind::Local => "local",

@@ -11,10 +11,12 @@ use anyhow::Context as _;
 
 use super::SPARE_INSTANCES;
 use crate::aws::AwsSettings;
-use crate::config::{Config, PostgresStoreSettings, SourceKind, StoreKind};
+use crate::config::{
+    Config, PgConnection, PgmqSourceSettings, PostgresStoreSettings, SourceKind, StoreKind,
+};
 use crate::idempotency::Store;
 use crate::idempotency::local::LocalStore;
-use crate::idempotency::postgres::{PostgresStore, PostgresTarget};
+use crate::idempotency::postgres::{PgTarget, PostgresStore, PostgresTarget};
 use crate::idempotency::redis::RedisStore;
 use crate::payload::Payloads;
 use crate::payload::s3::S3Payloads;
@@ -23,9 +25,10 @@ use crate::plugin::registry::Registry;
 use crate::plugin::reload::PluginDir;
 use crate::runtime::{EngineSettings, Runtime};
 use crate::source::local::{LocalQueue, Redrive};
+use crate::source::pgmq::{PgmqQueue, PgmqSettings};
 use crate::source::rabbitmq::{RabbitQueue, RabbitSettings};
 use crate::source::sqs::SqsQueue;
-use crate::source::{QueueAdmin, QueueSource as _, SourceError};
+use crate::source::{QueueAdmin, SourceError};
 
 /// Why the host refused to start: each names what to fix. Other failures at start (a store
 /// that cannot be reached, a file that cannot be read) stay plain errors with their context.
@@ -167,7 +170,98 @@ pub(crate) async fn open_source(
         SourceKind::Rabbitmq(settings) => {
             Ok(Arc::new(open_rabbitmq(config, settings, only).await?))
         }
+        SourceKind::Pgmq(settings) => Ok(Arc::new(open_pgmq(config, settings, only).await?)),
     }
+}
+
+/// Connects to pgmq's database with `settings` and creates (or, with `declare = false`,
+/// checks) `only` these queues, or every consumed queue with its dead-letter queue, as
+/// [`open_rabbitmq`] does.
+async fn open_pgmq(
+    config: &Config,
+    settings: &PgmqSourceSettings,
+    only: Option<&[&str]>,
+) -> anyhow::Result<PgmqQueue> {
+    let pgmq = PgmqQueue::new(PgmqSettings {
+        pg: pg_target(&settings.db)?,
+        declare: settings.declare,
+        install: settings.install,
+        poll: settings.poll,
+    })?;
+    prepare_queues(config, only, "pgmq", &pgmq).await?;
+    Ok(pgmq)
+}
+
+/// A source that declares its queues (or checks them) before it serves them.
+trait Prepare: QueueAdmin {
+    /// Makes `queue` and its `dead_letter` queue ready, as the source's settings say.
+    fn prepare(
+        &self,
+        queue: &str,
+        dead_letter: &str,
+    ) -> impl Future<Output = Result<(), SourceError>> + Send;
+}
+
+impl Prepare for RabbitQueue {
+    fn prepare(
+        &self,
+        queue: &str,
+        dead_letter: &str,
+    ) -> impl Future<Output = Result<(), SourceError>> + Send {
+        RabbitQueue::prepare(self, queue, dead_letter)
+    }
+}
+
+impl Prepare for PgmqQueue {
+    fn prepare(
+        &self,
+        queue: &str,
+        dead_letter: &str,
+    ) -> impl Future<Output = Result<(), SourceError>> + Send {
+        PgmqQueue::prepare(self, queue, dead_letter)
+    }
+}
+
+/// Prepares `only` these queues, or every consumed queue with its dead-letter queue, on
+/// `broker`; a queue only named (a send's target, a dead-letter queue checked alone) must
+/// exist.
+async fn prepare_queues<S: Prepare>(
+    config: &Config,
+    only: Option<&[&str]>,
+    broker: &'static str,
+    source: &S,
+) -> Result<(), StartError> {
+    let started = |queue: &str, field: Option<String>, e: SourceError| match e {
+        SourceError::UnknownQueue(_) => StartError::NoQueue {
+            broker,
+            field,
+            queue: queue.to_string(),
+        },
+        error => StartError::Unreachable {
+            broker,
+            queue: queue.to_string(),
+            error,
+        },
+    };
+    match only {
+        None => {
+            for (i, q) in config.queues.iter().enumerate() {
+                (source.prepare(&q.name, &q.dead_letter).await)
+                    .map_err(|e| started(&q.name, Some(format!("queue[{i}].name")), e))?;
+            }
+        }
+        Some(names) => {
+            for name in names {
+                let consumed = config.queues.iter().find(|q| q.name == *name);
+                let prepared = match consumed {
+                    Some(q) => source.prepare(&q.name, &q.dead_letter).await,
+                    None => source.depth(name).await.map(drop),
+                };
+                prepared.map_err(|e| started(name, None, e))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Connects to RabbitMQ with `settings` and declares (or, with `declare = false`, checks)
@@ -179,36 +273,7 @@ async fn open_rabbitmq(
     only: Option<&[&str]>,
 ) -> anyhow::Result<RabbitQueue> {
     let rabbit = RabbitQueue::new(settings.clone());
-    let started = |queue: &str, field: Option<String>, e: SourceError| match e {
-        SourceError::UnknownQueue(_) => StartError::NoQueue {
-            broker: "RabbitMQ",
-            field,
-            queue: queue.to_string(),
-        },
-        error => StartError::Unreachable {
-            broker: "RabbitMQ",
-            queue: queue.to_string(),
-            error,
-        },
-    };
-    match only {
-        None => {
-            for (i, q) in config.queues.iter().enumerate() {
-                (rabbit.prepare(&q.name, &q.dead_letter).await)
-                    .map_err(|e| started(&q.name, Some(format!("queue[{i}].name")), e))?;
-            }
-        }
-        Some(names) => {
-            for name in names {
-                let consumed = config.queues.iter().find(|q| q.name == *name);
-                let prepared = match consumed {
-                    Some(q) => rabbit.prepare(&q.name, &q.dead_letter).await,
-                    None => rabbit.depth(name).await.map(drop),
-                };
-                prepared.map_err(|e| started(name, None, e))?;
-            }
-        }
-    }
+    prepare_queues(config, only, "RabbitMQ", &rabbit).await?;
     Ok(rabbit)
 }
 
@@ -301,22 +366,29 @@ pub(crate) async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>
     }
 }
 
+/// A PostgreSQL database as `qhost-postgres-link` connects to it (its CA file read).
+fn pg_target(db: &PgConnection) -> anyhow::Result<PgTarget> {
+    Ok(PgTarget {
+        url: db.url.clone(),
+        password: db.password.clone(),
+        pool_size: db.pool_size,
+        tls: qhost_runtime::http::tls_client(db.ca_file.as_deref())?,
+        wait: db.deadlines.connect,
+        statement_timeout: db.deadlines.statement,
+    })
+}
+
 /// Where the PostgreSQL store is, as its crate connects to it.
 fn postgres_target(settings: &PostgresStoreSettings) -> anyhow::Result<PostgresTarget> {
     Ok(PostgresTarget {
-        url: settings.url.clone(),
-        password: settings.password.clone(),
+        pg: pg_target(&settings.db)?,
         schema: settings.schema.clone(),
-        pool_size: settings.pool_size,
-        tls: qhost_runtime::http::tls_client(settings.ca_file.as_deref())?,
-        wait: settings.deadlines.connect,
-        statement_timeout: settings.deadlines.statement,
     })
 }
 
 /// The PostgreSQL store in words, for errors: where, and which schema.
 fn postgres_named(settings: &PostgresStoreSettings) -> String {
-    let at = crate::redis_link::redacted(&settings.url);
+    let at = crate::redis_link::redacted(&settings.db.url);
     format!("the PostgreSQL store at {at} (schema {})", settings.schema)
 }
 

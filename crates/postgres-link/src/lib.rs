@@ -1,6 +1,5 @@
-//! Where the store is and how it connects: the database's URL (its password already put in by
-//! the configuration), the schema its tables live in, a pool of connections, TLS, and the
-//! deadlines every call keeps.
+//! How qhost connects to PostgreSQL (the store, and pgmq queues): the database's URL and
+//! password, a pool of connections, TLS, and the deadlines every call keeps.
 //!
 //! TLS is rustls on ring (as the rest of qhost), used as the URL's `sslmode` says, with
 //! libpq's meanings, so a URL copied from a team's other clients means the same here:
@@ -17,16 +16,14 @@ use std::time::Duration;
 use anyhow::Context as _;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 
-/// A PostgreSQL store to connect to.
+/// A PostgreSQL database to connect to.
 #[derive(Clone)]
-pub struct PostgresTarget {
+pub struct PgTarget {
     /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?sslmode=…]` (or libpq's key=value
     /// form).
     pub url: String,
     /// The password, when the URL carries none.
     pub password: Option<String>,
-    /// The schema the store's tables live in (created when absent).
-    pub schema: String,
     /// Connections at most.
     pub pool_size: usize,
     /// The TLS client, for a server that offers TLS.
@@ -37,20 +34,19 @@ pub struct PostgresTarget {
     pub statement_timeout: Duration,
 }
 
-impl std::fmt::Debug for PostgresTarget {
+impl std::fmt::Debug for PgTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostgresTarget")
-            .field("schema", &self.schema)
+        f.debug_struct("PgTarget")
             .field("pool_size", &self.pool_size)
             .finish_non_exhaustive()
     }
 }
 
 /// The pool for `target`; it connects lazily, on the first call.
-pub(crate) fn pool(target: &PostgresTarget) -> anyhow::Result<Pool> {
+pub fn pool(target: &PgTarget) -> anyhow::Result<Pool> {
     let (url, verify) = tls_mode(&target.url);
-    let mut config = tokio_postgres::Config::from_str(&url)
-        .context("idempotency.url is not a PostgreSQL connection URL")?;
+    let mut config =
+        tokio_postgres::Config::from_str(&url).context("not a PostgreSQL connection URL")?;
     if let Some(password) = &target.password {
         config.password(password);
     }
@@ -155,7 +151,7 @@ impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
 }
 
 /// `name` as a quoted SQL identifier.
-pub(crate) fn quoted(name: &str) -> String {
+pub fn quoted(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
