@@ -144,6 +144,7 @@ pub mod stores {
 pub mod sources {
     pub use crate::aws::AwsDeadlines;
     pub use crate::source::local::LocalQueue;
+    pub use crate::source::pgmq::{PgmqQueue, PgmqSettings};
     pub use crate::source::rabbitmq::{DelayBy, QueueType, RabbitQueue, RabbitSettings};
     pub use crate::source::sqs::SqsQueue;
     pub use qhost_source::{Capabilities, QueueAdmin, QueueDepth, QueueSource, SourceError};

@@ -16,7 +16,8 @@ const JOBS: usize = 3_000;
 const SPREAD: usize = 4;
 const KILLS: usize = 5;
 
-fn host_config(env: &TestEnv, db: &Database, name: &str) -> PathBuf {
+/// A host of the job queue on `db`, waiting on pgmq's insert notifications with `notify`.
+fn host_config(env: &TestEnv, db: &Database, name: &str, notify: bool) -> PathBuf {
     let text = format!(
         "plugins-dir = {:?}\ndata-dir = {:?}\nmax-in-flight = 8\nshutdown-grace-secs = 5\n\
          {}{}[retry]\nbase-secs = 0.05\nmax-secs = 1\n\
@@ -24,7 +25,7 @@ fn host_config(env: &TestEnv, db: &Database, name: &str) -> PathBuf {
          visibility-timeout-secs = 3\n",
         env.plugins_dir(),
         env.data_dir().join(name),
-        pgmq_source_table(&db.url()),
+        pgmq_source_table(&db.url()) + &format!("notify = {notify}\n"),
         store_table("qhost").replace(&qhost_e2e::postgres::url(), &db.url()),
     );
     let path = (env.plugins_dir().parent())
@@ -74,7 +75,7 @@ async fn postgres_alone_runs_each_job_once_through_killed_hosts() {
         "[idempotency]\nkey = \"attribute:job-id\"\n[capabilities]\nkeyvalue = [\"counts\"]\n",
     );
     let configs: Vec<PathBuf> = (0..2)
-        .map(|i| host_config(&env, &db, &format!("host-{i}")))
+        .map(|i| host_config(&env, &db, &format!("host-{i}"), false))
         .collect();
     let mut hosts: Vec<HostProcess> = configs
         .iter()
@@ -131,5 +132,130 @@ async fn postgres_alone_runs_each_job_once_through_killed_hosts() {
         started.elapsed().as_secs_f64()
     );
     drop(client);
-    db.drop().await;
+    drop(db);
+}
+
+/// `qhost --config CONFIG ARGS`, which must succeed: its stdout.
+fn qhost_ok(config: &std::path::Path, args: &[&str]) -> String {
+    let (ok, out, err) = qhost_e2e::processes::run_with_config(config, args);
+    assert!(ok, "qhost {args:?}: {out}{err}");
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_says_what_run_will_install_and_dead_letters_are_peeked_and_redriven() {
+    let db = Database::new("pg_dlq").await;
+    let env = TestEnv::new();
+    env.install(
+        "counter",
+        "fixture",
+        "[idempotency]\nkey = \"attribute:job-id\"\n",
+    );
+    let config = host_config(&env, &db, "host", false);
+    let said = qhost_ok(&config, &["check"]);
+    assert!(
+        said.contains("`qhost run` installs its SQL-only schema (pgmq 1.13.0), then creates `jobs` and `jobs-dlq`")
+            && said.contains("store:    postgres, schema qhost absent: `qhost run` creates it (version 1)"),
+        "{said}"
+    );
+    qhost_ok(&config, &["run", "--until-idle"]);
+    let said = qhost_ok(&config, &["check"]);
+    assert!(
+        said.contains("queue `jobs` exists (0 waiting")
+            && said.contains("schema qhost at version 1"),
+        "{said}"
+    );
+    // A job its handler rejects: dead-lettered with the reason; redriven, it is back in its
+    // queue, and runs (and is rejected) again.
+    let send = |body: &str| {
+        qhost_ok(
+            &config,
+            &[
+                "send",
+                "--queue",
+                "jobs",
+                "--attr",
+                "job-id=j-1",
+                "--body",
+                body,
+            ],
+        )
+    };
+    send("reject:no such customer");
+    let ran = qhost_ok(&config, &["run", "--until-idle"]);
+    let client = db.client().await;
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM pgmq.\"q_jobs-dlq\"").await,
+        1,
+        "{ran}"
+    );
+    let peeked = qhost_ok(&config, &["dlq", "peek", "--queue", "jobs"]);
+    assert!(peeked.contains("reason: no such customer"), "{peeked}");
+    qhost_ok(&config, &["dlq", "redrive", "--queue", "jobs"]);
+    let jobs = "SELECT count(*) FROM pgmq.q_jobs";
+    let dlq = "SELECT count(*) FROM pgmq.\"q_jobs-dlq\"";
+    let depths = async || (count(&client, jobs).await, count(&client, dlq).await);
+    assert_eq!(depths().await, (1, 0), "redriven");
+    let ran = qhost_ok(&config, &["run", "--until-idle"]);
+    let dead = (ran.lines())
+        .find(|l| l.starts_with("jobs "))
+        .and_then(|l| l.split_whitespace().nth(8));
+    assert_eq!(dead, Some("1"), "ran and dead-lettered again: {ran}");
+    assert_eq!(depths().await, (0, 1), "{ran}");
+    drop(client);
+    drop(db);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_the_server_kills_mid_run_lose_nothing_and_run_nothing_twice() {
+    const JOBS: usize = 600;
+    let db = Database::new("pg_killed").await;
+    let env = TestEnv::new();
+    env.install(
+        "counter",
+        "fixture",
+        "[idempotency]\nkey = \"attribute:job-id\"\n[capabilities]\nkeyvalue = [\"counts\"]\n",
+    );
+    // Waiting on notifications: the listener's own connection is killed too, and made again.
+    let config = host_config(&env, &db, "host", true);
+    let host = HostProcess::start_consuming(&config);
+    let client = db.client().await;
+    let sent = produce(&db, 0..JOBS);
+    // Every connection to the database but this one, killed by the server: the host's store
+    // and source connections, several times while the jobs run.
+    let kill = "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                WHERE datname = current_database() AND pid <> pg_backend_pid()";
+    let (mut kills, mut killed, started) = (0, 0, Instant::now());
+    loop {
+        let finished = done(&client).await;
+        if kills < 4 && finished >= JOBS * (kills + 1) / 5 {
+            killed += count(&client, kill).await;
+            kills += 1;
+        }
+        let waiting = count(&client, "SELECT count(*) FROM pgmq.q_jobs").await;
+        if finished == JOBS && waiting == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(180),
+            "{finished} of {JOBS} jobs done, {waiting} messages left, after {kills} kills"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, log) = host.stop_with_log();
+    assert_eq!(kills, 4, "the kills happened mid-run");
+    assert!(killed >= 4, "connections were killed: {killed}");
+    assert_eq!(sent, JOBS + JOBS / 10);
+    let dlq = "SELECT count(*) FROM pgmq.\"q_jobs-dlq\"";
+    assert_eq!(count(&client, dlq).await, 0, "no dead letter");
+    counters_exact(&config, JOBS, SPREAD).await;
+    assert!(
+        log.contains("connection closed") || log.contains("terminating connection"),
+        "a killed connection is logged as such"
+    );
+    println!(
+        "postgres, connections killed: {killed} connections in {kills} kills, {JOBS} jobs once"
+    );
+    drop(client);
+    drop(db);
 }

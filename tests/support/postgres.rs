@@ -74,7 +74,7 @@ pub fn server_cpu() -> std::time::Duration {
 }
 
 /// A database of a test's own on the tests' server (pgmq's schema has a fixed name, so a
-/// test of pgmq cannot share one), dropped by [`Database::drop`].
+/// test of pgmq cannot share one), dropped with the value, a failed test's too.
 #[derive(Debug)]
 pub struct Database {
     name: String,
@@ -108,15 +108,32 @@ impl Database {
         tokio::spawn(connection);
         client
     }
+}
 
-    /// Drops it, whoever is still connected.
-    pub async fn drop(self) {
-        let sql = format!("DROP DATABASE {} WITH (FORCE)", self.name);
-        client()
-            .await
-            .batch_execute(&sql)
-            .await
-            .expect("drop a test database");
+impl Drop for Database {
+    /// Drops the database from a thread of its own (a test's runtime may be ending, or be the
+    /// one this is dropped on).
+    fn drop(&mut self) {
+        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            runtime.block_on(async {
+                let (client, connection) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                tokio::spawn(connection);
+                client.batch_execute(&sql).await.map_err(|e| e.to_string())
+            })
+        })
+        .join();
+        match dropped {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("could not drop a test database: {e}"),
+            Err(_) => eprintln!("could not drop a test database: its thread panicked"),
+        }
     }
 }
 

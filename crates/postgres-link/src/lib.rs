@@ -44,6 +44,32 @@ impl std::fmt::Debug for PgTarget {
 
 /// The pool for `target`; it connects lazily, on the first call.
 pub fn pool(target: &PgTarget) -> anyhow::Result<Pool> {
+    let (config, tls) = connection(target)?;
+    let manager = Manager::from_config(
+        config,
+        tls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(target.pool_size.max(1))
+        .wait_timeout(Some(target.wait))
+        .create_timeout(Some(target.wait))
+        .runtime(Runtime::Tokio1)
+        .build()
+        .context("the PostgreSQL connection pool")
+}
+
+/// How a connection to `target` is made: the driver's configuration (the URL's, with the
+/// password, deadlines and name qhost adds) and the TLS connector its `sslmode` calls for. The
+/// pool's connections are made so; a connection of a caller's own (a listener) too.
+pub fn connection(
+    target: &PgTarget,
+) -> anyhow::Result<(
+    tokio_postgres::Config,
+    tokio_postgres_rustls::MakeRustlsConnect,
+)> {
     let (url, verify) = tls_mode(&target.url);
     let mut config =
         tokio_postgres::Config::from_str(&url).context("not a PostgreSQL connection URL")?;
@@ -70,21 +96,7 @@ pub fn pool(target: &PgTarget) -> anyhow::Result<Pool> {
     } else {
         unverified(&target.tls)
     };
-    let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
-    let manager = Manager::from_config(
-        config,
-        tls,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
-    Pool::builder(manager)
-        .max_size(target.pool_size.max(1))
-        .wait_timeout(Some(target.wait))
-        .create_timeout(Some(target.wait))
-        .runtime(Runtime::Tokio1)
-        .build()
-        .context("the PostgreSQL connection pool")
+    Ok((config, tokio_postgres_rustls::MakeRustlsConnect::new(tls)))
 }
 
 /// The URL as the driver reads it (which knows `disable`, `prefer` and `require`), and whether

@@ -10,6 +10,7 @@ use std::fmt;
 use qhost_source::SourceError;
 
 use crate::PgmqQueue;
+use crate::listen::THROTTLE;
 
 /// pgmq's SQL-only installation.
 const PGMQ_SQL: &str = include_str!("../sql/pgmq.sql");
@@ -110,7 +111,85 @@ impl PgmqQueue {
                 self.depth_of(name).await?;
             }
         }
+        if self.settings.notify {
+            self.enable_notify(queue).await?;
+        }
         Ok(())
+    }
+
+    /// Has pgmq notify on inserts into `queue` (throttled to one a [`THROTTLE`]) unless it does
+    /// already: under an advisory lock, as hosts starting at once would race pgmq's trigger.
+    async fn enable_notify(&self, queue: &str) -> Result<(), SourceError> {
+        let failed = |e| crate::failed(queue, e);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(failed)?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('qhost-pgmq-notify' || $1))",
+            &[&queue],
+        )
+        .await
+        .map_err(failed)?;
+        let has = "SELECT to_regprocedure('pgmq.enable_notify_insert(text, integer)') IS NOT NULL";
+        if !tx
+            .query_one(has, &[])
+            .await
+            .map_err(failed)?
+            .get::<_, bool>(0)
+        {
+            return Err(SourceError::Unsupported(
+                "source.notify: this pgmq has no insert notifications (pgmq.enable_notify_insert \
+                 came in pgmq 1.7): upgrade pgmq, or leave notify off"
+                    .into(),
+            ));
+        }
+        let on = "SELECT EXISTS (SELECT 1 FROM pgmq.notify_insert_throttle WHERE queue_name = $1)";
+        if !tx
+            .query_one(on, &[&queue])
+            .await
+            .map_err(failed)?
+            .get::<_, bool>(0)
+        {
+            let throttle = i32::try_from(THROTTLE.as_millis()).unwrap_or(i32::MAX);
+            tx.execute(
+                "SELECT pgmq.enable_notify_insert($1, $2)",
+                &[&queue, &throttle],
+            )
+            .await
+            .map_err(failed)?;
+        }
+        tx.commit().await.map_err(failed)
+    }
+
+    /// What `qhost check` says of `queue` and its `dead_letter` queue, changing nothing: where
+    /// they are, or what `qhost run` will install and create.
+    pub(crate) async fn inspect_queues(
+        &self,
+        queue: &str,
+        dead_letter: &str,
+    ) -> Result<String, SourceError> {
+        let Some(pgmq) = self.find().await? else {
+            if self.settings.install {
+                return Ok(format!(
+                    "the database has no pgmq: `qhost run` installs its SQL-only schema (pgmq \
+                     {PGMQ_VERSION}), then creates `{queue}` and `{dead_letter}`"
+                ));
+            }
+            return self.pgmq(false).await.map(|_| String::new());
+        };
+        let mut said = Vec::new();
+        for (name, what) in [(queue, "queue"), (dead_letter, "dead-letter queue")] {
+            match qhost_source::QueueSource::depth(self, name).await {
+                Ok(d) => said.push(format!(
+                    "{what} `{name}` exists ({} waiting, {} held or delayed)",
+                    d.visible, d.invisible
+                )),
+                Err(SourceError::UnknownQueue(_)) if self.settings.declare => {
+                    said.push(format!("{what} `{name}` absent: `qhost run` creates it"));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(format!("in {pgmq}: {}", said.join("; ")))
     }
 
     async fn depth_of(&self, queue: &str) -> Result<(), SourceError> {

@@ -6,7 +6,8 @@
 //! - **receive with a hold**: `pgmq.read`: the oldest visible rows, locked with `SKIP LOCKED`
 //!   so hosts never wait on each other, made invisible for the hold (whole seconds, rounded
 //!   up) and their `read_ct` counted. While a receive waits for its first message, it reads
-//!   again after pauses that grow to [`PgmqSettings::poll`].
+//!   again after pauses that grow to [`PgmqSettings::poll`]; with [`PgmqSettings::notify`], it
+//!   then waits on pgmq's insert notifications instead (`listen`).
 //! - **settle**: the row deleted, after the host committed the completion.
 //! - **put back**, **keep holding**: the row's visible-after time (`vt`) moved, as
 //!   `pgmq.set_vt` does.
@@ -24,9 +25,11 @@
 
 mod convert;
 mod install;
+mod listen;
 mod settings;
 mod table;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -45,6 +48,9 @@ pub struct PgmqQueue {
     pool: Pool,
     /// Whether pgmq's schema was found (or installed) already.
     installed: tokio::sync::OnceCell<install::Pgmq>,
+    /// The connection listening on the queues' insert notifications (with `notify`), made on
+    /// first use and again after it drops.
+    listener: tokio::sync::Mutex<Option<Arc<listen::Listener>>>,
 }
 
 impl std::fmt::Debug for PgmqQueue {
@@ -64,6 +70,7 @@ impl PgmqQueue {
             settings,
             pool,
             installed: Default::default(),
+            listener: Default::default(),
         })
     }
 
@@ -94,16 +101,15 @@ impl PgmqQueue {
         hold: Duration,
     ) -> Result<Vec<Received>, SourceError> {
         table::queue_table(queue)?;
-        let sql = "SELECT msg_id, read_ct, (extract(epoch FROM enqueued_at) * 1000)::bigint,
+        let sql = "SELECT msg_id, read_ct, (extract(epoch FROM enqueued_at) * 1000000)::bigint,
                           message::text, headers::text
-                   FROM pgmq.read($1::text, $2::integer, $3::integer)";
+                   FROM pgmq.read($1::text, $2::integer, $3::integer)
+                   ORDER BY msg_id";
         let max = i32::try_from(max).unwrap_or(i32::MAX);
         // pgmq holds whole seconds: a hold rounds up, so it is never shorter than asked.
         let secs = i32::try_from(hold.as_millis().div_ceil(1000).max(1)).unwrap_or(i32::MAX);
         let rows = self.query(queue, sql, &[&queue, &secs, &max]).await?;
-        let mut got: Vec<Received> = rows.iter().map(|r| received(queue, r)).collect();
-        got.sort_by_key(|m| m.id.parse::<i64>().unwrap_or_default());
-        Ok(got)
+        Ok(rows.iter().map(|r| received(queue, r)).collect())
     }
 
     /// Moves the visible-after time of the deliveries `handles` to `after` from now: for each,
@@ -127,18 +133,73 @@ impl PgmqQueue {
     }
 }
 
-/// A delivery from its row.
+impl PgmqQueue {
+    /// What waits on `queue`'s insert notifications, with `notify`: `None` without it, or
+    /// while the listener cannot connect (receives poll meanwhile).
+    async fn notify_on(&self, queue: &str) -> Option<Arc<tokio::sync::Notify>> {
+        if !self.settings.notify {
+            return None;
+        }
+        let listener = {
+            let mut held = self.listener.lock().await;
+            match held.as_ref().filter(|l| l.is_alive()) {
+                Some(alive) => Arc::clone(alive),
+                None => {
+                    let connected = async {
+                        let (config, tls) = qhost_postgres_link::connection(&self.settings.pg)
+                            .map_err(|e| e.to_string())?;
+                        (listen::Listener::connect(&config, tls).await).map_err(|e| e.to_string())
+                    };
+                    match connected.await {
+                        Ok(listener) => Arc::clone(held.insert(Arc::new(listener))),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not listen for pgmq's notifications; polling");
+                            return None;
+                        }
+                    }
+                }
+            }
+        };
+        match listener.on(queue).await {
+            Ok(notify) => Some(notify),
+            Err(e) => {
+                tracing::warn!(%queue, error = %e, "could not listen on the queue's channel; polling");
+                None
+            }
+        }
+    }
+
+    /// How long until the earliest held or delayed message of `queue` becomes visible again
+    /// (no insert announces it); `None` when none is.
+    async fn next_visible(&self, queue: &str) -> Result<Option<Duration>, SourceError> {
+        let t = table::queue_table(queue)?;
+        let sql = format!(
+            "SELECT (extract(epoch FROM min(vt) - clock_timestamp()) * 1000)::bigint
+             FROM {t} WHERE vt > clock_timestamp()"
+        );
+        let rows = self.query(queue, &sql, &[]).await?;
+        let ms: Option<i64> = rows.first().and_then(|r| r.get(0));
+        Ok(ms.map(|ms| Duration::from_millis(ms.max(0) as u64 + 1)))
+    }
+}
+
+/// A delivery from its row (`msg_id`, `read_ct`, `enqueued_at` in µs, `message`, `headers`).
+///
+/// Its id is `QUEUE:MSG_ID:ENQUEUED_US`: a pgmq message id is a queue's own sequence, which
+/// another queue repeats and a queue dropped and created again starts over, so the message id
+/// alone, as an idempotency key (the default), would make a new message a duplicate of an old
+/// one within the dedup window.
 fn received(queue: &str, row: &tokio_postgres::Row) -> Received {
-    let (id, count): (i64, i32) = (row.get(0), row.get(1));
+    let (id, count, enqueued_us): (i64, i32, i64) = (row.get(0), row.get(1), row.get(2));
     let (body, attributes, malformed) = convert::from_pgmq(row.get(3), row.get(4));
     Received {
-        id: id.to_string(),
+        id: format!("{queue}:{id}:{enqueued_us}"),
         handle: format!("{id}:{count}"),
         queue: queue.to_string(),
         body,
         attributes,
         delivery_count: count.max(0) as u32,
-        sent_at_ms: row.get::<_, i64>(2).max(0) as u64,
+        sent_at_ms: (enqueued_us / 1000).max(0) as u64,
         group_id: None,
         malformed,
     }
@@ -183,7 +244,7 @@ fn ms(d: Duration) -> i64 {
 }
 
 /// A statement's failure on `queue`: a queue with no table does not exist.
-fn failed(queue: &str, e: tokio_postgres::Error) -> SourceError {
+pub(crate) fn failed(queue: &str, e: tokio_postgres::Error) -> SourceError {
     match e.code() {
         Some(&SqlState::UNDEFINED_TABLE) => SourceError::UnknownQueue(queue.to_string()),
         Some(&SqlState::QUERY_CANCELED) => {
@@ -222,15 +283,35 @@ impl QueueSource for PgmqQueue {
         wait: Duration,
     ) -> Result<Vec<Received>, SourceError> {
         let until = tokio::time::Instant::now() + wait;
-        let mut pause = FIRST_PAUSE;
+        let notify = self.notify_on(queue).await;
+        let (mut pause, mut polled) = (FIRST_PAUSE, Duration::ZERO);
         loop {
+            // Armed before the read, so a notification between the read and the wait counts.
+            let mut notified = notify.as_ref().map(|n| Box::pin(n.notified()));
+            if let Some(n) = notified.as_mut() {
+                n.as_mut().enable();
+            }
             let got = self.read(queue, max, hold).await?;
             let left = until.saturating_duration_since(tokio::time::Instant::now());
             if !got.is_empty() || left.is_zero() {
                 return Ok(got);
             }
-            tokio::time::sleep(pause.min(left)).await;
-            pause = (pause * 2).min(self.settings.poll);
+            match notified {
+                // Polled past pgmq's throttle since the last message: any insert now notifies.
+                Some(notified) if polled >= listen::THROTTLE => {
+                    let visible = self.next_visible(queue).await?;
+                    let quiet = left.min(listen::MAX_QUIET).min(visible.unwrap_or(left));
+                    tokio::select! {
+                        () = notified => {}
+                        () = tokio::time::sleep(quiet) => {}
+                    }
+                }
+                _ => {
+                    tokio::time::sleep(pause.min(left)).await;
+                    polled += pause.min(left);
+                    pause = (pause * 2).min(self.settings.poll);
+                }
+            }
         }
     }
 
@@ -294,15 +375,20 @@ impl QueueSource for PgmqQueue {
                 .map(|&i| convert::to_pgmq(&messages[i]))
                 .unzip();
             let delay = i32::try_from(delay).unwrap_or(i32::MAX);
+            // `now()` is the statement's transaction's start: the `enqueued_at` pgmq gives the
+            // rows it inserts, so the ids answered are those the deliveries will carry.
             let rows = self
                 .query(
                     queue,
-                    "SELECT * FROM pgmq.send_batch($1::text, $2::text[]::jsonb[], $3::text[]::jsonb[], $4::integer)",
+                    "SELECT s, (extract(epoch FROM now()) * 1000000)::bigint
+                     FROM pgmq.send_batch($1::text, $2::text[]::jsonb[], $3::text[]::jsonb[],
+                                          $4::integer) AS s",
                     &[&queue, &bodies, &headers, &delay],
                 )
                 .await?;
             for (&i, row) in members.iter().zip(&rows) {
-                ids[i] = row.get::<_, i64>(0).to_string();
+                let (id, enqueued_us): (i64, i64) = (row.get(0), row.get(1));
+                ids[i] = format!("{queue}:{id}:{enqueued_us}");
             }
         }
         Ok(ids)
@@ -339,7 +425,7 @@ impl QueueAdmin for PgmqQueue {
     async fn peek(&self, queue: &str, limit: usize) -> Result<Vec<Received>, SourceError> {
         let t = table::queue_table(queue)?;
         let sql = format!(
-            "SELECT msg_id, read_ct, (extract(epoch FROM enqueued_at) * 1000)::bigint,
+            "SELECT msg_id, read_ct, (extract(epoch FROM enqueued_at) * 1000000)::bigint,
                     message::text, headers::text
              FROM {t} ORDER BY msg_id LIMIT $1"
         );
@@ -349,13 +435,6 @@ impl QueueAdmin for PgmqQueue {
     }
 
     async fn inspect(&self, queue: &str, dead_letter: &str) -> Result<String, SourceError> {
-        let pgmq = self.pgmq(false).await?;
-        let depth = self.depth(queue).await?;
-        self.depth(dead_letter).await?;
-        Ok(format!(
-            "exists in {pgmq} ({} waiting, {} held or delayed); its dead-letter queue \
-             `{dead_letter}` exists",
-            depth.visible, depth.invisible
-        ))
+        self.inspect_queues(queue, dead_letter).await
     }
 }

@@ -16,4 +16,7 @@ pub struct PgmqSettings {
     pub install: bool,
     /// The longest pause between two reads of an empty queue while a receive waits.
     pub poll: Duration,
+    /// Whether the host has pgmq notify on inserts into its queues (`enable_notify_insert`)
+    /// and waits on the notifications when a queue is empty (`listen`).
+    pub notify: bool,
 }

@@ -89,6 +89,7 @@ pub(crate) struct RawSource {
     pub exchanges: Option<std::collections::BTreeMap<String, RawExchange>>,
     pub install_pgmq: Option<bool>,
     pub poll_ms: Option<u64>,
+    pub notify: Option<bool>,
     pub pool_size: Option<u32>,
     pub ca_file: Option<PathBuf>,
 }

@@ -8,6 +8,7 @@
 //! declare = true         # create each consumed queue and its dead-letter queue (default)
 //! install-pgmq = false   # install pgmq's SQL-only schema where the database has no pgmq
 //! poll-ms = 250          # the longest pause between reads of an empty queue
+//! notify = false         # wait on pgmq's insert notifications (pgmq 1.7+) instead of polling
 //! pool-size = 8          # connections (default: from max-in-flight and lanes)
 //! ca-file = "ca.pem"     # a private CA, for sslmode=verify-full
 //! ```
@@ -30,13 +31,16 @@ pub struct PgmqSourceSettings {
     pub install: bool,
     /// The longest pause between reads of an empty queue.
     pub poll: Duration,
+    /// Whether the host sets up pgmq's insert notifications and waits on them.
+    pub notify: bool,
 }
 
 /// The fields only `kind = "pgmq"` takes.
-pub(super) fn only_pgmq(raw: &RawSource) -> [(&'static str, bool); 4] {
+pub(super) fn only_pgmq(raw: &RawSource) -> [(&'static str, bool); 5] {
     [
         ("install-pgmq", raw.install_pgmq.is_some()),
         ("poll-ms", raw.poll_ms.is_some()),
+        ("notify", raw.notify.is_some()),
         ("pool-size", raw.pool_size.is_some()),
         ("ca-file", raw.ca_file.is_some()),
     ]
@@ -68,6 +72,7 @@ pub(super) fn settings(
         declare: raw.declare.unwrap_or(true),
         install: raw.install_pgmq.unwrap_or(false),
         poll,
+        notify: raw.notify.unwrap_or(false),
     })
 }
 
@@ -87,7 +92,7 @@ mod tests {
         let SourceKind::Pgmq(s) = &c.source else {
             panic!("{:?}", c.source)
         };
-        assert!(s.declare && !s.install);
+        assert!(s.declare && !s.install && !s.notify);
         assert_eq!((s.poll.as_millis(), s.db.pool_size), (250, 4));
         assert_eq!(s.db.deadlines.statement, std::time::Duration::from_secs(5));
     }

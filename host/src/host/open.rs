@@ -187,6 +187,7 @@ async fn open_pgmq(
         declare: settings.declare,
         install: settings.install,
         poll: settings.poll,
+        notify: settings.notify,
     })?;
     prepare_queues(config, only, "pgmq", &pgmq).await?;
     Ok(pgmq)

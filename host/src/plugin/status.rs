@@ -97,7 +97,11 @@ pub(crate) fn write(file: &Path, registry: &Registry) -> anyhow::Result<()> {
     }
     let json = serde_json::to_vec_pretty(&HostPlugins::of(registry))?;
     let tmp = file.with_extension(format!("json.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, json)
+    // The data directory exists once an embedded queue or store opened it; a host whose
+    // queue and store are both remote makes it here.
+    let dir = file.parent().filter(|d| !d.as_os_str().is_empty());
+    dir.map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(&tmp, json))
         .and_then(|()| std::fs::rename(&tmp, file))
         .with_context(|| format!("writing {}", file.display()))
 }
