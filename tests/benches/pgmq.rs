@@ -139,7 +139,8 @@ async fn idle_load(url: &str, queues: usize, secs: u64, notify: bool) -> f64 {
         .map(|i| format!("bench_idle_{notify}_{i}"))
         .collect();
     let filler = source_with(url, notify);
-    let mut text = format!("max-in-flight = {IN_FLIGHT}\n");
+    // Room for every queue's batch at once: a poller waits for free slots before it reads.
+    let mut text = format!("max-in-flight = {}\n", queues * 10);
     for name in &names {
         filler
             .prepare(name, &format!("{name}-dlq"))

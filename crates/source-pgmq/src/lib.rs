@@ -51,6 +51,9 @@ pub struct PgmqQueue {
     /// The connection listening on the queues' insert notifications (with `notify`), made on
     /// first use and again after it drops.
     listener: tokio::sync::Mutex<Option<Arc<listen::Listener>>>,
+    /// When each queue last gave a message: a receive waits on notifications at once when
+    /// that was longer ago than pgmq's throttle.
+    last_message: std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>,
 }
 
 impl std::fmt::Debug for PgmqQueue {
@@ -71,6 +74,7 @@ impl PgmqQueue {
             pool,
             installed: Default::default(),
             listener: Default::default(),
+            last_message: Default::default(),
         })
     }
 
@@ -167,6 +171,12 @@ impl PgmqQueue {
                 None
             }
         }
+    }
+
+    /// How long ago `queue` last gave a message (forever, if it never did here).
+    fn quiet_for(&self, queue: &str) -> Duration {
+        let last = listen::lock(&self.last_message).get(queue).copied();
+        last.map_or(Duration::MAX, |at| at.elapsed())
     }
 
     /// How long until the earliest held or delayed message of `queue` becomes visible again
@@ -284,7 +294,8 @@ impl QueueSource for PgmqQueue {
     ) -> Result<Vec<Received>, SourceError> {
         let until = tokio::time::Instant::now() + wait;
         let notify = self.notify_on(queue).await;
-        let (mut pause, mut polled) = (FIRST_PAUSE, Duration::ZERO);
+        let mut pause = FIRST_PAUSE;
+        let mut polled = self.quiet_for(queue);
         loop {
             // Armed before the read, so a notification between the read and the wait counts.
             let mut notified = notify.as_ref().map(|n| Box::pin(n.notified()));
@@ -293,6 +304,10 @@ impl QueueSource for PgmqQueue {
             }
             let got = self.read(queue, max, hold).await?;
             let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if !got.is_empty() {
+                let now = tokio::time::Instant::now();
+                listen::lock(&self.last_message).insert(queue.to_string(), now);
+            }
             if !got.is_empty() || left.is_zero() {
                 return Ok(got);
             }
@@ -308,7 +323,7 @@ impl QueueSource for PgmqQueue {
                 }
                 _ => {
                     tokio::time::sleep(pause.min(left)).await;
-                    polled += pause.min(left);
+                    polled = polled.saturating_add(pause.min(left));
                     pause = (pause * 2).min(self.settings.poll);
                 }
             }
