@@ -274,11 +274,7 @@ async fn a_celery_caller_waiting_on_a_result_gets_the_handler_s_value_and_a_reje
             .contains("no such customer"),
         "{rejected}"
     );
-    let mut conn = redis::Client::open(redis)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = qhost_e2e::redis_server::connect(redis).await;
     let id = acked["id"].as_str().unwrap();
     let ttl: i64 = redis::cmd("TTL")
         .arg(format!("celery-task-meta-{id}"))
@@ -386,11 +382,7 @@ print(json.dumps([remind("a9e5a73a", "a@example.com", "A"), remind("a9e5a73a", "
     let out = run_code(script, &[endpoint(), &queue]);
     let ids: Vec<String> = serde_json::from_slice(&out).unwrap();
     let redis = "redis://127.0.0.1:6379/0";
-    let mut conn = redis::Client::open(redis)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = qhost_e2e::redis_server::connect(redis).await;
     let meta = |id: &str| format!("celery-task-meta-{id}");
     // The seed's id is fixed: forget an earlier run's record of it.
     let _: () = (redis::cmd("DEL").arg(meta(&ids[0])).arg(meta(&ids[2])))

@@ -16,11 +16,16 @@ pub fn unique_namespace(test: &str) -> String {
     format!("qhost-test-{test}-{}", uuid::Uuid::new_v4().simple())
 }
 
-/// A connection for reading what the host wrote.
+/// A connection for reading what the host wrote. The redis crate's default deadline for an
+/// answer (half a second) is for a service's calls; a test's pipeline of hundreds of reads on a
+/// machine busy with other tests may take longer, and waiting is right for it.
 pub async fn connect(url: &str) -> redis::aio::MultiplexedConnection {
+    let patient = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(std::time::Duration::from_secs(10)))
+        .set_response_timeout(Some(std::time::Duration::from_secs(30)));
     redis::Client::open(url)
         .expect("Redis URL")
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&patient)
         .await
         .expect("Redis is reachable")
 }

@@ -40,6 +40,7 @@ use qhost_store::{
     Released, StoreResult,
 };
 
+pub use migrate::SCHEMA_VERSION;
 pub use qhost_postgres_link::PgTarget;
 
 /// A PostgreSQL store to connect to: the database, and the schema its tables live in.
@@ -50,7 +51,6 @@ pub struct PostgresTarget {
     /// The schema the store's tables live in (created when absent).
     pub schema: String,
 }
-pub use migrate::SCHEMA_VERSION;
 
 use error::failed;
 
@@ -97,7 +97,7 @@ impl PostgresStore {
         migrate::applied(&pool, &qhost_postgres_link::quoted(&target.schema)).await
     }
 
-    /// Drops the store's schema and everything in it (tests, and `qhost` commands that reset).
+    /// Drops the store's schema and everything in it (tests and benchmarks clean up with it).
     pub async fn drop_schema(&self) -> anyhow::Result<()> {
         let client = self.pool.get().await?;
         let sql = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema);
