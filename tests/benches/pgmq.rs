@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 
 use qhost::plugins::Registry;
 use qhost::sources::{PgmqQueue, PgmqSettings, QueueSource};
-use qhost::stores::{PgTarget, PostgresStore, PostgresTarget, RedisStore, Store};
+use qhost::stores::{PostgresStore, PostgresTarget, RedisStore, Store};
 use qhost::{Config, Host, Outgoing};
 use qhost_e2e::cpu::CpuTime;
-use qhost_e2e::postgres::{Database, server_cpu};
+use qhost_e2e::postgres::{Database, server_cpu, target};
 use qhost_e2e::proc_tree;
 use qhost_e2e::redis_server::shared_url;
 use tokio_util::sync::CancellationToken;
@@ -47,30 +47,13 @@ fn redis_cpu() -> Duration {
     pids.into_iter().map(proc_tree::cpu).sum()
 }
 
-fn pg(url: &str) -> PgTarget {
-    let ring = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(ring)
-        .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth();
-    PgTarget {
-        url: url.to_string(),
-        password: None,
-        pool_size: 16,
-        tls: Arc::new(tls),
-        wait: Duration::from_secs(5),
-        statement_timeout: Duration::from_secs(30),
-    }
-}
-
 fn source(url: &str) -> PgmqQueue {
     source_with(url, false)
 }
 
 fn source_with(url: &str, notify: bool) -> PgmqQueue {
     PgmqQueue::new(PgmqSettings {
-        pg: pg(url),
+        pg: target(url),
         declare: true,
         install: true,
         poll: Duration::from_millis(250),
@@ -227,7 +210,7 @@ async fn main() {
     let url = db.url();
     let filler = source(&url);
     let pg_store = PostgresStore::connect(&PostgresTarget {
-        pg: pg(&url),
+        pg: target(&url),
         schema: "qhost".into(),
     })
     .await

@@ -43,23 +43,30 @@ pub async fn drop_schemas(schemas: &[&str]) {
     }
 }
 
-/// The store in `schema` of the tests' database, as a host opens it (sslmode as the URL says;
-/// the loopback server's certificate is not checked).
-pub async fn store(schema: &str) -> anyhow::Result<qhost::stores::PostgresStore> {
+/// The database at `url` as qhost connects to it: 16 connections, statements of up to 30 s,
+/// and TLS where the URL's `sslmode` asks for it (the loopback server's certificate is not
+/// checked: no platform root signs it).
+pub fn target(url: &str) -> qhost::stores::PgTarget {
     let ring = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let tls = rustls::ClientConfig::builder_with_provider(ring)
-        .with_safe_default_protocol_versions()?
+        .with_safe_default_protocol_versions()
+        .expect("ring's protocol versions")
         .with_root_certificates(rustls::RootCertStore::empty())
         .with_no_client_auth();
+    qhost::stores::PgTarget {
+        url: url.to_string(),
+        password: None,
+        pool_size: 16,
+        tls: std::sync::Arc::new(tls),
+        wait: std::time::Duration::from_secs(5),
+        statement_timeout: std::time::Duration::from_secs(30),
+    }
+}
+
+/// The store in `schema` of the tests' database, as a host opens it.
+pub async fn store(schema: &str) -> anyhow::Result<qhost::stores::PostgresStore> {
     let target = qhost::stores::PostgresTarget {
-        pg: qhost::stores::PgTarget {
-            url: url(),
-            password: None,
-            pool_size: 16,
-            tls: std::sync::Arc::new(tls),
-            wait: std::time::Duration::from_secs(5),
-            statement_timeout: std::time::Duration::from_secs(5),
-        },
+        pg: target(&url()),
         schema: schema.to_string(),
     };
     qhost::stores::PostgresStore::connect(&target).await
