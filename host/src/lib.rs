@@ -132,11 +132,12 @@ pub mod stores {
     pub use crate::idempotency::postgres::{PgTarget, PostgresStore, PostgresTarget};
     pub use crate::idempotency::redis::RedisStore;
     pub use crate::redis_link::{RedisDeadlines, RedisTarget};
+    pub use qhost_store::commit::{BucketCommit, Op, StateCommit};
     pub use qhost_store::rate::Rate;
     pub use qhost_store::slots::{Slot, SlotAnswer, SlotRequest};
     pub use qhost_store::{
-        Acquired, Completion, FleetRate, FlowSlots, IdempotencyError, IdempotencyStore, KeyStatus,
-        Lease, LeaseRequest, Released, Store, StoreResult,
+        Acquired, Committed, Completion, FleetRate, FlowSlots, IdempotencyError, IdempotencyStore,
+        KeyStatus, Lease, LeaseRequest, Released, Store, StoreResult,
     };
 }
 
@@ -144,7 +145,7 @@ pub mod stores {
 pub mod sources {
     pub use crate::aws::AwsDeadlines;
     pub use crate::source::local::LocalQueue;
-    pub use crate::source::pgmq::{PgmqQueue, PgmqSettings};
+    pub use crate::source::pgmq::{PgmqQueue, PgmqSettings, outbox_row as pgmq_outbox_row};
     pub use crate::source::rabbitmq::{DelayBy, QueueType, RabbitQueue, RabbitSettings};
     pub use crate::source::sqs::SqsQueue;
     pub use qhost_source::{Capabilities, QueueAdmin, QueueDepth, QueueSource, SourceError};

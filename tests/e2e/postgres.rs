@@ -125,7 +125,10 @@ async fn postgres_alone_runs_each_job_once_through_killed_hosts() {
         "each job completed once"
     );
     counters_exact(&configs[0], JOBS, SPREAD).await;
+    // The outbox is written into `sink` in the completion's transaction: one message per job,
+    // not one copy, whatever the kills interrupted.
     let copies = count(&client, "SELECT count(*) FROM pgmq.q_sink").await;
+    assert_eq!(copies as usize, JOBS, "one sink message per job");
     println!(
         "postgres alone: {JOBS} jobs ({sent} messages) on two hosts, {KILLS} kills, {:.1}s; \
          {copies} sink messages for {JOBS} keys",
@@ -155,14 +158,35 @@ async fn check_says_what_run_will_install_and_dead_letters_are_peeked_and_redriv
     let said = qhost_ok(&config, &["check"]);
     assert!(
         said.contains("`qhost run` installs its SQL-only schema (pgmq 1.13.0), then creates `jobs` and `jobs-dlq`")
-            && said.contains("store:    postgres, schema qhost absent: `qhost run` creates it (version 1)"),
+            && said.contains("store:    postgres, schema qhost absent: `qhost run` creates it (version 2)"),
         "{said}"
     );
     qhost_ok(&config, &["run", "--until-idle"]);
     let said = qhost_ok(&config, &["check"]);
+    let one_database = format!(
+        "schema qhost at version 2; outboxes written into pgmq's queues in each completion's transaction (one database, {})",
+        db.name()
+    );
     assert!(
-        said.contains("queue `jobs` exists (0 waiting")
-            && said.contains("schema qhost at version 1"),
+        said.contains("queue `jobs` exists (0 waiting") && said.contains(&one_database),
+        "{said}"
+    );
+    // The store in another database: the outbox is sent after the commit, as on any store.
+    let text = std::fs::read_to_string(&config).expect("the config");
+    let store_at = text
+        .rfind(&db.url())
+        .expect("the store's URL, after the source's");
+    let apart = format!(
+        "{}{}{}",
+        &text[..store_at],
+        qhost_e2e::postgres::url(),
+        &text[store_at + db.url().len()..]
+    );
+    let apart_config = config.with_file_name("apart.toml");
+    std::fs::write(&apart_config, &apart).expect("write the config");
+    let said = qhost_ok(&apart_config, &["check"]);
+    assert!(
+        said.contains("store:    postgres") && !said.contains("completion's transaction"),
         "{said}"
     );
     // A job its handler rejects: dead-lettered with the reason; redriven, it is back in its
@@ -249,6 +273,12 @@ async fn connections_the_server_kills_mid_run_lose_nothing_and_run_nothing_twice
     let dlq = "SELECT count(*) FROM pgmq.\"q_jobs-dlq\"";
     assert_eq!(count(&client, dlq).await, 0, "no dead letter");
     counters_exact(&config, JOBS, SPREAD).await;
+    let copies = count(&client, "SELECT count(*) FROM pgmq.q_sink").await;
+    assert_eq!(copies as usize, JOBS, "one sink message per job");
+    assert!(
+        log.contains("outboxes are written into pgmq's queues in each completion's transaction"),
+        "the host says the outbox goes with the commit"
+    );
     assert!(
         log.contains("connection closed") || log.contains("terminating connection"),
         "a killed connection is logged as such"

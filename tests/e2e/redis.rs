@@ -10,8 +10,8 @@ use qhost::plugins::Registry;
 use qhost::sources::QueueSource;
 use qhost::stores::RedisStore;
 use qhost::stores::{
-    Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
-    Released,
+    Acquired, Committed, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease,
+    LeaseRequest, Released,
 };
 use qhost_e2e::harness::{
     Running, TestEnv, contents, lapsing_queue_toml, queue_toml, run_until_idle, send_all,
@@ -98,7 +98,10 @@ async fn one_record_per_key_keeps_its_token_and_counts_failed_runs() {
         digest: None,
         state: Default::default(),
     };
-    assert_eq!(store.complete(&[done]).await.unwrap(), vec![Ok(())]);
+    assert_eq!(
+        store.complete(&[done]).await.unwrap(),
+        vec![Ok(Committed::Pending)]
+    );
     let record_ttl = pttl(&mut conn, &key).await;
     assert!(
         (3_500_000..=3_600_000).contains(&record_ttl),
@@ -163,7 +166,10 @@ async fn a_completed_record_shrinks_to_a_string_once_its_outbox_is_sent() {
         digest: Some(digest.clone()),
         state: Default::default(),
     };
-    assert_eq!(store.complete(&[done]).await.unwrap(), vec![Ok(())]);
+    assert_eq!(
+        store.complete(&[done]).await.unwrap(),
+        vec![Ok(Committed::Pending)]
+    );
     assert_eq!(completed(&store, &key).await, (1, Some(digest.clone())));
 
     store.outbox_sent(&key).await.unwrap();
@@ -300,7 +306,7 @@ async fn a_batch_is_leased_in_one_round_trip() {
         })
         .collect();
     let before = store.round_trips();
-    let all_ok: Vec<Result<(), IdempotencyError>> = vec![Ok(()); 10];
+    let all_ok: Vec<Result<Committed, IdempotencyError>> = vec![Ok(Committed::Pending); 10];
     assert_eq!(store.complete(&completions).await.unwrap(), all_ok);
     assert_eq!(store.round_trips() - before, 1);
 }

@@ -100,6 +100,11 @@ impl Database {
         Database { name }
     }
 
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Its URL: the server's, with this database.
     pub fn url(&self) -> String {
         let server = url();

@@ -9,12 +9,16 @@
 //! certificate checked against the platform's roots and `ca-file`'s, and its name against the
 //! host's (rustls checks both, so `verify-ca` is as strict as `verify-full`).
 
+mod identity;
+
 use std::str::FromStr as _;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+
+pub use identity::{Identity, identity};
 
 /// A PostgreSQL database to connect to.
 #[derive(Clone)]

@@ -42,6 +42,15 @@ use qhost_source::{Capabilities, Holds, Purged, QueueAdmin, QueueDepth, QueueSou
 pub use qhost_postgres_link::PgTarget;
 pub use settings::PgmqSettings;
 
+/// An outbox message as pgmq stores it (its body and headers, JSON text), for a store that
+/// writes a completion's outbox into pgmq's queues in its own transaction
+/// (`qhost-store-postgres`): `None` where [`PgmqQueue`]'s send would refuse it.
+pub fn outbox_row(m: &Outgoing) -> Option<(String, String)> {
+    qhost_message::rules::check(m).ok()?;
+    table::queue_table(&m.queue).ok()?;
+    Some(convert::to_pgmq(m))
+}
+
 /// pgmq's queues in one database, as a source.
 pub struct PgmqQueue {
     settings: PgmqSettings,

@@ -23,8 +23,9 @@ use qhost_sqlite::Db;
 use qhost_store::pending;
 use qhost_store::rate::{self, Admission, Rate};
 use qhost_store::{
-    Acquired, Claimed, Claims, Completion, FleetRate, IdempotencyError, IdempotencyStore,
-    KeyStatus, Lease, LeaseRequest, Released, SharedRecords, StateReads, StoreResult,
+    Acquired, Claimed, Claims, Committed, Completion, FleetRate, IdempotencyError,
+    IdempotencyStore, KeyStatus, Lease, LeaseRequest, Released, SharedRecords, StateReads,
+    StoreResult,
 };
 
 const SCHEMA: &str = "
@@ -323,7 +324,10 @@ impl IdempotencyStore for LocalStore {
             .await?;
         IdempotencyError::owned(lease, held)
     }
-    async fn complete(&self, completions: &[Completion]) -> StoreResult<Vec<StoreResult<()>>> {
+    async fn complete(
+        &self,
+        completions: &[Completion],
+    ) -> StoreResult<Vec<StoreResult<Committed>>> {
         let batch = completions.to_vec();
         let done: Vec<Completed> = self
             .write(move |tx| batch.iter().map(|c| complete_one(tx, c)).collect())
@@ -332,7 +336,8 @@ impl IdempotencyStore for LocalStore {
             .iter()
             .zip(done)
             .map(|(c, done)| match done {
-                Completed::Done => Ok(()),
+                // The embedded queue is another database: the caller sends the outbox.
+                Completed::Done => Ok(Committed::Pending),
                 Completed::Lost => Err(IdempotencyError::LeaseLost(c.lease.key.clone())),
                 Completed::Conflict => Err(IdempotencyError::Conflict(c.lease.key.clone())),
             })

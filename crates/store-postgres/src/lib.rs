@@ -1,12 +1,15 @@
 //! The store contract on PostgreSQL: a team that runs only Postgres keeps its leases, completed
 //! records, outboxes, handler state and fleet records in the database it already backs up.
 //!
-//! Each state change is one call of a PL/pgSQL function in the store's schema (`sql/v1.sql`),
-//! as each is one Lua script on Redis: one round trip and one transaction per step, and a
-//! batch's leases or completions in one call. Every expiry is the server's clock, never a
-//! host's. The one step that takes more is a completion whose run read state to decide: its
-//! reads are checked by sha1, which PostgreSQL has no built-in function for, so it locks what
-//! it read, compares in qhost and completes in the same transaction (`state`).
+//! Each state change is one call of a PL/pgSQL function in the store's schema (`sql/`, a file
+//! per schema version), as each is one Lua script on Redis: one round trip and one transaction
+//! per step, and a batch's leases or completions in one call. Every expiry is the server's
+//! clock, never a host's. The one step that takes more is a completion whose run read state to
+//! decide: its reads are checked by sha1, which PostgreSQL has no built-in function for, so it
+//! locks what it read, compares in qhost and completes in the same transaction (`state`).
+//!
+//! Where pgmq's queues are in the same database, a completion writes its outbox into them in
+//! its own transaction ([`PostgresStore::delivering_to_pgmq`]), and nothing is left pending.
 //!
 //! Tables live in a schema the configuration names (`migrate` creates and versions it), so two
 //! fleets share a database safely; expired rows are deleted by the store itself, in small
@@ -36,8 +39,8 @@ use qhost_message::Outgoing;
 use qhost_store::commit::Op;
 use qhost_store::pending;
 use qhost_store::{
-    Acquired, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease, LeaseRequest,
-    Released, StoreResult,
+    Acquired, Committed, Completion, IdempotencyError, IdempotencyStore, KeyStatus, Lease,
+    LeaseRequest, Released, StoreResult,
 };
 
 pub use migrate::SCHEMA_VERSION;
@@ -54,12 +57,20 @@ pub struct PostgresTarget {
 
 use error::failed;
 
+/// How an outbox message becomes a pgmq message: its body and headers as JSON text, or `None`
+/// where pgmq's own send would refuse it (it is then left pending, for the host to send and
+/// to dead-letter with the refusal).
+pub type PgmqRow = fn(&Outgoing) -> Option<(String, String)>;
+
 /// The store on a PostgreSQL database, in one schema.
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: Pool,
     /// The schema's name, quoted for SQL.
     schema: Arc<str>,
+    /// Set where the outbox's queues are pgmq queues in this database: outboxes are then
+    /// written into them in the completion's transaction.
+    pgmq: Option<PgmqRow>,
     /// Deletes expired rows while the store is open.
     _sweeper: Arc<sweep::Sweeper>,
     /// Round trips to the server so far (benchmarks report them per message).
@@ -85,9 +96,25 @@ impl PostgresStore {
         Ok(PostgresStore {
             pool,
             schema,
+            pgmq: None,
             _sweeper: Arc::new(sweeper),
             round_trips: Arc::default(),
         })
+    }
+
+    /// The store writing each completion's outbox into pgmq's queues in the completion's own
+    /// transaction, where they are in this database (`qhost-source-pgmq` beside it): `row`
+    /// makes each message a pgmq message. A completion then leaves nothing pending, unless it
+    /// records a result value or names a queue that does not exist (its outbox is then
+    /// pending as on any store).
+    pub fn delivering_to_pgmq(mut self, row: PgmqRow) -> Self {
+        self.pgmq = Some(row);
+        self
+    }
+
+    /// Whether this store writes outboxes into pgmq's queues (see [`Self::delivering_to_pgmq`]).
+    pub fn delivers_to_pgmq(&self) -> bool {
+        self.pgmq.is_some()
     }
 
     /// The version of the store's schema in `target`'s database, read without changing
@@ -252,7 +279,39 @@ impl Writes {
 
 /// The text `complete` runs (deltas as text, cast: a u64 may not fit a bigint).
 const COMPLETE: &str = "SELECT i, answer FROM {s}.complete($1, $2, $3, $4, $5, $6, $7, $8, $9,
-    $10, $11::text[]::numeric[], $12)";
+    $10, $11::text[]::numeric[], $12, $13, $14, $15, $16, $17)";
+
+/// Completions' outboxes as pgmq messages, flattened into the columns `complete` takes.
+#[derive(Default)]
+struct PgmqMessages<'a> {
+    of: Vec<i32>,
+    queue: Vec<&'a str>,
+    message: Vec<String>,
+    headers: Vec<String>,
+    delay: Vec<i32>,
+}
+
+impl<'a> PgmqMessages<'a> {
+    /// Adds `done`'s outbox as that of completion `place` (1-based), if `row` makes every
+    /// message of it a pgmq message and the completion records no result value (which only
+    /// the host writes): otherwise nothing, and the outbox is recorded pending.
+    fn add(&mut self, place: usize, done: &'a Completion, row: PgmqRow) {
+        if done.outbox.is_empty() || done.result.is_some() {
+            return;
+        }
+        let Some(rows) = done.outbox.iter().map(row).collect::<Option<Vec<_>>>() else {
+            return;
+        };
+        for (m, (message, headers)) in done.outbox.iter().zip(rows) {
+            self.of.push(place as i32);
+            self.queue.push(&m.queue);
+            self.message.push(message);
+            self.headers.push(headers);
+            self.delay
+                .push(i32::try_from(m.delay_seconds).unwrap_or(i32::MAX));
+        }
+    }
+}
 
 impl PostgresStore {
     /// Completes `batch` (none of which read state) in one call on `client`: each answer, in
@@ -261,7 +320,7 @@ impl PostgresStore {
         &self,
         client: &impl GenericClient,
         batch: &[&Completion],
-    ) -> StoreResult<Vec<StoreResult<()>>> {
+    ) -> StoreResult<Vec<StoreResult<Committed>>> {
         let keys: Vec<&str> = batch.iter().map(|c| c.lease.key.as_str()).collect();
         let owners: Vec<&str> = batch.iter().map(|c| c.lease.owner.as_str()).collect();
         let windows: Vec<i64> = batch.iter().map(|c| ms(c.window)).collect();
@@ -272,8 +331,12 @@ impl PostgresStore {
             .collect();
         let digests: Vec<Option<&str>> = batch.iter().map(|c| c.digest.as_deref()).collect();
         let mut w = Writes::default();
+        let mut o = PgmqMessages::default();
         for (place, done) in batch.iter().enumerate() {
             w.add(place + 1, done);
+            if let Some(row) = self.pgmq {
+                o.add(place + 1, done, row);
+            }
         }
         let statement = (client.prepare_cached(&self.sql(COMPLETE)).await).map_err(failed)?;
         self.trips(1);
@@ -282,7 +345,7 @@ impl PostgresStore {
                 &statement,
                 &[
                     &keys, &owners, &windows, &outboxes, &digests, &w.of, &w.bucket, &w.key, &w.op,
-                    &w.value, &w.delta, &w.ttl,
+                    &w.value, &w.delta, &w.ttl, &o.of, &o.queue, &o.message, &o.headers, &o.delay,
                 ],
             )
             .await
@@ -292,7 +355,8 @@ impl PostgresStore {
             let place = row.get::<_, i32>(0) as usize - 1;
             let key = || batch[place].lease.key.clone();
             answers[place] = match row.get::<_, &str>(1) {
-                "done" => Ok(()),
+                "done" => Ok(Committed::Pending),
+                "sent" => Ok(Committed::Delivered),
                 "conflict" => Err(IdempotencyError::Conflict(key())),
                 _ => Err(IdempotencyError::LeaseLost(key())),
             };
@@ -321,8 +385,11 @@ impl IdempotencyStore for PostgresStore {
         IdempotencyError::owned(lease, changed == 1)
     }
 
-    async fn complete(&self, completions: &[Completion]) -> StoreResult<Vec<StoreResult<()>>> {
-        let mut answers = vec![Ok(()); completions.len()];
+    async fn complete(
+        &self,
+        completions: &[Completion],
+    ) -> StoreResult<Vec<StoreResult<Committed>>> {
+        let mut answers = vec![Ok(Committed::Pending); completions.len()];
         let (reading, plain): (Vec<_>, Vec<_>) = (completions.iter().enumerate())
             .partition(|(_, c)| c.state.buckets.iter().any(|b| !b.reads.is_empty()));
         if !plain.is_empty() {

@@ -8,10 +8,13 @@ use anyhow::{Context as _, bail};
 use deadpool_postgres::Pool;
 
 /// The newest schema version this qhost knows.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// Each version's text, `qhost_schema` standing for the schema's quoted name.
-const VERSIONS: &[(i32, &str)] = &[(1, include_str!("sql/v1.sql"))];
+const VERSIONS: &[(i32, &str)] = &[
+    (1, include_str!("sql/v1.sql")),
+    (2, include_str!("sql/v2.sql")),
+];
 
 /// The oldest server the store runs on (`gen_random_uuid()` is built in from 13).
 const MIN_SERVER: i32 = 130_000;

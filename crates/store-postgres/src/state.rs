@@ -9,14 +9,17 @@
 use deadpool_postgres::GenericClient as _;
 
 use qhost_store::commit::sha1_hex;
-use qhost_store::{Completion, IdempotencyError, StoreResult};
+use qhost_store::{Committed, Completion, IdempotencyError, StoreResult};
 
 use crate::PostgresStore;
 use crate::error::failed;
 
 impl PostgresStore {
     /// Completes `done`, whose run read state: its answer.
-    pub(crate) async fn complete_reading(&self, done: &Completion) -> StoreResult<StoreResult<()>> {
+    pub(crate) async fn complete_reading(
+        &self,
+        done: &Completion,
+    ) -> StoreResult<StoreResult<Committed>> {
         let mut client = self.client().await?;
         // BEGIN, the locks and reads, the completion (counted where it is made), COMMIT.
         self.trips(3);

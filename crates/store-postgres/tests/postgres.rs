@@ -134,8 +134,67 @@ async fn hosts_starting_at_once_migrate_a_fresh_schema_once() {
         .await
         .unwrap();
     let versions: Vec<i32> = versions.iter().map(|r| r.get(0)).collect();
-    assert_eq!(versions, [SCHEMA_VERSION], "applied once");
+    let every: Vec<i32> = (1..=SCHEMA_VERSION).collect();
+    assert_eq!(versions, every, "each applied once");
     stores[0].as_ref().unwrap().drop_schema().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_schema_at_version_1_is_migrated_with_its_records_kept() {
+    let schema = unique("v1");
+    let quoted = format!("\"{schema}\"");
+    let admin = admin().await;
+    // The schema as the first release left it, with a lease taken by its `acquire`.
+    admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA {quoted};
+             CREATE TABLE {quoted}.qhost_versions (
+                 version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());
+             {}
+             INSERT INTO {quoted}.qhost_versions (version) VALUES (1);",
+            include_str!("../src/sql/v1.sql").replace("qhost_schema", &quoted)
+        ))
+        .await
+        .unwrap();
+    let owner: String = admin
+        .query_one(
+            &format!("SELECT owner FROM {quoted}.acquire(ARRAY['k'], ARRAY[60000::bigint], ARRAY[600000::bigint])"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let store = PostgresStore::connect(&target(&schema)).await.unwrap();
+    let versions = (admin
+        .query(
+            &format!("SELECT version FROM {quoted}.qhost_versions ORDER BY 1"),
+            &[],
+        )
+        .await)
+        .unwrap();
+    let versions: Vec<i32> = versions.iter().map(|r| r.get(0)).collect();
+    assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+    // The lease taken before the migration completes after it.
+    let lease = qhost_store::Lease {
+        key: "k".into(),
+        owner,
+        fencing_token: 1,
+        failures: 0,
+        window: Duration::from_secs(600),
+    };
+    let done = qhost_store::Completion {
+        lease,
+        outbox: vec![],
+        result: None,
+        window: Duration::from_secs(600),
+        digest: None,
+        state: Default::default(),
+    };
+    assert_eq!(
+        store.complete(&[done]).await.unwrap(),
+        vec![Ok(qhost_store::Committed::Pending)]
+    );
+    store.drop_schema().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -69,8 +69,9 @@ use qhost_redis_link::{Group, RedisLink, RedisTarget};
 use qhost_store::pending;
 use qhost_store::rate::{self, Admission, Rate};
 use qhost_store::{
-    Acquired, Claimed, Claims, Completion, FleetRate, IdempotencyError, IdempotencyStore,
-    KeyStatus, Lease, LeaseRequest, Released, SharedRecords, StateReads, StoreResult,
+    Acquired, Claimed, Claims, Committed, Completion, FleetRate, IdempotencyError,
+    IdempotencyStore, KeyStatus, Lease, LeaseRequest, Released, SharedRecords, StateReads,
+    StoreResult,
 };
 
 static ACQUIRE: LazyLock<Script> =
@@ -505,11 +506,20 @@ impl IdempotencyStore for RedisStore {
         let args = [ms(ttl).to_string(), ms(ttl + lease.window).to_string()];
         self.owned(&EXTEND, lease, &args).await
     }
-    async fn complete(&self, completions: &[Completion]) -> StoreResult<Vec<StoreResult<()>>> {
-        if self.is_cluster() && completions.iter().any(|c| !c.state.is_empty()) {
-            return Ok(self.complete_on_cluster(completions).await);
-        }
-        Ok(self.complete_here(completions, &[]).await)
+    async fn complete(
+        &self,
+        completions: &[Completion],
+    ) -> StoreResult<Vec<StoreResult<Committed>>> {
+        let done = if self.is_cluster() && completions.iter().any(|c| !c.state.is_empty()) {
+            self.complete_on_cluster(completions).await
+        } else {
+            self.complete_here(completions, &[]).await
+        };
+        // Redis holds no queue: an outbox is always the caller's to send.
+        Ok(done
+            .into_iter()
+            .map(|d| d.map(|()| Committed::Pending))
+            .collect())
     }
     async fn outbox_sent(&self, key: &str) -> StoreResult<()> {
         let mut pipe = redis::pipe();

@@ -183,6 +183,18 @@ pub struct Completion {
     pub state: StateCommit,
 }
 
+/// What a completion's commit left for its caller to carry out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Committed {
+    /// The outbox and result value, if there are any, are recorded pending: the caller sends
+    /// them and then calls [`IdempotencyStore::outbox_sent`].
+    Pending,
+    /// The outbox was written to its queues in the commit itself, as a store that shares a
+    /// database with the queues can (PostgreSQL beside pgmq): nothing is pending, and nothing
+    /// is left to send or to mark sent.
+    Delivered,
+}
+
 /// What is known about a key: what the stores' `status` answer, for operators and tests
 /// inspecting a store (the pipeline itself never asks).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -224,9 +236,13 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
     async fn extend(&self, lease: &Lease, ttl: Duration) -> StoreResult<()>;
 
     /// Marks leases completed with their outboxes and state, in one call; for each, its own
-    /// answer: [`IdempotencyError::LeaseLost`] when the caller no longer owned it, and
+    /// answer: what the commit left to carry out ([`Committed`]),
+    /// [`IdempotencyError::LeaseLost`] when the caller no longer owned it, and
     /// [`IdempotencyError::Conflict`] when a key its run read changed (nothing was written).
-    async fn complete(&self, completions: &[Completion]) -> StoreResult<Vec<StoreResult<()>>>;
+    async fn complete(
+        &self,
+        completions: &[Completion],
+    ) -> StoreResult<Vec<StoreResult<Committed>>>;
 
     /// Records that a completed key's outbox was sent (and its result value written).
     async fn outbox_sent(&self, key: &str) -> StoreResult<()>;

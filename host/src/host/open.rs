@@ -363,8 +363,47 @@ pub(crate) async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>
             Ok(Arc::new(LocalStore::open(path.as_deref())?))
         }
         StoreKind::Redis(target) => Ok(Arc::new(RedisStore::connect_to(target).await?)),
-        StoreKind::Postgres(settings) => Ok(Arc::new(open_postgres(settings).await?)),
+        StoreKind::Postgres(settings) => {
+            let store = open_postgres(settings).await?;
+            Ok(Arc::new(beside_pgmq(config, store).await?))
+        }
     }
+}
+
+/// `store`, writing outboxes into pgmq's queues in each completion's transaction when the
+/// configuration's queues are pgmq's in the store's own database, reached as the same role:
+/// the outbox is then never pending, and never sent twice.
+async fn beside_pgmq(config: &Config, store: PostgresStore) -> anyhow::Result<PostgresStore> {
+    let Some(database) = shared_database(config).await? else {
+        return Ok(store);
+    };
+    tracing::info!(
+        database,
+        "the store and the queues share a database: outboxes are written into pgmq's queues in each completion's transaction"
+    );
+    Ok(store.delivering_to_pgmq(crate::source::pgmq::outbox_row))
+}
+
+/// The database's name when the PostgreSQL store and the configuration's pgmq queues are in
+/// the same database, reached as the same role; `None` otherwise (another store or source, or
+/// another database).
+async fn shared_database(config: &Config) -> anyhow::Result<Option<String>> {
+    let (StoreKind::Postgres(store), SourceKind::Pgmq(queues)) = (&config.store, &config.source)
+    else {
+        return Ok(None);
+    };
+    let ours = identity(&store.db).await.context("the PostgreSQL store")?;
+    let theirs = identity(&queues.db).await.context("pgmq's database")?;
+    Ok((ours == theirs).then_some(ours.database))
+}
+
+/// Which database `db` reaches, as which role, asked over a connection of its own.
+async fn identity(db: &PgConnection) -> anyhow::Result<qhost_postgres_link::Identity> {
+    let pool = qhost_postgres_link::pool(&PgTarget {
+        pool_size: 1,
+        ..pg_target(db)?
+    })?;
+    qhost_postgres_link::identity(&pool).await
 }
 
 /// A PostgreSQL database as `qhost-postgres-link` connects to it (its CA file read).
@@ -411,7 +450,13 @@ pub async fn check_store(config: &Config) -> anyhow::Result<Option<String>> {
         (PostgresStore::schema_version(&target).await).with_context(|| postgres_named(settings))?;
     let known = qhost_store_postgres::SCHEMA_VERSION;
     let schema = &settings.schema;
-    Ok(Some(match version {
+    let outbox = match shared_database(config).await? {
+        Some(database) => format!(
+            "; outboxes written into pgmq's queues in each completion's transaction (one database, {database})"
+        ),
+        None => String::new(),
+    };
+    let store = match version {
         None => {
             format!("postgres, schema {schema} absent: `qhost run` creates it (version {known})")
         }
@@ -422,7 +467,8 @@ pub async fn check_store(config: &Config) -> anyhow::Result<Option<String>> {
             format!("postgres, schema {schema} at version {v}: `qhost run` migrates it to {known}")
         }
         Some(v) => format!("postgres, schema {schema} at version {v}"),
-    }))
+    };
+    Ok(Some(store + &outbox))
 }
 
 /// The engine sized for this configuration, with its compiled-code cache.

@@ -13,14 +13,14 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 use super::gather::gather;
-use crate::idempotency::{Completion, IdempotencyError, IdempotencyStore, StoreResult};
+use crate::idempotency::{Committed, Completion, IdempotencyError, IdempotencyStore, StoreResult};
 
 /// Completions per store call at most.
 const MAX_BATCH: usize = 64;
 /// How long a completion waits for others to share its store call.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(2);
 
-type Reply = oneshot::Sender<StoreResult<()>>;
+type Reply = oneshot::Sender<StoreResult<Committed>>;
 
 /// Hands completions to the completer task.
 #[derive(Clone, Debug)]
@@ -36,9 +36,9 @@ impl Completer {
         Completer { tx }
     }
 
-    /// Records one completion; [`IdempotencyError::LeaseLost`] when the lease had passed to
-    /// another worker.
-    pub(crate) async fn complete(&self, completion: Completion) -> StoreResult<()> {
+    /// Records one completion: what its commit left to carry out, or
+    /// [`IdempotencyError::LeaseLost`] when the lease had passed to another worker.
+    pub(crate) async fn complete(&self, completion: Completion) -> StoreResult<Committed> {
         let stopped = || IdempotencyError::Unavailable("the completer has stopped".into());
         let (reply, answer) = oneshot::channel();
         self.tx.send((completion, reply)).map_err(|_| stopped())?;

@@ -11,7 +11,7 @@ use crate::idempotency::local::LocalStore;
 use crate::idempotency::rate::{Admission, Rate};
 use crate::idempotency::slots::{Slot, SlotRequest};
 use crate::idempotency::{
-    Acquired, Claimed, Claims, Completion, FleetRate, FlowSlots, IdempotencyError,
+    Acquired, Claimed, Claims, Committed, Completion, FleetRate, FlowSlots, IdempotencyError,
     IdempotencyStore, KeyStatus, Lease, LeaseRequest, LeasesAndSlots, Released, SharedRecords,
     StateReads, StoreResult,
 };
@@ -75,7 +75,10 @@ async fn completed_unsent(bed: &TestBed, job: &str) {
         digest: None,
         state: Default::default(),
     };
-    assert_eq!(bed.local.complete(&[completion]).await, Ok(vec![Ok(())]));
+    assert_eq!(
+        bed.local.complete(&[completion]).await,
+        Ok(vec![Ok(Committed::Pending)])
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -362,7 +365,7 @@ impl IdempotencyStore for Skewed {
     async fn extend(&self, lease: &Lease, ttl: Duration) -> StoreResult<()> {
         self.0.extend(lease, ttl).await
     }
-    async fn complete(&self, done: &[Completion]) -> StoreResult<Vec<StoreResult<()>>> {
+    async fn complete(&self, done: &[Completion]) -> StoreResult<Vec<StoreResult<Committed>>> {
         self.0.complete(done).await
     }
     async fn outbox_sent(&self, key: &str) -> StoreResult<()> {

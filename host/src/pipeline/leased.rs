@@ -14,7 +14,7 @@ use super::route::Routed;
 use super::tap::{Ended, RunEnd};
 use crate::faults::Operation;
 use crate::flow::HeldSlot;
-use crate::idempotency::{Completion, IdempotencyError, Lease, Released};
+use crate::idempotency::{Committed, Completion, IdempotencyError, Lease, Released};
 use crate::kv::{Dropped, StateCommit};
 use crate::message::Outgoing;
 use crate::payload::OffloadError;
@@ -290,7 +290,8 @@ impl Leased {
 
     /// The handler acked: large outbox messages are offloaded, the outbox (with the format's
     /// own messages, and the result value it records) and the run's state are committed
-    /// with the completed record, then the outbox is sent and the message deleted. A commit refused
+    /// with the completed record, then the outbox is sent (unless the commit wrote it into its
+    /// queues, as the PostgreSQL store beside pgmq does) and the message deleted. A commit refused
     /// because state the run read has changed puts the message back to run again.
     pub(crate) async fn ack(
         mut self,
@@ -359,7 +360,7 @@ impl Leased {
             }
         };
         match completed {
-            Ok(()) => {
+            Ok(committed) => {
                 kv.committed(writes);
                 if let Some((result, state)) = told {
                     delivery.tell(|| RunEnd {
@@ -370,6 +371,11 @@ impl Leased {
                     });
                 }
                 delivery.record(Event::Acked);
+                if committed == Committed::Delivered {
+                    // The commit wrote the outbox into its queues: nothing is pending.
+                    delivery.record(Event::OutboxSent(outbox.len() as u64));
+                    return delivery.done();
+                }
                 delivery.finish(outbox, result, &key).await
             }
             Err(IdempotencyError::Conflict(_)) => {

@@ -105,7 +105,9 @@ mod tests {
 
     use super::*;
     use crate::idempotency::local::LocalStore;
-    use crate::idempotency::{Acquired, Completion, Lease, LeaseRequest, Released, StoreResult};
+    use crate::idempotency::{
+        Acquired, Committed, Completion, Lease, LeaseRequest, Released, StoreResult,
+    };
 
     /// The embedded store, except that outbox marks time out while `down`.
     #[derive(Debug)]
@@ -126,7 +128,7 @@ mod tests {
         async fn extend(&self, lease: &Lease, ttl: Duration) -> StoreResult<()> {
             self.inner.extend(lease, ttl).await
         }
-        async fn complete(&self, done: &[Completion]) -> StoreResult<Vec<StoreResult<()>>> {
+        async fn complete(&self, done: &[Completion]) -> StoreResult<Vec<StoreResult<Committed>>> {
             self.inner.complete(done).await
         }
         async fn outbox_sent(&self, key: &str) -> StoreResult<()> {

@@ -399,7 +399,7 @@ mod tests {
             digest: None,
             state,
         };
-        store.complete(&[done]).await.unwrap().remove(0)
+        store.complete(&[done]).await.unwrap().remove(0).map(drop)
     }
 
     #[tokio::test]

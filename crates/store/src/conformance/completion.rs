@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{Fixture, LONG, cases, eventually};
-use crate::{Acquired, Completion, KeyStatus, Lease};
+use crate::{Acquired, Committed, Completion, KeyStatus, Lease};
 use qhost_message::Outgoing;
 
 cases! {
@@ -36,7 +36,10 @@ async fn outbox_pending_until_sent(f: Fixture) {
         outbox: outbox.clone(),
         ..completion(lease)
     };
-    assert_eq!(f.store.complete(&[done]).await.unwrap(), vec![Ok(())]);
+    assert_eq!(
+        f.store.complete(&[done]).await.unwrap(),
+        vec![Ok(Committed::Pending)]
+    );
     assert_eq!(
         f.store.status(&k).await.unwrap(),
         KeyStatus::Completed { pending_outbox: 2 }
@@ -74,7 +77,10 @@ async fn result_pending(f: Fixture) {
         result: Some(r#"{"sent": 2}"#.into()),
         ..completion(lease)
     };
-    assert_eq!(f.store.complete(&[done]).await.unwrap(), vec![Ok(())]);
+    assert_eq!(
+        f.store.complete(&[done]).await.unwrap(),
+        vec![Ok(Committed::Pending)]
+    );
     let pending = |a: Acquired| match a {
         Acquired::Completed { pending_result, .. } => pending_result,
         other => panic!("completed, not {other:?}"),
@@ -93,7 +99,10 @@ async fn digest_kept(f: Fixture) {
         digest: Some(digest.clone()),
         ..completion(lease)
     };
-    assert_eq!(f.store.complete(&[done]).await.unwrap(), vec![Ok(())]);
+    assert_eq!(
+        f.store.complete(&[done]).await.unwrap(),
+        vec![Ok(Committed::Pending)]
+    );
     match f.acquire(&k, LONG).await {
         Acquired::Completed { digest: kept, .. } => assert_eq!(kept, Some(digest)),
         other => panic!("completed, not {other:?}"),
@@ -107,7 +116,10 @@ async fn window_expires(f: Fixture) {
         window: Duration::from_millis(300),
         ..completion(lease)
     };
-    assert_eq!(f.store.complete(&[done]).await.unwrap(), vec![Ok(())]);
+    assert_eq!(
+        f.store.complete(&[done]).await.unwrap(),
+        vec![Ok(Committed::Pending)]
+    );
     assert!(matches!(
         f.acquire(&k, LONG).await,
         Acquired::Completed { .. }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{Fixture, LONG, cases};
-use crate::{Acquired, Completion, IdempotencyError, KeyStatus, Released};
+use crate::{Acquired, Committed, Completion, IdempotencyError, KeyStatus, Released};
 
 cases! {
     "leases: one grant per key while it is leased" => one_grant_per_key,
@@ -58,7 +58,11 @@ async fn lapsed_owner_is_refused(f: Fixture) {
         digest: None,
         state: Default::default(),
     };
-    assert_eq!(f.store.complete(&[stale]).await.unwrap(), vec![lost]);
+    let lost_completion = Err(IdempotencyError::LeaseLost(k.clone()));
+    assert_eq!(
+        f.store.complete(&[stale]).await.unwrap(),
+        vec![lost_completion]
+    );
     assert!(
         matches!(f.store.status(&k).await.unwrap(), KeyStatus::InProgress { fencing_token: 2, ref owner } if *owner == new.owner),
         "the new owner's lease stands"
@@ -132,7 +136,10 @@ async fn batch_answers_each_key(f: Fixture) {
         digest: None,
         state: Default::default(),
     };
-    assert_eq!(f.store.complete(&[completion]).await.unwrap(), vec![Ok(())]);
+    assert_eq!(
+        f.store.complete(&[completion]).await.unwrap(),
+        vec![Ok(Committed::Pending)]
+    );
     let requests = [
         f.request(&a, LONG),
         f.request(&b, LONG),

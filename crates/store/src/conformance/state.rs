@@ -53,7 +53,7 @@ async fn complete(f: &Fixture, lease: &Lease, state: StateCommit) -> Result<(), 
         digest: None,
         state,
     };
-    f.store.complete(&[done]).await.unwrap().remove(0)
+    f.store.complete(&[done]).await.unwrap().remove(0).map(drop)
 }
 
 /// The values of `keys` in `bucket`, as text.
