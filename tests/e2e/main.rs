@@ -34,6 +34,7 @@ mod packaging;
 mod payload;
 mod pipeline;
 mod postgres;
+mod postgres_fleet;
 mod postgres_outbox;
 mod rabbitmq;
 mod rabbitmq_flow;

@@ -17,7 +17,7 @@ const SPREAD: usize = 4;
 const KILLS: usize = 5;
 
 /// A host of the job queue on `db`, waiting on pgmq's insert notifications with `notify`.
-fn host_config(env: &TestEnv, db: &Database, name: &str, notify: bool) -> PathBuf {
+pub(crate) fn host_config(env: &TestEnv, db: &Database, name: &str, notify: bool) -> PathBuf {
     let text = format!(
         "plugins-dir = {:?}\ndata-dir = {:?}\nmax-in-flight = 8\nshutdown-grace-secs = 5\n\
          {}{}[retry]\nbase-secs = 0.05\nmax-secs = 1\n\
@@ -36,7 +36,7 @@ fn host_config(env: &TestEnv, db: &Database, name: &str, notify: bool) -> PathBu
 }
 
 /// Sends jobs `range` with pgmq's Python client: how many messages went.
-fn produce(db: &Database, range: std::ops::Range<usize>) -> usize {
+pub(crate) fn produce(db: &Database, range: std::ops::Range<usize>) -> usize {
     let (start, end) = (range.start.to_string(), range.end.to_string());
     let url = db.url();
     let args = [
@@ -55,12 +55,12 @@ fn produce(db: &Database, range: std::ops::Range<usize>) -> usize {
 }
 
 /// `sql`'s one number.
-async fn count(db: &tokio_postgres::Client, sql: &str) -> i64 {
+pub(crate) async fn count(db: &tokio_postgres::Client, sql: &str) -> i64 {
     db.query_one(sql, &[]).await.expect(sql).get(0)
 }
 
 /// The jobs whose effect reached the sink: distinct idempotency keys there.
-async fn done(db: &tokio_postgres::Client) -> usize {
+pub(crate) async fn done(db: &tokio_postgres::Client) -> usize {
     let sql = "SELECT count(DISTINCT headers->>'qhost-idempotency-key') FROM pgmq.q_sink";
     count(db, sql).await as usize
 }
