@@ -145,6 +145,7 @@ pub mod stores {
 pub mod sources {
     pub use crate::aws::AwsDeadlines;
     pub use crate::source::local::LocalQueue;
+    pub use crate::source::nats::{NatsAuth, NatsQueue, NatsSettings};
     pub use crate::source::pgmq::{PgmqQueue, PgmqSettings, outbox_row as pgmq_outbox_row};
     pub use crate::source::rabbitmq::{DelayBy, QueueType, RabbitQueue, RabbitSettings};
     pub use crate::source::sqs::SqsQueue;

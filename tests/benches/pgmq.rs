@@ -8,6 +8,11 @@
 //!   client reading batches, a unique-constraint insert per message as its dedup, a delete per
 //!   message), its CPU read from its loop alone.
 //!
+//! - qhost with the PostgreSQL store and a handler that sends one message per message, its
+//!   outbox written into pgmq's queue in the completion's transaction (the store and the
+//!   queues in one database, as a host configures itself) against sent after the commit and
+//!   marked sent (as when they are two databases).
+//!
 //! Each row has its queue of its own, filled before the row starts, so only consuming is timed.
 //! The database server's CPU (its postmaster and every backend) and Redis's are reported per
 //! message beside each row: with PostgreSQL alone, that is the whole cost of the dependency.
@@ -20,9 +25,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use qhost::plugins::Registry;
-use qhost::sources::{PgmqQueue, PgmqSettings, QueueSource};
+use qhost::sources::{PgmqQueue, PgmqSettings, QueueSource, pgmq_outbox_row};
 use qhost::stores::{PostgresStore, PostgresTarget, RedisStore, Store};
-use qhost::{Config, Host, Outgoing};
+use qhost::{Attribute, Config, Host, Outgoing};
 use qhost_e2e::cpu::CpuTime;
 use qhost_e2e::postgres::{Database, server_cpu, target};
 use qhost_e2e::proc_tree;
@@ -63,13 +68,23 @@ fn source_with(url: &str, notify: bool) -> PgmqQueue {
 }
 
 async fn fill(pgmq: &PgmqQueue, queue: &str, n: usize) {
+    fill_with(pgmq, queue, n, None).await;
+}
+
+/// Fills `queue` with `n` messages, each telling the fixture handler `command` (none: ack).
+async fn fill_with(pgmq: &PgmqQueue, queue: &str, n: usize, command: Option<&str>) {
     pgmq.prepare(queue, &format!("{queue}-dlq"))
         .await
         .expect("the queue");
+    let message = |i: usize| {
+        let m = Outgoing::new(queue, format!("{{\"job\": {i}}}"));
+        match command {
+            Some(c) => m.with_attribute(Attribute::string("command", c)),
+            None => m,
+        }
+    };
     for start in (0..n).step_by(500) {
-        let batch: Vec<Outgoing> = (start..(start + 500).min(n))
-            .map(|i| Outgoing::new(queue, format!("{{\"job\": {i}}}")))
-            .collect();
+        let batch: Vec<Outgoing> = (start..(start + 500).min(n)).map(message).collect();
         pgmq.send(&batch).await.expect("fill");
     }
 }
@@ -216,9 +231,29 @@ async fn main() {
     .await
     .expect("the PostgreSQL store");
     let redis = RedisStore::connect(&shared_url()).await.expect("Redis");
+    // Stores of their own for the outbox rows, so each counts its own round trips.
+    let outbox_store = async || {
+        PostgresStore::connect(&PostgresTarget {
+            pg: target(&url),
+            schema: "qhost".into(),
+        })
+        .await
+        .expect("the PostgreSQL store")
+    };
+    let in_commit = outbox_store().await.delivering_to_pgmq(pgmq_outbox_row);
+    let after_commit = outbox_store().await;
+    let send = "send-fence:bench_sink";
+    (filler.prepare("bench_sink", "bench_sink-dlq").await).expect("the sink queue");
     let rounds = 3;
     let (mut alone, mut with_redis, mut python) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut sent_in, mut sent_after) = (Vec::new(), Vec::new());
     for round in 0..rounds {
+        let q = format!("bench_in_commit_{round}");
+        fill_with(&filler, &q, n, Some(send)).await;
+        sent_in.push(qhost_row(&url, &q, n, Arc::new(in_commit.clone())).await);
+        let q = format!("bench_after_commit_{round}");
+        fill_with(&filler, &q, n, Some(send)).await;
+        sent_after.push(qhost_row(&url, &q, n, Arc::new(after_commit.clone())).await);
         let q = format!("bench_pg_{round}");
         fill(&filler, &q, n).await;
         alone.push(qhost_row(&url, &q, n, Arc::new(pg_store.clone())).await);
@@ -235,6 +270,15 @@ async fn main() {
         rows.swap_remove(rows.len() / 2)
     };
     let (alone, with_redis, python) = (median(alone), median(with_redis), median(python));
+    let sink = filler.depth("bench_sink").await.expect("the sink's depth");
+    assert_eq!(
+        sink.total(),
+        (2 * n * rounds) as u64,
+        "one message per message handled"
+    );
+    let per_message = |store: &PostgresStore| store.round_trips() as f64 / (n * rounds) as f64;
+    let (trips_in, trips_after) = (per_message(&in_commit), per_message(&after_commit));
+    let (sent_in, sent_after) = (median(sent_in), median(sent_after));
     println!(
         "pgmq, {n} messages a row, max-in-flight {IN_FLIGHT}, trivial plugin (fresh sandbox), \
          median of {rounds} rounds by CPU"
@@ -259,6 +303,22 @@ async fn main() {
         "Python worker (pgmq client, unique insert)",
         &python,
         String::new(),
+    );
+    println!("with a message sent per message (the fixture handler's send-fence):");
+    line(
+        "qhost, outbox in the completion's transaction",
+        &sent_in,
+        format!(
+            "({trips_in:.3} store round trips per message; {:.2}x the CPU, {:.2}x the \
+             database's, of sending after the commit)",
+            sent_in.cpu_us / sent_after.cpu_us,
+            sent_in.database_us / sent_after.database_us
+        ),
+    );
+    line(
+        "qhost, outbox sent after the commit",
+        &sent_after,
+        format!("({trips_after:.3} store round trips per message, and a send)"),
     );
     let (polling, waiting) = (
         idle_load(&url, 20, 10, false).await,

@@ -29,6 +29,7 @@ mod http;
 mod isolation;
 mod lanes;
 mod languages;
+mod nats;
 mod new;
 mod packaging;
 mod payload;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use qhost_e2e::harness::{TestEnv, counters_exact};
 use qhost_e2e::postgres::{Database, pgmq_source_table, store_table};
 use qhost_e2e::processes::HostProcess;
+use qhost_e2e::storm::Storm;
 
 const JOBS: usize = 3_000;
 /// The counters each job adds to besides `total`: `d0` to `d3`, by job number.
@@ -84,34 +85,28 @@ async fn postgres_alone_runs_each_job_once_through_killed_hosts() {
     let client = db.client().await;
     let third = JOBS / 3;
     let mut sent = produce(&db, 0..third);
-    let (mut kills, started) = (0, Instant::now());
-    loop {
-        let finished = done(&client).await;
-        if kills < KILLS && finished >= JOBS * (kills + 1) / (KILLS + 1) {
-            // Restarted without waiting for it: the other host goes on meanwhile.
-            let victim = kills % 2;
-            hosts.remove(victim).kill();
-            hosts.insert(victim, HostProcess::start(&configs[victim]));
-            kills += 1;
-            if kills <= 2 {
-                let next = third * kills..if kills == 2 { JOBS } else { third * 2 };
+    let storm = Storm {
+        configs: &configs,
+        jobs: JOBS,
+        kills: KILLS,
+        limit: Duration::from_secs(300),
+    };
+    let left = async || {
+        let waiting = count(&client, "SELECT count(*) FROM pgmq.q_jobs").await;
+        let all = done(&client).await == JOBS && waiting == 0;
+        (!all).then(|| format!("{waiting} messages left"))
+    };
+    let took = storm
+        .run(&mut hosts, async || done(&client).await, left, |k| {
+            if k < 2 {
+                let next = third * (k + 1)..if k == 1 { JOBS } else { third * 2 };
                 sent += produce(&db, next);
             }
-        }
-        let waiting = count(&client, "SELECT count(*) FROM pgmq.q_jobs").await;
-        if finished == JOBS && waiting == 0 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(300),
-            "{finished} of {JOBS} jobs done, {waiting} messages left, after {kills} kills"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        })
+        .await;
     for host in hosts {
         host.stop();
     }
-    assert_eq!(kills, KILLS, "the kills happened mid-run");
     assert_eq!(sent, JOBS + JOBS / 10, "with a copy of every tenth job");
     assert_eq!(
         count(&client, "SELECT count(*) FROM pgmq.\"q_jobs-dlq\"").await,
@@ -132,7 +127,7 @@ async fn postgres_alone_runs_each_job_once_through_killed_hosts() {
     println!(
         "postgres alone: {JOBS} jobs ({sent} messages) on two hosts, {KILLS} kills, {:.1}s; \
          {copies} sink messages for {JOBS} keys",
-        started.elapsed().as_secs_f64()
+        took.as_secs_f64()
     );
     drop(client);
     drop(db);

@@ -20,6 +20,7 @@ pub mod faults;
 pub mod flow_fleet;
 pub mod flow_use;
 pub mod harness;
+pub mod nats;
 pub mod otlp;
 pub mod postgres;
 pub mod proc_tree;
@@ -30,6 +31,7 @@ pub mod redis_server;
 pub mod redis_tls;
 pub mod sqs_responder;
 pub mod sqs_server;
+pub mod storm;
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {

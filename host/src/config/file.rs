@@ -58,8 +58,13 @@ impl RawConfig {
             .chain(redis_ca)
             .chain(source_ca)
             .for_each(at);
-        if let Some(password) = self.source.as_mut().and_then(|s| s.password.as_mut()) {
-            password.relative_to(base);
+        if let Some(source) = self.source.as_mut() {
+            source.credentials_file.as_mut().into_iter().for_each(at);
+            let secrets = [&mut source.password, &mut source.token, &mut source.nkey];
+            secrets
+                .into_iter()
+                .flatten()
+                .for_each(|s| s.relative_to(base));
         }
         if let Some(token) = self.admin.as_mut().and_then(|a| a.token.as_mut()) {
             token.relative_to(base);
@@ -92,6 +97,11 @@ pub(crate) struct RawSource {
     pub notify: Option<bool>,
     pub pool_size: Option<u32>,
     pub ca_file: Option<PathBuf>,
+    pub token: Option<super::secret::RawSecret>,
+    pub nkey: Option<super::secret::RawSecret>,
+    pub credentials_file: Option<PathBuf>,
+    pub consumer: Option<String>,
+    pub max_deliver: Option<i64>,
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -14,6 +14,7 @@ mod documented;
 mod file;
 pub(crate) mod format;
 pub(crate) mod load;
+mod nats;
 mod pgmq;
 mod postgres;
 mod rabbitmq;
@@ -37,6 +38,7 @@ pub(crate) use deadlines::Deadlines;
 use file::{RawConfig, RawQueue};
 pub use format::MessageFormat;
 pub(crate) use format::Routes;
+pub(crate) use nats::NatsSourceSettings;
 pub(crate) use pgmq::PgmqSourceSettings;
 pub(crate) use postgres::{PgConnection, PostgresStoreSettings};
 pub(crate) use qhost_runtime::SecretsGrant;
@@ -52,6 +54,8 @@ pub enum SourceKind {
     Rabbitmq(crate::source::rabbitmq::RabbitSettings),
     /// pgmq's queues in a PostgreSQL database.
     Pgmq(pgmq::PgmqSourceSettings),
+    /// Streams on NATS JetStream.
+    Nats(nats::NatsSourceSettings),
 }
 
 impl SourceKind {
@@ -63,6 +67,7 @@ impl SourceKind {
             SourceKind::Local => "qhost_local",
             SourceKind::Rabbitmq(_) => "rabbitmq",
             SourceKind::Pgmq(_) => "pgmq",
+            SourceKind::Nats(_) => "nats",
         }
     }
 
@@ -70,7 +75,7 @@ impl SourceKind {
     pub(crate) fn envelope(&self) -> crate::message::rules::Envelope {
         match self {
             SourceKind::Rabbitmq(_) => crate::message::rules::Envelope::Amqp,
-            SourceKind::Sqs(_) | SourceKind::Local | SourceKind::Pgmq(_) => {
+            SourceKind::Sqs(_) | SourceKind::Local | SourceKind::Pgmq(_) | SourceKind::Nats(_) => {
                 crate::message::rules::Envelope::Kombu
             }
         }
@@ -313,7 +318,7 @@ impl Config {
         match &mut source {
             SourceKind::Sqs(settings) => settings.deadlines = deadlines.sqs,
             SourceKind::Pgmq(settings) => settings.db.deadlines = deadlines.postgres,
-            SourceKind::Local | SourceKind::Rabbitmq(_) => {}
+            SourceKind::Local | SourceKind::Rabbitmq(_) | SourceKind::Nats(_) => {}
         }
         if let SourceKind::Rabbitmq(settings) = &source {
             rabbitmq::check_ordered(settings, &queues)?;
@@ -332,7 +337,10 @@ impl Config {
             },
             match &source {
                 SourceKind::Sqs(settings) => Some(settings),
-                SourceKind::Local | SourceKind::Rabbitmq(_) | SourceKind::Pgmq(_) => None,
+                SourceKind::Local
+                | SourceKind::Rabbitmq(_)
+                | SourceKind::Pgmq(_)
+                | SourceKind::Nats(_) => None,
             },
         )?;
         payload.s3.deadlines = deadlines.s3;
@@ -534,6 +542,14 @@ fn source_kind(raw: file::RawSource, max_in_flight: u32, lanes: u32) -> anyhow::
     {
         bail!("source.{field} is only for kind = \"pgmq\" (this source is `{kind}`)");
     }
+    if kind != "nats"
+        && let Some((field, _)) = nats::only_nats(&raw).into_iter().find(|(_, set)| *set)
+    {
+        bail!("source.{field} is only for kind = \"nats\" (this source is `{kind}`)");
+    }
+    if !matches!(kind, "pgmq" | "nats") && raw.ca_file.is_some() {
+        bail!("source.ca-file is only for kind = \"pgmq\" or \"nats\" (this source is `{kind}`)");
+    }
     match kind {
         "local" if raw.region.is_some() || raw.endpoint_url.is_some() => {
             bail!("source.region and source.endpoint-url are only for kind = \"sqs\"")
@@ -556,9 +572,10 @@ fn source_kind(raw: file::RawSource, max_in_flight: u32, lanes: u32) -> anyhow::
             max_in_flight,
         )?)),
         "pgmq" => Ok(SourceKind::Pgmq(pgmq::settings(raw, max_in_flight, lanes)?)),
+        "nats" => Ok(SourceKind::Nats(nats::settings(raw)?)),
         other => {
             bail!(
-                "source.kind `{other}` is not supported; expected `local`, `sqs`, `rabbitmq` or `pgmq`"
+                "source.kind `{other}` is not supported; expected `local`, `sqs`, `rabbitmq`, `pgmq` or `nats`"
             )
         }
     }

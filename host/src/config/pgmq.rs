@@ -36,13 +36,12 @@ pub struct PgmqSourceSettings {
 }
 
 /// The fields only `kind = "pgmq"` takes.
-pub(super) fn only_pgmq(raw: &RawSource) -> [(&'static str, bool); 5] {
+pub(super) fn only_pgmq(raw: &RawSource) -> [(&'static str, bool); 4] {
     [
         ("install-pgmq", raw.install_pgmq.is_some()),
         ("poll-ms", raw.poll_ms.is_some()),
         ("notify", raw.notify.is_some()),
         ("pool-size", raw.pool_size.is_some()),
-        ("ca-file", raw.ca_file.is_some()),
     ]
 }
 

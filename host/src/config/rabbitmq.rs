@@ -157,7 +157,7 @@ fn url(raw: &RawSource) -> anyhow::Result<String> {
 /// Refuses the RabbitMQ fields on a source of another `kind` (`url`, `password` and
 /// `declare` are pgmq's too).
 pub(super) fn refuse_fields(raw: &RawSource, kind: &str) -> anyhow::Result<()> {
-    let shared = kind != "pgmq";
+    let shared = kind != "pgmq" && kind != "nats";
     let set = [
         ("url", shared && raw.url.is_some()),
         ("password", shared && raw.password.is_some()),

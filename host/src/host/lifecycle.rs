@@ -29,6 +29,7 @@ fn backends(config: &crate::config::Config) -> String {
         SourceKind::Sqs(_) => "sqs",
         SourceKind::Rabbitmq(_) => "rabbitmq",
         SourceKind::Pgmq(_) => "pgmq",
+        SourceKind::Nats(_) => "nats",
     };
     let store = match &config.store {
         StoreKind::Local => "local",

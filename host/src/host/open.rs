@@ -12,7 +12,8 @@ use anyhow::Context as _;
 use super::SPARE_INSTANCES;
 use crate::aws::AwsSettings;
 use crate::config::{
-    Config, PgConnection, PgmqSourceSettings, PostgresStoreSettings, SourceKind, StoreKind,
+    Config, NatsSourceSettings, PgConnection, PgmqSourceSettings, PostgresStoreSettings,
+    SourceKind, StoreKind,
 };
 use crate::idempotency::Store;
 use crate::idempotency::local::LocalStore;
@@ -25,6 +26,7 @@ use crate::plugin::registry::Registry;
 use crate::plugin::reload::PluginDir;
 use crate::runtime::{EngineSettings, Runtime};
 use crate::source::local::{LocalQueue, Redrive};
+use crate::source::nats::{NatsQueue, NatsSettings};
 use crate::source::pgmq::{PgmqQueue, PgmqSettings};
 use crate::source::rabbitmq::{RabbitQueue, RabbitSettings};
 use crate::source::sqs::SqsQueue;
@@ -171,6 +173,51 @@ pub(crate) async fn open_source(
             Ok(Arc::new(open_rabbitmq(config, settings, only).await?))
         }
         SourceKind::Pgmq(settings) => Ok(Arc::new(open_pgmq(config, settings, only).await?)),
+        SourceKind::Nats(settings) => Ok(Arc::new(open_nats(config, settings, only).await?)),
+    }
+}
+
+/// Connects to NATS with `settings` and creates (or, with `declare = false`, checks) `only`
+/// these queues' streams and consumers, or every consumed queue's with its dead-letter stream,
+/// as [`open_rabbitmq`] does. Each consumer qhost creates holds a delivery for its queue's
+/// visibility timeout (`ack_wait`).
+async fn open_nats(
+    config: &Config,
+    settings: &NatsSourceSettings,
+    only: Option<&[&str]>,
+) -> anyhow::Result<NatsQueue> {
+    let holds = (config.queues.iter())
+        .map(|q| (q.name.clone(), q.visibility))
+        .collect();
+    let tls = match settings.servers.iter().any(|s| s.starts_with("tls://")) {
+        true => Some(qhost_runtime::http::tls_client(
+            settings.ca_file.as_deref(),
+        )?),
+        false => None,
+    };
+    let nats = NatsQueue::connect(NatsSettings {
+        servers: settings.servers.clone(),
+        auth: settings.auth.clone(),
+        tls,
+        declare: settings.declare,
+        consumer: settings.consumer.clone(),
+        holds,
+        default_hold: std::time::Duration::from_secs(30),
+        max_deliver: settings.max_deliver,
+        timeout: std::time::Duration::from_secs(5),
+    })
+    .await?;
+    prepare_queues(config, only, "NATS JetStream", &nats).await?;
+    Ok(nats)
+}
+
+impl Prepare for NatsQueue {
+    fn prepare(
+        &self,
+        queue: &str,
+        dead_letter: &str,
+    ) -> impl Future<Output = Result<(), SourceError>> + Send {
+        NatsQueue::prepare(self, queue, dead_letter)
     }
 }
 
