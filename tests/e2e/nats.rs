@@ -5,10 +5,10 @@
 //! nothing is left pending on the consumer, and every state counter is exact.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use qhost_e2e::harness::{TestEnv, counters_exact};
-use qhost_e2e::nats::{Streams, source_table, unique, url};
+use qhost_e2e::nats::{NatsServer, Streams, unique, url};
 use qhost_e2e::processes::HostProcess;
 use qhost_e2e::redis_server::{shared_url, unique_namespace};
 use qhost_e2e::storm::Storm;
@@ -16,17 +16,17 @@ use qhost_e2e::storm::Storm;
 const JOBS: usize = 3_000;
 const KILLS: usize = 5;
 
-/// Host `name` consuming stream `jobs` with the Redis store in namespace `ns`.
-fn host_config(env: &TestEnv, name: &str, jobs: &str, ns: &str) -> PathBuf {
+/// Host `name` consuming stream `jobs` on the server at `url` with the Redis store in
+/// namespace `ns`.
+fn host_config(env: &TestEnv, name: &str, url: &str, jobs: &str, ns: &str) -> PathBuf {
     let text = format!(
         "plugins-dir = {:?}\ndata-dir = {:?}\nmax-in-flight = 8\nshutdown-grace-secs = 5\n\
-         {}[idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{ns}\"\n\
+         [source]\nkind = \"nats\"\nurl = \"{url}\"\n[idempotency]\nkind = \"redis\"\nurl = \"{}\"\nnamespace = \"{ns}\"\n\
          [retry]\nbase-secs = 0.05\nmax-secs = 1\n\
          [[queue]]\nname = \"{jobs}\"\nplugin = \"counter\"\nwait-time-secs = 1\n\
          visibility-timeout-secs = 3\n",
         env.plugins_dir(),
         env.data_dir().join(name),
-        source_table(),
         shared_url(),
     );
     let path = (env.plugins_dir().parent())
@@ -36,27 +36,35 @@ fn host_config(env: &TestEnv, name: &str, jobs: &str, ns: &str) -> PathBuf {
     path
 }
 
-/// Publishes jobs `range` to `subject` with nats-py: how many messages went.
+/// Publishes jobs `range` to `subject` on the machine's server with nats-py: how many
+/// messages went.
 fn produce(subject: &str, sink: &str, range: std::ops::Range<usize>) -> usize {
+    produce_to(&url(), subject, sink, range, None)
+}
+
+/// As [`produce`], to the server at `url`, each job running `extra` first.
+fn produce_to(
+    url: &str,
+    subject: &str,
+    sink: &str,
+    range: std::ops::Range<usize>,
+    extra: Option<&str>,
+) -> usize {
     let (start, end) = (range.start.to_string(), range.end.to_string());
-    let args = [
+    let mut args = vec![
         "tests/support/nats_producer.py",
-        &url(),
+        url,
         subject,
         sink,
         &start,
         &end,
     ];
+    args.extend(extra);
     let out = qhost_e2e::python(&args);
     String::from_utf8_lossy(&out)
         .trim()
         .parse()
         .expect("the count sent")
-}
-
-/// The jobs whose effect reached the sink.
-async fn done(sink: &str) -> usize {
-    Streams::messages(sink).await as usize
 }
 
 fn start(config: &Path) -> HostProcess {
@@ -67,7 +75,8 @@ fn start(config: &Path) -> HostProcess {
 async fn a_crash_storm_on_jetstream_runs_each_job_once() {
     let (jobs, sink) = (unique("jobs"), unique("sink"));
     let dlq = format!("{jobs}-dlq");
-    let _streams = Streams::new(&[&jobs, &dlq, &sink]);
+    let streams = Streams::new(&[&jobs, &dlq, &sink]);
+    let done = async || streams.messages(&sink).await as usize;
     let env = TestEnv::new();
     env.install(
         "counter",
@@ -76,7 +85,7 @@ async fn a_crash_storm_on_jetstream_runs_each_job_once() {
     );
     let ns = unique_namespace("nats-storm");
     let configs: Vec<PathBuf> = (0..2)
-        .map(|i| host_config(&env, &format!("host-{i}"), &jobs, &ns))
+        .map(|i| host_config(&env, &format!("host-{i}"), &url(), &jobs, &ns))
         .collect();
     let mut hosts: Vec<HostProcess> = configs.iter().map(|c| start(c)).collect();
     let third = JOBS / 3;
@@ -88,12 +97,12 @@ async fn a_crash_storm_on_jetstream_runs_each_job_once() {
         limit: Duration::from_secs(300),
     };
     let left = async || {
-        let (waiting, held) = Streams::pending(&jobs, "qhost").await;
-        let all = done(&sink).await >= JOBS && waiting == 0 && held == 0;
+        let (waiting, held) = streams.pending(&jobs, "qhost").await;
+        let all = done().await >= JOBS && waiting == 0 && held == 0;
         (!all).then(|| format!("{waiting} waiting and {held} held"))
     };
     let took = storm
-        .run(&mut hosts, async || done(&sink).await, left, |k| {
+        .run(&mut hosts, done, left, |k| {
             if k < 2 {
                 let next = third * (k + 1)..if k == 1 { JOBS } else { third * 2 };
                 sent += produce(&jobs, &sink, next);
@@ -104,12 +113,81 @@ async fn a_crash_storm_on_jetstream_runs_each_job_once() {
         host.stop();
     }
     assert_eq!(sent, JOBS + JOBS / 10, "with a copy of every tenth job");
-    assert_eq!(done(&sink).await, JOBS, "one effect per job");
-    assert_eq!(Streams::messages(&dlq).await, 0, "no dead letter");
-    assert_eq!(Streams::messages(&jobs).await, 0, "the work queue is empty");
+    assert_eq!(
+        streams.messages(&sink).await as usize,
+        JOBS,
+        "one effect per job"
+    );
+    assert_eq!(streams.messages(&dlq).await, 0, "no dead letter");
+    assert_eq!(streams.messages(&jobs).await, 0, "the work queue is empty");
     counters_exact(&configs[0], JOBS, 4).await;
     println!(
         "nats: {JOBS} jobs ({sent} messages) on two hosts, {KILLS} kills, {:.1}s",
         took.as_secs_f64()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_frozen_then_killed_and_restarted_mid_run_loses_nothing_and_runs_nothing_twice() {
+    const JOBS: usize = 1_000;
+    let mut server = NatsServer::start();
+    let (jobs, sink) = (unique("jobs"), unique("sink"));
+    let streams = Streams::on(&server.url(), &[]);
+    let env = TestEnv::new();
+    env.install(
+        "counter",
+        "fixture",
+        "[idempotency]\nkey = \"attribute:job-id\"\n[capabilities]\nkeyvalue = [\"counts\"]\n",
+    );
+    let ns = unique_namespace("nats-loss");
+    let config = host_config(&env, "host", &server.url(), &jobs, &ns);
+    let host = start(&config);
+    let sent = produce_to(&server.url(), &jobs, &sink, 0..JOBS, Some("sleep:40"));
+    let done = async || streams.messages(&sink).await as usize;
+    let started = Instant::now();
+    let until = async |n: usize| {
+        while done().await < n {
+            assert!(
+                started.elapsed() < Duration::from_secs(240),
+                "{} of {n} done",
+                done().await
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    // Frozen for 10 s: its connections open and silent, as a partitioned server's.
+    until(JOBS / 3).await;
+    server.pause();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    server.resume();
+    // Killed and started again on its store: the host reconnects.
+    until(2 * JOBS / 3).await;
+    server.kill();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    server.restart();
+    loop {
+        let (waiting, held) = streams.pending(&jobs, "qhost").await;
+        if done().await >= JOBS && waiting == 0 && held == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(240),
+            "{} of {JOBS} done, {waiting} waiting, {held} held",
+            done().await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, log) = host.stop_with_log();
+    assert_eq!(sent, JOBS + JOBS / 10);
+    assert_eq!(done().await, JOBS, "one effect per job:\n{log}");
+    assert_eq!(
+        streams.messages(&format!("{jobs}-dlq")).await,
+        0,
+        "no dead letter"
+    );
+    counters_exact(&config, JOBS, 4).await;
+    println!(
+        "nats, server frozen 10 s then killed: {JOBS} jobs once in {:.1}s",
+        started.elapsed().as_secs_f64()
     );
 }

@@ -97,12 +97,17 @@ async fn postgres_alone_runs_each_job_once_through_killed_hosts() {
         (!all).then(|| format!("{waiting} messages left"))
     };
     let took = storm
-        .run(&mut hosts, async || done(&client).await, left, |k| {
-            if k < 2 {
-                let next = third * (k + 1)..if k == 1 { JOBS } else { third * 2 };
-                sent += produce(&db, next);
-            }
-        })
+        .run(
+            &mut hosts,
+            async || done(&client).await,
+            left,
+            |k| {
+                if k < 2 {
+                    let next = third * (k + 1)..if k == 1 { JOBS } else { third * 2 };
+                    sent += produce(&db, next);
+                }
+            },
+        )
         .await;
     for host in hosts {
         host.stop();
