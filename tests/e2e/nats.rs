@@ -191,3 +191,84 @@ async fn a_server_frozen_then_killed_and_restarted_mid_run_loses_nothing_and_run
         started.elapsed().as_secs_f64()
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_waits_its_delay_a_reject_is_dead_lettered_with_why_and_a_long_run_is_kept() {
+    let (jobs, sink) = (unique("basics"), unique("basics_sink"));
+    let dlq = format!("{jobs}-dlq");
+    let streams = Streams::new(&[&jobs, &dlq, &sink]);
+    let env = TestEnv::new();
+    env.install(
+        "counter",
+        "fixture",
+        "[idempotency]\nkey = \"attribute:job-id\"\n",
+    );
+    let ns = unique_namespace("nats-basics");
+    // Held for 2 s (the consumer's ack_wait): a run of 5 s outlives it twice over. Retries
+    // wait 2 s.
+    let config = host_config(&env, "host", &url(), &jobs, &ns);
+    let text = std::fs::read_to_string(&config).expect("config");
+    let text = (text.replace("visibility-timeout-secs = 3", "visibility-timeout-secs = 2"))
+        .replace(
+            "base-secs = 0.05\nmax-secs = 1",
+            "base-secs = 2\nmax-secs = 2",
+        );
+    std::fs::write(&config, text).expect("config");
+    let host = start(&config);
+    let sender = qhost::sources::NatsQueue::connect(qhost::sources::NatsSettings::new(&url()))
+        .await
+        .expect("NATS");
+    sender
+        .prepare(&sink, &format!("{sink}-dlq"))
+        .await
+        .expect("the sink");
+    let job = |id: &str, command: String| {
+        qhost::Outgoing::new(&jobs, id)
+            .with_attribute(qhost::Attribute::string("job-id", id))
+            .with_attribute(qhost::Attribute::string("command", command))
+    };
+    let sent = std::time::Instant::now();
+    use qhost::sources::QueueSource as _;
+    sender
+        .send(&[
+            job("retried", format!("flaky:2;send-fence:{sink}")),
+            job("rejected", "reject:no such customer".into()),
+            job("long", format!("sleep:5000;send-fence:{sink}")),
+        ])
+        .await
+        .expect("send");
+    let started = Instant::now();
+    while streams.messages(&sink).await < 2 || streams.messages(&dlq).await < 1 {
+        assert!(started.elapsed() < Duration::from_secs(60), "not done");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let took = sent.elapsed();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_, queues) = qhost_e2e::admin::get(host.admin_addr(), "/api/queues");
+    let queues: serde_json::Value = serde_json::from_str(&queues).expect("JSON");
+    let received = queues[0]["totals"]["received"].as_u64();
+    let (_, log) = host.stop_with_log();
+    // Each ran to its end once: the long run under its first lease (token 1), the retried one
+    // under its second (token 2).
+    let mut tokens: Vec<Vec<u8>> = (streams.read(&sink).await.into_iter())
+        .map(|(body, _)| body)
+        .collect();
+    tokens.sort();
+    assert_eq!(tokens, [b"1".to_vec(), b"2".to_vec()], "{log}");
+    let dead = streams.read(&dlq).await;
+    assert_eq!(dead.len(), 1);
+    let (body, headers) = &dead[0];
+    assert_eq!(body, b"rejected");
+    let reason = headers
+        .iter()
+        .find(|(k, _)| k == "qhost-dead-letter-reason");
+    assert_eq!(
+        reason.map(|(_, v)| v.as_str()),
+        Some("no such customer"),
+        "{headers:?}"
+    );
+    // The retry came after its 2 s delay, and the long run was kept, not delivered again:
+    // four deliveries, the retried message's two and one each of the others.
+    assert!(took >= Duration::from_secs(2), "{took:?}");
+    assert_eq!(received, Some(4), "{log}");
+}

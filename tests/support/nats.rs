@@ -55,6 +55,25 @@ impl Streams {
         stream.info().await.expect("its info").state.messages
     }
 
+    /// The messages stream `name` holds, oldest first: each one's body and headers (the
+    /// first value of each).
+    pub async fn read(&self, name: &str) -> Vec<(Vec<u8>, Vec<(String, String)>)> {
+        let js = Self::context(&self.url).await;
+        let mut stream = js.get_stream(name).await.expect("the stream");
+        let state = stream.info().await.expect("its info").state.clone();
+        let mut out = Vec::new();
+        for seq in state.first_sequence..=state.last_sequence {
+            let Ok(m) = stream.get_raw_message(seq).await else {
+                continue;
+            };
+            let headers = (m.headers.iter())
+                .filter_map(|(k, v)| Some((k.to_string(), v.first()?.as_str().to_string())))
+                .collect();
+            out.push((m.payload.to_vec(), headers));
+        }
+        out
+    }
+
     /// Consumer `consumer` of stream `name`: (messages not yet delivered, delivered and not
     /// acked).
     pub async fn pending(&self, name: &str, consumer: &str) -> (u64, usize) {
