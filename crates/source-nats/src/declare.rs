@@ -59,6 +59,19 @@ pub(crate) async fn stream(
     }
 }
 
+/// How many messages stream `name` holds, without making anything: `None` when it does not
+/// exist.
+pub(crate) async fn stream_messages(js: &Context, name: &str) -> Result<Option<u64>, SourceError> {
+    match js.get_stream(stream_name(name)?).await {
+        Ok(mut s) => {
+            let info = (s.info().await).map_err(|e| backend(format!("reading `{name}`"), e))?;
+            Ok(Some(info.state.messages))
+        }
+        Err(e) if is_not_found(&e.to_string()) => Ok(None),
+        Err(e) => Err(backend(format!("looking up stream `{name}`"), e)),
+    }
+}
+
 /// The consumer `consumer` of stream `queue`, made when absent and `declare`, holding a
 /// delivery for `hold` and delivering a message `max_deliver` times at most.
 pub(crate) async fn consumer(
@@ -99,6 +112,27 @@ pub(crate) async fn consumer(
     }
     let ack_wait = info.config.ack_wait;
     Ok(Consumer { pull, ack_wait })
+}
+
+/// The consumer `consumer` of stream `queue` if both exist, without making anything.
+pub(crate) async fn existing_consumer(
+    js: &Context,
+    queue: &str,
+    consumer: &str,
+) -> Result<Option<Consumer>, SourceError> {
+    let stream = match js.get_stream(stream_name(queue)?).await {
+        Ok(s) => s,
+        Err(e) if is_not_found(&e.to_string()) => return Ok(None),
+        Err(e) => return Err(backend(format!("looking up stream `{queue}`"), e)),
+    };
+    let mut pull: PullConsumer = match stream.get_consumer(consumer).await {
+        Ok(c) => c,
+        Err(e) if is_consumer_missing(e.as_ref()) => return Ok(None),
+        Err(e) => return Err(backend(format!("looking up consumer `{consumer}`"), e)),
+    };
+    let info = (pull.info().await).map_err(|e| backend("reading the consumer's info", e))?;
+    let ack_wait = info.config.ack_wait;
+    Ok(Some(Consumer { pull, ack_wait }))
 }
 
 /// Whether a lookup failed because the stream is absent (JetStream's error 10059).

@@ -264,13 +264,16 @@ impl QueueSource for NatsQueue {
                 Err(e) => return Err(backend(format!("pulling from `{queue}`"), e)),
             }
         }
-        let mut out = Vec::with_capacity(got.len());
-        for m in got {
-            let r = received(queue, m)?;
-            if hold != consumer.ack_wait {
-                self.ack(&r.handle, AckKind::Nak(Some(hold))).await?;
+        let out: Vec<Received> = (got.into_iter())
+            .map(|m| received(queue, m))
+            .collect::<Result<_, _>>()?;
+        if hold != consumer.ack_wait {
+            let holds = out
+                .iter()
+                .map(|r| self.ack(&r.handle, AckKind::Nak(Some(hold))));
+            for held in futures_util::future::join_all(holds).await {
+                held?;
             }
-            out.push(r);
         }
         Ok(out)
     }
@@ -312,7 +315,20 @@ impl QueueSource for NatsQueue {
     }
 
     async fn depth(&self, queue: &str) -> Result<QueueDepth, SourceError> {
-        let mut consumer = self.consumer(queue).await?;
+        let cached = self.consumers.lock().await.get(queue).cloned();
+        let found = match cached {
+            Some(c) => Some(c),
+            None => declare::existing_consumer(&self.js, queue, &self.settings.consumer).await?,
+        };
+        // A stream no consumer of qhost's reads (a dead-letter stream): what it holds.
+        let Some(mut consumer) = found else {
+            let held = declare::stream_messages(&self.js, queue).await?;
+            let visible = held.ok_or_else(|| SourceError::UnknownQueue(queue.into()))?;
+            return Ok(QueueDepth {
+                visible,
+                invisible: 0,
+            });
+        };
         let info = (consumer.pull.info().await)
             .map_err(|e| backend(format!("reading `{queue}`'s consumer"), e))?;
         Ok(QueueDepth {
@@ -328,6 +344,46 @@ impl QueueSource for NatsQueue {
 
 #[async_trait]
 impl QueueAdmin for NatsQueue {
+    /// What `qhost check` says of `queue`: its stream and consumer (how long it holds a
+    /// delivery, how many times it delivers one), and its dead-letter stream; read without
+    /// making anything.
+    async fn inspect(&self, queue: &str, dead_letter: &str) -> Result<String, SourceError> {
+        let s = &self.settings;
+        let Some(_) = declare::stream_messages(&self.js, queue).await? else {
+            return Ok(match s.declare {
+                true => format!(
+                    "stream `{queue}` absent: `qhost run` creates it, with consumer `{}` and \
+                     dead-letter stream `{dead_letter}`",
+                    s.consumer
+                ),
+                false => return Err(SourceError::UnknownQueue(queue.into())),
+            });
+        };
+        let consumer = match self.consumers.lock().await.get(queue).cloned() {
+            Some(c) => Some(c),
+            None => declare::existing_consumer(&self.js, queue, &s.consumer).await?,
+        };
+        let consumer = match consumer {
+            Some(mut c) => {
+                let info = (c.pull.info().await).map_err(|e| backend("reading the consumer", e))?;
+                let limit = match info.config.max_deliver {
+                    n if n > 0 => format!("delivers a message {n} times at most"),
+                    _ => "delivers a message until it is acked".into(),
+                };
+                format!(
+                    "consumer `{}` ({} waiting, {} held; holds a delivery {:?}, {limit})",
+                    s.consumer, info.num_pending, info.num_ack_pending, c.ack_wait
+                )
+            }
+            None => format!("consumer `{}` absent: `qhost run` creates it", s.consumer),
+        };
+        let dead = match declare::stream_messages(&self.js, dead_letter).await? {
+            Some(n) => format!("dead-letter stream `{dead_letter}` exists ({n} messages)"),
+            None => format!("dead-letter stream `{dead_letter}` absent"),
+        };
+        Ok(format!("stream `{queue}` exists; {consumer}; {dead}"))
+    }
+
     async fn purge(&self, queue: &str) -> Result<Purged, SourceError> {
         let stream = declare::stream(&self.js, queue, false, RetentionPolicy::WorkQueue).await?;
         let purged =

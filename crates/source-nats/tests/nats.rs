@@ -101,3 +101,28 @@ async fn a_copy_with_the_same_idempotency_key_is_dropped_by_the_stream() {
     assert_eq!(got[0].body, b"first");
     delete(&source, &[q]).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_says_what_exists_and_makes_nothing() {
+    use qhost_source::QueueAdmin as _;
+    let source = source().await;
+    let q = unique("check");
+    let dlq = format!("{q}-dlq");
+    let absent = source.inspect(&q, &dlq).await.unwrap();
+    assert!(absent.contains("absent: `qhost run` creates it"), "{absent}");
+    let again = source.inspect(&q, &dlq).await.unwrap();
+    assert_eq!(again, absent, "nothing was made");
+    source.prepare(&q, &dlq).await.unwrap();
+    source.send(&[Outgoing::new(&q, "waiting")]).await.unwrap();
+    let said = source.inspect(&q, &dlq).await.unwrap();
+    assert!(
+        said.contains(&format!("stream `{q}` exists; consumer `qhost` (1 waiting, 0 held"))
+            && said.contains("holds a delivery 30s")
+            && said.contains(&format!("dead-letter stream `{dlq}` exists (0 messages)")),
+        "{said}"
+    );
+    // The dead-letter stream's depth is what it holds, with no consumer made on it.
+    let depth = source.depth(&dlq).await.unwrap();
+    assert_eq!((depth.visible, depth.invisible), (0, 0));
+    delete(&source, &[q]).await;
+}
