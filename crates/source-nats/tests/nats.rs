@@ -109,15 +109,19 @@ async fn check_says_what_exists_and_makes_nothing() {
     let q = unique("check");
     let dlq = format!("{q}-dlq");
     let absent = source.inspect(&q, &dlq).await.unwrap();
-    assert!(absent.contains("absent: `qhost run` creates it"), "{absent}");
+    assert!(
+        absent.contains("absent: `qhost run` creates it"),
+        "{absent}"
+    );
     let again = source.inspect(&q, &dlq).await.unwrap();
     assert_eq!(again, absent, "nothing was made");
     source.prepare(&q, &dlq).await.unwrap();
     source.send(&[Outgoing::new(&q, "waiting")]).await.unwrap();
     let said = source.inspect(&q, &dlq).await.unwrap();
     assert!(
-        said.contains(&format!("stream `{q}` exists; consumer `qhost` (1 waiting, 0 held"))
-            && said.contains("holds a delivery 30s")
+        said.contains(&format!(
+            "stream `{q}` exists; consumer `qhost` (1 waiting, 0 held"
+        )) && said.contains("holds a delivery 30s")
             && said.contains(&format!("dead-letter stream `{dlq}` exists (0 messages)")),
         "{said}"
     );
