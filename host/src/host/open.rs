@@ -419,10 +419,16 @@ pub(crate) async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>
 
 /// `store`, writing outboxes into pgmq's queues in each completion's transaction when the
 /// configuration's queues are pgmq's in the store's own database, reached as the same role:
-/// the outbox is then never pending, and never sent twice.
+/// the outbox is then never pending, and never sent twice. Where that cannot be told (pgmq's
+/// database does not answer), the outbox is sent after the commit, as on any store.
 async fn beside_pgmq(config: &Config, store: PostgresStore) -> anyhow::Result<PostgresStore> {
-    let Some(database) = shared_database(config).await? else {
-        return Ok(store);
+    let database = match shared_database(config).await {
+        Ok(Some(database)) => database,
+        Ok(None) => return Ok(store),
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "could not tell whether the store and the queues share a database: outboxes are sent after each commit");
+            return Ok(store);
+        }
     };
     tracing::info!(
         database,
@@ -497,7 +503,7 @@ pub async fn check_store(config: &Config) -> anyhow::Result<Option<String>> {
         (PostgresStore::schema_version(&target).await).with_context(|| postgres_named(settings))?;
     let known = qhost_store_postgres::SCHEMA_VERSION;
     let schema = &settings.schema;
-    let outbox = match shared_database(config).await? {
+    let outbox = match shared_database(config).await.ok().flatten() {
         Some(database) => format!(
             "; outboxes written into pgmq's queues in each completion's transaction (one database, {database})"
         ),
