@@ -161,6 +161,19 @@ impl NatsQueue {
         })
     }
 
+    /// How many messages the stream capturing `subject` holds: `None` when no stream does.
+    async fn subject_messages(&self, subject: &str) -> Result<Option<u64>, SourceError> {
+        match self.js.stream_by_subject(subject).await {
+            Ok(stream) => declare::stream_messages(&self.js, &stream).await,
+            Err(e)
+                if e.to_string().contains("not found") || e.to_string().contains("no stream") =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(backend(format!("looking up the stream of `{subject}`"), e)),
+        }
+    }
+
     /// What a hold of `hold` asks of JetStream, for a consumer that holds for `ack_wait`.
     fn hold_kind(hold: Duration, ack_wait: Duration) -> AckKind {
         if hold == ack_wait {
@@ -314,15 +327,27 @@ impl QueueSource for NatsQueue {
             .collect()
     }
 
+    /// A consumed queue's depth is its consumer's; a stream no consumer of qhost's reads (a
+    /// dead-letter stream) holds what it holds; a subject (a send's target) has the depth of
+    /// the stream that captures it, and none captures it is an unknown queue.
     async fn depth(&self, queue: &str) -> Result<QueueDepth, SourceError> {
         let cached = self.consumers.lock().await.get(queue).cloned();
-        let found = match cached {
-            Some(c) => Some(c),
-            None => declare::existing_consumer(&self.js, queue, &self.settings.consumer).await?,
+        let found = match (cached, declare::stream_name(queue)) {
+            (Some(c), _) => Some(c),
+            (None, Ok(_)) => {
+                declare::existing_consumer(&self.js, queue, &self.settings.consumer).await?
+            }
+            (None, Err(_)) => None,
         };
-        // A stream no consumer of qhost's reads (a dead-letter stream): what it holds.
         let Some(mut consumer) = found else {
-            let held = declare::stream_messages(&self.js, queue).await?;
+            let held = match declare::stream_name(queue) {
+                Ok(_) => declare::stream_messages(&self.js, queue).await?,
+                Err(_) => None,
+            };
+            let held = match held {
+                Some(n) => Some(n),
+                None => self.subject_messages(queue).await?,
+            };
             let visible = held.ok_or_else(|| SourceError::UnknownQueue(queue.into()))?;
             return Ok(QueueDepth {
                 visible,

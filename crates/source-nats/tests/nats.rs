@@ -69,6 +69,8 @@ async fn jetstream_conforms_to_the_source_contract() {
 async fn a_subject_no_stream_captures_is_refused_with_why() {
     let source = source().await;
     let subject = unique("nowhere");
+    let depth = source.depth(&subject).await.unwrap_err();
+    assert!(matches!(depth, SourceError::UnknownQueue(_)), "{depth:?}");
     let err = source
         .send(&[Outgoing::new(&subject, "lost?")])
         .await
