@@ -91,15 +91,19 @@ async fn fill_with(pgmq: &PgmqQueue, queue: &str, n: usize, command: Option<&str
 
 /// qhost consuming the `n` messages of `queue` with `store`, until the last is acked.
 async fn qhost_row(url: &str, queue: &str, n: usize, store: Arc<dyn Store>) -> Row {
+    // The source as the host is given it, so a handler's sends are checked as on pgmq.
     let mut config = Config::parse(&format!(
-        "max-in-flight = {IN_FLIGHT}\n[[queue]]\nname = \"{queue}\"\nplugin = \"trivial\"\n\
-         wait-time-secs = 1\n"
+        "max-in-flight = {IN_FLIGHT}\n{}[[queue]]\nname = \"{queue}\"\nplugin = \"trivial\"\n\
+         wait-time-secs = 1\n",
+        qhost_e2e::postgres::pgmq_source_table(url)
     ))
     .expect("config");
     config.data_dir = None;
     // A namespace of the row's own: the shared Redis keeps other runs' keys.
     config.namespace = format!("qb{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
-    let plugin = qhost_e2e::fixture_plugin("trivial", &config);
+    // Granted the sink the outbox rows' handler sends to.
+    let manifest = "[outbox]\nqueues = [\"bench_sink\"]\n";
+    let plugin = qhost_e2e::fixture_plugin_with("trivial", &config, manifest);
     let pgmq = Arc::new(source(url));
     let host = Arc::new(Host::new(config, pgmq, store, Registry::new([plugin])));
     let (cpu, started, db, redis) = (CpuTime::now(), Instant::now(), server_cpu(), redis_cpu());
@@ -124,7 +128,7 @@ async fn qhost_row(url: &str, queue: &str, n: usize, store: Arc<dyn Store>) -> R
     assert_eq!(
         (c.invoked, c.acked),
         (n as u64, n as u64),
-        "every message handled once"
+        "every message handled once: {c:?}"
     );
     row
 }
