@@ -118,6 +118,15 @@ async fn qhost_row(stream: &str, n: usize, store: RedisStore) -> Row {
     row
 }
 
+/// Leaves `stream` to a consumer of another's: a work-queue stream takes one consumer per
+/// subject, and filling it made qhost's.
+async fn without_qhost_consumer(stream: &str) {
+    let client = async_nats::connect(url()).await.expect("NATS");
+    let js = async_nats::jetstream::new(client);
+    let s = js.get_stream(stream).await.expect("the stream");
+    s.delete_consumer("qhost").await.expect("qhost's consumer deleted");
+}
+
 /// The Python worker on `stream`, from its own report.
 fn python_row(stream: &str, n: usize) -> Row {
     let (server, redis) = (nats_cpu(), redis_cpu());
@@ -171,6 +180,7 @@ async fn main() {
         qhost.push(qhost_row(&s, n, redis.clone()).await);
         let s = unique("bench_python");
         fill(&filler, &s, n).await;
+        without_qhost_consumer(&s).await;
         made.push(s.clone());
         python.push(python_row(&s, n));
     }
