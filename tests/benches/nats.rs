@@ -124,7 +124,9 @@ async fn without_qhost_consumer(stream: &str) {
     let client = async_nats::connect(url()).await.expect("NATS");
     let js = async_nats::jetstream::new(client);
     let s = js.get_stream(stream).await.expect("the stream");
-    s.delete_consumer("qhost").await.expect("qhost's consumer deleted");
+    s.delete_consumer("qhost")
+        .await
+        .expect("qhost's consumer deleted");
 }
 
 /// The Python worker on `stream`, from its own report.
