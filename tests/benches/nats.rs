@@ -173,18 +173,22 @@ async fn main() {
     let filler = source().await;
     let redis = RedisStore::connect(&shared_url()).await.expect("Redis");
     let rounds = 3;
-    let mut made = Vec::new();
+    // Every row's stream and dead-letter stream, deleted at the end, a failed run's too.
+    let rows: Vec<(String, String)> = (0..rounds)
+        .map(|_| (unique("bench_qhost"), unique("bench_python")))
+        .collect();
+    let made: Vec<String> = (rows.iter())
+        .flat_map(|(a, b)| [a.clone(), b.clone()])
+        .flat_map(|s| [format!("{s}-dlq"), s])
+        .collect();
+    let _streams = Streams::new(&made.iter().map(String::as_str).collect::<Vec<_>>());
     let (mut qhost, mut python) = (Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        let s = unique("bench_qhost");
-        fill(&filler, &s, n).await;
-        made.push(s.clone());
-        qhost.push(qhost_row(&s, n, redis.clone()).await);
-        let s = unique("bench_python");
-        fill(&filler, &s, n).await;
-        without_qhost_consumer(&s).await;
-        made.push(s.clone());
-        python.push(python_row(&s, n));
+    for (for_qhost, for_python) in &rows {
+        fill(&filler, for_qhost, n).await;
+        qhost.push(qhost_row(for_qhost, n, redis.clone()).await);
+        fill(&filler, for_python, n).await;
+        without_qhost_consumer(for_python).await;
+        python.push(python_row(for_python, n));
     }
     let median = |mut rows: Vec<Row>| {
         rows.sort_by(|a, b| a.cpu_us.total_cmp(&b.cpu_us));
@@ -204,8 +208,4 @@ async fn main() {
         ),
     );
     line("Python worker (nats-py, SET NX)", &python, String::new());
-    // The rows' streams and their dead-letter streams, deleted.
-    let dead: Vec<String> = made.iter().map(|s| format!("{s}-dlq")).collect();
-    let all: Vec<&str> = made.iter().chain(&dead).map(String::as_str).collect();
-    drop(Streams::new(&all));
 }

@@ -195,8 +195,8 @@ async fn a_server_frozen_then_killed_and_restarted_mid_run_loses_nothing_and_run
 #[tokio::test(flavor = "multi_thread")]
 async fn a_retry_waits_its_delay_a_reject_is_dead_lettered_with_why_and_a_long_run_is_kept() {
     let (jobs, sink) = (unique("basics"), unique("basics_sink"));
-    let dlq = format!("{jobs}-dlq");
-    let streams = Streams::new(&[&jobs, &dlq, &sink]);
+    let (dlq, sink_dlq) = (format!("{jobs}-dlq"), format!("{sink}-dlq"));
+    let streams = Streams::new(&[&jobs, &dlq, &sink, &sink_dlq]);
     let env = TestEnv::new();
     env.install(
         "counter",
@@ -218,10 +218,7 @@ async fn a_retry_waits_its_delay_a_reject_is_dead_lettered_with_why_and_a_long_r
     let sender = qhost::sources::NatsQueue::connect(qhost::sources::NatsSettings::new(&url()))
         .await
         .expect("NATS");
-    sender
-        .prepare(&sink, &format!("{sink}-dlq"))
-        .await
-        .expect("the sink");
+    sender.prepare(&sink, &sink_dlq).await.expect("the sink");
     let job = |id: &str, command: String| {
         qhost::Outgoing::new(&jobs, id)
             .with_attribute(qhost::Attribute::string("job-id", id))
