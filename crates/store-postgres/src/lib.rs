@@ -112,11 +112,6 @@ impl PostgresStore {
         self
     }
 
-    /// Whether this store writes outboxes into pgmq's queues (see [`Self::delivering_to_pgmq`]).
-    pub fn delivers_to_pgmq(&self) -> bool {
-        self.pgmq.is_some()
-    }
-
     /// The version of the store's schema in `target`'s database, read without changing
     /// anything (`qhost check`): `None` when the schema holds no store yet.
     pub async fn schema_version(target: &PostgresTarget) -> anyhow::Result<Option<i32>> {
