@@ -9,9 +9,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use qhost::sources::{PgmqQueue, PgmqSettings};
 use qhost_e2e::harness::{TestEnv, counters_exact};
-use qhost_e2e::postgres::{Database, target};
+use qhost_e2e::postgres::Database;
 use qhost_e2e::processes::{HostProcess, run_with_config};
 
 use super::postgres::{count, done, host_config, produce};
@@ -85,17 +84,7 @@ async fn skewed_hosts_on_postgres_alone_fire_each_tick_once_and_pause_as_one_fle
         "[idempotency]\nkey = \"attribute:job-id\"\n[capabilities]\nkeyvalue = [\"counts\"]\n",
     );
     // pgmq and the schedule's queue, made before the hosts start.
-    let pgmq = PgmqQueue::new(PgmqSettings {
-        pg: target(&db.url()),
-        declare: true,
-        install: true,
-        poll: Duration::from_millis(100),
-        notify: false,
-    })
-    .expect("pgmq's settings");
-    pgmq.prepare("ticks", "ticks-dlq")
-        .await
-        .expect("queue `ticks`");
+    db.pgmq("ticks").await;
     let (a, b) = (fleet_config(&env, &db, "a"), fleet_config(&env, &db, "b"));
     let start = |config: &Path, ms: i64| {
         let offset = ms.to_string();

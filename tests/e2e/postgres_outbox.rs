@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use qhost::Outgoing;
-use qhost::sources::{PgmqQueue, PgmqSettings, pgmq_outbox_row};
+use qhost::sources::pgmq_outbox_row;
 use qhost::stores::{
     Acquired, BucketCommit, Committed, Completion, IdempotencyError, IdempotencyStore, KeyStatus,
     Lease, LeaseRequest, Op, PostgresStore, PostgresTarget, StateCommit,
@@ -20,17 +20,7 @@ const WINDOW: Duration = Duration::from_secs(600);
 /// into pgmq's queues.
 async fn store_beside_pgmq(name: &str) -> (Database, PostgresStore) {
     let db = Database::new(name).await;
-    let pgmq = PgmqQueue::new(PgmqSettings {
-        pg: target(&db.url()),
-        declare: true,
-        install: true,
-        poll: Duration::from_millis(100),
-        notify: false,
-    })
-    .expect("pgmq's settings");
-    pgmq.prepare("out", "out-dlq")
-        .await
-        .expect("pgmq and queue `out`");
+    db.pgmq("out").await;
     let store = PostgresStore::connect(&PostgresTarget {
         pg: target(&db.url()),
         schema: "qhost".into(),

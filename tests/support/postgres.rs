@@ -112,6 +112,22 @@ impl Database {
         format!("{base}/{}", self.name)
     }
 
+    /// pgmq in it (its SQL-only schema installed where there is none), with `queue` and its
+    /// dead-letter queue made: for a test that needs a queue before any host starts.
+    pub async fn pgmq(&self, queue: &str) -> qhost::sources::PgmqQueue {
+        let pgmq = qhost::sources::PgmqQueue::new(qhost::sources::PgmqSettings {
+            pg: target(&self.url()),
+            declare: true,
+            install: true,
+            poll: std::time::Duration::from_millis(100),
+            notify: false,
+        })
+        .expect("pgmq's settings");
+        (pgmq.prepare(queue, &format!("{queue}-dlq")).await)
+            .unwrap_or_else(|e| panic!("pgmq and queue `{queue}`: {e}"));
+        pgmq
+    }
+
     /// A connection to it, for a test's own statements.
     pub async fn client(&self) -> tokio_postgres::Client {
         let (client, connection) = tokio_postgres::connect(&self.url(), tokio_postgres::NoTls)
